@@ -1,0 +1,172 @@
+/* On-disk format of a locus run directory (docs/format.md is the prose version).
+ *
+ * Every binary file is an array of fixed-size little-endian records, readable with
+ * numpy.memmap. Files are written through MAP_SHARED mappings of chunks claimed by each
+ * thread, so records reach the page cache the moment they are stored: a program killed
+ * with SIGKILL still leaves every record it wrote. A record whose `kind` is 0 is unused
+ * space (the tail of a chunk a thread never filled) and readers skip it.
+ *
+ * Layout:
+ *   RUN/meta.json                     launcher: command, host, lenses, clock, sampler
+ *   RUN/sched.bin                     launcher: struct locus_sched_sample per task per tick
+ *   RUN/procs/<pid>/proc.bin          one struct locus_proc (updated in place)
+ *   RUN/procs/<pid>/threads.bin       struct locus_thread, one per thread
+ *   RUN/procs/<pid>/locks.events.bin  struct locus_lock_event
+ *   RUN/procs/<pid>/locks.counts.bin  struct locus_lock_count (per-thread hash tables)
+ *   RUN/procs/<pid>/locks.objects.bin struct locus_lock_object (init/destroy of locks)
+ *   RUN/procs/<pid>/stacks.bin        struct locus_stack (only with --call-stack)
+ *   RUN/procs/<pid>/maps, maps.exit   copies of /proc/self/maps at start and at exit
+ */
+#ifndef LOCUS_FORMAT_H
+#define LOCUS_FORMAT_H
+
+#include <stdint.h>
+
+#define LOCUS_FORMAT_VERSION 1
+#define LOCUS_PROC_MAGIC 0x31434f5355434f4cULL /* "LOCUSCO1" little-endian */
+
+/* Timestamps: raw ticks of the clock named in struct locus_proc.clock. Convert with the
+ * calibration pairs (tsc0, ns0) and (tsc1, ns1) of the same process:
+ * ns = ns0 + (ticks - tsc0) * (ns1 - ns0) / (tsc1 - tsc0); ns is CLOCK_MONOTONIC. */
+enum locus_clock { LOCUS_CLOCK_TSC = 1, LOCUS_CLOCK_MONOTONIC = 2 };
+
+struct locus_proc { /* 256 bytes, written at start, updated at exit */
+  uint64_t magic;
+  uint32_t format_version;
+  uint32_t pid;
+  uint32_t ppid;
+  uint32_t clock;      /* enum locus_clock */
+  uint64_t tsc0, ns0;  /* calibration pair taken at process start */
+  uint64_t tsc1, ns1;  /* latest calibration pair (refreshed at every chunk claim and exit) */
+  uint64_t start_ns;   /* CLOCK_MONOTONIC at runtime init */
+  uint64_t end_ns;     /* CLOCK_MONOTONIC at exit, 0 while running or if killed */
+  int32_t exit_status; /* exit()/_exit() status, or -signal for a fatal signal */
+  uint32_t flags;      /* LOCUS_PROC_* */
+  uint64_t self_ns;    /* estimated time spent inside the runtime, all threads */
+  uint64_t records;    /* records written, all kinds */
+  uint64_t dropped;    /* records lost (out of space, full tables) */
+  uint64_t threads;    /* threads seen */
+  uint64_t fastpath_ns_per_call_x1000; /* calibrated untimed interposer cost (ps) */
+  uint64_t untimed_calls;              /* interposer calls that took the untimed path */
+  uint64_t exec_ns;     /* CLOCK_MONOTONIC when the process called exec, 0 otherwise */
+  uint64_t reserved[15];
+};
+
+#define LOCUS_PROC_EXITED 1u   /* end_ns/exit_status valid */
+#define LOCUS_PROC_SIGNALED 2u /* ended by a fatal signal the runtime saw */
+#define LOCUS_PROC_EXECED 4u   /* replaced itself with exec (new image is a new proc) */
+#define LOCUS_PROC_FORKED 8u   /* created by fork() of a recorded parent */
+
+struct locus_thread { /* 64 bytes, one slot per thread, claimed at first sight */
+  uint32_t tid;
+  uint32_t serial;      /* 1-based order of appearance in the process; 0 = unused slot */
+  uint32_t parent_tid;  /* thread that called pthread_create, 0 if adopted/main */
+  uint32_t flags;       /* LOCUS_THREAD_* */
+  uint64_t start;       /* ticks: thread start (or first sight, if adopted) */
+  uint64_t end;         /* ticks: thread exit, 0 if it never exited cleanly */
+  uint64_t start_routine; /* address of the start routine, 0 for main/adopted */
+  uint64_t self_ticks;  /* ticks measured inside the runtime's slow paths */
+  uint64_t records;
+  uint64_t dropped;
+};
+
+#define LOCUS_THREAD_MAIN 1u
+#define LOCUS_THREAD_ADOPTED 2u /* existed before the runtime initialised */
+#define LOCUS_THREAD_EXITED 4u
+#define LOCUS_THREAD_JOINED 8u /* `end` of a join event: see LOCUS_LK_JOIN */
+
+/* Kinds of lock events. One event is one critical section (acquire..release) or one
+ * wait (cond, barrier, semaphore, join), written when it ends. */
+enum locus_lock_kind {
+  LOCUS_LK_NONE = 0,
+  LOCUS_LK_MUTEX = 1,
+  LOCUS_LK_RWLOCK_RD = 2,
+  LOCUS_LK_RWLOCK_WR = 3,
+  LOCUS_LK_SPIN = 4,
+  LOCUS_LK_COND_WAIT = 5, /* lock=cond, obj=mutex; t_req=call, t_acq=return; t_rel=t_acq */
+  LOCUS_LK_BARRIER = 6,   /* lock=barrier; t_req=arrival, t_acq=departure */
+  LOCUS_LK_SEM_WAIT = 7,  /* lock=sem; t_req=call, t_acq=return */
+  LOCUS_LK_OMP_LOCK = 8,
+  LOCUS_LK_OMP_NEST_LOCK = 9,
+  LOCUS_LK_OMP_CRITICAL = 10, /* lock = address of the critical's name pointer or 0 */
+  LOCUS_LK_OMP_BARRIER = 11,  /* GOMP_barrier; lock = 0 */
+  LOCUS_LK_COND_SIGNAL = 12,  /* lock=cond; t_req=t_acq=t_rel=time of the call */
+  LOCUS_LK_SEM_POST = 13,     /* lock=sem; t_req=t_acq=t_rel=time of the call */
+  LOCUS_LK_JOIN = 14,         /* lock=0, obj=joined tid; t_req=call, t_acq=return */
+  LOCUS_LK_CREATE = 15,       /* obj=new tid; t_req=t_acq=t_rel=time of the call */
+  LOCUS_LK_KIND_MAX = 16
+};
+
+#define LOCUS_EV_CONTENDED 1u  /* the first attempt failed: the thread had to wait */
+#define LOCUS_EV_TRY 2u        /* a trylock call (never waits) */
+#define LOCUS_EV_FAILED 4u     /* trylock failed or timed wait timed out: not acquired */
+#define LOCUS_EV_UNRELEASED 8u /* still held when the thread/process ended; t_rel = end */
+#define LOCUS_EV_SAMPLED 16u   /* timed because of sampling: stands for `weight` sections */
+#define LOCUS_EV_BROADCAST 32u /* LOCUS_LK_COND_SIGNAL was a broadcast */
+
+struct locus_lock_event { /* 64 bytes */
+  uint64_t lock;  /* address of the lock object (pthread_mutex_t *, ...) */
+  uint64_t site;  /* return address of the interposed call */
+  uint64_t obj;   /* second object: mutex of a cond wait, joined/created tid */
+  uint64_t t_req; /* ticks: call entered */
+  uint64_t t_acq; /* ticks: lock acquired / wait returned */
+  uint64_t t_rel; /* ticks: lock released (== t_acq for pure waits) */
+  uint32_t tid;
+  uint32_t weight; /* number of same-kind critical sections this event stands for (>= 1) */
+  uint32_t stack;  /* id in stacks.bin, 0 = none */
+  uint16_t kind;   /* enum locus_lock_kind; 0 = unused record */
+  uint16_t flags;  /* LOCUS_EV_* */
+};
+
+/* Exact per-thread counts, kept in an open-addressing hash table that lives in a chunk
+ * of locks.counts.bin. Record 0 of each table is a header (kind = LOCUS_LC_HEADER). When a
+ * table fills, the thread copies it into a larger chunk with generation+1; readers keep,
+ * per (thread serial), only the table with the highest generation. */
+#define LOCUS_LC_HEADER 0xffffu
+struct locus_lock_count { /* 64 bytes */
+  uint64_t lock;   /* header: number of slots in this table (including header) */
+  uint64_t site;   /* header: generation */
+  uint64_t acquisitions; /* successful acquisitions (incl. successful trylocks) */
+  uint64_t contended;    /* acquisitions whose first attempt failed */
+  uint64_t failed;       /* failed trylocks / timed out waits */
+  uint64_t timed;        /* how many of them were timed (written as events) */
+  uint32_t tid;
+  uint32_t serial; /* thread serial (locus_thread.serial) */
+  uint32_t reserved;
+  uint16_t kind;   /* enum locus_lock_kind, or LOCUS_LC_HEADER */
+  uint16_t flags;
+};
+
+/* Lock objects seen through init/destroy calls: gives heap locks a name (the site that
+ * initialised them). */
+struct locus_lock_object { /* 64 bytes */
+  uint64_t lock;
+  uint64_t site;  /* return address of pthread_*_init / omp_init_lock / destroy */
+  uint64_t t;     /* ticks */
+  uint64_t attr;  /* mutex type (PTHREAD_MUTEX_*) or barrier count, when known */
+  uint64_t reserved[2];
+  uint32_t tid;
+  uint32_t stack;
+  uint16_t kind;   /* enum locus_lock_kind */
+  uint16_t flags;  /* 1 = init, 2 = destroy */
+  uint32_t pad;
+};
+
+#define LOCUS_STACK_DEPTH 30
+struct locus_stack { /* 256 bytes */
+  uint32_t id;    /* >= 1, unique within the process */
+  uint32_t depth; /* number of valid pcs, innermost first */
+  uint64_t pc[LOCUS_STACK_DEPTH];
+  uint64_t reserved;
+};
+
+/* Written by the launcher, not the runtime. */
+struct locus_sched_sample { /* 32 bytes */
+  uint64_t t_ns;       /* CLOCK_MONOTONIC */
+  uint64_t service_ns; /* utime+stime (or schedstat runtime) of the task so far */
+  uint32_t pid;
+  uint32_t tid;        /* tid 0 = system row: service_ns holds procs_running */
+  uint32_t reserved[2];
+};
+
+#endif
