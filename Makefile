@@ -1,0 +1,78 @@
+# Top-level entry points: deps, build, lint, test, demo, bench.
+# Works on a fresh Debian 12 as root (or with sudo) and on developer machines.
+
+SHELL := /bin/sh
+
+# Prefer the system interpreter: the venv must not depend on a user's pyenv shim.
+PYTHON ?= $(shell if [ -x /usr/bin/python3 ]; then echo /usr/bin/python3; else command -v python3; fi)
+VENV := .venv
+VPY := $(VENV)/bin/python
+LOCUS := $(VENV)/bin/locus
+
+APT_PACKAGES := build-essential python3-venv python3-pip libunwind-dev clang-format llvm \
+	binutils pigz sysbench stress-ng libgomp1 procps
+
+SUDO := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
+
+C_SOURCES = $(shell find runtime workloads -name '*.[ch]' -not -path '*/build/*' 2>/dev/null)
+
+DEMO_DIR ?= /tmp/locus-demo
+DEMO_CMD ?= workloads/build/sharequeue 1
+
+.PHONY: all deps apt-deps build lint format test demo bench clean
+
+all: build
+
+deps: apt-deps $(VENV)/.installed
+
+# dpkg -s first: a repeated `make deps` does not touch apt at all.
+apt-deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	@[ -x $(VPY) ] || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+build:
+	$(MAKE) -C runtime
+	@if [ -f workloads/Makefile ]; then $(MAKE) -C workloads; fi
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	@files="$(C_SOURCES)"; \
+	if [ -n "$$files" ]; then clang-format --dry-run --Werror $$files; fi
+
+# Rewrites sources in place; `make lint` only checks.
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+	@files="$(C_SOURCES)"; if [ -n "$$files" ]; then clang-format -i $$files; fi
+
+test: deps build lint
+	@if $(MAKE) -s -C runtime -n check >/dev/null 2>&1; then $(MAKE) -C runtime check; fi
+	$(VENV)/bin/pytest -q python tests
+
+demo: deps build
+	rm -rf $(DEMO_DIR)
+	$(LOCUS) record -o $(DEMO_DIR) -- $(DEMO_CMD)
+	$(LOCUS) report $(DEMO_DIR)
+
+bench: deps build
+	@if [ -x bench/run.sh ]; then bench/run.sh; \
+	elif [ -f bench/run.sh ]; then sh bench/run.sh; \
+	else echo "bench/run.sh not present yet"; fi
+
+clean:
+	@if [ -f runtime/Makefile ]; then $(MAKE) -C runtime clean; fi
+	@if [ -f workloads/Makefile ]; then $(MAKE) -C workloads clean; fi
+	rm -rf build

@@ -1,0 +1,246 @@
+"""The `locus` command line (perf-like): record, report, compare, doctor.
+
+Each subcommand parses its options here and hands an argparse namespace (or plain arguments)
+to the module that does the work. Modules with heavy imports (numpy) are imported inside
+their handler, so `locus record` starts fast and works even where the analysis cannot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from locus import __version__
+from locus.errors import LocusError
+
+LENSES = ("locks",)
+PLANNED_LENSES = ("comm", "numa", "memtrace", "mpi", "scale", "monitor")
+REPORT_FORMATS = ("text", "json", "csv", "md")
+
+
+def parse_lenses(value: str) -> list[str]:
+    """`--lens a,b` (repeatable): known lenses, in order, without duplicates."""
+    out: list[str] = []
+    for name in value.split(","):
+        name = name.strip()
+        if not name:
+            continue
+        if name not in LENSES:
+            planned = " (planned, not implemented yet)" if name in PLANNED_LENSES else ""
+            raise argparse.ArgumentTypeError(
+                f"unknown lens '{name}'{planned}; known lenses: {', '.join(LENSES)}"
+            )
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def positive_float(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: '{value}'") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: '{value}'")
+    return v
+
+
+def non_negative_float(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: '{value}'") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: '{value}'")
+    return v
+
+
+def positive_int(value: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: '{value}'") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: '{value}'")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="locus",
+        description="Why a multithreaded or MPI program does not scale.",
+        epilog="See docs/cli.md. `locus COMMAND -h` for the options of one command.",
+    )
+    p.add_argument("--version", action="version", version=f"locus {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    r = sub.add_parser(
+        "record",
+        help="run a program and record it",
+        description="Run CMD with liblocus.so preloaded and write a run directory.",
+        usage="locus record [options] -- CMD [ARGS...]",
+    )
+    r.add_argument(
+        "-o",
+        "--output",
+        metavar="DIR",
+        help="run directory (default: locus-CMD-YYYYmmdd-HHMMSS in the current directory)",
+    )
+    r.add_argument(
+        "--lens",
+        dest="lenses",
+        action="append",
+        type=parse_lenses,
+        metavar="LENS[,LENS...]",
+        help=f"what to record (default: locks; known: {', '.join(LENSES)})",
+    )
+    r.add_argument("--call-stack", action="store_true", help="record call stacks of lock events")
+    r.add_argument(
+        "--sample-interval",
+        type=positive_float,
+        default=10.0,
+        metavar="MS",
+        help="service-time sampling period in milliseconds (default: 10)",
+    )
+    r.add_argument(
+        "--time-all",
+        action="store_true",
+        help="time every lock operation instead of sampling the uncontended ones",
+    )
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
+    r.set_defaults(handler=cmd_record, parser=r)
+
+    rep = sub.add_parser("report", help="analyse a run", description="Analyse a run directory.")
+    rep.add_argument("run", metavar="DIR", help="run directory written by locus record")
+    rep.add_argument("--lens", default="locks", choices=LENSES, help="lens to report")
+    rep.add_argument("--format", default="text", choices=REPORT_FORMATS)
+    rep.add_argument("--top", type=positive_int, metavar="N", help="show the N first rows")
+    rep.add_argument(
+        "--min-wait",
+        type=non_negative_float,
+        metavar="SEC",
+        help="hide locks with less total wait time",
+    )
+    rep.add_argument(
+        "--min-hold",
+        type=non_negative_float,
+        metavar="SEC",
+        help="hide locks with less total hold time",
+    )
+    rep.add_argument("--lock", metavar="ID|ADDR|NAME", help="details of one lock")
+    rep.add_argument("--site", metavar="FUNC|FILE:LINE", help="only this call site")
+    rep.set_defaults(handler=cmd_report)
+
+    cmp_ = sub.add_parser(
+        "compare", help="compare runs", description="Compare two or more run directories."
+    )
+    cmp_.add_argument("runs", nargs="+", metavar="RUN", help="run directories (2 or more)")
+    cmp_.add_argument("--format", default="text", choices=REPORT_FORMATS)
+    cmp_.add_argument(
+        "--fail-if",
+        dest="fail_if",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="exit non-zero when EXPR holds (repeatable)",
+    )
+    cmp_.set_defaults(handler=cmd_compare, parser=cmp_)
+
+    doc = sub.add_parser(
+        "doctor",
+        help="what this machine supports",
+        description="Report which lenses this machine supports, and how to enable the rest.",
+    )
+    doc.add_argument("--format", default="text", choices=("text", "json"))
+    doc.set_defaults(handler=cmd_doctor)
+    return p
+
+
+def lazy_import(module: str, what: str):
+    """Import an analysis module, turning a missing dependency into a clean error."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name == module:
+            raise LocusError(f"`locus {what}` is not available in this build") from None
+        raise LocusError(
+            f"`locus {what}` needs the Python module '{e.name}': run `make deps`"
+        ) from None
+
+
+def cmd_record(ns: argparse.Namespace) -> int:
+    from locus import launcher
+
+    cmd = list(ns.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        ns.parser.error("no command to record (locus record [options] -- CMD [ARGS...])")
+    if cmd[0].startswith("-") and cmd[0] != "-":
+        ns.parser.error(f"unrecognized arguments: {cmd[0]} (options go before --)")
+    lenses: list[str] = []
+    for group in ns.lenses or [["locks"]]:
+        lenses += [x for x in group if x not in lenses]
+    return launcher.record(
+        cmd,
+        out=ns.output,
+        lenses=lenses or ["locks"],
+        call_stack=ns.call_stack,
+        sample_interval_ms=ns.sample_interval,
+        time_all=ns.time_all,
+    )
+
+
+def check_run(path: str) -> None:
+    if not os.path.isdir(path):
+        raise LocusError(f"{path}: no such run directory", 2)
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    check_run(ns.run)
+    report = lazy_import("locus.report", "report")
+    return report.cmd_report(ns)
+
+
+def cmd_compare(ns: argparse.Namespace) -> int:
+    if len(ns.runs) < 2:
+        ns.parser.error("compare needs at least two runs")
+    for r in ns.runs:
+        check_run(r)
+    compare = lazy_import("locus.compare", "compare")
+    return compare.cmd_compare(ns)
+
+
+def cmd_doctor(ns: argparse.Namespace) -> int:
+    from locus import doctor
+
+    return doctor.cmd_doctor(ns)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(argv)
+        rc = ns.handler(ns)
+        sys.stdout.flush()
+        return int(rc or 0)
+    except LocusError as e:
+        sys.stdout.flush()
+        print(f"locus: error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `locus report DIR | head`: the reader left; that is not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,459 @@
+"""`locus record`: start a program under liblocus.so and write the run directory around it.
+
+The launcher lives outside the target. It checks the command, creates the run directory,
+writes meta.json (complete: false) before the program starts, runs it with LD_PRELOAD and
+the LOCUS_* configuration, samples service time (sampler.py) while it runs, forwards the
+signals a user sends to it, and rewrites meta.json when the program has ended.
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from locus import FORMAT_VERSION, __version__
+from locus.errors import LocusError
+from locus.sampler import PROC_EXECED, PROC_EXITED, Sampler, proc_flags
+
+KNOWN_LENSES = ("locks",)
+BACKENDS = {"locks": "interpose"}
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+ENV_PREFIXES = ("LD_", "OMP_", "GOMP_", "KMP_", "LOCUS_")
+SI_KERNEL = 0x80  # siginfo.si_code of signals the kernel (the tty) sent
+
+PT_INTERP = 3
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def resolve_command(name: str) -> str:
+    """Absolute path of the program, with the shell's exit codes for the failures."""
+    if "/" in name:
+        candidates = [name]
+    else:
+        candidates = [
+            os.path.join(d or ".", name) for d in os.environ.get("PATH", os.defpath).split(":")
+        ]
+    not_executable = None
+    for path in candidates:
+        if os.path.isfile(path):
+            if os.access(path, os.X_OK):
+                return os.path.abspath(path)
+            not_executable = not_executable or path
+        elif os.path.isdir(path) and "/" in name:
+            raise LocusError(f"{name}: is a directory", 126)
+    if not_executable:
+        raise LocusError(f"{name}: permission denied", 126)
+    raise LocusError(f"{name}: command not found", 127)
+
+
+def elf_is_static(path: str) -> bool:
+    """True for an ELF executable the dynamic loader never sees (no PT_INTERP).
+
+    Such a program (static, or static-pie) ignores LD_PRELOAD. Scripts and non-ELF files
+    give False: their interpreter is what gets loaded.
+    """
+    try:
+        with open(path, "rb") as f:
+            ident = f.read(64)
+            if len(ident) < 52 or ident[:4] != b"\x7fELF":
+                return False
+            is64 = ident[4] == 2
+            end = "<" if ident[5] == 1 else ">"
+            if is64:
+                (phoff,) = struct.unpack_from(end + "Q", ident, 32)
+                phentsize, phnum = struct.unpack_from(end + "HH", ident, 54)
+            else:
+                (phoff,) = struct.unpack_from(end + "I", ident, 28)
+                phentsize, phnum = struct.unpack_from(end + "HH", ident, 42)
+            if phnum == 0 or phentsize < 4:
+                return True
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return False
+    for i in range(min(phnum, len(table) // phentsize)):
+        (p_type,) = struct.unpack_from(end + "I", table, i * phentsize)
+        if p_type == PT_INTERP:
+            return False
+    return True
+
+
+def find_runtime() -> str:
+    """Absolute path of liblocus.so: $LOCUS_RUNTIME, the checkout's build/, or installed."""
+    env = os.environ.get("LOCUS_RUNTIME")
+    if env:
+        if not os.path.isfile(env):
+            raise LocusError(f"LOCUS_RUNTIME={env}: no such file (run `make build`)")
+        return os.path.abspath(env)
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [
+        os.path.join(here, "..", "..", "build", "liblocus.so"),
+        os.path.join(sys.prefix, "lib", "locus", "liblocus.so"),
+        "/usr/local/lib/locus/liblocus.so",
+        "/usr/lib/locus/liblocus.so",
+    ]
+    for c in candidates:
+        if os.path.isfile(c):
+            return os.path.realpath(c)
+    raise LocusError(
+        "liblocus.so not found: run `make build` in the locus checkout "
+        "(or set LOCUS_RUNTIME to its path)"
+    )
+
+
+# -- the run directory ---------------------------------------------------------------------
+
+
+def is_run_dir(path: str) -> bool:
+    """A directory locus wrote: it has a meta.json carrying locus's own keys."""
+    try:
+        with open(os.path.join(path, "meta.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "format_version" in meta and "locus_version" in meta
+
+
+def create_run_dir(out: str | None, command: list[str], now: datetime.datetime) -> str:
+    """Create the run directory and procs/ inside; return its absolute path.
+
+    Without -o: `locus-<cmd>-<YYYYmmdd-HHMMSS>` in the current directory, with a -N suffix
+    if that exists. With -o: an absent or empty directory is used; an earlier locus run is
+    replaced; anything else is refused, so a typo never deletes a user's files.
+    """
+    if out is None:
+        base = f"locus-{os.path.basename(command[0])}-{now:%Y%m%d-%H%M%S}"
+        path, n = base, 1
+        while True:
+            try:
+                os.mkdir(path)
+                break
+            except FileExistsError:
+                n += 1
+                path = f"{base}-{n}"
+    else:
+        path = out
+        if os.path.lexists(path):
+            if not os.path.isdir(path) or os.path.islink(path):
+                raise LocusError(f"{out}: exists and is not a directory", 2)
+            if os.listdir(path):
+                if not is_run_dir(path):
+                    raise LocusError(
+                        f"{out}: directory is not empty and is not a locus run; choose another -o",
+                        2,
+                    )
+                shutil.rmtree(path)
+                os.mkdir(path)
+        else:
+            try:
+                os.makedirs(path)
+            except OSError as e:
+                raise LocusError(f"{out}: cannot create: {e.strerror}") from None
+    os.mkdir(os.path.join(path, "procs"))
+    return os.path.abspath(path)
+
+
+def write_json_atomic(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+# -- the host ------------------------------------------------------------------------------
+
+
+def cache_line_size() -> int | None:
+    try:
+        v = os.sysconf("SC_LEVEL1_DCACHE_LINESIZE")
+        if v and v > 0:
+            return v
+    except (ValueError, OSError):
+        pass
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def numa_node_count() -> int:
+    return len(glob.glob("/sys/devices/system/node/node[0-9]*")) or 1
+
+
+def host_info() -> dict:
+    uname = os.uname()
+    try:
+        online = len(os.sched_getaffinity(0))
+    except OSError:
+        online = os.cpu_count()
+    return {
+        "hostname": socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "online_cpus": online,
+        "numa_nodes": numa_node_count(),
+        "cache_line": cache_line_size(),
+        "kernel": uname.release,
+        "machine": uname.machine or platform.machine(),
+    }
+
+
+def selected_env(env: dict) -> dict:
+    return {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)}
+
+
+# -- the end of the run --------------------------------------------------------------------
+
+
+def proc_entries(run_dir: str) -> list[str]:
+    procs = os.path.join(run_dir, "procs")
+    try:
+        return sorted(os.path.join(procs, n) for n in os.listdir(procs))
+    except OSError:
+        return []
+
+
+def count_threads(entry: str) -> int:
+    """Threads of one process: the proc.bin counter, else the used slots of threads.bin.
+
+    At least 1: a process whose main thread never reached the runtime still had one."""
+    try:
+        with open(os.path.join(entry, "proc.bin"), "rb") as f:
+            f.seek(104)
+            data = f.read(8)
+        if len(data) == 8:
+            n = struct.unpack("<Q", data)[0]
+            if n:
+                return n
+    except OSError:
+        pass
+    n = 0
+    try:
+        with open(os.path.join(entry, "threads.bin"), "rb") as f:
+            data = f.read()
+        for off in range(0, len(data) - 63, 64):
+            if struct.unpack_from("<I", data, off + 4)[0]:
+                n += 1
+    except OSError:
+        pass
+    return max(n, 1)
+
+
+def exit_status(returncode: int) -> tuple[int, str | None]:
+    """Shell convention: 128+N for a signal N."""
+    if returncode < 0:
+        sig = -returncode
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"SIG{sig}"
+        return 128 + sig, name
+    return returncode, None
+
+
+# -- signals -------------------------------------------------------------------------------
+
+
+class SignalForwarder:
+    """Forwards SIGINT/TERM/HUP/QUIT sent to the launcher to the child.
+
+    The signals are blocked in every launcher thread and taken by sigtimedwait in one thread,
+    which sees who sent them: a signal from the terminal (si_code SI_KERNEL) already reached
+    the child, which is in the same process group, so it is not sent a second time.
+    Python-level handlers cover the short windows before blocking and after unblocking.
+    """
+
+    def __init__(self, child: subprocess.Popen):
+        self.child = child
+        self.received: list[int] = []
+        self._stop = threading.Event()
+        self._old = {s: signal.signal(s, self._handler) for s in FORWARDED_SIGNALS}
+        self._thread: threading.Thread | None = None
+
+    def _forward(self, sig: int) -> None:
+        self.received.append(sig)
+        if self.child.returncode is None:
+            try:
+                self.child.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    def _handler(self, sig, frame) -> None:
+        self._forward(sig)
+
+    def block(self) -> None:
+        """Call before starting other threads: they inherit the blocked mask."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
+        self._thread = threading.Thread(target=self._loop, name="locus-signals", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            info = signal.sigtimedwait(FORWARDED_SIGNALS, 0.1)
+            if info is None:
+                continue
+            if info.si_code == SI_KERNEL:
+                self.received.append(info.si_signo)
+            else:
+                self._forward(info.si_signo)
+
+    def restore(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED_SIGNALS)
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+# -- record --------------------------------------------------------------------------------
+
+
+def record(
+    command: list[str],
+    out: str | None = None,
+    lenses: list[str] | None = None,
+    call_stack: bool = False,
+    sample_interval_ms: float = 10.0,
+    time_all: bool = False,
+) -> int:
+    """Run `command` under locus; return the exit code the launcher should exit with."""
+    if not command:
+        raise LocusError("no command given (locus record -- CMD ARGS...)", 2)
+    lenses = list(lenses or ["locks"])
+    unknown = [x for x in lenses if x not in KNOWN_LENSES]
+    if unknown:
+        raise LocusError(f"unknown lens {','.join(unknown)} (known: {', '.join(KNOWN_LENSES)})", 2)
+    if sample_interval_ms <= 0:
+        raise LocusError("--sample-interval must be positive", 2)
+
+    exe = resolve_command(command[0])
+    if elf_is_static(exe):
+        raise LocusError(
+            f"{command[0]} is statically linked: LD_PRELOAD interposition cannot see its "
+            "calls; relink it dynamically",
+            2,
+        )
+    runtime = find_runtime()
+
+    now = datetime.datetime.now().astimezone()
+    run_dir = create_run_dir(out, command, now)
+    meta_path = os.path.join(run_dir, "meta.json")
+
+    env = dict(os.environ)
+    preload = env.get("LD_PRELOAD", "").strip()
+    env["LD_PRELOAD"] = runtime + (":" + preload if preload else "")
+    env["LOCUS_DIR"] = run_dir
+    env["LOCUS_LENSES"] = ",".join(lenses)
+    env["LOCUS_CALL_STACK"] = "1" if call_stack else "0"
+    env["LOCUS_TIME_ALL"] = "1" if time_all else "0"
+
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "locus_version": __version__,
+        "command": list(command),
+        "executable": exe,
+        "cwd": os.getcwd(),
+        "env": selected_env(env),
+        "runtime": runtime,
+        "start_time": now.isoformat(timespec="seconds"),
+        "start_ns": time.monotonic_ns(),
+        "end_ns": None,
+        "duration_s": None,
+        "exit_status": None,
+        "signal": None,
+        "complete": False,
+        "host": host_info(),
+        "lenses": lenses,
+        "backends": {lens: BACKENDS[lens] for lens in lenses},
+        "options": {
+            "call_stack": call_stack,
+            "sample_interval_ms": sample_interval_ms,
+            "time_all": time_all,
+        },
+        "sampler": {"interval_ms": sample_interval_ms},
+    }
+    write_json_atomic(meta_path, meta)
+
+    meta["start_ns"] = time.monotonic_ns()
+    try:
+        child = subprocess.Popen([exe, *command[1:]], env=env)
+    except OSError as e:
+        # Raced with a file change, or exec failed (bad interpreter, wrong architecture).
+        meta["error"] = f"exec failed: {e.strerror}"
+        write_json_atomic(meta_path, meta)
+        raise LocusError(f"{command[0]}: {e.strerror}", 126) from None
+    forwarder = SignalForwarder(child)
+    sampler = None
+    try:
+        forwarder.block()
+        sampler = Sampler(run_dir, child.pid, sample_interval_ms)
+        sampler.start()
+        child.wait()
+    finally:
+        end_ns = time.monotonic_ns()
+        if child.returncode is None:  # the launcher itself failed: do not leave an orphan
+            child.kill()
+            child.wait()
+        if sampler is not None:
+            sampler.stop()
+        status, signame = exit_status(child.returncode)
+        entries = proc_entries(run_dir)
+        finished = [proc_flags(os.path.join(e, "proc.bin")) for e in entries]
+        all_ended = bool(entries) and all(
+            f is not None and f & (PROC_EXITED | PROC_EXECED) for f in finished
+        )
+        threads = sum(count_threads(e) for e in entries)
+        meta.update(
+            end_ns=end_ns,
+            duration_s=round((end_ns - meta["start_ns"]) / 1e9, 6),
+            exit_status=status,
+            signal=signame,
+            complete=child.returncode >= 0 and all_ended,
+            processes=len(entries),
+            threads=threads,
+            forwarded_signals=[signal.Signals(s).name for s in forwarder.received],
+        )
+        if sampler is not None:
+            meta["sampler"] = sampler.stats()
+        write_json_atomic(meta_path, meta)
+        forwarder.restore()
+
+    if not entries:
+        print(
+            f"locus: warning: the runtime recorded no process: {command[0]} may be setuid "
+            "or may clear LD_PRELOAD",
+            file=sys.stderr,
+        )
+    elif not meta["complete"]:
+        print(
+            "locus: warning: the run is incomplete (a process was killed before it could "
+            "finish its records)",
+            file=sys.stderr,
+        )
+    print(
+        f"locus: run written to {display_path(run_dir)} "
+        f"({len(entries)} process{'es' if len(entries) != 1 else ''}, "
+        f"{threads} thread{'s' if threads != 1 else ''})",
+        file=sys.stderr,
+    )
+    return status
+
+
+def display_path(path: str) -> str:
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel

@@ -1,0 +1,280 @@
+"""Service-time sampler: the launcher's view of how much CPU every recorded task received.
+
+Runs as a thread of the launcher (outside the target, so it costs the target nothing but the
+CPU time it takes, which is measured). Every tick it appends one `struct locus_sched_sample`
+(runtime/include/locus_format.h) per task of every recorded process, plus one system row
+(tid 0) whose `service_ns` holds the number of runnable tasks on the machine.
+
+Why it is shaped this way:
+- The per-task counters are re-read with pread() on file descriptors kept open: procfs
+  regenerates a seq_file at offset 0, so one syscall per task per tick is the whole cost.
+- Processes are found from the runtime's `procs/<pid>` directories (cheap, and catches
+  daemonised children) and, at a lower rate, by walking `/proc/PID/task/TID/children` from
+  the launched child (catches descendants the runtime cannot see, e.g. static binaries).
+- With thousands of tasks, each task is read only every `stride`-th tick so that one tick
+  never reads more than `max_reads_per_tick` files; the largest stride used goes into meta.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+
+SAMPLE = struct.Struct("<QQIIII")  # struct locus_sched_sample, 32 bytes
+assert SAMPLE.size == 32
+
+PROC_FLAGS_OFFSET = 76  # struct locus_proc.flags
+PROC_EXITED = 1
+PROC_EXECED = 4
+
+# Keep at most this many descriptors open; beyond it, files are opened per read.
+MAX_CACHED_FDS = 512
+
+
+def proc_flags(path: str) -> int | None:
+    """The flags word of a proc.bin, or None if it is missing or too short."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(PROC_FLAGS_OFFSET)
+            data = f.read(4)
+    except OSError:
+        return None
+    if len(data) != 4:
+        return None
+    return struct.unpack("<I", data)[0]
+
+
+def parse_schedstat(data: bytes) -> int:
+    """First field of /proc/.../schedstat: nanoseconds spent running on a CPU."""
+    return int(data.split(None, 1)[0])
+
+
+def parse_stat_service(data: bytes, clk_tck: int) -> int:
+    """utime+stime of a /proc/.../stat line, in nanoseconds (fallback without schedstat)."""
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    fields = data[data.rindex(b")") + 2 :].split()
+    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    ticks = int(fields[11]) + int(fields[12])
+    return ticks * 1_000_000_000 // clk_tck
+
+
+def parse_running(data: bytes) -> int:
+    """Runnable tasks from /proc/loadavg ("0.1 0.2 0.3 RUNNING/TOTAL LASTPID")."""
+    return int(data.split()[3].split(b"/")[0])
+
+
+class Sampler(threading.Thread):
+    """Samples until stop() is called; stats() gives what goes into meta.json."""
+
+    def __init__(
+        self,
+        run_dir: str,
+        root_pid: int,
+        interval_ms: float = 10.0,
+        max_reads_per_tick: int = 512,
+        proc_root: str = "/proc",
+    ):
+        super().__init__(name="locus-sampler", daemon=True)
+        self.run_dir = run_dir
+        self.root_pid = root_pid
+        self.interval_ns = max(1, int(interval_ms * 1e6))
+        self.max_reads = max(1, max_reads_per_tick)
+        self.proc = proc_root
+        self._stop_event = threading.Event()
+        self._tasks: dict[int, tuple[int, int | None]] = {}  # tid -> (pid, fd or None)
+        self._pids: set[int] = {root_pid}
+        self._finished_entries: set[str] = set()
+        self.use_schedstat = os.path.exists(f"{proc_root}/self/schedstat")
+        self.clk_tck = os.sysconf("SC_CLK_TCK")
+        self.ticks = 0
+        self.late_ticks = 0
+        self.rows = 0
+        self.max_tasks = 0
+        self.max_stride = 1
+        self.cpu_s = 0.0
+        self.error: str | None = None
+        self._loadavg_fd: int | None = None
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def _recorded_pids(self) -> set[int]:
+        """Pids of procs/<pid>[.k] entries whose process has not finished."""
+        pids = set()
+        procs = os.path.join(self.run_dir, "procs")
+        try:
+            names = os.listdir(procs)
+        except OSError:
+            return pids
+        for name in names:
+            if name in self._finished_entries:
+                continue
+            flags = proc_flags(os.path.join(procs, name, "proc.bin"))
+            if flags is not None and flags & (PROC_EXITED | PROC_EXECED):
+                self._finished_entries.add(name)
+                continue
+            try:
+                pids.add(int(name.split(".", 1)[0]))
+            except ValueError:
+                pass
+        return pids
+
+    def _descendants(self) -> set[int]:
+        """The launched child and its descendants, via the `children` files of each task."""
+        found = {self.root_pid}
+        todo = [self.root_pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                tids = os.listdir(f"{self.proc}/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    with open(f"{self.proc}/{pid}/task/{tid}/children", "rb") as f:
+                        kids = f.read().split()
+                except OSError:
+                    continue
+                for k in kids:
+                    c = int(k)
+                    if c not in found:
+                        found.add(c)
+                        todo.append(c)
+        return found
+
+    def _open_task(self, pid: int, tid: int) -> int | None:
+        if len(self._tasks) >= MAX_CACHED_FDS:
+            return None
+        name = "schedstat" if self.use_schedstat else "stat"
+        try:
+            return os.open(f"{self.proc}/{pid}/task/{tid}/{name}", os.O_RDONLY)
+        except OSError:
+            return None
+
+    def _refresh_tasks(self) -> None:
+        alive: set[int] = set()
+        for pid in self._pids:
+            try:
+                tids = os.listdir(f"{self.proc}/{pid}/task")
+            except OSError:
+                continue
+            for t in tids:
+                tid = int(t)
+                alive.add(tid)
+                if tid not in self._tasks:
+                    self._tasks[tid] = (pid, self._open_task(pid, tid))
+        for tid in [t for t in self._tasks if t not in alive]:
+            self._drop(tid)
+        self.max_tasks = max(self.max_tasks, len(self._tasks))
+
+    def _drop(self, tid: int) -> None:
+        _, fd = self._tasks.pop(tid)
+        if fd is not None:
+            os.close(fd)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _read_task(self, pid: int, tid: int, fd: int | None) -> int | None:
+        try:
+            if fd is not None:
+                data = os.pread(fd, 256, 0)
+            else:
+                name = "schedstat" if self.use_schedstat else "stat"
+                with open(f"{self.proc}/{pid}/task/{tid}/{name}", "rb") as f:
+                    data = f.read()
+            if not data:
+                return None
+            if self.use_schedstat:
+                return parse_schedstat(data)
+            return parse_stat_service(data, self.clk_tck)
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _read_running(self) -> int:
+        try:
+            if self._loadavg_fd is None:
+                self._loadavg_fd = os.open(f"{self.proc}/loadavg", os.O_RDONLY)
+            return parse_running(os.pread(self._loadavg_fd, 128, 0))
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def sample_once(self, out, buf: bytearray) -> None:
+        """One tick: system row, then every task due this tick."""
+        t = time.monotonic_ns()
+        del buf[:]
+        buf += SAMPLE.pack(t, self._read_running(), 0, 0, 0, 0)
+        n = len(self._tasks)
+        stride = -(-n // self.max_reads) if n else 1
+        self.max_stride = max(self.max_stride, stride)
+        dead = []
+        for tid, (pid, fd) in self._tasks.items():
+            if stride > 1 and (self.ticks + tid) % stride:
+                continue
+            service = self._read_task(pid, tid, fd)
+            if service is None:
+                dead.append(tid)
+                continue
+            buf += SAMPLE.pack(t, service, pid, tid, 0, 0)
+        for tid in dead:
+            self._drop(tid)
+        out.write(buf)
+        self.rows += len(buf) // SAMPLE.size
+        self.ticks += 1
+
+    # -- thread ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        cpu0 = time.thread_time()
+        try:
+            self._loop()
+        except Exception as e:  # never take the launcher down; say it in meta
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            for tid in list(self._tasks):
+                self._drop(tid)
+            if self._loadavg_fd is not None:
+                os.close(self._loadavg_fd)
+            self.cpu_s = time.thread_time() - cpu0
+
+    def _loop(self) -> None:
+        buf = bytearray()
+        path = os.path.join(self.run_dir, "sched.bin")
+        with open(path, "ab", buffering=1 << 16) as out:
+            next_t = time.monotonic_ns()
+            while not self._stop_event.is_set():
+                if self.ticks % 20 == 0:
+                    self._pids = self._descendants() | self._recorded_pids()
+                elif self.ticks % 5 == 0:
+                    self._pids |= self._recorded_pids()
+                self._refresh_tasks()
+                self.sample_once(out, buf)
+                next_t += self.interval_ns
+                now = time.monotonic_ns()
+                if now >= next_t:
+                    # Behind schedule: skip the missed ticks rather than bursting.
+                    missed = (now - next_t) // self.interval_ns + 1
+                    self.late_ticks += missed
+                    next_t += missed * self.interval_ns
+                self._stop_event.wait((next_t - now) / 1e9)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join()
+
+    def stats(self) -> dict:
+        return {
+            "interval_ms": self.interval_ns / 1e6,
+            "source": "schedstat" if self.use_schedstat else "stat",
+            "system_source": "loadavg",
+            "ticks": self.ticks,
+            "late_ticks": self.late_ticks,
+            "rows": self.rows,
+            "max_tasks": self.max_tasks,
+            "max_reads_per_tick": self.max_reads,
+            "max_stride": self.max_stride,
+            "backed_off": self.max_stride > 1,
+            "cpu_s": round(self.cpu_s, 6),
+            "error": self.error,
+        }
