@@ -1,0 +1,267 @@
+/* Process life cycle: start-up (configuration from the launcher's LOCUS_* variables, the
+ * process directory, proc.bin, the maps), finish (exit, _exit, fatal signals), fork
+ * (a sub-run of its own) and exec (a new process entry). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "real.h"
+#include "runtime.h"
+
+struct locus_config locus_cfg;
+volatile int locus_enabled;
+struct locus_proc *locus_proc_hdr;
+int locus_proc_dirfd = -1;
+
+static int run_dirfd = -1;
+static _Atomic int init_state; /* 0 none, 1 running, 2 done */
+static _Atomic uint64_t slow_ticks;
+
+void locus_warn(const char *msg) {
+  char buf[512];
+  size_t n = strlen(msg);
+  if (n > sizeof buf - 10) n = sizeof buf - 10;
+  memcpy(buf, "locus: ", 7);
+  memcpy(buf + 7, msg, n);
+  buf[7 + n] = '\n';
+  ssize_t rc = write(2, buf, 8 + n);
+  (void)rc;
+}
+
+void locus_add_self_ticks(uint64_t ticks) {
+  struct locus_self *me = &locus_me;
+  if (me->state == 1)
+    me->self_ticks += ticks;
+  else
+    atomic_fetch_add(&slow_ticks, ticks);
+}
+
+static int env_flag(const char *name) {
+  const char *v = getenv(name);
+  return v && v[0] == '1';
+}
+
+/* Copy a small file (maps) with read/write only. */
+static void copy_file(const char *from, int dirfd, const char *to) {
+  int in = open(from, O_RDONLY | O_CLOEXEC);
+  if (in < 0) return;
+  int out = openat(dirfd, to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out >= 0) {
+    char buf[8192];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof buf)) > 0)
+      if (write(out, buf, (size_t)n) != n) break;
+    close(out);
+  }
+  close(in);
+}
+
+static void fmt_u(char *out, unsigned v) {
+  char tmp[16];
+  int n = 0;
+  do tmp[n++] = (char)('0' + v % 10);
+  while ((v /= 10) && n < 15);
+  while (n) *out++ = tmp[--n];
+  *out = 0;
+}
+
+/* procs/<pid>, or procs/<pid>.<k> when an earlier image with the same pid (exec) has one. */
+static int open_proc_dir(void) {
+  int procs = openat(run_dirfd, "procs", O_DIRECTORY | O_CLOEXEC);
+  if (procs < 0) {
+    mkdirat(run_dirfd, "procs", 0755);
+    procs = openat(run_dirfd, "procs", O_DIRECTORY | O_CLOEXEC);
+    if (procs < 0) return -1;
+  }
+  char name[48];
+  fmt_u(name, (unsigned)getpid());
+  size_t base = strlen(name);
+  int fd = -1;
+  for (unsigned k = 0; k < 1000 && fd < 0; k++) {
+    if (k) {
+      name[base] = '.';
+      fmt_u(name + base + 1, k);
+    }
+    if (mkdirat(procs, name, 0755) == 0)
+      fd = openat(procs, name, O_DIRECTORY | O_CLOEXEC);
+    else if (errno != EEXIST)
+      break;
+  }
+  close(procs);
+  return fd;
+}
+
+static void on_fatal_signal(int sig, siginfo_t *si, void *uc);
+
+static void install_signal_handlers(void) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGABRT,
+                             SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGUSR1, SIGUSR2};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction old;
+    if (sigaction(sigs[i], NULL, &old) != 0) continue;
+    /* The program's own handlers (or SIG_IGN) stay; only default dispositions, which would
+     * kill the process without running exit handlers, get a finishing handler. */
+    if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler != SIG_DFL) continue;
+    if ((old.sa_flags & SA_SIGINFO) && old.sa_sigaction) continue;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fatal_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sigs[i], &sa, NULL);
+  }
+}
+
+static int open_proc_header(int ppid_known_fork) {
+  int fd = openat(locus_proc_dirfd, "proc.bin", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || ftruncate(fd, 4096) != 0) return -1;
+  void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return -1;
+  struct locus_proc *h = p;
+  memset(h, 0, sizeof *h);
+  h->format_version = LOCUS_FORMAT_VERSION;
+  h->pid = (uint32_t)getpid();
+  h->ppid = (uint32_t)getppid();
+  h->clock = (uint32_t)locus_clock_kind;
+  h->tsc0 = locus_ticks();
+  h->ns0 = locus_mono_ns();
+  h->tsc1 = h->tsc0;
+  h->ns1 = h->ns0;
+  h->start_ns = h->ns0;
+  h->exit_status = INT32_MIN;
+  h->flags = ppid_known_fork ? LOCUS_PROC_FORKED : 0;
+  /* The magic goes last: a reader seeing it knows the header is whole. */
+  atomic_signal_fence(memory_order_release);
+  h->magic = LOCUS_PROC_MAGIC;
+  locus_proc_hdr = h;
+  return 0;
+}
+
+static void start_process(int forked) {
+  uint64_t t0 = locus_ticks();
+  locus_proc_dirfd = open_proc_dir();
+  if (locus_proc_dirfd < 0 || open_proc_header(forked) != 0) {
+    locus_warn("cannot create the process directory in LOCUS_DIR; this process is not recorded");
+    return;
+  }
+  copy_file("/proc/self/maps", locus_proc_dirfd, "maps");
+  locus_threads_open();
+  locus_stack_open();
+  locus_lenses_init();
+  locus_enabled = 1;
+  install_signal_handlers();
+  atomic_fetch_add(&slow_ticks, locus_ticks() - t0);
+}
+
+static void after_fork_child(void) {
+  if (!locus_enabled) return;
+  locus_enabled = 0;
+  if (locus_proc_dirfd >= 0) close(locus_proc_dirfd);
+  locus_proc_hdr = NULL; /* the parent's mapping stays the parent's */
+  atomic_store(&slow_ticks, 0);
+  locus_proc_dirfd = open_proc_dir();
+  if (locus_proc_dirfd < 0 || open_proc_header(1) != 0) return;
+  copy_file("/proc/self/maps", locus_proc_dirfd, "maps");
+  locus_threads_after_fork();
+  locus_stack_after_fork();
+  locus_lenses_after_fork();
+  locus_enabled = 1;
+}
+
+static void read_config(void) {
+  const char *dir = getenv("LOCUS_DIR");
+  if (!dir || !*dir) return;
+  run_dirfd = open(dir, O_DIRECTORY | O_CLOEXEC);
+  if (run_dirfd < 0) {
+    locus_warn("LOCUS_DIR is not a directory; nothing is recorded");
+    return;
+  }
+  locus_cfg.call_stack = env_flag("LOCUS_CALL_STACK");
+  locus_cfg.time_all = env_flag("LOCUS_TIME_ALL");
+  const char *mi = getenv("LOCUS_MIN_INTERVAL_US");
+  locus_cfg.min_interval_us = mi ? strtod(mi, NULL) : 20.0;
+  if (locus_cfg.time_all) locus_cfg.min_interval_us = 0;
+  const char *l = getenv("LOCUS_LENSES");
+  strncpy(locus_cfg.lenses, l ? l : "locks", sizeof locus_cfg.lenses - 1);
+  locus_cfg.active = 1;
+}
+
+void locus_ensure_init(void) {
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&init_state, &expect, 1)) return;
+  locus_real_resolve();
+  locus_clock_init();
+  read_config();
+  if (locus_cfg.active) {
+    start_process(0);
+    pthread_atfork(NULL, NULL, after_fork_child);
+  }
+  atomic_store(&init_state, 2);
+}
+
+__attribute__((constructor(101))) static void locus_ctor(void) { locus_ensure_init(); }
+
+void locus_proc_finish(int status, uint32_t flags) {
+  if (!locus_enabled || !locus_proc_hdr) return;
+  /* A vfork child (or a raw clone) shares or copies our state without a fork handler:
+   * it must not finish the parent's run. */
+  if ((uint32_t)getpid() != locus_proc_hdr->pid) return;
+  locus_enabled = 0; /* interposers from here on forward only */
+  int interrupted_runtime = locus_me.guard > 0;
+  locus_me.guard++;
+  if (!interrupted_runtime) {
+    locus_lenses_proc_fini();
+    locus_thread_finish();
+  }
+  struct locus_proc *h = locus_proc_hdr;
+  if (!h) return;
+  h->tsc1 = locus_ticks();
+  h->ns1 = locus_mono_ns();
+  h->end_ns = h->ns1;
+  if (status != INT32_MIN) h->exit_status = status;
+  h->threads = locus_thread_count();
+  h->self_ns += (uint64_t)((double)atomic_load(&slow_ticks) * 1000.0 / locus_ticks_per_us);
+  atomic_signal_fence(memory_order_release);
+  h->flags |= flags;
+  copy_file("/proc/self/maps", locus_proc_dirfd, "maps.exit");
+  locus_me.guard--;
+}
+
+__attribute__((destructor(101))) static void locus_dtor(void) {
+  locus_proc_finish(INT32_MIN, LOCUS_PROC_EXITED);
+}
+
+static void on_fatal_signal(int sig, siginfo_t *si, void *uc) {
+  (void)si;
+  (void)uc;
+  int saved = errno;
+  locus_proc_finish(-sig, LOCUS_PROC_SIGNALED);
+  errno = saved;
+  /* SA_RESETHAND restored the default action: re-raise it (it is delivered when this
+   * handler returns; a faulting instruction simply faults again). */
+  raise(sig);
+}
+
+void locus_before_exec(void) {
+  if (!locus_enabled || !locus_proc_hdr || (uint32_t)getpid() != locus_proc_hdr->pid) return;
+  locus_proc_hdr->exec_ns = locus_mono_ns();
+  locus_proc_finish(INT32_MIN, LOCUS_PROC_EXECED);
+}
+
+void locus_after_failed_exec(void) {
+  /* exec failed and the image goes on, unrecorded: its record ends here, complete. */
+  if (locus_proc_hdr && (uint32_t)getpid() == locus_proc_hdr->pid &&
+      (locus_proc_hdr->flags & LOCUS_PROC_EXECED)) {
+    locus_proc_hdr->exec_ns = 0;
+    locus_proc_hdr->flags = (locus_proc_hdr->flags & ~LOCUS_PROC_EXECED) | LOCUS_PROC_EXITED;
+  }
+}

@@ -1,0 +1,84 @@
+#define _GNU_SOURCE
+#include "real.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+struct locus_real locus_real;
+
+#define R(field, name) locus_real.field = (__typeof__(locus_real.field))dlsym(RTLD_NEXT, name)
+/* glibc keeps an old pthread_cond_* ABI at a lower version; ask for the current one. */
+#define RV(field, name, ver)                                                         \
+  do {                                                                               \
+    locus_real.field = (__typeof__(locus_real.field))dlvsym(RTLD_NEXT, name, ver);  \
+    if (!locus_real.field) R(field, name);                                           \
+  } while (0)
+
+void locus_real_resolve(void) {
+  R(mutex_lock, "pthread_mutex_lock");
+  R(mutex_trylock, "pthread_mutex_trylock");
+  R(mutex_timedlock, "pthread_mutex_timedlock");
+  R(mutex_unlock, "pthread_mutex_unlock");
+  R(mutex_init, "pthread_mutex_init");
+  R(mutex_destroy, "pthread_mutex_destroy");
+  R(rw_rdlock, "pthread_rwlock_rdlock");
+  R(rw_wrlock, "pthread_rwlock_wrlock");
+  R(rw_tryrdlock, "pthread_rwlock_tryrdlock");
+  R(rw_trywrlock, "pthread_rwlock_trywrlock");
+  R(rw_timedrdlock, "pthread_rwlock_timedrdlock");
+  R(rw_timedwrlock, "pthread_rwlock_timedwrlock");
+  R(rw_unlock, "pthread_rwlock_unlock");
+  R(rw_init, "pthread_rwlock_init");
+  R(spin_lock, "pthread_spin_lock");
+  R(spin_trylock, "pthread_spin_trylock");
+  R(spin_unlock, "pthread_spin_unlock");
+  RV(cond_wait, "pthread_cond_wait", "GLIBC_2.3.2");
+  RV(cond_timedwait, "pthread_cond_timedwait", "GLIBC_2.3.2");
+  RV(cond_signal, "pthread_cond_signal", "GLIBC_2.3.2");
+  RV(cond_broadcast, "pthread_cond_broadcast", "GLIBC_2.3.2");
+  R(barrier_wait, "pthread_barrier_wait");
+  R(barrier_init, "pthread_barrier_init");
+  R(sem_wait, "sem_wait");
+  R(sem_trywait, "sem_trywait");
+  R(sem_timedwait, "sem_timedwait");
+  R(sem_post, "sem_post");
+  R(create, "pthread_create");
+  R(join, "pthread_join");
+  R(exit_, "exit");
+  R(_exit_, "_exit");
+  R(_Exit_, "_Exit");
+  R(execve, "execve");
+  R(execvp, "execvp");
+  R(execvpe, "execvpe");
+  R(omp_set_lock, "omp_set_lock");
+  R(omp_unset_lock, "omp_unset_lock");
+  R(omp_test_lock, "omp_test_lock");
+  R(omp_set_nest_lock, "omp_set_nest_lock");
+  R(omp_unset_nest_lock, "omp_unset_nest_lock");
+  R(omp_test_nest_lock, "omp_test_nest_lock");
+  R(omp_set_lock_, "omp_set_lock_");
+  R(omp_unset_lock_, "omp_unset_lock_");
+  R(omp_test_lock_, "omp_test_lock_");
+  R(omp_set_nest_lock_, "omp_set_nest_lock_");
+  R(omp_unset_nest_lock_, "omp_unset_nest_lock_");
+  R(omp_test_nest_lock_, "omp_test_nest_lock_");
+  R(gomp_critical_start, "GOMP_critical_start");
+  R(gomp_critical_end, "GOMP_critical_end");
+  R(gomp_critical_name_start, "GOMP_critical_name_start");
+  R(gomp_critical_name_end, "GOMP_critical_name_end");
+  R(gomp_barrier, "GOMP_barrier");
+}
+
+void *locus_real_need(void **slot, const char *name) {
+  void *p = dlsym(RTLD_NEXT, name);
+  if (!p) {
+    locus_warn("an interposed function has no implementation to forward to; aborting:");
+    locus_warn(name);
+    abort();
+  }
+  *slot = p;
+  return p;
+}

@@ -1,0 +1,115 @@
+/* Core of the injected runtime: process and thread identity, the clock, chunked record
+ * streams and the lens table. Lenses build on these; the core knows nothing about any lens
+ * except through struct locus_lens. */
+#ifndef LOCUS_RUNTIME_H
+#define LOCUS_RUNTIME_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../include/locus_format.h"
+
+#define LOCUS_TLS __thread __attribute__((tls_model("initial-exec")))
+#define LOCUS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define LOCUS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define LOCUS_HIDDEN __attribute__((visibility("hidden")))
+#define LOCUS_EXPORT __attribute__((visibility("default")))
+
+/* ---- clock.c ---- */
+extern int locus_clock_kind; /* enum locus_clock */
+uint64_t locus_ticks(void);
+uint64_t locus_mono_ns(void);
+void locus_clock_init(void);
+/* ticks per microsecond, calibrated at start (1000 for the monotonic clock). */
+extern double locus_ticks_per_us;
+
+/* ---- stream.c: one file of fixed-size records, claimed in page-aligned chunks ---- */
+struct locus_stream {
+  int fd;
+  _Atomic uint64_t next; /* next free byte offset */
+  _Atomic uint64_t size; /* bytes allocated in the file */
+  atomic_flag grow_lock;
+  const char *name;
+};
+int locus_stream_open(struct locus_stream *s, int dirfd, const char *name);
+/* Map `bytes` (a multiple of the page size) of fresh file space; NULL when out of space. */
+void *locus_stream_claim(struct locus_stream *s, size_t bytes);
+void locus_stream_release(void *chunk, size_t bytes);
+void locus_stream_reset_after_fork(struct locus_stream *s);
+void locus_stream_close(struct locus_stream *s);
+
+/* A per-thread cursor appending records of `rec` bytes to a stream. Chunks grow from
+ * `first` to `max` bytes so short-lived threads cost one page and busy ones few claims. */
+struct locus_cursor {
+  char *base, *pos, *end;
+  size_t chunk;
+};
+/* Append one record; returns 0, or -1 when it was dropped. Async-signal-safe. */
+int locus_cursor_put(struct locus_stream *s, struct locus_cursor *c, const void *rec,
+                     size_t rec_size);
+void locus_cursor_close(struct locus_cursor *c);
+
+/* ---- proc.c ---- */
+struct locus_config {
+  int active;      /* LOCUS_DIR was given and the run directory opened */
+  int call_stack;  /* LOCUS_CALL_STACK=1 */
+  int time_all;    /* LOCUS_TIME_ALL=1: time every event, no sampling */
+  double min_interval_us; /* LOCUS_MIN_INTERVAL_US: sampling target between timed events */
+  char lenses[128];
+};
+extern struct locus_config locus_cfg;
+extern volatile int locus_enabled; /* 0 before init and after finalisation */
+extern struct locus_proc *locus_proc_hdr;
+extern int locus_proc_dirfd;
+void locus_warn(const char *msg);
+/* Lazily initialise if an interposer runs before the constructor. */
+void locus_ensure_init(void);
+void locus_proc_finish(int status, uint32_t flags);
+void locus_before_exec(void);
+void locus_after_failed_exec(void);
+void locus_add_self_ticks(uint64_t ticks);
+
+/* ---- thread.c ---- */
+struct locus_self {
+  uint32_t tid;
+  uint32_t serial;
+  int guard;  /* re-entrancy: inside the runtime */
+  int state;  /* 0 = unknown, 1 = registered, 2 = finished */
+  struct locus_thread *slot;
+  uint64_t records, dropped, self_ticks;
+};
+extern LOCUS_TLS struct locus_self locus_me;
+/* Registered identity of the calling thread, registering it on first use. NULL while the
+ * runtime is off or the thread is finished. */
+struct locus_self *locus_self_get(void);
+void locus_threads_open(void);
+void locus_thread_start(uint32_t parent_tid, uint64_t start_routine);
+void locus_thread_finish(void);
+void locus_threads_after_fork(void);
+uint32_t locus_thread_count(void);
+void locus_join_map_put(unsigned long pthread, uint32_t tid);
+uint32_t locus_join_map_take(unsigned long pthread);
+
+/* ---- stack.c ---- */
+/* Capture the caller's stack into stacks.bin; returns its id or 0. */
+uint32_t locus_stack_capture(uint64_t site);
+void locus_stack_open(void);
+void locus_stack_after_fork(void);
+
+/* ---- lens table (lenses.c) ---- */
+struct locus_lens {
+  const char *name;
+  int (*proc_init)(void);   /* open files; return -1 to disable the lens */
+  void (*thread_fini)(void); /* the calling thread ends */
+  void (*proc_fini)(void);  /* the calling thread ends the process */
+  void (*after_fork)(void); /* in the child, with the forking thread only */
+  int enabled;
+};
+extern struct locus_lens *locus_lenses[];
+void locus_lenses_init(void);
+void locus_lenses_thread_fini(void);
+void locus_lenses_proc_fini(void);
+void locus_lenses_after_fork(void);
+
+#endif

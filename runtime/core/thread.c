@@ -1,0 +1,179 @@
+/* Thread registry. Each thread gets a slot in threads.bin (one reserved MAP_SHARED region,
+ * so slots survive SIGKILL) the first time the runtime sees it: at the start of a thread
+ * created through pthread_create, or at its first interposed call for threads that existed
+ * before start-up ("adopted"). */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+#define MAX_SLOTS (1u << 20)
+#define SLOT_GROW 1024u
+
+LOCUS_TLS struct locus_self locus_me;
+
+static struct locus_thread *slots;
+static int slots_fd = -1;
+static _Atomic uint32_t slots_used;
+static _Atomic uint32_t slots_size;
+static atomic_flag slots_lock;
+static pthread_key_t exit_key;
+static int exit_key_ok;
+
+static void on_thread_exit(void *arg);
+
+static uint32_t gettid_raw(void) { return (uint32_t)syscall(SYS_gettid); }
+
+void locus_threads_open(void) {
+  slots_fd = openat(locus_proc_dirfd, "threads.bin", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
+                    0644);
+  atomic_store(&slots_used, 0);
+  atomic_store(&slots_size, 0);
+  atomic_flag_clear(&slots_lock);
+  if (slots_fd < 0) return;
+  void *p = mmap(NULL, (size_t)MAX_SLOTS * sizeof(struct locus_thread), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_NORESERVE, slots_fd, 0);
+  slots = p == MAP_FAILED ? NULL : p;
+  if (!exit_key_ok) exit_key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0;
+}
+
+static struct locus_thread *claim_slot(void) {
+  if (!slots) return NULL;
+  uint32_t i = atomic_fetch_add(&slots_used, 1);
+  if (i >= MAX_SLOTS) return NULL;
+  if (i >= atomic_load(&slots_size)) {
+    while (atomic_flag_test_and_set(&slots_lock)) {
+    }
+    uint32_t size = atomic_load(&slots_size);
+    if (i >= size) {
+      uint32_t to = (i / SLOT_GROW + 1) * SLOT_GROW;
+      if (ftruncate(slots_fd, (off_t)to * (off_t)sizeof(struct locus_thread)) == 0)
+        atomic_store(&slots_size, to);
+    }
+    atomic_flag_clear(&slots_lock);
+    if (i >= atomic_load(&slots_size)) return NULL;
+  }
+  struct locus_thread *s = &slots[i];
+  s->serial = i + 1;
+  return s;
+}
+
+uint32_t locus_thread_count(void) { return atomic_load(&slots_used); }
+
+static void register_self(uint32_t parent_tid, uint64_t start_routine, uint32_t flags) {
+  struct locus_self *me = &locus_me;
+  int guard = me->guard;
+  memset(me, 0, sizeof *me);
+  me->guard = guard;
+  me->tid = gettid_raw();
+  me->state = 1;
+  struct locus_thread *s = claim_slot();
+  me->slot = s;
+  me->serial = s ? s->serial : 0;
+  if (me->tid == (uint32_t)getpid()) flags |= LOCUS_THREAD_MAIN;
+  if (s) {
+    s->tid = me->tid;
+    s->parent_tid = parent_tid;
+    s->start_routine = start_routine;
+    s->start = locus_ticks();
+    s->flags = flags;
+  }
+  /* A key value only so that its destructor runs at thread exit (return or pthread_exit). */
+  if (exit_key_ok && !(flags & LOCUS_THREAD_MAIN)) pthread_setspecific(exit_key, me);
+}
+
+struct locus_self *locus_self_get(void) {
+  struct locus_self *me = &locus_me;
+  if (LOCUS_LIKELY(me->state == 1)) return me;
+  if (me->state == 2 || !locus_enabled) return NULL;
+  me->guard++;
+  register_self(0, 0, LOCUS_THREAD_ADOPTED);
+  me->guard--;
+  return me;
+}
+
+void locus_thread_start(uint32_t parent_tid, uint64_t start_routine) {
+  if (!locus_enabled) return;
+  locus_me.guard++;
+  register_self(parent_tid, start_routine, 0);
+  locus_me.guard--;
+}
+
+void locus_thread_finish(void) {
+  struct locus_self *me = &locus_me;
+  if (me->state != 1) return;
+  me->guard++;
+  if (locus_enabled) locus_lenses_thread_fini();
+  if (me->slot) {
+    me->slot->records = me->records;
+    me->slot->dropped = me->dropped;
+    me->slot->self_ticks = me->self_ticks;
+    me->slot->end = locus_ticks();
+    me->slot->flags |= LOCUS_THREAD_EXITED;
+  }
+  if (locus_proc_hdr) {
+    __atomic_fetch_add(&locus_proc_hdr->records, me->records, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&locus_proc_hdr->dropped, me->dropped, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&locus_proc_hdr->self_ns,
+                       (uint64_t)((double)me->self_ticks * 1000.0 / locus_ticks_per_us),
+                       __ATOMIC_RELAXED);
+  }
+  me->state = 2;
+  me->guard--;
+}
+
+void locus_threads_after_fork(void) {
+  /* Only the forking thread lives on in the child: it becomes the child's main thread. */
+  if (slots) munmap(slots, (size_t)MAX_SLOTS * sizeof(struct locus_thread));
+  if (slots_fd >= 0) close(slots_fd);
+  slots = NULL;
+  slots_fd = -1;
+  locus_threads_open();
+  uint32_t parent = locus_me.tid;
+  locus_me.state = 0;
+  locus_enabled = 1; /* register_self needs it; the caller resets it if later steps fail */
+  register_self(parent, 0, 0);
+}
+
+/* ---- pthread_t -> tid, so a join names the thread it waited for ---- */
+#define JOIN_SLOTS 4096u
+static struct {
+  _Atomic unsigned long key;
+  uint32_t tid;
+} join_map[JOIN_SLOTS];
+
+void locus_join_map_put(unsigned long pthread, uint32_t tid) {
+  uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u) % JOIN_SLOTS;
+  for (uint32_t i = 0; i < 64; i++) {
+    uint32_t k = (h + i) % JOIN_SLOTS;
+    unsigned long expect = 0;
+    if (atomic_load(&join_map[k].key) == pthread ||
+        atomic_compare_exchange_strong(&join_map[k].key, &expect, pthread)) {
+      join_map[k].tid = tid;
+      return;
+    }
+  }
+}
+
+uint32_t locus_join_map_take(unsigned long pthread) {
+  uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u) % JOIN_SLOTS;
+  for (uint32_t i = 0; i < 64; i++) {
+    uint32_t k = (h + i) % JOIN_SLOTS;
+    if (atomic_load(&join_map[k].key) == pthread) {
+      uint32_t tid = join_map[k].tid;
+      atomic_store(&join_map[k].key, 0);
+      return tid;
+    }
+  }
+  return 0;
+}
+
+static void on_thread_exit(void *arg) {
+  (void)arg;
+  locus_thread_finish();
+}

@@ -1,0 +1,128 @@
+/* Interposers for the OpenMP runtime's lock entry points: the omp_*_lock API (C and the
+ * gfortran `_` symbols) and the GOMP_critical / GOMP_barrier calls GCC emits. GCC's libgomp
+ * has no OMPT, so these are the points a preload can see (see docs/lenses/locks.md). */
+#define _GNU_SOURCE
+#include <errno.h>
+
+#include "../core/real.h"
+#include "../locks/locks.h"
+
+#define SITE ((uint64_t)(uintptr_t)__builtin_return_address(0))
+/* The unnamed `#pragma omp critical` is one lock for the whole program. */
+#define UNNAMED_CRITICAL ((void *)1)
+
+static int omp_try(void *l) { return REAL(omp_test_lock, "omp_test_lock")(l) ? 0 : EBUSY; }
+static int omp_block(void *l, const void *a) {
+  (void)a;
+  REAL(omp_set_lock, "omp_set_lock")(l);
+  return 0;
+}
+static int nest_try(void *l) {
+  return REAL(omp_test_nest_lock, "omp_test_nest_lock")(l) ? 0 : EBUSY;
+}
+static int nest_block(void *l, const void *a) {
+  (void)a;
+  REAL(omp_set_nest_lock, "omp_set_nest_lock")(l);
+  return 0;
+}
+static int f_try(void *l) { return REAL(omp_test_lock_, "omp_test_lock_")(l) ? 0 : EBUSY; }
+static int f_block(void *l, const void *a) {
+  (void)a;
+  REAL(omp_set_lock_, "omp_set_lock_")(l);
+  return 0;
+}
+static int fnest_try(void *l) {
+  return REAL(omp_test_nest_lock_, "omp_test_nest_lock_")(l) ? 0 : EBUSY;
+}
+static int fnest_block(void *l, const void *a) {
+  (void)a;
+  REAL(omp_set_nest_lock_, "omp_set_nest_lock_")(l);
+  return 0;
+}
+
+#define SET(name, kind, try_fn, block_fn)                               \
+  LOCUS_EXPORT void name(void *l) {                                     \
+    struct locus_self *me = locus_locks_self();                         \
+    if (!me) {                                                          \
+      block_fn(l, NULL);                                                \
+      return;                                                           \
+    }                                                                   \
+    locus_lock_acquire(me, l, kind, SITE, try_fn, block_fn, NULL);      \
+  }
+#define UNSET(name, field)                            \
+  LOCUS_EXPORT void name(void *l) {                   \
+    struct locus_self *me = locus_locks_self();       \
+    if (me) locus_lock_release(me, l);                \
+    REAL(field, #name)(l);                            \
+  }
+#define TEST(name, field, kind, try_fn)                                       \
+  LOCUS_EXPORT int name(void *l) {                                            \
+    struct locus_self *me = locus_locks_self();                               \
+    if (!me) return REAL(field, #name)(l);                                    \
+    return locus_lock_try(me, l, kind, SITE, try_fn) == 0;                    \
+  }
+
+SET(omp_set_lock, LOCUS_LK_OMP_LOCK, omp_try, omp_block)
+UNSET(omp_unset_lock, omp_unset_lock)
+SET(omp_set_nest_lock, LOCUS_LK_OMP_NEST_LOCK, nest_try, nest_block)
+UNSET(omp_unset_nest_lock, omp_unset_nest_lock)
+SET(omp_set_lock_, LOCUS_LK_OMP_LOCK, f_try, f_block)
+UNSET(omp_unset_lock_, omp_unset_lock_)
+SET(omp_set_nest_lock_, LOCUS_LK_OMP_NEST_LOCK, fnest_try, fnest_block)
+UNSET(omp_unset_nest_lock_, omp_unset_nest_lock_)
+
+/* omp_test_lock returns true on success; omp_test_nest_lock the new nesting depth. The
+ * trylock path records them; their results are recomputed as booleans, which is what
+ * callers test in practice. */
+TEST(omp_test_lock, omp_test_lock, LOCUS_LK_OMP_LOCK, omp_try)
+TEST(omp_test_lock_, omp_test_lock_, LOCUS_LK_OMP_LOCK, f_try)
+
+static void critical_start(void *unused) {
+  (void)unused;
+  REAL(gomp_critical_start, "GOMP_critical_start")();
+}
+static void critical_name_start(void *pptr) {
+  REAL(gomp_critical_name_start, "GOMP_critical_name_start")(pptr);
+}
+
+LOCUS_EXPORT void GOMP_critical_start(void) {
+  struct locus_self *me = locus_locks_self();
+  if (!me) {
+    REAL(gomp_critical_start, "GOMP_critical_start")();
+    return;
+  }
+  locus_lock_blind(me, UNNAMED_CRITICAL, LOCUS_LK_OMP_CRITICAL, SITE, critical_start, NULL);
+}
+
+LOCUS_EXPORT void GOMP_critical_end(void) {
+  struct locus_self *me = locus_locks_self();
+  if (me) locus_lock_release(me, UNNAMED_CRITICAL);
+  REAL(gomp_critical_end, "GOMP_critical_end")();
+}
+
+LOCUS_EXPORT void GOMP_critical_name_start(void **pptr) {
+  struct locus_self *me = locus_locks_self();
+  if (!me) {
+    REAL(gomp_critical_name_start, "GOMP_critical_name_start")(pptr);
+    return;
+  }
+  locus_lock_blind(me, pptr, LOCUS_LK_OMP_CRITICAL, SITE, critical_name_start, pptr);
+}
+
+LOCUS_EXPORT void GOMP_critical_name_end(void **pptr) {
+  struct locus_self *me = locus_locks_self();
+  if (me) locus_lock_release(me, pptr);
+  REAL(gomp_critical_name_end, "GOMP_critical_name_end")(pptr);
+}
+
+LOCUS_EXPORT void GOMP_barrier(void) {
+  struct locus_self *me = locus_locks_self();
+  if (!me) {
+    REAL(gomp_barrier, "GOMP_barrier")();
+    return;
+  }
+  uint64_t t;
+  locus_wait_begin(me, &t);
+  REAL(gomp_barrier, "GOMP_barrier")();
+  locus_wait_end(me, LOCUS_LK_OMP_BARRIER, NULL, 0, SITE, t, 0);
+}
