@@ -1,0 +1,184 @@
+"""The launcher as a process: kills, forwarded signals, pass-through of stdio and exit status,
+and clean errors (one line, no traceback) on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+READY = b"ready"
+
+
+def start_killme(locus, *options: str):
+    run = locus.new_dir("kill")
+    proc = locus.popen(
+        "record",
+        "-o",
+        str(run),
+        *options,
+        "--",
+        locus.workload("killme"),
+        "500",
+        "2",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # a signal for the launcher never reaches pytest
+    )
+    try:
+        line = locus.wait_for_line(proc.stderr, READY, timeout=30)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    target = int(line.split()[2])
+    time.sleep(0.5)  # ~250 acquisitions per thread
+    return proc, run, target
+
+
+def finish(proc) -> tuple[int, bytes]:
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc.returncode, err
+
+
+def test_sigkill_of_target_leaves_incomplete_run(locus):
+    proc, run, target = start_killme(locus)
+    os.kill(target, signal.SIGKILL)
+    rc, err = finish(proc)
+    assert rc == 128 + signal.SIGKILL, err
+    assert b"Traceback" not in err
+    rep = locus.report(run)
+    assert rep["run"]["complete"] is False
+    assert locus.lock_acquisitions(rep, "killme_lock") > 100
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_launcher_is_forwarded(locus, sig):
+    proc, run, target = start_killme(locus)
+    os.kill(proc.pid, sig)
+    rc, err = finish(proc)
+    assert rc == 128 + sig, (rc, err)
+    assert b"Traceback" not in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(target, 0)
+    rep = locus.report(run)
+    assert locus.lock_acquisitions(rep, "killme_lock") > 100
+    assert rep["run"]["exit_status"] == 128 + sig
+
+
+def test_stdio_and_exit_status_pass_through(locus):
+    run = locus.new_dir()
+    script = "cat; echo to-stderr >&2; exit 3"
+    proc = locus.run("record", "-o", str(run), "--", "sh", "-c", script, input=b"line 1\nline 2\n")
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == b"line 1\nline 2\n"
+    assert b"to-stderr\n" in proc.stderr
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["exit_status"] == 3
+
+
+def test_target_stdout_is_byte_exact_binary(locus):
+    data = bytes(range(256)) * 4096
+    src = locus.tmp / "blob"
+    src.write_bytes(data)
+    proc = locus.run("record", "-o", str(locus.new_dir()), "--", "cat", str(src))
+    assert proc.returncode == 0
+    assert proc.stdout == data
+
+
+def one_clean_error(proc: subprocess.CompletedProcess) -> str:
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode != 0
+    assert "Traceback" not in err, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert lines, "no error message"
+    return err
+
+
+def test_unknown_option_exits_2(locus):
+    proc = locus.run("record", "--no-such-option", "--", "true")
+    assert proc.returncode == 2
+    one_clean_error(proc)
+
+
+def test_missing_command_exits_127(locus):
+    proc = locus.run("record", "-o", str(locus.new_dir()), "--", "/nonexistent/program")
+    assert proc.returncode == 127
+    err = one_clean_error(proc)
+    assert "/nonexistent/program" in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_no_command_is_a_usage_error(locus):
+    proc = locus.run("record", "-o", str(locus.new_dir()))
+    assert proc.returncode == 2
+    one_clean_error(proc)
+
+
+def test_report_of_a_directory_that_is_not_a_run(locus):
+    empty = locus.tmp / "not-a-run"
+    empty.mkdir()
+    (empty / "some.txt").write_text("hello\n")
+    proc = locus.report_raw(empty)
+    err = one_clean_error(proc)
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_report_of_a_missing_directory(locus):
+    proc = locus.report_raw(locus.tmp / "nowhere")
+    err = one_clean_error(proc)
+    assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.fixture
+def small_run(locus):
+    _, run = locus.record([locus.workload("schedule"), "200"])
+    return run
+
+
+def test_report_of_a_truncated_events_file(locus, small_run):
+    events = next(small_run.glob("procs/*/locks.events.bin"))
+    size = events.stat().st_size
+    assert size > 64
+    with open(events, "r+b") as f:
+        f.truncate(size - 64 - 17)  # cut inside a record
+    proc = locus.report_raw(small_run)
+    locus.no_traceback(proc)
+    if proc.returncode == 0:
+        json.loads(proc.stdout)  # a partial record is skipped, the rest is reported
+    else:
+        assert len(proc.stderr.decode().strip().splitlines()) == 1, proc.stderr
+
+
+def test_report_of_a_newer_format(locus, small_run):
+    meta_path = small_run / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["format_version"] = meta["format_version"] + 1
+    meta_path.write_text(json.dumps(meta))
+    proc = locus.report_raw(small_run)
+    err = one_clean_error(proc)
+    assert "version" in err.lower(), err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_report_of_a_lens_not_recorded(locus, small_run):
+    meta_path = small_run / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["lenses"] = []
+    meta_path.write_text(json.dumps(meta))
+    for f in small_run.glob("procs/*/locks.*"):
+        f.unlink()
+    proc = locus.report_raw(small_run, "--lens", "locks")
+    err = one_clean_error(proc)
+    assert "locks" in err, err
+    assert len(err.strip().splitlines()) == 1, err

@@ -1,0 +1,74 @@
+"""Real programs from Debian, recorded as users record them (workplace recipes/workloads.md)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+def need(program: str) -> str:
+    path = shutil.which(program)
+    if path is None:
+        pytest.skip(f"{program} is not installed (apt-get install {program}; `make deps`)")
+    return path
+
+
+def make_input(path: Path, size: int = 20 * 1024 * 1024) -> None:
+    """~20 MB that compresses like real files: text from /usr/share/doc mixed with noise,
+    deterministic so that failures reproduce."""
+    rng = random.Random(1234)
+    texts = []
+    for p in sorted(Path("/usr/share/common-licenses").glob("*"))[:20]:
+        if p.is_file():
+            texts.append(p.read_bytes())
+    text = b"".join(texts) or b"locus integration test input\n" * 1000
+    with open(path, "wb") as f:
+        written = 0
+        while written < size:
+            chunk = text[rng.randrange(len(text)) :][: 1 << 16] + rng.randbytes(4096)
+            f.write(chunk)
+            written += len(chunk)
+
+
+def test_pigz_output_identical_and_cond_waits_seen(locus):
+    pigz = need("pigz")
+    src = locus.tmp / "input.bin"
+    make_input(src)
+    plain = subprocess.run([pigz, "-p", "2", "-c", str(src)], capture_output=True, timeout=120)
+    assert plain.returncode == 0
+    proc, run = locus.record([pigz, "-p", "2", "-c", str(src)])
+    assert proc.stdout == plain.stdout, "pigz output differs under locus"
+    rep = locus.report(run)
+    locks = rep["lenses"]["locks"]
+    assert locks["summary"]["acquisitions"] > 0
+    cond = [r for r in locks["locks"] if "cond" in r["kind"] and r["acquisitions"] > 0]
+    assert cond, sorted({r["kind"] for r in locks["locks"]})
+
+
+def test_sysbench_mutex_counts(locus):
+    sysbench = need("sysbench")
+    threads, locks_per_thread = 4, 200000
+    cmd = [
+        sysbench,
+        "mutex",
+        f"--threads={threads}",
+        "--mutex-num=4",
+        f"--mutex-locks={locks_per_thread}",
+        "--mutex-loops=50",
+        "run",
+    ]
+    proc, run = locus.record(cmd)
+    assert b"General statistics" in proc.stdout
+    rep = locus.report(run)
+    rows = sorted(rep["lenses"]["locks"]["locks"], key=lambda r: -r["acquisitions"])
+    # sysbench's 4 mutexes (one malloc'ed array) take every lock of the test; sysbench's own
+    # bookkeeping locks (init, statistics, the event queue) take a few hundred at most.
+    top = rows[:4]
+    assert sum(r["acquisitions"] for r in top) == threads * locks_per_thread, top
+    assert all(r["kind"] == "mutex" for r in top), top
+    assert len(rows) <= 4 or rows[4]["acquisitions"] < 10000, rows[:6]
+    assert sum(r["contended"] for r in top) > 0
