@@ -1,0 +1,283 @@
+"""The command line: argument errors, exit codes, one-line errors, no tracebacks.
+
+Most tests run `python -m locus` in a subprocess, as a user would. The ones that record a
+real program need build/liblocus.so (`make build`) and are skipped without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from locus import cli
+
+PYDIR = Path(__file__).resolve().parents[2]
+REPO = PYDIR.parent
+RUNTIME = REPO / "build" / "liblocus.so"
+
+needs_runtime = pytest.mark.skipif(
+    not RUNTIME.exists(), reason="build/liblocus.so not built (make build)"
+)
+
+
+def run_locus(*args, env_extra=None, cwd=None, timeout=60, **kw):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(PYDIR) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("LOCUS_RUNTIME", None)
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-m", "locus", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        **kw,
+    )
+
+
+def assert_one_error_line(p, code):
+    assert p.returncode == code, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("locus: error: ")
+    assert "Traceback" not in p.stderr
+
+
+# -- parsing (in process) ------------------------------------------------------------------
+
+
+def test_unknown_option_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["record", "--bogus", "--", "true"])
+    assert e.value.code == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_unknown_subcommand_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["frobnicate"])
+    assert e.value.code == 2
+
+
+def test_unknown_lens_lists_known(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["record", "--lens", "locks,bogus", "--", "true"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "bogus" in err and "known lenses: locks" in err
+
+
+def test_planned_lens_says_planned(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["record", "--lens", "numa", "--", "true"])
+    assert "planned" in capsys.readouterr().err
+
+
+def test_record_without_command_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["record"])
+    assert e.value.code == 2
+
+
+def test_bad_sample_interval(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["record", "--sample-interval", "0", "--", "true"])
+    assert e.value.code == 2
+
+
+def test_report_namespace_attributes():
+    ns = cli.build_parser().parse_args(
+        ["report", "R", "--format", "json", "--top", "5", "--min-wait", "0.1", "--lock", "x"]
+    )
+    for attr in ("run", "lens", "format", "top", "min_wait", "min_hold", "lock", "site"):
+        assert hasattr(ns, attr)
+    assert (ns.run, ns.lens, ns.format, ns.top, ns.min_wait) == ("R", "locks", "json", 5, 0.1)
+
+
+def test_compare_namespace_attributes():
+    ns = cli.build_parser().parse_args(
+        ["compare", "A", "B", "--fail-if", "x > 1", "--fail-if", "y < 2"]
+    )
+    assert ns.runs == ["A", "B"] and ns.fail_if == ["x > 1", "y < 2"] and ns.format == "text"
+
+
+def test_compare_needs_two_runs(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["compare", str(tmp_path)])
+    assert e.value.code == 2
+
+
+def test_report_missing_dir_is_one_line(capsys, tmp_path):
+    assert cli.main(["report", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("locus: error: ") and err.count("\n") == 1
+
+
+def test_record_options_reach_launcher(monkeypatch):
+    from locus import launcher
+
+    seen = {}
+
+    def fake_record(cmd, **kw):
+        seen.update(kw, cmd=cmd)
+        return 7
+
+    monkeypatch.setattr(launcher, "record", fake_record)
+    rc = cli.main(
+        ["record", "-o", "D", "--call-stack", "--sample-interval", "2.5", "--time-all",
+         "--", "prog", "-x", "--y"]
+    )  # fmt: skip
+    assert rc == 7
+    assert seen == {
+        "cmd": ["prog", "-x", "--y"],
+        "out": "D",
+        "lenses": ["locks"],
+        "call_stack": True,
+        "sample_interval_ms": 2.5,
+        "time_all": True,
+    }
+
+
+# -- the launcher's refusals (subprocess) ---------------------------------------------------
+
+
+def test_missing_command_127():
+    p = run_locus("record", "--", "locus-no-such-command-xyz")
+    assert_one_error_line(p, 127)
+    assert "locus-no-such-command-xyz: command not found" in p.stderr
+
+
+def test_not_executable_126(tmp_path):
+    f = tmp_path / "data.txt"
+    f.write_text("hello\n")
+    p = run_locus("record", "--", str(f))
+    assert_one_error_line(p, 126)
+
+
+def test_missing_runtime_is_clear(tmp_path):
+    p = run_locus(
+        "record", "-o", str(tmp_path / "run"), "--", "true",
+        env_extra={"LOCUS_RUNTIME": str(tmp_path / "missing.so")},
+    )  # fmt: skip
+    assert_one_error_line(p, 1)
+    assert "make build" in p.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_static_binary_refused(tmp_path):
+    gcc = shutil.which("gcc")
+    if not gcc:
+        pytest.skip("gcc not installed")
+    src = tmp_path / "s.c"
+    src.write_text("int main(void) { return 0; }\n")
+    exe = tmp_path / "s"
+    c = subprocess.run([gcc, "-static", "-o", str(exe), str(src)], capture_output=True)
+    if c.returncode != 0:
+        pytest.skip("gcc -static does not work here (no static libc)")
+    p = run_locus("record", "-o", str(tmp_path / "run"), "--", str(exe))
+    assert_one_error_line(p, 2)
+    assert "statically linked" in p.stderr and "relink it dynamically" in p.stderr
+
+
+def test_nonempty_foreign_dir_refused(tmp_path):
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "thesis.tex").write_text("precious")
+    p = run_locus("record", "-o", str(d), "--", "true")
+    assert_one_error_line(p, 2)
+    assert (d / "thesis.tex").read_text() == "precious"
+
+
+# -- real recordings (need the runtime) ----------------------------------------------------
+
+
+@needs_runtime
+def test_record_writes_complete_meta(tmp_path):
+    run = tmp_path / "run"
+    p = run_locus("record", "-o", str(run), "--", "sh", "-c", "echo out; exit 3")
+    assert p.returncode == 3
+    assert p.stdout == "out\n"  # the program's stdout is untouched
+    assert p.stderr.strip().splitlines()[-1].startswith(f"locus: run written to {run}")
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["complete"] is True
+    assert meta["exit_status"] == 3 and meta["signal"] is None
+    assert meta["command"] == ["sh", "-c", "echo out; exit 3"]
+    assert meta["lenses"] == ["locks"] and meta["backends"] == {"locks": "interpose"}
+    assert meta["end_ns"] >= meta["start_ns"] and meta["duration_s"] >= 0
+    assert meta["env"]["LOCUS_LENSES"] == "locks" and "PATH" not in meta["env"]
+    assert meta["host"]["cpus"] >= 1 and meta["host"]["kernel"]
+    assert meta["sampler"]["cpu_s"] >= 0 and meta["sampler"]["error"] is None
+    assert (run / "procs").is_dir() and os.listdir(run / "procs")
+    assert (run / "sched.bin").stat().st_size % 32 == 0
+
+
+@needs_runtime
+def test_rerecord_replaces_a_run(tmp_path):
+    run = tmp_path / "run"
+    assert run_locus("record", "-o", str(run), "--", "true").returncode == 0
+    (run / "stale").write_text("x")
+    assert run_locus("record", "-o", str(run), "--", "true").returncode == 0
+    assert not (run / "stale").exists()
+
+
+@needs_runtime
+def test_default_dir_name_and_suffix(tmp_path):
+    for _ in range(2):
+        p = run_locus("record", "--", "true", cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+    names = sorted(os.listdir(tmp_path))
+    assert len(names) == 2 and all(n.startswith("locus-true-") for n in names)
+
+
+@needs_runtime
+def test_child_killed_by_signal(tmp_path):
+    run = tmp_path / "run"
+    p = run_locus("record", "-o", str(run), "--", "sh", "-c", "kill -TERM $$")
+    assert p.returncode == 128 + 15
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["exit_status"] == 143 and meta["signal"] == "SIGTERM"
+    assert meta["complete"] is False
+
+
+@needs_runtime
+def test_child_sigkill_leaves_meta(tmp_path):
+    run = tmp_path / "run"
+    p = run_locus("record", "-o", str(run), "--", "sh", "-c", "kill -KILL $$")
+    assert p.returncode == 137
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["signal"] == "SIGKILL" and meta["complete"] is False
+
+
+@needs_runtime
+@pytest.mark.parametrize("sig,name", [(15, "SIGTERM"), (2, "SIGINT"), (1, "SIGHUP")])
+def test_signals_are_forwarded(tmp_path, sig, name):
+    run = tmp_path / "run"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(PYDIR)
+    # The child traps the signal and exits 42: proof it got it, and the launcher survived.
+    script = f"trap 'exit 42' {name[3:]}; touch {tmp_path}/ready; while :; do sleep 0.05; done"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "locus", "record", "-o", str(run), "--", "sh", "-c", script],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "ready").exists():
+        assert time.monotonic() < deadline, "child never started"
+        time.sleep(0.02)
+    time.sleep(0.1)
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 42, err
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["exit_status"] == 42 and name in meta["forwarded_signals"]
+    assert "Traceback" not in err

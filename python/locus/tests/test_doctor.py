@@ -1,0 +1,85 @@
+"""locus doctor: probes never fail, verdicts follow the findings, output formats."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from locus import doctor
+
+PYDIR = Path(__file__).resolve().parents[2]
+LENSES = ["locks", "comm", "numa", "memtrace", "mpi", "scale", "monitor"]
+
+
+def findings(**kw):
+    f = doctor.Findings(
+        kernel="6.1.0", machine="x86_64", paranoid=2, runtime="/x/liblocus.so",
+        libunwind="libunwind.so.8", symbolizer="/usr/bin/llvm-symbolizer",
+    )  # fmt: skip
+    for k, v in kw.items():
+        setattr(f, k, v)
+    return f
+
+
+def by_lens(f):
+    return {v.lens: v for v in doctor.lens_verdicts(f)}
+
+
+def test_every_planned_lens_has_a_verdict():
+    assert [v.lens for v in doctor.lens_verdicts(findings())] == LENSES
+    for v in doctor.lens_verdicts(findings()):
+        assert v.status in ("ok", "degraded", "unavailable") and v.reason
+
+
+def test_locks_needs_runtime():
+    assert by_lens(findings())["locks"].status == "ok"
+    v = by_lens(findings(runtime=None))["locks"]
+    assert v.status == "unavailable" and v.fix == "make build"
+    assert by_lens(findings(libunwind=None))["locks"].status == "degraded"
+
+
+def test_paranoid_3_blocks_hardware_paths():
+    f = findings(paranoid=3, pmu="cpu", cycles_error=None, addr_sampling="mem-loads",
+                 breakpoint_error="Permission denied (errno 13)", machine="aarch64")  # fmt: skip
+    v = by_lens(f)
+    assert v["comm"].status == "unavailable" and "perf_event_paranoid" in v["comm"].fix
+    assert v["scale"].status == "degraded" and "perf_event_paranoid" in v["scale"].fix
+    checks = {c.name: c for c in doctor.make_checks(f)}
+    assert not checks["perf_event_paranoid"].ok
+    root = findings(paranoid=3, root=True, pmu="cpu", addr_sampling="mem-loads")
+    assert by_lens(root)["comm"].status == "ok"
+
+
+def test_numa_and_mpi():
+    assert by_lens(findings(numa_nodes=1))["numa"].status == "degraded"
+    assert by_lens(findings(numa_nodes=4))["numa"].status == "ok"
+    assert by_lens(findings(mpi_lib=None))["mpi"].status == "unavailable"
+    assert by_lens(findings(mpi_lib="libmpi.so.40"))["mpi"].status == "ok"
+
+
+def test_paranoid_meanings():
+    assert "forbidden" in doctor.paranoid_meaning(3)
+    assert "user-space" in doctor.paranoid_meaning(2)
+
+
+def test_probe_on_this_machine():
+    f = doctor.probe()
+    assert f.kernel and f.numa_nodes >= 1 and f.checks
+    out = io.StringIO()
+    doctor.print_plain(f, doctor.lens_verdicts(f), out)
+    assert "locks" in out.getvalue()
+
+
+def test_cli_json_and_text():
+    env = {"PYTHONPATH": str(PYDIR), "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-m", "locus", "doctor", "--format", "json"],
+                       capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    assert [v["lens"] for v in data["lenses"]] == LENSES
+    p = subprocess.run([sys.executable, "-m", "locus", "doctor"],
+                       capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert p.returncode == 0 and "locks" in p.stdout
