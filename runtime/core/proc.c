@@ -102,8 +102,8 @@ static int open_proc_dir(void) {
 static void on_fatal_signal(int sig, siginfo_t *si, void *uc);
 
 static void install_signal_handlers(void) {
-  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGABRT,
-                             SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGUSR1, SIGUSR2};
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV,
+                             SIGBUS, SIGFPE,  SIGILL, SIGUSR1, SIGUSR2};
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
     struct sigaction old;
     if (sigaction(sigs[i], NULL, &old) != 0) continue;

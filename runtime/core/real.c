@@ -11,10 +11,10 @@ struct locus_real locus_real;
 
 #define R(field, name) locus_real.field = (__typeof__(locus_real.field))dlsym(RTLD_NEXT, name)
 /* glibc keeps an old pthread_cond_* ABI at a lower version; ask for the current one. */
-#define RV(field, name, ver)                                                         \
-  do {                                                                               \
-    locus_real.field = (__typeof__(locus_real.field))dlvsym(RTLD_NEXT, name, ver);  \
-    if (!locus_real.field) R(field, name);                                           \
+#define RV(field, name, ver)                                                       \
+  do {                                                                             \
+    locus_real.field = (__typeof__(locus_real.field))dlvsym(RTLD_NEXT, name, ver); \
+    if (!locus_real.field) R(field, name);                                         \
   } while (0)
 
 void locus_real_resolve(void) {

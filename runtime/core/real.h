@@ -68,8 +68,9 @@ void locus_real_resolve(void);
  * the symbol exists nowhere, since the call cannot be forwarded. */
 void *locus_real_need(void **slot, const char *name);
 
-#define REAL(field, name) \
-  (LOCUS_LIKELY(locus_real.field) ? locus_real.field \
-                                  : (__typeof__(locus_real.field))locus_real_need((void **)&locus_real.field, name))
+#define REAL(field, name)         \
+  (LOCUS_LIKELY(locus_real.field) \
+       ? locus_real.field         \
+       : (__typeof__(locus_real.field))locus_real_need((void **)&locus_real.field, name))
 
 #endif

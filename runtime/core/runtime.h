@@ -52,9 +52,9 @@ void locus_cursor_close(struct locus_cursor *c);
 
 /* ---- proc.c ---- */
 struct locus_config {
-  int active;      /* LOCUS_DIR was given and the run directory opened */
-  int call_stack;  /* LOCUS_CALL_STACK=1 */
-  int time_all;    /* LOCUS_TIME_ALL=1: time every event, no sampling */
+  int active;             /* LOCUS_DIR was given and the run directory opened */
+  int call_stack;         /* LOCUS_CALL_STACK=1 */
+  int time_all;           /* LOCUS_TIME_ALL=1: time every event, no sampling */
   double min_interval_us; /* LOCUS_MIN_INTERVAL_US: sampling target between timed events */
   char lenses[128];
 };
@@ -74,8 +74,8 @@ void locus_add_self_ticks(uint64_t ticks);
 struct locus_self {
   uint32_t tid;
   uint32_t serial;
-  int guard;  /* re-entrancy: inside the runtime */
-  int state;  /* 0 = unknown, 1 = registered, 2 = finished */
+  int guard; /* re-entrancy: inside the runtime */
+  int state; /* 0 = unknown, 1 = registered, 2 = finished */
   struct locus_thread *slot;
   uint64_t records, dropped, self_ticks;
 };
@@ -100,10 +100,10 @@ void locus_stack_after_fork(void);
 /* ---- lens table (lenses.c) ---- */
 struct locus_lens {
   const char *name;
-  int (*proc_init)(void);   /* open files; return -1 to disable the lens */
+  int (*proc_init)(void);    /* open files; return -1 to disable the lens */
   void (*thread_fini)(void); /* the calling thread ends */
-  void (*proc_fini)(void);  /* the calling thread ends the process */
-  void (*after_fork)(void); /* in the child, with the forking thread only */
+  void (*proc_fini)(void);   /* the calling thread ends the process */
+  void (*after_fork)(void);  /* in the child, with the forking thread only */
   int enabled;
 };
 extern struct locus_lens *locus_lenses[];

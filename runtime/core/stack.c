@@ -24,8 +24,9 @@ void locus_stack_open(void) {
     void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
     if (h) unw_backtrace_fn = (int (*)(void **, int))dlsym(h, "unw_backtrace");
     if (!unw_backtrace_fn) {
-      locus_warn("--call-stack: libunwind.so.8 not found (apt-get install libunwind8); "
-                 "recording call sites only");
+      locus_warn(
+          "--call-stack: libunwind.so.8 not found (apt-get install libunwind8); "
+          "recording call sites only");
       return;
     }
   }

@@ -30,8 +30,7 @@ static void on_thread_exit(void *arg);
 static uint32_t gettid_raw(void) { return (uint32_t)syscall(SYS_gettid); }
 
 void locus_threads_open(void) {
-  slots_fd = openat(locus_proc_dirfd, "threads.bin", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
-                    0644);
+  slots_fd = openat(locus_proc_dirfd, "threads.bin", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   atomic_store(&slots_used, 0);
   atomic_store(&slots_size, 0);
   atomic_flag_clear(&slots_lock);

@@ -48,7 +48,7 @@ struct locus_proc { /* 256 bytes, written at start, updated at exit */
   uint64_t threads;    /* threads seen */
   uint64_t fastpath_ns_per_call_x1000; /* calibrated untimed interposer cost (ps) */
   uint64_t untimed_calls;              /* interposer calls that took the untimed path */
-  uint64_t exec_ns;     /* CLOCK_MONOTONIC when the process called exec, 0 otherwise */
+  uint64_t exec_ns; /* CLOCK_MONOTONIC when the process called exec, 0 otherwise */
   uint64_t reserved[15];
 };
 
@@ -59,13 +59,13 @@ struct locus_proc { /* 256 bytes, written at start, updated at exit */
 
 struct locus_thread { /* 64 bytes, one slot per thread, claimed at first sight */
   uint32_t tid;
-  uint32_t serial;      /* 1-based order of appearance in the process; 0 = unused slot */
-  uint32_t parent_tid;  /* thread that called pthread_create, 0 if adopted/main */
-  uint32_t flags;       /* LOCUS_THREAD_* */
-  uint64_t start;       /* ticks: thread start (or first sight, if adopted) */
-  uint64_t end;         /* ticks: thread exit, 0 if it never exited cleanly */
+  uint32_t serial;        /* 1-based order of appearance in the process; 0 = unused slot */
+  uint32_t parent_tid;    /* thread that called pthread_create, 0 if adopted/main */
+  uint32_t flags;         /* LOCUS_THREAD_* */
+  uint64_t start;         /* ticks: thread start (or first sight, if adopted) */
+  uint64_t end;           /* ticks: thread exit, 0 if it never exited cleanly */
   uint64_t start_routine; /* address of the start routine, 0 for main/adopted */
-  uint64_t self_ticks;  /* ticks measured inside the runtime's slow paths */
+  uint64_t self_ticks;    /* ticks measured inside the runtime's slow paths */
   uint64_t records;
   uint64_t dropped;
 };
@@ -105,12 +105,12 @@ enum locus_lock_kind {
 #define LOCUS_EV_BROADCAST 32u /* LOCUS_LK_COND_SIGNAL was a broadcast */
 
 struct locus_lock_event { /* 64 bytes */
-  uint64_t lock;  /* address of the lock object (pthread_mutex_t *, ...) */
-  uint64_t site;  /* return address of the interposed call */
-  uint64_t obj;   /* second object: mutex of a cond wait, joined/created tid */
-  uint64_t t_req; /* ticks: call entered */
-  uint64_t t_acq; /* ticks: lock acquired / wait returned */
-  uint64_t t_rel; /* ticks: lock released (== t_acq for pure waits) */
+  uint64_t lock;          /* address of the lock object (pthread_mutex_t *, ...) */
+  uint64_t site;          /* return address of the interposed call */
+  uint64_t obj;           /* second object: mutex of a cond wait, joined/created tid */
+  uint64_t t_req;         /* ticks: call entered */
+  uint64_t t_acq;         /* ticks: lock acquired / wait returned */
+  uint64_t t_rel;         /* ticks: lock released (== t_acq for pure waits) */
   uint32_t tid;
   uint32_t weight; /* number of same-kind critical sections this event stands for (>= 1) */
   uint32_t stack;  /* id in stacks.bin, 0 = none */
@@ -124,16 +124,16 @@ struct locus_lock_event { /* 64 bytes */
  * per (thread serial), only the table with the highest generation. */
 #define LOCUS_LC_HEADER 0xffffu
 struct locus_lock_count { /* 64 bytes */
-  uint64_t lock;   /* header: number of slots in this table (including header) */
-  uint64_t site;   /* header: generation */
-  uint64_t acquisitions; /* successful acquisitions (incl. successful trylocks) */
-  uint64_t contended;    /* acquisitions whose first attempt failed */
-  uint64_t failed;       /* failed trylocks / timed out waits */
-  uint64_t timed;        /* how many of them were timed (written as events) */
+  uint64_t lock;          /* header: number of slots in this table (including header) */
+  uint64_t site;          /* header: generation */
+  uint64_t acquisitions;  /* successful acquisitions (incl. successful trylocks) */
+  uint64_t contended;     /* acquisitions whose first attempt failed */
+  uint64_t failed;        /* failed trylocks / timed out waits */
+  uint64_t timed;         /* how many of them were timed (written as events) */
   uint32_t tid;
   uint32_t serial; /* thread serial (locus_thread.serial) */
   uint32_t reserved;
-  uint16_t kind;   /* enum locus_lock_kind, or LOCUS_LC_HEADER */
+  uint16_t kind; /* enum locus_lock_kind, or LOCUS_LC_HEADER */
   uint16_t flags;
 };
 
@@ -141,31 +141,31 @@ struct locus_lock_count { /* 64 bytes */
  * initialised them). */
 struct locus_lock_object { /* 64 bytes */
   uint64_t lock;
-  uint64_t site;  /* return address of pthread_*_init / omp_init_lock / destroy */
-  uint64_t t;     /* ticks */
-  uint64_t attr;  /* mutex type (PTHREAD_MUTEX_*) or barrier count, when known */
+  uint64_t site; /* return address of pthread_*_init / omp_init_lock / destroy */
+  uint64_t t;    /* ticks */
+  uint64_t attr; /* mutex type (PTHREAD_MUTEX_*) or barrier count, when known */
   uint64_t reserved[2];
   uint32_t tid;
   uint32_t stack;
-  uint16_t kind;   /* enum locus_lock_kind */
-  uint16_t flags;  /* 1 = init, 2 = destroy */
+  uint16_t kind;  /* enum locus_lock_kind */
+  uint16_t flags; /* 1 = init, 2 = destroy */
   uint32_t pad;
 };
 
 #define LOCUS_STACK_DEPTH 30
 struct locus_stack { /* 256 bytes */
-  uint32_t id;    /* >= 1, unique within the process */
-  uint32_t depth; /* number of valid pcs, innermost first */
+  uint32_t id;       /* >= 1, unique within the process */
+  uint32_t depth;    /* number of valid pcs, innermost first */
   uint64_t pc[LOCUS_STACK_DEPTH];
   uint64_t reserved;
 };
 
 /* Written by the launcher, not the runtime. */
 struct locus_sched_sample { /* 32 bytes */
-  uint64_t t_ns;       /* CLOCK_MONOTONIC */
-  uint64_t service_ns; /* utime+stime (or schedstat runtime) of the task so far */
+  uint64_t t_ns;            /* CLOCK_MONOTONIC */
+  uint64_t service_ns;      /* utime+stime (or schedstat runtime) of the task so far */
   uint32_t pid;
-  uint32_t tid;        /* tid 0 = system row: service_ns holds procs_running */
+  uint32_t tid; /* tid 0 = system row: service_ns holds procs_running */
   uint32_t reserved[2];
 };
 

@@ -40,26 +40,26 @@ static int fnest_block(void *l, const void *a) {
   return 0;
 }
 
-#define SET(name, kind, try_fn, block_fn)                               \
-  LOCUS_EXPORT void name(void *l) {                                     \
-    struct locus_self *me = locus_locks_self();                         \
-    if (!me) {                                                          \
-      block_fn(l, NULL);                                                \
-      return;                                                           \
-    }                                                                   \
-    locus_lock_acquire(me, l, kind, SITE, try_fn, block_fn, NULL);      \
+#define SET(name, kind, try_fn, block_fn)                          \
+  LOCUS_EXPORT void name(void *l) {                                \
+    struct locus_self *me = locus_locks_self();                    \
+    if (!me) {                                                     \
+      block_fn(l, NULL);                                           \
+      return;                                                      \
+    }                                                              \
+    locus_lock_acquire(me, l, kind, SITE, try_fn, block_fn, NULL); \
   }
-#define UNSET(name, field)                            \
-  LOCUS_EXPORT void name(void *l) {                   \
-    struct locus_self *me = locus_locks_self();       \
-    if (me) locus_lock_release(me, l);                \
-    REAL(field, #name)(l);                            \
+#define UNSET(name, field)                      \
+  LOCUS_EXPORT void name(void *l) {             \
+    struct locus_self *me = locus_locks_self(); \
+    if (me) locus_lock_release(me, l);          \
+    REAL(field, #name)(l);                      \
   }
-#define TEST(name, field, kind, try_fn)                                       \
-  LOCUS_EXPORT int name(void *l) {                                            \
-    struct locus_self *me = locus_locks_self();                               \
-    if (!me) return REAL(field, #name)(l);                                    \
-    return locus_lock_try(me, l, kind, SITE, try_fn) == 0;                    \
+#define TEST(name, field, kind, try_fn)                    \
+  LOCUS_EXPORT int name(void *l) {                         \
+    struct locus_self *me = locus_locks_self();            \
+    if (!me) return REAL(field, #name)(l);                 \
+    return locus_lock_try(me, l, kind, SITE, try_fn) == 0; \
   }
 
 SET(omp_set_lock, LOCUS_LK_OMP_LOCK, omp_try, omp_block)

@@ -27,8 +27,8 @@ static void *trampoline(void *p) {
   return t.fn(t.arg);
 }
 
-LOCUS_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr,
-                                void *(*fn)(void *), void *arg) {
+LOCUS_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                                void *arg) {
   struct locus_self *me = locus_enabled && !locus_me.guard ? locus_self_get() : NULL;
   struct tramp *t = me ? malloc(sizeof *t) : NULL;
   if (!t) return REAL(create, "pthread_create")(th, attr, fn, arg);
@@ -105,14 +105,14 @@ static size_t count_args(const char *first, va_list ap) {
   return n;
 }
 
-#define GATHER(first, argv)                               \
-  va_list ap, cp;                                         \
-  va_start(ap, first);                                    \
-  va_copy(cp, ap);                                        \
-  size_t n_ = count_args(first, cp);                      \
-  va_end(cp);                                             \
-  char *argv[n_ + 1];                                     \
-  argv[0] = (char *)(first);                              \
+#define GATHER(first, argv)                                          \
+  va_list ap, cp;                                                    \
+  va_start(ap, first);                                               \
+  va_copy(cp, ap);                                                   \
+  size_t n_ = count_args(first, cp);                                 \
+  va_end(cp);                                                        \
+  char *argv[n_ + 1];                                                \
+  argv[0] = (char *)(first);                                         \
   for (size_t i_ = 1; i_ <= n_; i_++) argv[i_] = va_arg(ap, char *); \
   argv[n_] = NULL
 

@@ -204,8 +204,7 @@ LOCUS_EXPORT int pthread_barrier_wait(pthread_barrier_t *b) {
   uint64_t t;
   locus_wait_begin(me, &t);
   int r = REAL(barrier_wait, "pthread_barrier_wait")(b);
-  locus_wait_end(me, LOCUS_LK_BARRIER, b, 0, SITE, t,
-                 r != 0 && r != PTHREAD_BARRIER_SERIAL_THREAD);
+  locus_wait_end(me, LOCUS_LK_BARRIER, b, 0, SITE, t, r != 0 && r != PTHREAD_BARRIER_SERIAL_THREAD);
   return r;
 }
 

@@ -28,7 +28,6 @@ static uint64_t min_ticks;
 LOCUS_TLS struct locus_locks_tls locus_lt;
 #define lt locus_lt
 
-
 /* ---- sampling ---- */
 
 void locus_sample_adapt(struct sampler *s, uint64_t now) {
@@ -83,8 +82,8 @@ static int table_grow(struct locus_self *me) {
   return 0;
 }
 
-struct locus_lock_count *locus_count_lookup(struct locus_self *me, uint64_t lock,
-                                            uint64_t site, uint16_t kind) {
+struct locus_lock_count *locus_count_lookup(struct locus_self *me, uint64_t lock, uint64_t site,
+                                            uint16_t kind) {
   struct locus_lock_count *e;
   for (;;) {
     if (lt.tab) {
@@ -119,8 +118,8 @@ struct locus_lock_count *locus_count_lookup(struct locus_self *me, uint64_t lock
 
 /* ---- events ---- */
 
-static void put_event(struct locus_self *me, const struct held *h, uint64_t obj,
-                      uint64_t t_rel, uint16_t extra) {
+static void put_event(struct locus_self *me, const struct held *h, uint64_t obj, uint64_t t_rel,
+                      uint16_t extra) {
   struct locus_lock_event ev = {
       .lock = h->lock,
       .site = h->site,
@@ -277,8 +276,8 @@ void locus_wait_begin(struct locus_self *me, uint64_t *t_req) {
   *t_req = locus_ticks();
 }
 
-void locus_wait_end(struct locus_self *me, uint16_t kind, void *obj, uint64_t obj2,
-                    uint64_t site, uint64_t t_req, int failed) {
+void locus_wait_end(struct locus_self *me, uint16_t kind, void *obj, uint64_t obj2, uint64_t site,
+                    uint64_t t_req, int failed) {
   uint64_t t = locus_ticks();
   uint64_t lock = (uint64_t)(uintptr_t)obj;
   struct locus_lock_count *e = locus_count_entry(me, lock, site, kind);

@@ -39,8 +39,8 @@ struct locus_locks_tls {
 extern LOCUS_TLS struct locus_locks_tls locus_lt;
 extern int locus_locks_on;
 
-struct locus_lock_count *locus_count_lookup(struct locus_self *me, uint64_t lock,
-                                            uint64_t site, uint16_t kind);
+struct locus_lock_count *locus_count_lookup(struct locus_self *me, uint64_t lock, uint64_t site,
+                                            uint16_t kind);
 void locus_sample_adapt(struct sampler *s, uint64_t now);
 
 /* The count entry of (lock, site, kind): a direct-mapped cache hit in the common case. */
@@ -63,8 +63,7 @@ static inline uint32_t locus_sample_hit(struct sampler *s) {
 /* An acquisition that succeeded at the first attempt. */
 void locus_lock_timed_fast(struct locus_self *me, struct locus_lock_count *e, uint64_t lock,
                            uint16_t kind, uint64_t site, uint32_t w);
-static inline void locus_lock_fast(struct locus_self *me, void *obj, uint16_t kind,
-                                   uint64_t site) {
+static inline void locus_lock_fast(struct locus_self *me, void *obj, uint16_t kind, uint64_t site) {
   uint64_t lock = (uint64_t)(uintptr_t)obj;
   struct locus_lock_count *e = locus_count_entry(me, lock, site, kind);
   if (LOCUS_LIKELY(e != NULL)) e->acquisitions++;
@@ -74,7 +73,6 @@ static inline void locus_lock_fast(struct locus_self *me, void *obj, uint16_t ki
 /* After the first attempt failed with `r`. */
 int locus_lock_slow(struct locus_self *me, void *obj, uint16_t kind, uint64_t site, int r,
                     locus_block_fn block_fn, const void *arg);
-
 
 /* The calling thread's identity when the locks lens should record this call, else NULL.
  * Inlined into every interposer: it is most of the cost of an unrecorded call. */
@@ -98,8 +96,8 @@ void locus_lock_blind(struct locus_self *me, void *obj, uint16_t kind, uint64_t 
 
 /* Waits that are not critical sections (cond, barrier, semaphore, join). */
 void locus_wait_begin(struct locus_self *me, uint64_t *t_req);
-void locus_wait_end(struct locus_self *me, uint16_t kind, void *obj, uint64_t obj2,
-                    uint64_t site, uint64_t t_req, int failed);
+void locus_wait_end(struct locus_self *me, uint16_t kind, void *obj, uint64_t obj2, uint64_t site,
+                    uint64_t t_req, int failed);
 /* A cond wait releases `mutex` at t_req and holds it again when it returns. */
 void locus_cond_release(struct locus_self *me, void *mutex, uint64_t t_req);
 void locus_cond_reacquire(struct locus_self *me, void *mutex, uint64_t site);

@@ -158,13 +158,13 @@ static struct locus_proc read_proc(const char *pd) {
 }
 
 static int failures, passes;
-#define CHECK(cond, ...)                    \
-  do {                                      \
-    if (!(cond)) {                          \
-      printf("  not ok: " __VA_ARGS__);     \
-      printf("\n");                         \
-      ok = 0;                               \
-    }                                       \
+#define CHECK(cond, ...)                \
+  do {                                  \
+    if (!(cond)) {                      \
+      printf("  not ok: " __VA_ARGS__); \
+      printf("\n");                     \
+      ok = 0;                           \
+    }                                   \
   } while (0)
 
 static int run_case(const char *self, const char *lib, const char *name, const char *run,
@@ -255,8 +255,8 @@ int main(int argc, char **argv) {
     read_addrs(run);
     struct totals t = read_totals(pd, addr_a);
     CHECK(t.acq == 600000 && t.events == 600000 && t.weight == 600000,
-          "time-all: acq %lu events %lu weight %lu", (unsigned long)t.acq,
-          (unsigned long)t.events, (unsigned long)t.weight);
+          "time-all: acq %lu events %lu weight %lu", (unsigned long)t.acq, (unsigned long)t.events,
+          (unsigned long)t.weight);
   } else
     ok = 0;
   finish("LOCUS_TIME_ALL times every critical section", ok);
@@ -315,8 +315,8 @@ int main(int argc, char **argv) {
   if (ok && proc_dir(run, pd, sizeof pd) == 0) {
     read_addrs(run);
     struct totals t = read_totals(pd, addr_a);
-    CHECK(t.acq == 1000 && t.events == 1000, "killed: acq %lu events %lu",
-          (unsigned long)t.acq, (unsigned long)t.events);
+    CHECK(t.acq == 1000 && t.events == 1000, "killed: acq %lu events %lu", (unsigned long)t.acq,
+          (unsigned long)t.events);
     struct locus_proc p = read_proc(pd);
     CHECK(!(p.flags & (LOCUS_PROC_EXITED | LOCUS_PROC_SIGNALED)), "killed run marked finished");
   } else
@@ -326,8 +326,7 @@ int main(int argc, char **argv) {
   /* exit() with a lock held: the section is written as unreleased, status kept. */
   snprintf(run, sizeof run, "%s/unreleased", base);
   mkdir(run, 0755);
-  ok = run_case(self, lib, "unreleased", run, 1, &st) == 0 && WIFEXITED(st) &&
-       WEXITSTATUS(st) == 3;
+  ok = run_case(self, lib, "unreleased", run, 1, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 3;
   if (ok && proc_dir(run, pd, sizeof pd) == 0) {
     read_addrs(run);
     struct totals t = read_totals(pd, addr_b);
