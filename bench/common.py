@@ -1,0 +1,87 @@
+"""Shared by the bench scripts: paths, the locus command, results files."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+CACHE = BENCH / ".cache"  # inputs and scratch runs, never committed
+RESULTS = BENCH / "results"
+
+
+def locus_argv() -> list[str]:
+    venv = REPO / ".venv" / "bin" / "locus"
+    if venv.exists():
+        return [str(venv)]
+    return [sys.executable, "-m", "locus"]
+
+
+def locus_env() -> dict[str, str]:
+    env = dict(os.environ)
+    py = str(REPO / "python")
+    env["PYTHONPATH"] = py + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def git_rev() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def stamp() -> dict:
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_rev": git_rev(),
+        "host": os.uname().nodename,
+        "cpus": os.cpu_count(),
+    }
+
+
+def write_result(name: str, data: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def append_history(line: str) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "history.md"
+    if not path.exists():
+        path.write_text(
+            "# Benchmark history\n\nOne line per `bench/` run: date, git revision, results.\n\n"
+        )
+    with open(path, "a") as f:
+        f.write(line.rstrip() + "\n")
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    fmt = "  ".join(f"{{:{'<' if i == 0 else '>'}{w}}}" for i, w in enumerate(widths))
+    lines = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*(str(x) for x in r)) for r in rows]
+    return "\n".join(lines)
