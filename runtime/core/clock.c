@@ -28,7 +28,7 @@ uint64_t locus_ticks(void) {
 
 /* True when /proc/cpuinfo lists both flags; read without stdio (no malloc). */
 static int cpu_has_invariant_tsc(void) {
-  static char buf[16384];
+  char buf[8192];
   int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   ssize_t n = read(fd, buf, sizeof buf - 1);

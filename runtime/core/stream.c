@@ -13,7 +13,7 @@
 
 #define GROW_STEP (1u << 20)
 #define CHUNK_FIRST 4096u
-#define CHUNK_MAX (256u << 10)
+#define CHUNK_MAX (16u << 10)
 
 int locus_stream_open(struct locus_stream *s, int dirfd, const char *name) {
   s->fd = openat(dirfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
