@@ -82,7 +82,7 @@ class Sampler(threading.Thread):
         self.interval_ns = max(1, int(interval_ms * 1e6))
         self.max_reads = max(1, max_reads_per_tick)
         self.proc = proc_root
-        self._stop_event = threading.Event()
+        self._stopping = False
         self._tasks: dict[int, tuple[int, int | None]] = {}  # tid -> (pid, fd or None)
         self._pids: set[int] = {root_pid}
         self._finished_entries: set[str] = set()
@@ -242,7 +242,7 @@ class Sampler(threading.Thread):
         path = os.path.join(self.run_dir, "sched.bin")
         with open(path, "ab", buffering=1 << 16) as out:
             next_t = time.monotonic_ns()
-            while not self._stop_event.is_set():
+            while not self._stopping:
                 if self.ticks % 20 == 0:
                     self._pids = self._descendants() | self._recorded_pids()
                 elif self.ticks % 5 == 0:
@@ -256,10 +256,14 @@ class Sampler(threading.Thread):
                     missed = (now - next_t) // self.interval_ns + 1
                     self.late_ticks += missed
                     next_t += missed * self.interval_ns
-                self._stop_event.wait((next_t - now) / 1e9)
+                # time.sleep, not Event.wait: a condition variable per tick costs more than
+                # the tick's own reads. Long intervals sleep in slices so stop() is prompt.
+                time.sleep(min(next_t - now, 50_000_000) / 1e9)
+                while not self._stopping and time.monotonic_ns() < next_t - 1_000_000:
+                    time.sleep(min(next_t - time.monotonic_ns(), 50_000_000) / 1e9)
 
     def stop(self) -> None:
-        self._stop_event.set()
+        self._stopping = True
         if self.is_alive():
             self.join()
 
