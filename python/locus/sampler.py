@@ -11,8 +11,10 @@ Why it is shaped this way:
 - Processes are found from the runtime's `procs/<pid>` directories (cheap, and catches
   daemonised children) and, at a lower rate, by walking `/proc/PID/task/TID/children` from
   the launched child (catches descendants the runtime cannot see, e.g. static binaries).
-- With thousands of tasks, each task is read only every `stride`-th tick so that one tick
-  never reads more than `max_reads_per_tick` files; the largest stride used goes into meta.
+- With many tasks, each task is read (and the task lists re-listed) only every `stride`-th
+  tick. The stride adapts once per window (10 ticks, or one stride if longer) so that the
+  per-task work stays under `cpu_budget` of one CPU (2 %), and so that one tick never
+  reads more than `max_reads_per_tick` files; the largest stride used goes into meta.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ class Sampler(threading.Thread):
         run_dir: str,
         root_pid: int,
         interval_ms: float = 10.0,
-        max_reads_per_tick: int = 512,
+        max_reads_per_tick: int = 128,
+        cpu_budget: float = 0.02,
         proc_root: str = "/proc",
     ):
         super().__init__(name="locus-sampler", daemon=True)
@@ -81,6 +84,9 @@ class Sampler(threading.Thread):
         self.root_pid = root_pid
         self.interval_ns = max(1, int(interval_ms * 1e6))
         self.max_reads = max(1, max_reads_per_tick)
+        self.cpu_budget = cpu_budget
+        self.stride = 1  # adapted by _adapt_stride
+        self._task_work_ns = 0  # CPU time of the work that grows with the number of tasks
         self.proc = proc_root
         self._stopping = False
         self._tasks: dict[int, tuple[int, int | None]] = {}  # tid -> (pid, fd or None)
@@ -181,8 +187,11 @@ class Sampler(threading.Thread):
                 data = os.pread(fd, 256, 0)
             else:
                 name = "schedstat" if self.use_schedstat else "stat"
-                with open(f"{self.proc}/{pid}/task/{tid}/{name}", "rb") as f:
-                    data = f.read()
+                fd = os.open(f"{self.proc}/{pid}/task/{tid}/{name}", os.O_RDONLY)
+                try:
+                    data = os.read(fd, 512)
+                finally:
+                    os.close(fd)
             if not data:
                 return None
             if self.use_schedstat:
@@ -205,9 +214,10 @@ class Sampler(threading.Thread):
         del buf[:]
         buf += SAMPLE.pack(t, self._read_running(), 0, 0, 0, 0)
         n = len(self._tasks)
-        stride = -(-n // self.max_reads) if n else 1
+        stride = max(self.stride, -(-n // self.max_reads) if n else 1)
         self.max_stride = max(self.max_stride, stride)
         dead = []
+        cpu0 = time.thread_time_ns()
         for tid, (pid, fd) in self._tasks.items():
             if stride > 1 and (self.ticks + tid) % stride:
                 continue
@@ -218,6 +228,7 @@ class Sampler(threading.Thread):
             buf += SAMPLE.pack(t, service, pid, tid, 0, 0)
         for tid in dead:
             self._drop(tid)
+        self._task_work_ns += time.thread_time_ns() - cpu0
         out.write(buf)
         self.rows += len(buf) // SAMPLE.size
         self.ticks += 1
@@ -242,13 +253,27 @@ class Sampler(threading.Thread):
         path = os.path.join(self.run_dir, "sched.bin")
         with open(path, "ab", buffering=1 << 16) as out:
             next_t = time.monotonic_ns()
+            window = 0
             while not self._stopping:
-                if self.ticks % 20 == 0:
+                cpu0 = time.thread_time_ns()
+                if self.ticks % (20 * self.stride) == 0:
                     self._pids = self._descendants() | self._recorded_pids()
-                elif self.ticks % 5 == 0:
+                elif self.ticks % (5 * self.stride) == 0:
                     self._pids |= self._recorded_pids()
-                self._refresh_tasks()
+                if self.ticks % self.stride == 0:
+                    self._refresh_tasks()
+                self._task_work_ns += time.thread_time_ns() - cpu0
                 self.sample_once(out, buf)
+                window += 1
+                if window >= max(10, self.stride):
+                    # A window covers at least one full cycle of the stride, so periodic
+                    # costs (listing, discovery) are counted once per cycle. The first
+                    # window holds one-off costs (first listings, the target's start-up):
+                    # it would back off for nothing.
+                    if self.ticks > window:
+                        self._adapt_stride(self._task_work_ns * self.stride / window)
+                    self._task_work_ns = 0
+                    window = 0
                 next_t += self.interval_ns
                 now = time.monotonic_ns()
                 if now >= next_t:
@@ -261,6 +286,18 @@ class Sampler(threading.Thread):
                 time.sleep(min(next_t - now, 50_000_000) / 1e9)
                 while not self._stopping and time.monotonic_ns() < next_t - 1_000_000:
                     time.sleep(min(next_t - time.monotonic_ns(), 50_000_000) / 1e9)
+
+    def _adapt_stride(self, full: float) -> None:
+        """Choose the stride whose per-task work fits the CPU budget.
+
+        `full` is the CPU time (ns) of one full cycle of discovery, listing and reading
+        every task once. Spread over `stride` ticks it must cost at most
+        `cpu_budget * interval` per tick. The fixed cost of a tick (system row, sleeping)
+        does not shrink with the stride, so it is left out.
+        """
+        budget_ns = self.cpu_budget * self.interval_ns
+        self.stride = int(min(1000, max(1, -(-full // budget_ns))))
+        self.max_stride = max(self.max_stride, self.stride)
 
     def stop(self) -> None:
         self._stopping = True
@@ -277,7 +314,9 @@ class Sampler(threading.Thread):
             "rows": self.rows,
             "max_tasks": self.max_tasks,
             "max_reads_per_tick": self.max_reads,
+            "cpu_budget": self.cpu_budget,
             "max_stride": self.max_stride,
+            "final_stride": self.stride,
             "backed_off": self.max_stride > 1,
             "cpu_s": round(self.cpu_s, 6),
             "error": self.error,
