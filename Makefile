@@ -63,7 +63,6 @@ test: deps build lint
 	$(VENV)/bin/pytest -q python tests
 
 demo: deps build
-	rm -rf $(DEMO_DIR)
 	$(LOCUS) record -o $(DEMO_DIR) -- $(DEMO_CMD)
 	$(LOCUS) report $(DEMO_DIR)
 
