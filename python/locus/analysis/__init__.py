@@ -1,0 +1,5 @@
+"""Analyses, one module per lens. LENSES is the one table that knows them."""
+
+from locus.analysis import locks
+
+LENSES = {"locks": locks.analyze}

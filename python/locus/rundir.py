@@ -1,0 +1,395 @@
+"""Reader of a locus run directory (docs/format.md).
+
+The numpy dtypes below mirror runtime/include/locus_format.h field for field; that header is
+the contract and the itemsize asserts catch any drift. Every binary file is read whole with
+np.fromfile: a truncated last record (a killed writer) is ignored, a missing or empty file
+reads as an empty array, records with kind 0 (unused chunk tails) are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from locus import FORMAT_VERSION
+from locus.errors import LocusError
+
+PROC_MAGIC = 0x31434F5355434F4C
+
+CLOCK_TSC = 1
+CLOCK_MONOTONIC = 2
+
+PROC_EXITED = 1
+PROC_SIGNALED = 2
+PROC_EXECED = 4
+PROC_FORKED = 8
+
+THREAD_MAIN = 1
+THREAD_ADOPTED = 2
+THREAD_EXITED = 4
+THREAD_JOINED = 8
+
+LC_HEADER = 0xFFFF
+
+PROC_DTYPE = np.dtype(
+    [
+        ("magic", "<u8"),
+        ("format_version", "<u4"),
+        ("pid", "<u4"),
+        ("ppid", "<u4"),
+        ("clock", "<u4"),
+        ("tsc0", "<u8"),
+        ("ns0", "<u8"),
+        ("tsc1", "<u8"),
+        ("ns1", "<u8"),
+        ("start_ns", "<u8"),
+        ("end_ns", "<u8"),
+        ("exit_status", "<i4"),
+        ("flags", "<u4"),
+        ("self_ns", "<u8"),
+        ("records", "<u8"),
+        ("dropped", "<u8"),
+        ("threads", "<u8"),
+        ("fastpath_ns_per_call_x1000", "<u8"),
+        ("untimed_calls", "<u8"),
+        ("exec_ns", "<u8"),
+        ("reserved", "<u8", (15,)),
+    ]
+)
+
+THREAD_DTYPE = np.dtype(
+    [
+        ("tid", "<u4"),
+        ("serial", "<u4"),
+        ("parent_tid", "<u4"),
+        ("flags", "<u4"),
+        ("start", "<u8"),
+        ("end", "<u8"),
+        ("start_routine", "<u8"),
+        ("self_ticks", "<u8"),
+        ("records", "<u8"),
+        ("dropped", "<u8"),
+    ]
+)
+
+LOCK_EVENT_DTYPE = np.dtype(
+    [
+        ("lock", "<u8"),
+        ("site", "<u8"),
+        ("obj", "<u8"),
+        ("t_req", "<u8"),
+        ("t_acq", "<u8"),
+        ("t_rel", "<u8"),
+        ("tid", "<u4"),
+        ("weight", "<u4"),
+        ("stack", "<u4"),
+        ("kind", "<u2"),
+        ("flags", "<u2"),
+    ]
+)
+
+LOCK_COUNT_DTYPE = np.dtype(
+    [
+        ("lock", "<u8"),
+        ("site", "<u8"),
+        ("acquisitions", "<u8"),
+        ("contended", "<u8"),
+        ("failed", "<u8"),
+        ("timed", "<u8"),
+        ("tid", "<u4"),
+        ("serial", "<u4"),
+        ("reserved", "<u4"),
+        ("kind", "<u2"),
+        ("flags", "<u2"),
+    ]
+)
+
+LOCK_OBJECT_DTYPE = np.dtype(
+    [
+        ("lock", "<u8"),
+        ("site", "<u8"),
+        ("t", "<u8"),
+        ("attr", "<u8"),
+        ("reserved", "<u8", (2,)),
+        ("tid", "<u4"),
+        ("stack", "<u4"),
+        ("kind", "<u2"),
+        ("flags", "<u2"),
+        ("pad", "<u4"),
+    ]
+)
+
+STACK_DEPTH = 30
+STACK_DTYPE = np.dtype(
+    [
+        ("id", "<u4"),
+        ("depth", "<u4"),
+        ("pc", "<u8", (STACK_DEPTH,)),
+        ("reserved", "<u8"),
+    ]
+)
+
+SCHED_DTYPE = np.dtype(
+    [
+        ("t_ns", "<u8"),
+        ("service_ns", "<u8"),
+        ("pid", "<u4"),
+        ("tid", "<u4"),
+        ("reserved", "<u4", (2,)),
+    ]
+)
+
+assert PROC_DTYPE.itemsize == 256
+assert THREAD_DTYPE.itemsize == 64
+assert LOCK_EVENT_DTYPE.itemsize == 64
+assert LOCK_COUNT_DTYPE.itemsize == 64
+assert LOCK_OBJECT_DTYPE.itemsize == 64
+assert STACK_DTYPE.itemsize == 256
+assert SCHED_DTYPE.itemsize == 32
+
+
+def read_records(path: str, dtype: np.dtype) -> np.ndarray:
+    """All whole records of `path`; a partial trailing record and a missing file are fine."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return np.zeros(0, dtype=dtype)
+    n = size // dtype.itemsize
+    if n == 0:
+        return np.zeros(0, dtype=dtype)
+    try:
+        return np.fromfile(path, dtype=dtype, count=n)
+    except OSError as e:
+        raise LocusError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+@dataclass
+class Proc:
+    """One process image: procs/<pid> or procs/<pid>.<k> (an image after exec)."""
+
+    key: str
+    path: str
+    hdr: np.void
+    origin_ns: int
+    threads: np.ndarray = field(repr=False)
+    thread_start_s: np.ndarray = field(repr=False)
+    thread_end_s: np.ndarray = field(repr=False)
+    start_s: float = 0.0
+    end_s: float | None = None
+
+    @property
+    def pid(self) -> int:
+        return int(self.hdr["pid"])
+
+    @property
+    def ppid(self) -> int:
+        return int(self.hdr["ppid"])
+
+    @property
+    def flags(self) -> int:
+        return int(self.hdr["flags"])
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.flags & (PROC_EXITED | PROC_EXECED))
+
+    def seconds(self, ticks: np.ndarray) -> np.ndarray:
+        """Raw ticks of this process's clock as float seconds since the run origin."""
+        h = self.hdr
+        t = np.asarray(ticks, dtype=np.uint64)
+        off = (int(h["ns0"]) - self.origin_ns) / 1e9
+        if int(h["clock"]) == CLOCK_TSC:
+            dtsc = int(h["tsc1"]) - int(h["tsc0"])
+            dns = int(h["ns1"]) - int(h["ns0"])
+            if dtsc <= 0 or dns <= 0:
+                raise LocusError(f"{self.path}: proc.bin has no usable clock calibration")
+            rate = dns / dtsc / 1e9
+            # Integer difference first: raw TSC values do not fit a float's mantissa.
+            return (t.astype(np.int64) - np.int64(h["tsc0"])).astype(np.float64) * rate + off
+        return (t.astype(np.int64) - np.int64(h["ns0"])).astype(np.float64) / 1e9 + off
+
+    def ns_to_s(self, ns: int) -> float:
+        return (int(ns) - self.origin_ns) / 1e9
+
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def records(self, name: str, dtype: np.dtype) -> np.ndarray:
+        a = read_records(self.file(name), dtype)
+        if "kind" in dtype.names:
+            a = a[a["kind"] != 0]
+        return a
+
+    def lock_events(self) -> np.ndarray:
+        return self.records("locks.events.bin", LOCK_EVENT_DTYPE)
+
+    def lock_objects(self) -> np.ndarray:
+        return self.records("locks.objects.bin", LOCK_OBJECT_DTYPE)
+
+    def lock_counts(self) -> np.ndarray:
+        """Count slots of the newest table of each thread, header records removed."""
+        raw = read_records(self.file("locks.counts.bin"), LOCK_COUNT_DTYPE)
+        if len(raw) == 0:
+            return raw
+        best: dict[int, tuple[int, int, int]] = {}
+        for i in np.flatnonzero(raw["kind"] == LC_HEADER):
+            serial, gen, n = int(raw["serial"][i]), int(raw["site"][i]), int(raw["lock"][i])
+            if serial == 0 or n <= 1:
+                continue
+            if serial not in best or gen > best[serial][0]:
+                best[serial] = (gen, int(i), n)
+        # A table is one chunk: its header then n-1 slots, contiguous in the file.
+        keep = np.zeros(len(raw), dtype=bool)
+        for _gen, i, n in best.values():
+            keep[i + 1 : i + n] = True
+        keep &= (raw["kind"] != 0) & (raw["kind"] != LC_HEADER)
+        return raw[keep]
+
+    def stacks(self) -> np.ndarray:
+        s = read_records(self.file("stacks.bin"), STACK_DTYPE)
+        return s[s["id"] != 0]
+
+    def maps_text(self) -> str:
+        return _read_text(self.file("maps")) + "\n" + _read_text(self.file("maps.exit"))
+
+
+class RunDir:
+    """An opened run directory: meta.json, the processes, the launcher's samples."""
+
+    def __init__(self, path: str, meta: dict, procs: list[Proc], origin_ns: int):
+        self.path = path
+        self.meta = meta
+        self.procs = procs
+        self.origin_ns = origin_ns
+        self._sched: np.ndarray | None = None
+
+    @classmethod
+    def open(cls, path: str) -> RunDir:
+        meta_path = os.path.join(path, "meta.json")
+        if not os.path.isdir(path) or not os.path.isfile(meta_path):
+            raise LocusError(f"{path} is not a locus run directory (no meta.json)")
+        try:
+            with open(meta_path, encoding="utf-8") as f:
+                meta = json.load(f)
+        except (OSError, ValueError) as e:
+            raise LocusError(f"{meta_path} cannot be parsed: {e}") from None
+        if not isinstance(meta, dict):
+            raise LocusError(f"{meta_path} cannot be parsed: not a JSON object")
+        ver = meta.get("format_version", FORMAT_VERSION)
+        if not isinstance(ver, int) or ver > FORMAT_VERSION:
+            raise LocusError(
+                f"{path} uses run format version {ver}, this locus reads up to version "
+                f"{FORMAT_VERSION}: upgrade locus"
+            )
+        hdrs = []
+        procs_dir = os.path.join(path, "procs")
+        names = sorted(os.listdir(procs_dir)) if os.path.isdir(procs_dir) else []
+        for name in names:
+            pdir = os.path.join(procs_dir, name)
+            pbin = os.path.join(pdir, "proc.bin")
+            if not os.path.isfile(pbin):
+                continue
+            raw = read_records(pbin, PROC_DTYPE)
+            if len(raw) != 1 or int(raw[0]["magic"]) != PROC_MAGIC:
+                raise LocusError(f"{pbin} is corrupted (bad magic or size)")
+            h = raw[0]
+            if int(h["format_version"]) > FORMAT_VERSION:
+                raise LocusError(
+                    f"{pbin} uses run format version {int(h['format_version'])}, this locus "
+                    f"reads up to version {FORMAT_VERSION}: upgrade locus"
+                )
+            hdrs.append((name, pdir, h))
+        origin = meta.get("start_ns")
+        if not isinstance(origin, int) or origin <= 0:
+            starts = [int(h["start_ns"]) for _, _, h in hdrs if int(h["start_ns"])]
+            origin = min(starts) if starts else 0
+        procs = [_load_proc(name, pdir, h, origin) for name, pdir, h in hdrs]
+        procs.sort(key=lambda p: (p.start_s, p.pid, p.key))
+        return cls(path, meta, procs, origin)
+
+    # ---- meta ----
+
+    @property
+    def lenses(self) -> list[str]:
+        lenses = self.meta.get("lenses")
+        if isinstance(lenses, list) and lenses:
+            return [str(x) for x in lenses]
+        # A launcher killed before writing lenses: infer from the files present.
+        for p in self.procs:
+            if os.path.exists(p.file("locks.events.bin")) or os.path.exists(
+                p.file("locks.counts.bin")
+            ):
+                return ["locks"]
+        return []
+
+    @property
+    def duration_s(self) -> float:
+        d = self.meta.get("duration_s")
+        if isinstance(d, (int, float)) and d > 0:
+            return float(d)
+        end = self.meta.get("end_ns")
+        if isinstance(end, int) and end > self.origin_ns:
+            return (end - self.origin_ns) / 1e9
+        ends = [p.end_s for p in self.procs if p.end_s is not None]
+        ends += [float(np.max(p.thread_end_s)) for p in self.procs if len(p.thread_end_s)]
+        return max(ends) if ends else 0.0
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.meta.get("complete", False)) and all(p.complete for p in self.procs)
+
+    @property
+    def host(self) -> dict:
+        h = self.meta.get("host")
+        return h if isinstance(h, dict) else {}
+
+    @property
+    def cpus(self) -> int | None:
+        c = self.host.get("cpus")
+        return int(c) if isinstance(c, int) and c > 0 else None
+
+    def sched(self) -> np.ndarray:
+        """Launcher samples with a float `t` column (seconds since the run origin)."""
+        if self._sched is None:
+            s = read_records(os.path.join(self.path, "sched.bin"), SCHED_DTYPE)
+            self._sched = s[s["t_ns"] != 0]
+        return self._sched
+
+    def sched_seconds(self, t_ns: np.ndarray) -> np.ndarray:
+        return (np.asarray(t_ns).astype(np.int64) - np.int64(self.origin_ns)) / 1e9
+
+
+def _load_proc(name: str, pdir: str, h: np.void, origin: int) -> Proc:
+    threads = read_records(os.path.join(pdir, "threads.bin"), THREAD_DTYPE)
+    threads = threads[threads["serial"] != 0]
+    threads = threads[np.argsort(threads["serial"], kind="stable")]
+    p = Proc(
+        key=name,
+        path=pdir,
+        hdr=h,
+        origin_ns=origin,
+        threads=threads,
+        thread_start_s=np.zeros(0),
+        thread_end_s=np.zeros(0),
+    )
+    p.start_s = p.ns_to_s(int(h["start_ns"])) if int(h["start_ns"]) else 0.0
+    end_ns = int(h["end_ns"]) or int(h["exec_ns"])
+    p.end_s = p.ns_to_s(end_ns) if end_ns else None
+    if len(threads):
+        p.thread_start_s = p.seconds(threads["start"])
+        end = p.seconds(threads["end"])
+        # A thread that never exited cleanly ends with its process (NaN: unknown yet).
+        end[threads["end"] == 0] = np.nan if p.end_s is None else p.end_s
+        p.thread_end_s = end
+    return p

@@ -1,0 +1,258 @@
+"""Addresses of a recorded process to functions, source lines and data symbols.
+
+The runtime records raw addresses and copies of /proc/self/maps (at start and exit); all
+symbolization happens here, after the run. Each address is first mapped to (module, ELF
+virtual address) with the module's program headers (so .bss, which lives in an anonymous
+mapping after the module, resolves too), then every module is resolved in one batch by one
+`llvm-symbolizer` process (or `addr2line` when llvm-symbolizer is missing, or nothing: hex
+addresses). Results are cached per (module, mtime, address) for the life of the process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CodeLoc:
+    function: str  # "" when unknown
+    file: str  # "" when unknown
+    line: int  # 0 when unknown
+    module: str = ""
+
+    def short(self) -> str:
+        if self.function and self.file:
+            return f"{self.function} {os.path.basename(self.file)}:{self.line}"
+        return self.function or ""
+
+
+@dataclass
+class _Module:
+    path: str
+    bias: int  # runtime address - ELF virtual address
+    loads: list[tuple[int, int]]  # PT_LOAD [vaddr, vaddr + memsz)
+
+
+_ELF_CACHE: dict[tuple[str, float], tuple[int, list[tuple[int, int, int, int]]] | None] = {}
+_SYM_CACHE: dict[tuple[str, float, str, int], object] = {}
+
+
+def _elf_loads(path: str):
+    """(e_type, [(p_offset, p_vaddr, p_filesz, p_memsz)]) of an ELF64 LE file, or None."""
+    try:
+        key = (path, os.path.getmtime(path))
+    except OSError:
+        return None
+    if key in _ELF_CACHE:
+        return _ELF_CACHE[key]
+    res = None
+    try:
+        with open(path, "rb") as f:
+            eh = f.read(64)
+            if len(eh) == 64 and eh[:4] == b"\x7fELF" and eh[4] == 2 and eh[5] == 1:
+                e_type = struct.unpack_from("<H", eh, 16)[0]
+                phoff = struct.unpack_from("<Q", eh, 32)[0]
+                phentsize, phnum = struct.unpack_from("<HH", eh, 54)
+                f.seek(phoff)
+                ph = f.read(phentsize * phnum)
+                loads = []
+                for i in range(phnum):
+                    p_type, _fl, off, vaddr, _pa, filesz, memsz = struct.unpack_from(
+                        "<IIQQQQQ", ph, i * phentsize
+                    )
+                    if p_type == 1:
+                        loads.append((off, vaddr, filesz, memsz))
+                res = (e_type, loads)
+    except OSError:
+        res = None
+    _ELF_CACHE[key] = res
+    return res
+
+
+def parse_maps(text: str) -> list[_Module]:
+    """Modules (ELF files mapped from offset-known segments) of a maps text."""
+    first: dict[str, tuple[int, int]] = {}
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith("/"):
+            continue
+        path = parts[5].strip()
+        if path.endswith(" (deleted)"):
+            continue
+        try:
+            lo = int(parts[0].split("-")[0], 16)
+            off = int(parts[2], 16)
+        except ValueError:
+            continue
+        if path not in first or lo < first[path][0]:
+            first[path] = (lo, off)
+    mods = []
+    for path, (lo, off) in first.items():
+        elf = _elf_loads(path)
+        if not elf:
+            continue
+        e_type, loads = elf
+        if e_type == 2:  # ET_EXEC: linked at its addresses
+            bias = 0
+        else:
+            # Mappings start at page-aligned offsets, segments need not.
+            seg = next((s for s in loads if s[0] & ~0xFFF <= off < s[0] + max(s[2], 1)), None)
+            if seg is None:
+                seg = loads[0] if loads else (0, 0, 0, 0)
+            bias = lo - (off - seg[0] + seg[1])
+        mods.append(_Module(path, bias, [(s[1], s[1] + s[3]) for s in loads]))
+    return mods
+
+
+def _locate(mods: list[_Module], addr: int) -> tuple[_Module, int] | None:
+    for m in mods:
+        v = addr - m.bias
+        for lo, hi in m.loads:
+            if lo <= v < hi:
+                return m, v
+    return None
+
+
+class Symbolizer:
+    """Resolves the addresses of one process (one maps text)."""
+
+    def __init__(self, maps_text: str, tool: str | None = None):
+        self.mods = parse_maps(maps_text)
+        if tool is None:
+            tool = "llvm-symbolizer" if shutil.which("llvm-symbolizer") else None
+            if tool is None and shutil.which("addr2line"):
+                tool = "addr2line"
+        self.tool = tool
+
+    def _batch(self, kind: str, addrs: list[int]) -> dict[int, object]:
+        """kind 'code' -> CodeLoc, 'data' -> symbol name or None; one process per module."""
+        out: dict[int, object] = {}
+        per_mod: dict[str, list[tuple[int, int, _Module]]] = {}
+        for a in set(addrs):
+            loc = _locate(self.mods, a)
+            if loc is None:
+                out[a] = CodeLoc("", "", 0) if kind == "code" else None
+                continue
+            m, v = loc
+            per_mod.setdefault(m.path, []).append((a, v, m))
+        for path, items in per_mod.items():
+            try:
+                mtime = os.path.getmtime(path)
+            except OSError:
+                mtime = 0.0
+            todo = []
+            for a, v, _m in items:
+                key = (path, mtime, kind, v)
+                if key in _SYM_CACHE:
+                    out[a] = _SYM_CACHE[key]
+                else:
+                    todo.append((a, v))
+            if todo:
+                res = self._run(kind, path, [v for _a, v in todo])
+                for (a, v), r in zip(todo, res):
+                    if kind == "code" and isinstance(r, CodeLoc):
+                        r = CodeLoc(r.function, r.file, r.line, os.path.basename(path))
+                    _SYM_CACHE[(path, mtime, kind, v)] = r
+                    out[a] = r
+        return out
+
+    def _run(self, kind: str, path: str, vaddrs: list[int]) -> list:
+        empty = [CodeLoc("", "", 0, os.path.basename(path)) if kind == "code" else None] * len(
+            vaddrs
+        )
+        if self.tool is None:
+            return empty
+        try:
+            if self.tool == "addr2line":
+                return self._run_addr2line(kind, path, vaddrs, empty)
+            cmd = [self.tool, f"--obj={path}", "--no-inlines", "--demangle"]
+            word = "DATA" if kind == "data" else "CODE"
+            inp = "".join(f"{word} {v:#x}\n" for v in vaddrs)
+            p = subprocess.run(cmd, input=inp, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            return empty
+        blocks = p.stdout.split("\n\n")
+        res = []
+        for i in range(len(vaddrs)):
+            lines = blocks[i].strip("\n").split("\n") if i < len(blocks) else []
+            name = lines[0] if lines and lines[0] != "??" else ""
+            if kind == "data":
+                if name and len(lines) > 1:
+                    start = lines[1].split()[0]
+                    off = vaddrs[i] - int(start) if start.isdigit() else 0
+                    name = f"{name}+{off}" if off > 0 else name
+                res.append(name or None)
+                continue
+            file, line = "", 0
+            if len(lines) > 1:
+                f, _, rest = lines[1].partition(":")
+                if f != "??":
+                    file = f
+                    try:
+                        line = int(rest.split(":")[0])
+                    except ValueError:
+                        line = 0
+            res.append(CodeLoc(name, file, line))
+        return res
+
+    def _run_addr2line(self, kind: str, path: str, vaddrs: list[int], empty: list) -> list:
+        if kind == "data":
+            return _nm_data(path, vaddrs)
+        cmd = ["addr2line", "-f", "-C", "-e", path]
+        inp = "".join(f"{v:#x}\n" for v in vaddrs)
+        p = subprocess.run(cmd, input=inp, capture_output=True, text=True, timeout=120)
+        lines = p.stdout.split("\n")
+        res = []
+        for i in range(len(vaddrs)):
+            fn = lines[2 * i] if 2 * i < len(lines) else "??"
+            fl = lines[2 * i + 1] if 2 * i + 1 < len(lines) else "??:0"
+            f, _, ln = fl.partition(":")
+            try:
+                line = int(ln.split()[0]) if ln else 0
+            except ValueError:
+                line = 0
+            res.append(CodeLoc("" if fn == "??" else fn, "" if f == "??" else f, line))
+        return res
+
+    def code(self, addrs: list[int], return_addresses: bool = True) -> dict[int, CodeLoc]:
+        """Function, file and line of code addresses. Return addresses are looked up at
+        address-1 (the call instruction), keyed by the original address."""
+        adj = {a: (a - 1 if return_addresses and a else a) for a in addrs}
+        res = self._batch("code", list(adj.values()))
+        return {a: res[b] for a, b in adj.items()}  # type: ignore[misc]
+
+    def data(self, addrs: list[int]) -> dict[int, str | None]:
+        """Name of the data symbol holding each address (None: heap, stack, stripped)."""
+        return self._batch("data", list(addrs))  # type: ignore[return-value]
+
+
+def _nm_data(path: str, vaddrs: list[int]) -> list[str | None]:
+    """Data symbols without llvm-symbolizer: `nm -S` (symbol table, sizes) per module."""
+    try:
+        p = subprocess.run(
+            ["nm", "-S", "-C", "--defined-only", path], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return [None] * len(vaddrs)
+    syms = []
+    for line in p.stdout.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) == 4 and parts[2] in "bBdDgGrRsSvV":
+            try:
+                syms.append((int(parts[0], 16), int(parts[1], 16), parts[3]))
+            except ValueError:
+                continue
+    syms.sort()
+    res: list[str | None] = []
+    for v in vaddrs:
+        name = None
+        for lo, size, n in syms:
+            if lo <= v < lo + max(size, 1):
+                name = n if v == lo else f"{n}+{v - lo}"
+                break
+        res.append(name)
+    return res
