@@ -303,9 +303,11 @@ class SignalForwarder:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            info = signal.sigtimedwait(FORWARDED_SIGNALS, 0.1)
+            info = signal.sigtimedwait(FORWARDED_SIGNALS, 1.0)
             if info is None:
                 continue
+            if self._stop.is_set():  # the wake-up sent by restore()
+                break
             if info.si_code == SI_KERNEL:
                 self.received.append(info.si_signo)
             else:
@@ -314,6 +316,11 @@ class SignalForwarder:
     def restore(self) -> None:
         self._stop.set()
         if self._thread is not None:
+            # Wake the thread at once with a signal aimed at it alone (not the process).
+            try:
+                signal.pthread_kill(self._thread.ident, signal.SIGHUP)
+            except (ProcessLookupError, OSError):
+                pass
             self._thread.join()
             signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED_SIGNALS)
         for s, h in self._old.items():
