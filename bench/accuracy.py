@@ -68,6 +68,7 @@ def one_run(mode: str) -> dict:
         threads.append(out)
     cp, tcp = locks["summary"]["critical_path"], truth["critical_path"]
     return {
+        "max_deviation_ms": truth["max_deviation_ms"],
         "threads": threads,
         "critical_path": {
             "events": cp["events"],
@@ -121,7 +122,7 @@ def main() -> int:
             cp = r["critical_path"]
             rows.append(
                 [
-                    f"{mode} #{i + 1} critical path",
+                    f"{mode} #{i + 1} critical path (noise {r['max_deviation_ms']:.2f}ms)",
                     f"{cp['events']}/{cp['events_truth']} ev",
                     rel(cp["wait_s"] - cp["wait_truth_s"], cp["wait_truth_s"]),
                     rel(cp["hold_s"] - cp["hold_truth_s"], cp["hold_truth_s"]),

@@ -18,8 +18,10 @@
  * T1's A. T3's A section waited 100 too, but that wait is NOT on the critical path: while T3
  * waited for A, the path runs through T2.
  *
- * --truth prints the designed schedule, the thread ids, and the waits and holds the program
- * measured itself around each lock call (so a test can tell locus's error from noise).
+ * --truth prints the designed schedule, the thread ids, the waits and holds the program
+ * measured itself around each lock call, and max_deviation_ms, the largest distance of any
+ * request, acquisition or release from its designed time: a test can tell locus's error from
+ * noise, and a run whose deviation is large (an overloaded machine) is not a valid sample.
  */
 #include <pthread.h>
 
@@ -37,6 +39,7 @@ struct section {
   int rel;      /* units after t0: lock released */
   int critical; /* on the Chen & Stenstrom critical path */
   uint64_t measured_wait_ns, measured_hold_ns;
+  uint64_t deviation_ns; /* largest |actual - designed| of this section's req, acq, rel */
 };
 
 #define MAX_SECTIONS 3
@@ -48,14 +51,18 @@ struct thread_plan {
   unsigned tid;
 };
 
+#define SEC(l, rq, aq, rl, crit) \
+  { .lock = l, .req = rq, .acq = aq, .rel = rl, .critical = crit }
 static struct thread_plan plan[3] = {
-    {"T1", 1, {{0, 0, 0, 200, 1, 0, 0}}, 220, 0},
-    {"T2", 2, {{0, 100, 200, 350, 1, 0, 0}, {1, 400, 400, 500, 1, 0, 0}}, 520, 0},
-    {"T3",
-     3,
-     {{1, 50, 50, 150, 0, 0, 0}, {0, 250, 350, 450, 0, 0, 0}, {1, 470, 500, 600, 1, 0, 0}},
-     650,
-     0},
+    {.name = "T1", .nsections = 1, .sections = {SEC(0, 0, 0, 200, 1)}, .end = 220},
+    {.name = "T2",
+     .nsections = 2,
+     .sections = {SEC(0, 100, 200, 350, 1), SEC(1, 400, 400, 500, 1)},
+     .end = 520},
+    {.name = "T3",
+     .nsections = 3,
+     .sections = {SEC(1, 50, 50, 150, 0), SEC(0, 250, 350, 450, 0), SEC(1, 470, 500, 600, 1)},
+     .end = 650},
 };
 
 static const char *lock_names[2] = {"sched_lock_a", "sched_lock_b"};
@@ -63,6 +70,11 @@ static pthread_mutex_t *locks[2] = {&sched_lock_a, &sched_lock_b};
 static uint64_t t0_ns, unit_ns;
 
 static uint64_t at(int units) { return t0_ns + (uint64_t)units * unit_ns; }
+
+static uint64_t deviation(uint64_t actual, int designed_units) {
+  uint64_t d = at(designed_units);
+  return actual > d ? actual - d : d - actual;
+}
 
 /* Not inlined, so every lock call has one call site that locus can name. */
 __attribute__((noinline)) static void run_section(struct section *s) {
@@ -75,6 +87,8 @@ __attribute__((noinline)) static void run_section(struct section *s) {
   WL_CHECK(pthread_mutex_unlock(locks[s->lock]));
   s->measured_wait_ns = acq - req;
   s->measured_hold_ns = rel - acq;
+  uint64_t dr = deviation(req, s->req), da = deviation(acq, s->acq), dl = deviation(rel, s->rel);
+  s->deviation_ns = dr > da ? (dr > dl ? dr : dl) : (da > dl ? da : dl);
 }
 
 static void *thread_main(void *arg) {
@@ -90,7 +104,7 @@ static void *thread_main(void *arg) {
 static double ms(double units) { return units * (double)unit_ns / 1e6; }
 
 static void print_truth(void) {
-  double crit_wait = 0, crit_hold = 0;
+  double crit_wait = 0, crit_hold = 0, max_dev = 0;
   int crit_events = 0;
   fprintf(stderr, "{\"workload\":\"schedule\",\"unit_ms\":%g,\"threads\":[", ms(1));
   for (int t = 0; t < 3; t++) {
@@ -104,6 +118,7 @@ static void print_truth(void) {
       hold += h;
       mwait += (double)s->measured_wait_ns / 1e6;
       mhold += (double)s->measured_hold_ns / 1e6;
+      if ((double)s->deviation_ns / 1e6 > max_dev) max_dev = (double)s->deviation_ns / 1e6;
       if (s->critical) {
         crit_events++;
         crit_wait += w;
@@ -147,11 +162,12 @@ static void print_truth(void) {
             "\"hold_ms\":%g,\"critical_events\":%d,\"critical_wait_ms\":%g}",
             l ? "," : "", lock_names[l], acqs, contended, wait, hold, cevents, cwait);
   }
-  fprintf(stderr,
-          "],\"critical_path\":{\"events\":%d,\"wait_ms\":%g,\"hold_ms\":%g,"
-          "\"order\":[\"T3:sched_lock_b@%g\",\"T2:sched_lock_b@%g\",\"T2:sched_lock_a@%g\","
-          "\"T1:sched_lock_a@%g\"]}}\n",
-          crit_events, crit_wait, crit_hold, ms(470), ms(400), ms(100), ms(0));
+  fprintf(
+      stderr,
+      "],\"max_deviation_ms\":%.3f,\"critical_path\":{\"events\":%d,\"wait_ms\":%g,\"hold_ms\":%g,"
+      "\"order\":[\"T3:sched_lock_b@%g\",\"T2:sched_lock_b@%g\",\"T2:sched_lock_a@%g\","
+      "\"T1:sched_lock_a@%g\"]}}\n",
+      max_dev, crit_events, crit_wait, crit_hold, ms(470), ms(400), ms(100), ms(0));
 }
 
 int main(int argc, char **argv) {

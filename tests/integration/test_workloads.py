@@ -33,10 +33,24 @@ def test_sharequeue_two_locks_wait_less(locus):
     assert waits["2"] < waits["1"], waits
 
 
+# A schedule run is a valid sample only if every request, acquisition and release happened
+# within this distance of its designed time (the program checks itself); an overloaded
+# machine can delay a wake-up by tens of ms, which changes the truth, not locus's accuracy.
+MAX_DEVIATION_MS = 2.0
+ATTEMPTS = 3
+
+
 @pytest.mark.parametrize("mode", ["sampled", "time-all"])
 def test_schedule_matches_truth(locus, mode):
     options = ("--time-all",) if mode == "time-all" else ()
-    truth, rep = record_with_truth(locus, "schedule", options=options)
+    deviations = []
+    for _ in range(ATTEMPTS):
+        truth, rep = record_with_truth(locus, "schedule", options=options)
+        deviations.append(truth["max_deviation_ms"])
+        if truth["max_deviation_ms"] <= MAX_DEVIATION_MS:
+            break
+    else:
+        pytest.skip(f"machine too loaded: schedule deviated by {deviations} ms from its design")
     locks = rep["lenses"]["locks"]
     by_tid = {t["tid"]: t for t in locks["threads"]}
     errors = []
