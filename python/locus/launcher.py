@@ -279,7 +279,8 @@ class SignalForwarder:
 
     def __init__(self, child: subprocess.Popen):
         self.child = child
-        self.received: list[int] = []
+        self.received: list[int] = []  # every signal the launcher got
+        self.forwarded: list[int] = []  # those it sent on to the child
         self._stop = threading.Event()
         self._old = {s: signal.signal(s, self._handler) for s in FORWARDED_SIGNALS}
         self._thread: threading.Thread | None = None
@@ -287,6 +288,7 @@ class SignalForwarder:
     def _forward(self, sig: int) -> None:
         self.received.append(sig)
         if self.child.returncode is None:
+            self.forwarded.append(sig)
             try:
                 self.child.send_signal(sig)
             except ProcessLookupError:
@@ -433,7 +435,8 @@ def record(
             complete=child.returncode >= 0 and all_ended,
             processes=len(entries),
             threads=threads,
-            forwarded_signals=[signal.Signals(s).name for s in forwarder.received],
+            signals_received=[signal.Signals(s).name for s in forwarder.received],
+            signals_forwarded=[signal.Signals(s).name for s in forwarder.forwarded],
         )
         if sampler is not None:
             meta["sampler"] = sampler.stats()

@@ -279,5 +279,42 @@ def test_signals_are_forwarded(tmp_path, sig, name):
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 42, err
     meta = json.loads((run / "meta.json").read_text())
-    assert meta["exit_status"] == 42 and name in meta["forwarded_signals"]
+    assert meta["exit_status"] == 42 and meta["signals_forwarded"] == [name]
     assert "Traceback" not in err
+
+
+@needs_runtime
+def test_terminal_ctrl_c_reaches_child_once(tmp_path):
+    """^C on a terminal signals the whole foreground group: no second copy from locus."""
+    import pty
+
+    if not shutil.which("setsid"):
+        pytest.skip("setsid (util-linux) not installed")
+    master, slave = pty.openpty()
+    script = (
+        f"n=0; trap 'n=$((n+1))' INT; touch {tmp_path}/ready; i=0; "
+        f"while [ $i -lt 20 ]; do sleep 0.05; i=$((i+1)); done; echo $n > {tmp_path}/count"
+    )
+    env = dict(os.environ, PYTHONPATH=str(PYDIR))
+    argv = [sys.executable, "-m", "locus", "record", "-o", str(tmp_path / "run"), "--"]
+    # setsid -c makes the pty the controlling terminal of a new session, in the foreground.
+    p = subprocess.Popen(
+        ["setsid", "-w", "-c", *argv, "sh", "-c", script],
+        stdin=slave, stdout=slave, stderr=slave, env=env,
+    )  # fmt: skip
+    os.close(slave)
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "ready").exists():
+            assert time.monotonic() < deadline and p.poll() is None, "child never started"
+            time.sleep(0.02)
+        time.sleep(0.1)
+        os.write(master, b"\x03")
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        os.close(master)
+    assert (tmp_path / "count").read_text().strip() == "1"
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["signals_received"] == ["SIGINT"] and meta["signals_forwarded"] == []
