@@ -1,0 +1,116 @@
+"""Report dict -> text (rich tables, 80 columns), JSON, CSV, Markdown."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from locus.render.tables import Table, locks_tables, summary_lines
+from locus.render.units import fmt
+
+TABLES = {"locks": locks_tables}
+
+
+def _tables(report: dict) -> list[Table]:
+    out: list[Table] = []
+    for lens in report["lenses"]:
+        out += TABLES[lens](report)
+    return out
+
+
+def _notes(report: dict) -> list[str]:
+    return [n for lens in report["lenses"].values() for n in lens.get("notes", [])]
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(report, indent=1, allow_nan=False) + "\n"
+
+
+def to_text(report: dict, width: int | None = None) -> str:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=width or 80, no_color=True, highlight=False, soft_wrap=False)
+    for line in summary_lines(report):
+        con.print(line, markup=False)
+    for t in _tables(report):
+        con.print()
+        if not t.rows:
+            con.print(f"{t.title}: none", markup=False)
+            continue
+        rt = RichTable(
+            title=t.title,
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            collapse_padding=True,
+            title_justify="left",
+        )
+        for header, unit, key in t.columns:
+            wide = key in ("name", "where")
+            rt.add_column(
+                header,
+                justify="right" if unit else "left",
+                overflow="fold" if wide else "ellipsis",
+                no_wrap=not wide,
+                min_width=12 if wide else None,
+                ratio=1 if wide else None,
+            )
+        for r in t.rows:
+            rt.add_row(*(fmt(r.get(k), u) for _h, u, k in t.columns))
+        con.print(rt)
+    notes = _notes(report)
+    if notes:
+        con.print()
+        for n in notes:
+            con.print(f"note: {n}", markup=False)
+    return buf.getvalue()
+
+
+def _raw(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.9g}"
+    return v
+
+
+def to_csv(report: dict) -> str:
+    """One section per table: a `# name` line, a header line, the rows; sections are
+    separated by a blank line. Times are in seconds, percentages in percent."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    for i, t in enumerate(_tables(report)):
+        if i:
+            buf.write("\n")
+        buf.write(f"# {t.name}\n")
+        w.writerow([k for _h, _u, k in t.columns])
+        for r in t.rows:
+            w.writerow([_raw(r.get(k)) for _h, _u, k in t.columns])
+    return buf.getvalue()
+
+
+def to_md(report: dict) -> str:
+    out = ["# locus report", ""]
+    out += ["```", *summary_lines(report), "```", ""]
+    for t in _tables(report):
+        out += [f"## {t.title}", ""]
+        if not t.rows:
+            out += ["none", ""]
+            continue
+        out.append("| " + " | ".join(h for h, _u, _k in t.columns) + " |")
+        out.append("|" + "|".join("---:" if u else "---" for _h, u, _k in t.columns) + "|")
+        for r in t.rows:
+            cells = [str(fmt(r.get(k), u)).replace("|", "\\|") for _h, u, k in t.columns]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    notes = _notes(report)
+    if notes:
+        out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(out)
+
+
+def render(report: dict, format: str) -> str:
+    return {"text": to_text, "json": to_json, "csv": to_csv, "md": to_md}[format](report)

@@ -1,0 +1,121 @@
+"""The tables of a report, shared by the text, CSV and Markdown renderers.
+
+A column is (header, unit, key); units: "s" seconds, "%" percent, "n" a count, "" text.
+CSV prints raw values (seconds as plain numbers, `_s` in the header), text and Markdown
+format them with units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Table:
+    name: str  # machine name (csv section)
+    title: str
+    columns: list[tuple[str, str, str]]  # (header, unit, key)
+    rows: list[dict]
+
+
+def _pct(v, d):
+    return None if v is None or not d else 100.0 * v / d
+
+
+def locks_tables(report: dict) -> list[Table]:
+    lk = report["lenses"]["locks"]
+    dur = report["run"]["duration_s"] or 0.0
+    locks = [dict(r, wait_pct=_pct(r["wait_s"], dur)) for r in lk["locks"]]
+    sites = []
+    for r in lk["sites"]:
+        where = r["function"]
+        if r["file"]:
+            where += f" {r['file'].rsplit('/', 1)[-1]}:{r['line']}"
+        sites.append(dict(r, where=where))
+    return [
+        Table(
+            "locks",
+            "Locks by wait time",
+            [
+                ("id", "", "id"),
+                ("lock", "", "name"),
+                ("acq", "n", "acquisitions"),
+                ("cont", "n", "contended"),
+                ("wait", "s", "wait_s"),
+                ("wait%", "%", "wait_pct"),
+                ("max", "s", "max_wait_s"),
+                ("hold", "s", "hold_s"),
+                ("crit", "s", "critical_wait_s"),
+            ],
+            locks,
+        ),
+        Table(
+            "sites",
+            "Call sites by wait time",
+            [
+                ("site", "", "where"),
+                ("lock", "", "lock"),
+                ("acq", "n", "acquisitions"),
+                ("cont", "n", "contended"),
+                ("wait", "s", "wait_s"),
+                ("hold", "s", "hold_s"),
+                ("crit wait", "s", "critical_wait_s"),
+            ],
+            sites,
+        ),
+        Table(
+            "threads",
+            "Threads by wait time",
+            [
+                ("tid", "", "tid"),
+                ("acq", "n", "acquisitions"),
+                ("wait", "s", "wait_s"),
+                ("hold", "s", "hold_s"),
+                ("hold sum", "s", "hold_combined_s"),
+                ("on cpu", "s", "service_s"),
+            ],
+            lk["threads"],
+        ),
+    ]
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The header: run, overhead, locks summary, losses."""
+    run = report["run"]
+    ov = report["overhead"]
+    from locus.render.units import count, percent, seconds, threads
+
+    dur = run["duration_s"] or 0.0
+    cmd = " ".join(run["command"]) if run["command"] else "?"
+    state = "complete" if run["complete"] else "INCOMPLETE"
+    lines = [
+        f"command   {cmd}",
+        f"run       {seconds(dur)}, {run['threads']} threads in {len(run['pids'])} process(es),"
+        f" {state}, exit {run['exit_status']}",
+        f"overhead  {seconds(ov['runtime_s'])} in the runtime"
+        f" ({percent(_pct(ov['runtime_s'], dur))} of run), {count(ov['records'])} records,"
+        f" {count(ov['dropped'])} dropped",
+    ]
+    lk = report["lenses"].get("locks")
+    if lk:
+        s = lk["summary"]
+        cp = s["critical_path"]
+        est = " (estimated)" if lk.get("estimated") else ""
+        lines.append(
+            f"locks     {count(s['acquisitions'])} acquisitions, {count(s['contended'])}"
+            f" contended, wait {seconds(s['wait_s'])}{est}, hold {seconds(s['hold_s'])}"
+        )
+        lines.append(
+            f"critical  {count(cp['events'])} sections on the path, hold"
+            f" {seconds(cp['hold_s'])}, path waits {seconds(cp['wait_s'])}"
+        )
+        if s["dependency_loss_s"] is None:
+            lines.append("losses    n/a (no scheduler samples)")
+        else:
+            lines.append(
+                f"losses    {threads(s['active_threads_avg'])} active of {s['max_threads']}:"
+                f" lost {seconds(s['dependency_loss_s'])}"
+                f" = waits {seconds(s['lock_wait_loss_s'])}"
+                f" + other {seconds(s['unaccounted_loss_s'])}"
+            )
+    return lines

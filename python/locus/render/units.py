@@ -1,0 +1,60 @@
+"""Numbers with units, chosen per magnitude (every printed number carries its unit)."""
+
+from __future__ import annotations
+
+
+def _sig3(x: float) -> str:
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def seconds(v: float | None) -> str:
+    """3 significant digits, unit chosen per magnitude: 1.23 s, 45.6 ms, 789 µs, 12 ns."""
+    if v is None:
+        return "n/a"
+    a = abs(v)
+    sign = "-" if v < 0 else ""
+    if a == 0:
+        return "0 s"
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if a >= scale:
+            return f"{sign}{_sig3(a / scale)} {unit}"
+    return f"{sign}{a * 1e9:.0f} ns"
+
+
+def count(v: int | float | None) -> str:
+    if v is None:
+        return "n/a"
+    v = int(v)
+    if abs(v) >= 1_000_000:
+        return f"{v / 1e6:.1f} M"
+    if abs(v) >= 100_000:
+        return f"{v / 1e3:.0f} k"
+    return f"{v}"
+
+
+def percent(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    if abs(v) >= 10:
+        return f"{v:.0f} %"
+    return f"{v:.1f} %"
+
+
+def threads(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f} thr"
+
+
+def fmt(v, unit: str) -> str:
+    if unit == "s":
+        return seconds(v)
+    if unit == "%":
+        return percent(v)
+    if unit == "n":
+        return count(v)
+    if unit == "thr":
+        return threads(v)
+    return "" if v is None else str(v)

@@ -1,0 +1,163 @@
+"""`locus report`: analyse a run directory and print it (text, json, csv, md).
+
+The report is one dict (the JSON contract in docs/lenses/locks.md); the renderers in
+locus.render turn it into tables.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+from dataclasses import dataclass
+
+from locus import FORMAT_VERSION, __version__
+from locus.analysis import LENSES
+from locus.errors import LocusError
+from locus.rundir import RunDir
+
+
+@dataclass
+class Filters:
+    top: int | None = 10  # rows per table; None or 0 = all
+    min_wait: float | None = None
+    min_hold: float | None = None
+    lock: str | None = None
+    site: str | None = None
+
+
+def overhead(run: RunDir) -> dict:
+    """Time the runtime spent inside the program: measured slow paths plus the calibrated
+    cost of the untimed fast path (ps per call x calls)."""
+    rt = 0.0
+    records = dropped = 0
+    for p in run.procs:
+        h = p.hdr
+        rt += int(h["self_ns"]) / 1e9
+        rt += int(h["untimed_calls"]) * int(h["fastpath_ns_per_call_x1000"]) / 1e12
+        records += int(h["records"])
+        dropped += int(h["dropped"])
+    return {"runtime_s": rt, "records": records, "dropped": dropped}
+
+
+def run_info(run: RunDir) -> dict:
+    m = run.meta
+    return {
+        "command": m.get("command") or [],
+        "cwd": m.get("cwd"),
+        "start": m.get("start_time"),
+        "duration_s": run.duration_s,
+        "pids": [p.pid for p in run.procs],
+        "threads": int(sum(len(p.threads) for p in run.procs)),
+        "host": run.host,
+        "complete": run.complete,
+        "exit_status": m.get("exit_status"),
+        "signal": m.get("signal"),
+        "lenses": run.lenses,
+    }
+
+
+def _match_lock(row: dict, want: str) -> bool:
+    w = want.strip()
+    if w.upper() == row["id"].upper():
+        return True
+    try:
+        if int(w, 0) == int(row["address"], 16):
+            return True
+    except ValueError:
+        pass
+    name = row["name"]
+    return fnmatch.fnmatchcase(name, w) or name == w or name.split(" ")[0] == w
+
+
+def _match_site(row: dict, want: str) -> bool:
+    w = want.strip()
+    if ":" in w:
+        f, _, ln = w.rpartition(":")
+        if ln.isdigit() and row["file"]:
+            return int(ln) == row["line"] and (
+                row["file"] == f or row["file"].endswith("/" + f.lstrip("/"))
+            )
+    if row["function"] == w or fnmatch.fnmatchcase(row["function"], w):
+        return True
+    try:
+        return int(w, 0) == int(row["address"], 16)
+    except ValueError:
+        return False
+
+
+def filter_locks(lk: dict, f: Filters) -> dict:
+    """Apply --lock/--site/--min-wait/--min-hold/--top to the locks lens tables."""
+    locks, sites, threads = lk["locks"], lk["sites"], lk["threads"]
+    if f.min_wait:
+        locks = [r for r in locks if r["wait_s"] >= f.min_wait]
+    if f.min_hold:
+        locks = [r for r in locks if r["hold_s"] >= f.min_hold]
+    if f.lock:
+        locks = [r for r in locks if _match_lock(r, f.lock)]
+        if not locks:
+            raise LocusError(
+                f"no lock matches '{f.lock}' (give an id like L1, an address or a name)"
+            )
+    if f.site:
+        sites = [r for r in sites if _match_site(r, f.site)]
+        if not sites:
+            raise LocusError(f"no call site matches '{f.site}' (give FUNC or FILE:LINE)")
+        ids = {r["lock"] for r in sites}
+        locks = [r for r in locks if r["id"] in ids]
+    if f.lock or f.min_wait or f.min_hold:
+        ids = {r["id"] for r in locks}
+        sites = [r for r in sites if r["lock"] in ids]
+    n = f.top or None
+    out = dict(lk)
+    out["locks"], out["sites"], out["threads"] = locks[:n], sites[:n], threads[:n]
+    out["shown"] = {"locks": len(out["locks"]), "sites": len(out["sites"])}
+    out["total"] = {"locks": len(lk["locks"]), "sites": len(lk["sites"])}
+    return out
+
+
+def build(run: RunDir, lenses: list[str] | None = None, filters: Filters | None = None) -> dict:
+    recorded = run.lenses
+    lenses = lenses or recorded
+    for lens in lenses:
+        if lens not in recorded:
+            have = ", ".join(recorded) if recorded else "none"
+            raise LocusError(f"lens '{lens}' was not recorded in {run.path} (recorded: {have})")
+        if lens not in LENSES:
+            raise LocusError(f"lens '{lens}' has no analysis in this locus version")
+    filters = filters or Filters()
+    out_lenses = {}
+    for lens in lenses:
+        res = LENSES[lens](run)
+        res = {k: v for k, v in res.items() if not k.startswith("_")}
+        if lens == "locks":
+            res = filter_locks(res, filters)
+        out_lenses[lens] = res
+    return {
+        "locus_version": __version__,
+        "format_version": run.meta.get("format_version", FORMAT_VERSION),
+        "run": run_info(run),
+        "overhead": overhead(run),
+        "lenses": out_lenses,
+    }
+
+
+def cmd_report(ns) -> int:
+    from locus.render import render
+
+    run = RunDir.open(ns.run)
+    lens = getattr(ns, "lens", None)
+    lenses = [lens] if isinstance(lens, str) else (list(lens) if lens else None)
+    top = getattr(ns, "top", None)
+    fmt = getattr(ns, "format", None) or "text"
+    if top is None:
+        top = 0 if fmt == "json" else 10  # machines get every row unless they ask
+    f = Filters(
+        top=top,
+        min_wait=getattr(ns, "min_wait", None),
+        min_hold=getattr(ns, "min_hold", None),
+        lock=getattr(ns, "lock", None),
+        site=getattr(ns, "site", None),
+    )
+    report = build(run, lenses, f)
+    sys.stdout.write(render(report, fmt))
+    return 0
