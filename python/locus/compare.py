@@ -1,0 +1,164 @@
+"""`locus compare RUN RUN...`: summary metrics of each lens side by side, with the change
+against the first run, and `--fail-if` thresholds for CI.
+
+A threshold is `LENS.METRIC OP VALUE`: OP is one of > < >= <=; VALUE is a number (absolute:
+checked on every run after the first) or a signed percentage like +10% / -5% (relative
+change against the first run). Nested metrics use dots: `locks.critical_path.wait_s`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import sys
+
+from locus.errors import LocusError
+from locus.report import build
+from locus.rundir import RunDir
+
+_EXPR = re.compile(
+    r"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|>|<)\s*([+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(%?)\s*$"
+)
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) or v is None:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def change_pct(base: float | None, v: float | None) -> float | None:
+    if base is None or v is None:
+        return None
+    if base == 0:
+        return 0.0 if v == 0 else None
+    return 100.0 * (v - base) / abs(base)
+
+
+def parse_threshold(expr: str):
+    m = _EXPR.match(expr)
+    if not m:
+        raise LocusError(
+            f"bad --fail-if expression '{expr}' (expected e.g. locks.wait_s>+10% or "
+            "locks.contended>1000)",
+            2,
+        )
+    metric, op, value, pct = m.groups()
+    return metric, op, float(value), bool(pct)
+
+
+def _trips(op: str, x: float, limit: float) -> bool:
+    return {">": x > limit, "<": x < limit, ">=": x >= limit, "<=": x <= limit}[op]
+
+
+def metrics(report: dict) -> dict[str, float | None]:
+    out = {}
+    for lens, res in report["lenses"].items():
+        out.update(flatten(res["summary"], f"{lens}."))
+    out["run.duration_s"] = report["run"]["duration_s"]
+    out["overhead.runtime_s"] = report["overhead"]["runtime_s"]
+    return out
+
+
+def cmd_compare(ns) -> int:
+    runs = [RunDir.open(p) for p in ns.runs]
+    thresholds = [parse_threshold(e) for e in (getattr(ns, "fail_if", None) or [])]
+    common = [lens for lens in runs[0].lenses if all(lens in r.lenses for r in runs[1:])]
+    reports = [build(r, common) for r in runs]
+    table = [metrics(rep) for rep in reports]
+    names = list(table[0])
+    for t in table[1:]:
+        names += [k for k in t if k not in names]
+    for metric, *_ in thresholds:
+        if metric not in names:
+            raise LocusError(
+                f"unknown metric '{metric}' in --fail-if (known: {', '.join(names)})", 2
+            )
+
+    rows = []
+    for k in names:
+        base = table[0].get(k)
+        rows.append(
+            {
+                "metric": k,
+                "values": [t.get(k) for t in table],
+                "change_pct": [None] + [change_pct(base, t.get(k)) for t in table[1:]],
+            }
+        )
+    failures = []
+    for metric, op, limit, pct in thresholds:
+        base = table[0].get(metric)
+        for i, t in enumerate(table[1:], start=1):
+            v = t.get(metric)
+            x = change_pct(base, v) if pct else v
+            if x is not None and _trips(op, x, limit):
+                shown = f"{x:+.1f}%" if pct else f"{x:g}"
+                failures.append(
+                    f"{ns.runs[i]}: {metric} = {shown} ({op}{limit:g}{'%' if pct else ''})"
+                )
+
+    fmt = getattr(ns, "format", None) or "text"
+    sys.stdout.write(_render(fmt, ns.runs, rows, failures))
+    for f in failures:
+        print(f"locus: threshold tripped: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _cell(metric: str, v) -> str:
+    from locus.render.units import count, seconds
+
+    if v is None:
+        return "n/a"
+    if metric.endswith("_s"):
+        return seconds(v)
+    if isinstance(v, int):
+        return count(v)
+    return f"{v:.3g}"
+
+
+def _render(fmt: str, runs: list[str], rows: list[dict], failures: list[str]) -> str:
+    if fmt == "json":
+        return json.dumps({"runs": runs, "metrics": rows, "failures": failures}, indent=1) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        head = ["metric"] + [f"run{i}" for i in range(len(runs))]
+        head += [f"run{i}_change_pct" for i in range(1, len(runs))]
+        w.writerow(head)
+        for r in rows:
+            w.writerow(
+                [r["metric"]]
+                + ["" if v is None else v for v in r["values"]]
+                + ["" if c is None else f"{c:.2f}" for c in r["change_pct"][1:]]
+            )
+        return buf.getvalue()
+    head = ["metric"] + [f"run {i}" for i in range(len(runs))]
+    lines = [f"run {i}: {p}" for i, p in enumerate(runs)]
+    body = []
+    for r in rows:
+        cells = [r["metric"]]
+        for i, v in enumerate(r["values"]):
+            c = _cell(r["metric"], v)
+            if i and r["change_pct"][i] is not None:
+                c += f" ({r['change_pct'][i]:+.0f}%)"
+            cells.append(c)
+        body.append(cells)
+    if fmt == "md":
+        out = lines + ["", "| " + " | ".join(head) + " |", "|---" + "|---:" * len(runs) + "|"]
+        out += ["| " + " | ".join(c) + " |" for c in body]
+        return "\n".join(out) + "\n"
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    out = lines + [""]
+    for cells in [head, *body]:
+        out.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+            )
+        )
+    return "\n".join(out) + "\n"
