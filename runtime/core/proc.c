@@ -122,7 +122,9 @@ static void install_signal_handlers(void) {
 
 static int open_proc_header(int ppid_known_fork) {
   int fd = openat(locus_proc_dirfd, "proc.bin", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0 || ftruncate(fd, 4096) != 0) return -1;
+  /* The file holds exactly one record; the mapping is a page (bytes past the end of the
+   * file within its last page are valid memory, just not stored). */
+  if (fd < 0 || ftruncate(fd, sizeof(struct locus_proc)) != 0) return -1;
   void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return -1;
