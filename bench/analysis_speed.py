@@ -15,7 +15,6 @@ Usage: bench/analysis_speed.py [--events 1000000] [-n 3]
 from __future__ import annotations
 
 import argparse
-import importlib
 import shutil
 import subprocess
 import sys
@@ -25,25 +24,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-sys.path.insert(0, str(common.REPO / "python"))
+sys.path.append(str(common.REPO / "python"))
 
-# Where the analysis entry point lives, most specific first: (module, function). Each takes
-# the run directory and returns the locks result.
-ANALYSIS_ENTRY_POINTS = (
-    ("locus.analysis.locks", "analyze"),
-    ("locus.analysis", "analyze_locks"),
-    ("locus.analysis", "analyze"),
-)
+ENTRY_POINT = "locus.analysis.locks.analyze(locus.rundir.RunDir.open(run))"
 
 
 def find_analysis():
-    for module, name in ANALYSIS_ENTRY_POINTS:
-        try:
-            fn = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            continue
-        return f"{module}.{name}", fn
-    return None, None
+    """The function behind `locus report`: open the run, analyse the locks lens (no JSON)."""
+    try:
+        from locus.analysis.locks import analyze
+        from locus.rundir import RunDir
+    except ImportError as e:
+        print(f"in-process: analysis not importable ({e})")
+        return None, None
+    return ENTRY_POINT, lambda run: analyze(RunDir.open(run))
 
 
 def best_of(n: int, fn) -> list[float]:
@@ -73,13 +67,7 @@ def main() -> int:
 
     name, fn = find_analysis()
     in_process = None
-    if fn is None:
-        print(
-            "in-process: no analysis entry point found ("
-            + ", ".join(f"{m}.{f}" for m, f in ANALYSIS_ENTRY_POINTS)
-            + ")"
-        )
-    else:
+    if fn is not None:
         fn(str(run))  # warm: imports, page cache
         in_process = best_of(args.n, lambda: fn(str(run)))
         print(f"in-process {name}: best {min(in_process):.3f}s of {args.n}")

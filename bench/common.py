@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -17,6 +18,9 @@ RESULTS = BENCH / "results"
 
 
 def locus_argv() -> list[str]:
+    """$LOCUS_CMD (e.g. an installed `locus`), else the venv's console script, else sources."""
+    if os.environ.get("LOCUS_CMD"):
+        return shlex.split(os.environ["LOCUS_CMD"])
     venv = REPO / ".venv" / "bin" / "locus"
     if venv.exists():
         return [str(venv)]
@@ -26,7 +30,7 @@ def locus_argv() -> list[str]:
 def locus_env() -> dict[str, str]:
     env = dict(os.environ)
     py = str(REPO / "python")
-    env["PYTHONPATH"] = py + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = (env["PYTHONPATH"] + os.pathsep if env.get("PYTHONPATH") else "") + py
     return env
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,10 @@ TIMEOUT_S = 120
 
 
 def locus_argv() -> list[str]:
+    """The command under test: $LOCUS_CMD (e.g. an installed `locus`), else the venv's
+    console script, else the sources."""
+    if os.environ.get("LOCUS_CMD"):
+        return shlex.split(os.environ["LOCUS_CMD"])
     if VENV_LOCUS.exists():
         return [str(VENV_LOCUS)]
     return [sys.executable, "-m", "locus"]
@@ -35,7 +40,7 @@ def locus_argv() -> list[str]:
 
 def locus_env() -> dict[str, str]:
     env = dict(os.environ)
-    if not VENV_LOCUS.exists():
+    if not VENV_LOCUS.exists() and not os.environ.get("LOCUS_CMD"):
         py = str(REPO / "python")
         env["PYTHONPATH"] = py + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
