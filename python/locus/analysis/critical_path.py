@@ -335,5 +335,6 @@ def compute(ev, threads, barrier_counts: dict | None = None) -> CriticalPath:
         hold_on[hidx] = ov / 1e9
         critical[hidx] = (ov > 0) | ((t_rel[hidx] == t_acq[hidx]) & inside)
     ce = c_ev[jumped]
-    critical[ce[ce >= 0]] = True
+    ce = ce[ce >= 0]
+    critical[ce[is_hold[ce]]] = True  # the holder a waiter jumped to
     return CriticalPath(critical, hold_on, jumped, segments, length)

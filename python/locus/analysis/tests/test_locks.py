@@ -1,0 +1,133 @@
+"""Per-lock, per-site and per-thread numbers of the locks lens on constructed runs."""
+
+import pytest
+
+from locus.analysis.locks import Options, analyze, max_concurrency
+from locus.rundir import RunDir
+from locus.synth import EV_FAILED, EV_TRY, EV_UNRELEASED, SynthRun, many_events
+
+L, M = 0x1000, 0x2000
+NOSYM = Options(symbols=False)
+
+
+def _res(tmp_path, run, opts=NOSYM):
+    return analyze(RunDir.open(run.write(str(tmp_path / "run"))), opts)
+
+
+def _lock(res, addr):
+    return next(r for r in res["locks"] if r["address"] == hex(addr))
+
+
+def test_waits_holds_and_sites(tmp_path):
+    run = SynthRun(duration_s=1.0)
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 1.0)
+    p.thread(2, 0.0, 1.0, parent=1)
+    p.event("mutex", tid=1, lock=L, t_req=0.0, t_acq=0.0, t_rel=0.2, site=0x10)
+    p.event("mutex", tid=2, lock=L, t_req=0.1, t_acq=0.2, t_rel=0.3, site=0x20)
+    p.event("mutex", tid=2, lock=L, t_req=0.5, t_acq=0.5, t_rel=0.55, site=0x20)
+    p.event("cond_wait", tid=1, lock=0xC, obj=L, t_req=0.3, t_acq=0.6)
+    res = _res(tmp_path, run)
+    lk = _lock(res, L)
+    assert (lk["acquisitions"], lk["contended"], lk["kind"]) == (3, 1, "mutex")
+    assert lk["wait_s"] == pytest.approx(0.1)
+    assert lk["max_wait_s"] == pytest.approx(0.1)
+    assert lk["hold_s"] == pytest.approx(0.35)
+    assert lk["max_hold_s"] == pytest.approx(0.2)
+    assert lk["wait_share"] == pytest.approx(0.1)
+    assert res["locks"][0]["kind"] == "cond"  # 300 ms wait sorts first
+    assert res["locks"][0]["hold_s"] == 0
+    site = next(s for s in res["sites"] if s["address"] == "0x20")
+    assert (site["acquisitions"], site["contended"]) == (2, 1)
+    assert site["hold_s"] == pytest.approx(0.15)
+    s = res["summary"]
+    assert s["acquisitions"] == 3 and s["contended"] == 1 and s["waits"] == 1
+    assert s["wait_s"] == pytest.approx(0.4)
+    assert s["lock_wait_s"] == pytest.approx(0.1)
+
+
+def test_nested_holds_overlap_once(tmp_path):
+    # Venter Table 4.9: L held [0, 0.4], M nested inside [0.1, 0.2], then M alone [0.5, 0.6].
+    run = SynthRun(duration_s=1.0)
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 1.0)
+    p.event("mutex", tid=1, lock=M, t_req=0.1, t_acq=0.1, t_rel=0.2)
+    p.event("mutex", tid=1, lock=L, t_req=0.0, t_acq=0.0, t_rel=0.4)
+    p.event("mutex", tid=1, lock=M, t_req=0.5, t_acq=0.5, t_rel=0.6)
+    res = _res(tmp_path, run)
+    assert _lock(res, L)["hold_s"] == pytest.approx(0.4)
+    assert _lock(res, M)["hold_s"] == pytest.approx(0.2)
+    (t,) = res["threads"]
+    assert t["hold_combined_s"] == pytest.approx(0.6)
+    assert t["hold_s"] == pytest.approx(0.5)
+
+
+def test_failed_trylock_and_unreleased(tmp_path):
+    run = SynthRun(duration_s=1.0)
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 1.0)
+    p.event("mutex", tid=1, lock=L, t_req=0.1, t_acq=0.3, flags=EV_FAILED)  # timed out
+    p.event("mutex", tid=1, lock=L, t_req=0.4, t_acq=0.4, t_rel=0.5, flags=EV_TRY)
+    p.event("mutex", tid=1, lock=M, t_req=0.6, t_acq=0.6, t_rel=1.0, flags=EV_UNRELEASED)
+    res = _res(tmp_path, run)
+    lk = _lock(res, L)
+    assert (lk["acquisitions"], lk["failed"]) == (1, 1)
+    assert lk["hold_s"] == pytest.approx(0.1)
+    assert lk["wait_s"] == pytest.approx(0.2)  # it did wait before timing out
+    assert _lock(res, M)["unreleased"] == 1
+    assert any("still held" in n for n in res["notes"])
+
+
+def test_sampling_weights_estimate_times_counts_exact(tmp_path):
+    run = SynthRun(duration_s=1.0)
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 1.0)
+    p.event("mutex", tid=1, lock=L, t_req=0.1, t_acq=0.1, t_rel=0.11, weight=8)
+    p.count(1, L, 0x401000, "mutex", acquisitions=13, contended=0, timed=1)
+    res = _res(tmp_path, run)
+    lk = _lock(res, L)
+    assert lk["acquisitions"] == 13  # from the counts table, not 8
+    assert lk["hold_s"] == pytest.approx(0.08)
+    assert lk["estimated"] and res["estimated"]
+    assert any("sampling active" in n for n in res["notes"])
+
+
+def test_dependency_loss(tmp_path):
+    run = SynthRun(duration_s=1.0, cpus=4)
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 1.0)
+    p.thread(2, 0.0, 1.0, parent=1)
+    p.event("mutex", tid=2, lock=L, t_req=0.2, t_acq=0.5, t_rel=0.6)
+    for t in (0.0, 1.0):
+        run.sample(t, 1, 1, t * 1.0)  # main: always on cpu
+        run.sample(t, 1, 2, t * 0.5)  # worker: half
+    s = _res(tmp_path, run)["summary"]
+    assert s["max_threads"] == 2
+    assert s["active_threads_avg"] == pytest.approx(1.5)
+    assert s["dependency_loss_s"] == pytest.approx(0.5)
+    assert s["lock_wait_loss_s"] == pytest.approx(0.3)
+    assert s["unaccounted_loss_s"] == pytest.approx(0.2)
+
+
+def test_no_sched_samples_gives_null_not_numbers(tmp_path):
+    run = SynthRun(duration_s=1.0)
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 1.0)
+    res = _res(tmp_path, run)
+    assert res["summary"]["dependency_loss_s"] is None
+    assert any("no scheduler samples" in n for n in res["notes"])
+
+
+def test_max_concurrency_caps_and_ties():
+    import numpy as np
+
+    assert max_concurrency(np.array([0.0, 1.0]), np.array([1.0, 2.0])) == 1
+    assert max_concurrency(np.array([0.0, 0.5, 0.6]), np.array([1.0, 2.0, 0.7])) == 3
+
+
+def test_million_events_runs(tmp_path):
+    # Correctness at scale only; the speed is measured by bench, not asserted here.
+    path = many_events(str(tmp_path / "m"), n_events=200_000, threads=4, locks=4)
+    res = analyze(RunDir.open(path), NOSYM)
+    assert res["summary"]["acquisitions"] == 200_000
+    assert 0 < res["summary"]["critical_path"]["events"] < 200_000
