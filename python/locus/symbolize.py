@@ -38,7 +38,7 @@ class _Module:
 
 
 _ELF_CACHE: dict[tuple[str, float], tuple[int, list[tuple[int, int, int, int]]] | None] = {}
-_SYM_CACHE: dict[tuple[str, float, str, int], object] = {}
+_SYM_CACHE: dict[tuple, object] = {}
 
 
 def _elf_loads(path: str):
@@ -146,7 +146,7 @@ class Symbolizer:
                 mtime = 0.0
             todo = []
             for a, v, _m in items:
-                key = (path, mtime, kind, v)
+                key = (path, mtime, kind, v, self.tool)
                 if key in _SYM_CACHE:
                     out[a] = _SYM_CACHE[key]
                 else:
@@ -156,7 +156,7 @@ class Symbolizer:
                 for (a, v), r in zip(todo, res):
                     if kind == "code" and isinstance(r, CodeLoc):
                         r = CodeLoc(r.function, r.file, r.line, os.path.basename(path))
-                    _SYM_CACHE[(path, mtime, kind, v)] = r
+                    _SYM_CACHE[(path, mtime, kind, v, self.tool)] = r
                     out[a] = r
         return out
 

@@ -1,0 +1,145 @@
+"""`locus report` and `locus compare` on synthetic runs, through the CLI."""
+
+import json
+
+import pytest
+
+from locus.cli import main
+from locus.synth import SynthRun
+
+
+def _write(tmp_path, name="r", scale=1.0, lenses=None):
+    run = SynthRun(duration_s=1.0, lenses=lenses)
+    p = run.proc(pid=5)
+    p.thread(5, 0.0, 1.0)
+    p.thread(6, 0.0, 1.0, parent=5)
+    p.event("mutex", tid=5, lock=0x10, t_req=0.0, t_acq=0.0, t_rel=0.2 * scale)
+    p.event("mutex", tid=6, lock=0x10, t_req=0.1, t_acq=0.2 * scale, t_rel=0.3 * scale, site=0x4010)
+    p.self_ns = 2_000_000
+    p.untimed_calls = 1000
+    p.fastpath_ps = 5000
+    for t in (0.0, 1.0):
+        run.sample(t, 5, 5, t)
+        run.sample(t, 5, 6, t / 2)
+    return run.write(str(tmp_path / name))
+
+
+def test_json_contract(tmp_path, capsys):
+    path = _write(tmp_path)
+    assert main(["report", path, "--format", "json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    for k in ("locus_version", "format_version", "run", "overhead", "lenses"):
+        assert k in r
+    for k in (
+        "command",
+        "start",
+        "duration_s",
+        "pids",
+        "threads",
+        "host",
+        "complete",
+        "exit_status",
+    ):
+        assert k in r["run"]
+    assert r["overhead"]["runtime_s"] == pytest.approx(0.002 + 1000 * 5e-9)
+    lk = r["lenses"]["locks"]
+    s = lk["summary"]
+    for k in (
+        "acquisitions",
+        "contended",
+        "wait_s",
+        "hold_s",
+        "active_threads_avg",
+        "dependency_loss_s",
+        "lock_wait_loss_s",
+        "unaccounted_loss_s",
+    ):
+        assert k in s
+    assert set(s["critical_path"]) >= {"events", "wait_s", "hold_s"}
+    assert set(lk["locks"][0]) >= {
+        "id",
+        "name",
+        "address",
+        "kind",
+        "acquisitions",
+        "contended",
+        "wait_s",
+        "max_wait_s",
+        "hold_s",
+        "max_hold_s",
+        "critical_events",
+        "critical_wait_s",
+    }
+    assert set(lk["sites"][0]) >= {
+        "function",
+        "file",
+        "line",
+        "lock",
+        "acquisitions",
+        "contended",
+        "wait_s",
+        "hold_s",
+        "critical_wait_s",
+    }
+    assert set(lk["threads"][0]) >= {"tid", "acquisitions", "wait_s", "hold_s", "service_s"}
+    assert "notes" in lk and "estimated" in lk
+
+
+@pytest.mark.parametrize("fmt", ["text", "csv", "md"])
+def test_formats(tmp_path, capsys, fmt):
+    path = _write(tmp_path)
+    assert main(["report", path, "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    assert "L1" in out
+    if fmt == "text":
+        assert max(len(line) for line in out.splitlines()) <= 80
+        assert "ms" in out
+    if fmt == "csv":
+        assert out.startswith("# locks\nid,name,")
+        assert "\n\n# sites\n" in out
+
+
+def test_filters(tmp_path, capsys):
+    path = _write(tmp_path)
+    assert main(["report", path, "--format", "json", "--lock", "0x10"]) == 0
+    r = json.loads(capsys.readouterr().out)["lenses"]["locks"]
+    assert [x["address"] for x in r["locks"]] == ["0x10"]
+    assert main(["report", path, "--format", "json", "--site", "0x4010"]) == 0
+    r = json.loads(capsys.readouterr().out)["lenses"]["locks"]
+    assert [x["address"] for x in r["sites"]] == ["0x4010"]
+    assert main(["report", path, "--format", "json", "--min-wait", "5"]) == 0
+    assert json.loads(capsys.readouterr().out)["lenses"]["locks"]["locks"] == []
+    assert main(["report", path, "--lock", "nosuch"]) == 1
+    assert "no lock matches" in capsys.readouterr().err
+
+
+def test_lens_not_recorded(tmp_path, capsys):
+    path = _write(tmp_path, lenses=["comm"])
+    assert main(["report", path, "--lens", "locks"]) == 1
+    err = capsys.readouterr().err
+    assert "not recorded" in err and "comm" in err and "Traceback" not in err
+
+
+def test_not_a_run_is_one_line(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "not a locus run directory" in err and "\n" not in err
+
+
+def test_compare_and_fail_if(tmp_path, capsys):
+    a = _write(tmp_path, "a")
+    b = _write(tmp_path, "b", scale=2.0)
+    assert main(["compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "locks.wait_s" in out and "%" in out
+    assert main(["compare", a, b, "--fail-if", "locks.wait_s>+10%"]) == 1
+    assert "locks.wait_s" in capsys.readouterr().err
+    assert main(["compare", a, b, "--fail-if", "locks.contended>1000"]) == 0
+    assert main(["compare", a, b, "--fail-if", "locks.hold_s<-5%"]) == 0
+    capsys.readouterr()
+    assert main(["compare", a, b, "--fail-if", "wait_s >> 3"]) == 2
+    assert main(["compare", a, b, "--fail-if", "locks.nosuch>1"]) == 2
+    assert main(["compare", a, b, "--format", "json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    row = next(m for m in r["metrics"] if m["metric"] == "locks.wait_s")
+    assert row["change_pct"][1] > 10

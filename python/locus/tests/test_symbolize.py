@@ -1,0 +1,67 @@
+"""Symbolization of a real binary: functions and lines of code, names of static locks."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from locus.symbolize import Symbolizer
+
+SRC = r"""
+#include <pthread.h>
+#include <stdio.h>
+pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static long counter;
+__attribute__((noinline)) void *work(void *a) {
+  pthread_mutex_lock(&queue_lock);
+  counter++;
+  printf("%p %p %p\n", (void *)&queue_lock, (void *)&counter, __builtin_return_address(0));
+  pthread_mutex_unlock(&queue_lock);
+  return a;
+}
+int main(int argc, char **argv) {
+  FILE *in = fopen("/proc/self/maps", "r"), *out = fopen(argv[1], "w");
+  int c;
+  while ((c = fgetc(in)) != EOF) fputc(c, out);
+  fclose(out);
+  work(0);
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def prog(tmp_path_factory):
+    if not shutil.which("cc"):
+        pytest.skip("no C compiler")
+    d = tmp_path_factory.mktemp("sym")
+    (d / "p.c").write_text(SRC)
+    exe = str(d / "p")
+    subprocess.run(
+        ["cc", "-g", "-O0", "-pie", "-fPIE", str(d / "p.c"), "-o", exe, "-lpthread"], check=True
+    )
+    out = subprocess.run([exe, str(d / "maps")], capture_output=True, text=True, check=True)
+    lock, counter, ret = (int(x, 16) for x in out.stdout.split())
+    return (d / "maps").read_text(), lock, counter, ret
+
+
+@pytest.mark.parametrize("tool", ["llvm-symbolizer", "addr2line"])
+def test_code_and_data(prog, tool):
+    if not shutil.which(tool):
+        pytest.skip(f"{tool} missing")
+    maps, lock, counter, ret = prog
+    s = Symbolizer(maps, tool=tool)
+    loc = s.code([ret])[ret]
+    assert loc.function == "main" and os.path.basename(loc.file) == "p.c" and loc.line == 18
+    names = s.data([lock, counter + 2])
+    assert names[lock] == "queue_lock"
+    assert names[counter + 2] == "counter+2"
+
+
+def test_no_tool_gives_empty(prog):
+    maps, lock, _counter, ret = prog
+    s = Symbolizer(maps, tool=None)
+    s.tool = None
+    assert s.code([ret])[ret].function == ""
+    assert s.data([0x10])[0x10] is None
