@@ -100,10 +100,10 @@ def summary_lines(report: dict) -> list[str]:
     if lk:
         s = lk["summary"]
         cp = s["critical_path"]
-        est = " (estimated)" if lk.get("estimated") else ""
+        est = "~" if lk.get("estimated") else ""  # sampled timing: an estimate
         lines.append(
             f"locks     {count(s['acquisitions'])} acquisitions, {count(s['contended'])}"
-            f" contended, wait {seconds(s['wait_s'])}{est}, hold {seconds(s['hold_s'])}"
+            f" contended, wait {est}{seconds(s['wait_s'])}, hold {est}{seconds(s['hold_s'])}"
         )
         lines.append(
             f"critical  {count(cp['events'])} sections on the path, hold"
