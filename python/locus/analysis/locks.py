@@ -547,19 +547,19 @@ def _union_hold(e_th, nth, ev: LockEvents, is_hold, whold) -> np.ndarray:
 
 
 def _service(run: RunDir, th: Threads, blocking_wait: np.ndarray):
-    """Service (on-CPU) time of each thread from sched.bin: last - first sample."""
+    """Service (on-CPU) time of each thread from sched.bin: its last cumulative sample."""
     s = run.sched()
     n = len(th.tid)
     out = np.full(n, np.nan)
     s = s[s["tid"] != 0]
     if len(s) == 0:
         return out, None
+    # service_ns is cumulative since the task started, so its last value is the task's
+    # whole service time; last - first would miss what ran before the first sample.
     inv, first = group(s["pid"], s["tid"])
     hi = np.zeros(len(first))
-    lo = np.full(len(first), np.inf)
     np.maximum.at(hi, inv, s["service_ns"].astype(np.float64))
-    np.minimum.at(lo, inv, s["service_ns"].astype(np.float64))
-    svc = {(int(s["pid"][f]), int(s["tid"][f])): (hi[j] - lo[j]) / 1e9 for j, f in enumerate(first)}
+    svc = {(int(s["pid"][f]), int(s["tid"][f])): hi[j] / 1e9 for j, f in enumerate(first)}
     pids = [p.pid for p in run.procs]
     missing = 0
     for i in range(n):
