@@ -48,8 +48,9 @@ def test_chain_of_handoffs(tmp_path):
     s = res["summary"]["critical_path"]
     assert s["events"] == 3
     assert abs(s["hold_s"] - 0.16) < 1e-9
-    # Waits the path jumped through: C's 130 ms, B's 90 ms, main's join 100 ms.
-    assert abs(s["wait_s"] - (0.13 + 0.09 + 0.1)) < 1e-9
+    # Waits the path jumped through: C's 130 ms, B's 90 ms; main's join (100 ms) apart.
+    assert abs(s["wait_s"] - (0.13 + 0.09)) < 1e-9
+    assert abs(s["join_wait_s"] - 0.1) < 1e-9
     lock = next(r for r in res["locks"] if r["address"] == hex(L))
     assert lock["critical_events"] == 3
     assert abs(lock["critical_wait_s"] - 0.22) < 1e-9
