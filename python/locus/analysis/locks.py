@@ -291,6 +291,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     is_join_ev = kind == JOIN
     cwait_all = np.where(cp.jumped, np.maximum(ev.t_acq - ev.t_req, 0.0), 0.0)
     cwait = np.where(is_join_ev, 0.0, cwait_all)
+    wwait_nj = np.where(is_join_ev, 0.0, wwait)
 
     def per(ids, n, vals):
         return np.bincount(ids, weights=vals, minlength=n) if len(ids) else np.zeros(n)
@@ -334,13 +335,14 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "acquisitions": per(c_sid, nsites, c_acq),
         "contended": per(c_sid, nsites, c_cont),
         "failed": per(c_sid, nsites, c_fail),
-        "wait_s": per(e_sid, nsites, wwait),
+        "wait_s": per(e_sid, nsites, wwait_nj),
         "hold_s": per(e_sid, nsites, whold),
         "critical_wait_s": per(e_sid, nsites, cwait),
         "estimated": per(e_sid, nsites, sampled.astype(float)) > 0,
     }
     s_real = ~_INSTANT[_kind_of_family(l_fam[s_lid])] if nsites else np.zeros(0, bool)
-    s_rows = np.flatnonzero(s_real & ~is_instant_fam[s_lid]) if nsites else np.zeros(0, int)
+    s_keep = s_real & ~is_instant_fam[s_lid] & ~is_join_fam[s_lid]
+    s_rows = np.flatnonzero(s_keep) if nsites else np.zeros(0, int)
     s_order = s_rows[np.lexsort((-S["acquisitions"][s_rows], -S["wait_s"][s_rows]))]
 
     # Threads.
@@ -360,7 +362,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     T = {
         "acquisitions": per(c_th[okc], nth, c_acq[okc]),
         "contended": per(c_th[okc], nth, c_cont[okc]),
-        "wait_s": per(e_th, nth, wwait),
+        "wait_s": per(e_th, nth, wwait_nj),
         "hold_combined_s": per(e_th, nth, whold),
         "hold_s": _union_hold(e_th, nth, ev, is_hold, whold),
         "critical_hold_s": per(e_th, nth, cp.hold_on_path_s),
@@ -373,7 +375,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     T["service_s"] = service
 
     # Dependency loss (Tudor & Teo).
-    loss = _dependency_loss(run, th, service, float(blocking_wait.sum()), duration, notes)
+    lock_blocking = float(np.where(is_join_ev, 0.0, blocking_wait).sum())
+    loss = _dependency_loss(run, th, service, lock_blocking, duration, notes)
 
     # Names.
     names = _Names(run, opts.symbols)
