@@ -51,10 +51,7 @@ LOCUS_EXPORT int pthread_join(pthread_t th, void **ret) {
   return r;
 }
 
-static int exit_status = INT32_MIN;
-
 LOCUS_EXPORT void exit(int status) {
-  exit_status = status;
   if (locus_proc_hdr) locus_proc_hdr->exit_status = status;
   REAL(exit_, "exit")(status);
 }
