@@ -19,6 +19,14 @@ import os
 import numpy as np
 
 from locus import FORMAT_VERSION, __version__
+from locus.analysis.kinds import (  # noqa: F401  (re-exported for tests that build runs)
+    EV_BROADCAST,
+    EV_CONTENDED,
+    EV_FAILED,
+    EV_SAMPLED,
+    EV_TRY,
+    EV_UNRELEASED,
+)
 from locus.rundir import (
     CLOCK_MONOTONIC,
     LC_HEADER,
@@ -51,13 +59,6 @@ KINDS = {
     "join": 14,
     "create": 15,
 }
-
-EV_CONTENDED = 1
-EV_TRY = 2
-EV_FAILED = 4
-EV_UNRELEASED = 8
-EV_SAMPLED = 16
-EV_BROADCAST = 32
 
 START_NS = 1_000_000_000_000
 
