@@ -97,7 +97,7 @@ enum locus_lock_kind {
   LOCUS_LK_KIND_MAX = 16
 };
 
-#define LOCUS_EV_CONTENDED 1u  /* the first attempt failed: the thread had to wait */
+#define LOCUS_EV_CONTENDED 1u  /* the thread had to wait for the lock */
 #define LOCUS_EV_TRY 2u        /* a trylock call (never waits) */
 #define LOCUS_EV_FAILED 4u     /* trylock failed or timed wait timed out: not acquired */
 #define LOCUS_EV_UNRELEASED 8u /* still held when the thread/process ended; t_rel = end */
@@ -127,7 +127,7 @@ struct locus_lock_count { /* 64 bytes */
   uint64_t lock;          /* header: number of slots in this table (including header) */
   uint64_t site;          /* header: generation */
   uint64_t acquisitions;  /* successful acquisitions (incl. successful trylocks) */
-  uint64_t contended;     /* acquisitions whose first attempt failed */
+  uint64_t contended;     /* acquisitions that had to wait */
   uint64_t failed;        /* failed trylocks / timed out waits */
   uint64_t timed;         /* how many of them were timed (written as events) */
   uint32_t tid;

@@ -49,11 +49,11 @@ static int fnest_block(void *l, const void *a) {
     }                                                              \
     locus_lock_acquire(me, l, kind, SITE, try_fn, block_fn, NULL); \
   }
-#define UNSET(name, field)                      \
-  LOCUS_EXPORT void name(void *l) {             \
-    struct locus_self *me = locus_locks_self(); \
-    if (me) locus_lock_release(me, l);          \
-    REAL(field, #name)(l);                      \
+#define UNSET(name, field)          \
+  LOCUS_EXPORT void name(void *l) { \
+    locus_lock_release(l);          \
+    REAL(field, #name)(l);          \
+    locus_lock_released();          \
   }
 #define TEST(name, field, kind, try_fn)                    \
   LOCUS_EXPORT int name(void *l) {                         \
@@ -95,9 +95,9 @@ LOCUS_EXPORT void GOMP_critical_start(void) {
 }
 
 LOCUS_EXPORT void GOMP_critical_end(void) {
-  struct locus_self *me = locus_locks_self();
-  if (me) locus_lock_release(me, UNNAMED_CRITICAL);
+  locus_lock_release(UNNAMED_CRITICAL);
   REAL(gomp_critical_end, "GOMP_critical_end")();
+  locus_lock_released();
 }
 
 LOCUS_EXPORT void GOMP_critical_name_start(void **pptr) {
@@ -110,9 +110,9 @@ LOCUS_EXPORT void GOMP_critical_name_start(void **pptr) {
 }
 
 LOCUS_EXPORT void GOMP_critical_name_end(void **pptr) {
-  struct locus_self *me = locus_locks_self();
-  if (me) locus_lock_release(me, pptr);
+  locus_lock_release(pptr);
   REAL(gomp_critical_name_end, "GOMP_critical_name_end")(pptr);
+  locus_lock_released();
 }
 
 LOCUS_EXPORT void GOMP_barrier(void) {

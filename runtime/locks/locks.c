@@ -174,6 +174,30 @@ void locus_lock_timed_fast(struct locus_self *me, struct locus_lock_count *e, ui
   if (e) e->timed++;
 }
 
+void locus_lock_timed_done(struct locus_self *me, void *obj, uint16_t kind, uint64_t site,
+                           struct locus_lock_count *e, uint32_t w, uint64_t t0, uint64_t t1,
+                           int contended) {
+  locus_sample_adapt(&lt.us, t1);
+  if (e) {
+    e->acquisitions++;
+    e->timed++;
+    if (contended) e->contended++;
+  }
+  /* An uncontended acquisition's few nanoseconds in the real lock are not waiting. */
+  push_held(me, (uint64_t)(uintptr_t)obj, kind, site, contended ? t0 : t1, t1,
+            contended ? LOCUS_EV_CONTENDED : 0, w);
+}
+
+void locus_lock_flush_done(void) {
+  lt.has_done = 0;
+  put_event(&locus_me, &lt.done, 0, lt.t_done, 0);
+}
+
+void locus_lock_failed(struct locus_self *me, void *obj, uint16_t kind, uint64_t site) {
+  struct locus_lock_count *e = locus_count_entry(me, (uint64_t)(uintptr_t)obj, site, kind);
+  if (e) e->failed++;
+}
+
 int locus_lock_slow(struct locus_self *me, void *obj, uint16_t kind, uint64_t site, int r,
                     locus_block_fn block_fn, const void *arg) {
   uint64_t lock = (uint64_t)(uintptr_t)obj;
@@ -239,12 +263,15 @@ int locus_lock_try(struct locus_self *me, void *obj, uint16_t kind, uint64_t sit
   return r;
 }
 
-void locus_lock_release(struct locus_self *me, void *obj) {
-  if (LOCUS_LIKELY(lt.nheld == 0)) return;
+void locus_lock_release_held(struct locus_self *me, void *obj) {
   uint64_t lock = (uint64_t)(uintptr_t)obj;
   for (int i = lt.nheld - 1; i >= 0; i--) {
     if (lt.held[i].lock != lock) continue;
-    put_event(me, &lt.held[i], 0, locus_ticks(), 0);
+    if (lt.has_done) locus_lock_flush_done();
+    lt.done = lt.held[i];
+    lt.t_done = locus_ticks();
+    lt.has_done = 1;
+    (void)me;
     memmove(&lt.held[i], &lt.held[i + 1], (size_t)(lt.nheld - 1 - i) * sizeof lt.held[0]);
     lt.nheld--;
     return;
@@ -359,6 +386,7 @@ void locus_lock_object(struct locus_self *me, void *obj, uint16_t kind, uint64_t
 static void flush_unreleased(void) {
   struct locus_self *me = &locus_me;
   if (me->state != 1) return;
+  if (lt.has_done) locus_lock_flush_done();
   uint64_t now = locus_ticks();
   for (int i = 0; i < lt.nheld; i++) put_event(me, &lt.held[i], 0, now, LOCUS_EV_UNRELEASED);
   lt.nheld = 0;
@@ -401,6 +429,7 @@ static void after_fork(void) {
   locus_stream_reset_after_fork(&count_stream);
   locus_stream_reset_after_fork(&obj_stream);
   locus_locks_on = 0;
+  lt.has_done = 0;
   open_streams();
   for (int i = 0; i < lt.nheld; i++) lt.held[i].stack = 0;
 }

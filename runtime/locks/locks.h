@@ -3,6 +3,7 @@
 #ifndef LOCUS_LOCKS_H
 #define LOCUS_LOCKS_H
 
+#include <errno.h>
 #include <stdint.h>
 
 #include "../core/runtime.h"
@@ -14,7 +15,10 @@ typedef int (*locus_block_fn)(void *obj, const void *arg);
 
 #define MAX_HELD 32
 #define LOCUS_CACHE 16
-#define LOCUS_CACHE_SLOT(lock) (((lock) >> 6) & (LOCUS_CACHE - 1))
+/* Locks are often adjacent in memory (an array of 40-byte mutexes): mix the address bits
+ * above the alignment so that neighbours land in different slots. */
+#define LOCUS_CACHE_SLOT(lock) \
+  ((((lock) >> 3) ^ ((lock) >> 7) ^ ((lock) >> 11)) & (LOCUS_CACHE - 1))
 
 struct sampler {
   uint32_t period, countdown;
@@ -33,8 +37,12 @@ struct locus_locks_tls {
   struct locus_lock_count *cache[LOCUS_CACHE];
   uint32_t nslots, used, gen;
   struct sampler us, cs, ss;
-  int nheld;
+  int nheld, has_done;
   struct held held[MAX_HELD];
+  /* A released section whose record is written after the real unlock, so that writing it
+   * (and now and then mapping a new chunk) never lengthens the program's critical section. */
+  struct held done;
+  uint64_t t_done;
 };
 extern LOCUS_TLS struct locus_locks_tls locus_lt;
 extern int locus_locks_on;
@@ -70,7 +78,41 @@ static inline void locus_lock_fast(struct locus_self *me, void *obj, uint16_t ki
   uint32_t w = locus_sample_hit(&locus_lt.us);
   if (LOCUS_UNLIKELY(w)) locus_lock_timed_fast(me, e, lock, kind, site, w);
 }
-/* After the first attempt failed with `r`. */
+/* A blocking acquisition, for locks whose contention can be read after the fact
+ * (`contended_fn`, on the lock just taken). Everything but the contention test is booked
+ * before the real lock is called, so the program's critical section is not lengthened by
+ * the runtime; only the 1-in-N timed acquisitions go out of line. */
+typedef int (*locus_contended_fn)(void *obj);
+void locus_lock_timed_done(struct locus_self *me, void *obj, uint16_t kind, uint64_t site,
+                           struct locus_lock_count *e, uint32_t w, uint64_t t0, uint64_t t1,
+                           int contended);
+void locus_lock_failed(struct locus_self *me, void *obj, uint16_t kind, uint64_t site);
+static inline int locus_lock_block(struct locus_self *me, void *obj, uint16_t kind, uint64_t site,
+                                   locus_block_fn block_fn, const void *arg,
+                                   locus_contended_fn contended_fn) {
+  struct locus_lock_count *e = locus_count_entry(me, (uint64_t)(uintptr_t)obj, site, kind);
+  uint32_t w = locus_sample_hit(&locus_lt.us);
+  if (LOCUS_UNLIKELY(w)) {
+    uint64_t t0 = locus_ticks();
+    int r = block_fn(obj, arg);
+    uint64_t t1 = locus_ticks();
+    if (r != 0 && r != EOWNERDEAD)
+      locus_lock_failed(me, obj, kind, site);
+    else
+      locus_lock_timed_done(me, obj, kind, site, e, w, t0, t1, contended_fn(obj));
+    return r;
+  }
+  if (LOCUS_LIKELY(e != NULL)) e->acquisitions++;
+  int r = block_fn(obj, arg);
+  if (LOCUS_UNLIKELY(r != 0 && r != EOWNERDEAD)) {
+    if (e) e->acquisitions--;
+    locus_lock_failed(me, obj, kind, site);
+  } else if (LOCUS_UNLIKELY(contended_fn(obj)) && e) {
+    e->contended++;
+  }
+  return r;
+}
+/* After the first attempt failed with `r` (EBUSY: the lock was seen held). */
 int locus_lock_slow(struct locus_self *me, void *obj, uint16_t kind, uint64_t site, int r,
                     locus_block_fn block_fn, const void *arg);
 
@@ -83,13 +125,26 @@ static inline struct locus_self *locus_locks_self(void) {
   return locus_self_get();
 }
 
+void locus_lock_release_held(struct locus_self *me, void *obj);
+void locus_lock_flush_done(void);
+/* Call before the real unlock, so the release time precedes the next acquisition. Only
+ * timed sections are on the held stack, so most releases end at the first test. */
+static inline void locus_lock_release(void *obj) {
+  if (LOCUS_UNLIKELY(locus_lt.nheld != 0)) {
+    struct locus_self *me = locus_locks_self();
+    if (me) locus_lock_release_held(me, obj);
+  }
+}
+/* Call after the real unlock. */
+static inline void locus_lock_released(void) {
+  if (LOCUS_UNLIKELY(locus_lt.has_done)) locus_lock_flush_done();
+}
+
 int locus_lock_acquire(struct locus_self *me, void *obj, uint16_t kind, uint64_t site,
                        locus_try_fn try_fn, locus_block_fn block_fn, const void *arg);
 /* A trylock the program called itself: never waits. */
 int locus_lock_try(struct locus_self *me, void *obj, uint16_t kind, uint64_t site,
                    locus_try_fn try_fn);
-/* Call before the real unlock, so the release time precedes the next acquisition. */
-void locus_lock_release(struct locus_self *me, void *obj);
 /* A lock without a try operation (GOMP_critical_start): timed, contention inferred. */
 void locus_lock_blind(struct locus_self *me, void *obj, uint16_t kind, uint64_t site,
                       void (*lock_fn)(void *), void *lock_arg);

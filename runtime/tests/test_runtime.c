@@ -18,6 +18,45 @@
 /* ---- the workloads, run in the preloaded child ---- */
 static pthread_mutex_t m_a = PTHREAD_MUTEX_INITIALIZER, m_b = PTHREAD_MUTEX_INITIALIZER;
 
+static pthread_mutex_t m_rec, m_err, m_rob;
+
+static void *take_and_leave(void *arg) {
+  pthread_mutex_t *m = arg;
+  pthread_mutex_lock(m);
+  pthread_mutex_unlock(m);
+  return NULL;
+}
+
+/* Each mutex type: recursive relocks and an error are not contention; a lock held by
+ * another thread is, whether glibc marks it with 2 (normal) or FUTEX_WAITERS (robust). */
+static int case_types(void) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&m_rec, &a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+  pthread_mutex_init(&m_err, &a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_NORMAL);
+  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(&m_rob, &a);
+  for (int i = 0; i < 3; i++) pthread_mutex_lock(&m_rec);
+  for (int i = 0; i < 3; i++) pthread_mutex_unlock(&m_rec);
+  pthread_mutex_lock(&m_err);
+  if (pthread_mutex_lock(&m_err) != EDEADLK) return 1;
+  pthread_mutex_unlock(&m_err);
+  pthread_mutex_t *held[2] = {&m_a, &m_rob};
+  for (int i = 0; i < 2; i++) {
+    struct timespec ms = {0, 30000000};
+    pthread_t t;
+    pthread_mutex_lock(held[i]);
+    pthread_create(&t, NULL, take_and_leave, held[i]);
+    nanosleep(&ms, NULL);
+    pthread_mutex_unlock(held[i]);
+    pthread_join(t, NULL);
+  }
+  return 0;
+}
+
 static void *hammer(void *arg) {
   long n = (long)arg;
   for (long i = 0; i < n; i++) {
@@ -105,7 +144,7 @@ static int proc_dir(const char *run, char *out, size_t n) {
 }
 
 struct totals {
-  uint64_t acq, contended, timed, events, weight, unreleased, tables;
+  uint64_t acq, contended, failed, timed, events, weight, unreleased, tables;
   uint64_t max_gen_entries;
 };
 
@@ -130,6 +169,7 @@ static struct totals read_totals(const char *pd, uint64_t lock) {
       if (!e->kind || (lock && e->lock != lock)) continue;
       t.acq += e->acquisitions;
       t.contended += e->contended;
+      t.failed += e->failed;
       t.timed += e->timed;
       t.max_gen_entries++;
     }
@@ -193,26 +233,32 @@ static void write_addrs(void) {
   char path[4096];
   snprintf(path, sizeof path, "%s/addrs", getenv("LOCUS_DIR"));
   FILE *f = fopen(path, "w");
-  fprintf(f, "%lx %lx\n", (unsigned long)&m_a, (unsigned long)&m_b);
+  fprintf(f, "%lx %lx %lx %lx %lx\n", (unsigned long)&m_a, (unsigned long)&m_b,
+          (unsigned long)&m_rec, (unsigned long)&m_err, (unsigned long)&m_rob);
   fclose(f);
 }
 
-static uint64_t addr_a, addr_b;
+static uint64_t addr_a, addr_b, addr_rec, addr_err, addr_rob;
 static void read_addrs(const char *run) {
   char path[4300];
   snprintf(path, sizeof path, "%s/addrs", run);
   FILE *f = fopen(path, "r");
-  unsigned long a = 0, b = 0;
-  if (f && fscanf(f, "%lx %lx", &a, &b) != 2) a = b = 0;
+  unsigned long a[5] = {0};
+  if (f && fscanf(f, "%lx %lx %lx %lx %lx", &a[0], &a[1], &a[2], &a[3], &a[4]) != 5)
+    memset(a, 0, sizeof a);
   if (f) fclose(f);
-  addr_a = a;
-  addr_b = b;
+  addr_a = a[0];
+  addr_b = a[1];
+  addr_rec = a[2];
+  addr_err = a[3];
+  addr_rob = a[4];
 }
 
 int main(int argc, char **argv) {
   if (argc == 2 && getenv("LOCUS_DIR")) write_addrs();
   if (argc == 2 && !strcmp(argv[1], "counts")) return case_counts();
   if (argc == 2 && !strcmp(argv[1], "many")) return case_many();
+  if (argc == 2 && !strcmp(argv[1], "types")) return case_types();
   if (argc == 2 && !strcmp(argv[1], "nested")) return case_nested();
   if (argc == 2 && !strcmp(argv[1], "killed")) return case_killed();
   if (argc == 2 && !strcmp(argv[1], "unreleased")) return case_unreleased();
@@ -260,6 +306,27 @@ int main(int argc, char **argv) {
   } else
     ok = 0;
   finish("LOCUS_TIME_ALL times every critical section", ok);
+
+  /* Contention read from the lock word, per mutex type. */
+  snprintf(run, sizeof run, "%s/types", base);
+  mkdir(run, 0755);
+  ok = run_case(self, lib, "types", run, 0, &st) == 0 && WIFEXITED(st) && !WEXITSTATUS(st);
+  if (ok && proc_dir(run, pd, sizeof pd) == 0) {
+    read_addrs(run);
+    struct totals rec = read_totals(pd, addr_rec), err = read_totals(pd, addr_err);
+    struct totals nor = read_totals(pd, addr_a), rob = read_totals(pd, addr_rob);
+    CHECK(rec.acq == 3 && rec.contended == 0, "recursive: acq %lu contended %lu",
+          (unsigned long)rec.acq, (unsigned long)rec.contended);
+    CHECK(err.acq == 1 && err.failed == 1 && err.contended == 0,
+          "errorcheck: acq %lu failed %lu contended %lu", (unsigned long)err.acq,
+          (unsigned long)err.failed, (unsigned long)err.contended);
+    CHECK(nor.acq == 2 && nor.contended == 1, "normal: acq %lu contended %lu",
+          (unsigned long)nor.acq, (unsigned long)nor.contended);
+    CHECK(rob.acq == 2 && rob.contended == 1, "robust: acq %lu contended %lu",
+          (unsigned long)rob.acq, (unsigned long)rob.contended);
+  } else
+    ok = 0;
+  finish("contention per mutex type: recursive, errorcheck, normal, robust", ok);
 
   /* Count tables grow: 3000 locks (several generations), none lost. */
   snprintf(run, sizeof run, "%s/many", base);
