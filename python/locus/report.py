@@ -107,9 +107,16 @@ def filter_locks(lk: dict, f: Filters) -> dict:
     if f.lock or f.min_wait or f.min_hold:
         ids = {r["id"] for r in locks}
         sites = [r for r in sites if r["lock"] in ids]
+    stacks = lk.get("stacks", [])
+    if f.lock or f.site or f.min_wait or f.min_hold:
+        ids = {r["id"] for r in locks}
+        stacks = [r for r in stacks if r["lock"] in ids]
+    if f.site:
+        stacks = [r for r in stacks if r["frames"] and _match_site(r["frames"][0], f.site)]
     n = f.top or None
     out = dict(lk)
     out["locks"], out["sites"], out["threads"] = locks[:n], sites[:n], threads[:n]
+    out["stacks"] = stacks[: n or 20]
     out["shown"] = {"locks": len(out["locks"]), "sites": len(out["sites"])}
     out["total"] = {"locks": len(lk["locks"]), "sites": len(lk["sites"])}
     return out

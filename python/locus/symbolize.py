@@ -225,6 +225,14 @@ class Symbolizer:
         res = self._batch("code", list(adj.values()))
         return {a: res[b] for a, b in adj.items()}  # type: ignore[misc]
 
+    def module_offset(self, addr: int) -> str | None:
+        """`module+0xOFFSET` (ELF virtual address) of a code address, or None."""
+        loc = _locate(self.mods, addr)
+        if loc is None:
+            return None
+        m, v = loc
+        return f"{os.path.basename(m.path)}+{v:#x}"
+
     def data(self, addrs: list[int]) -> dict[int, str | None]:
         """Name of the data symbol holding each address (None: heap, stack, stripped)."""
         return self._batch("data", list(addrs))  # type: ignore[return-value]

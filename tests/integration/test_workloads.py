@@ -170,3 +170,29 @@ def test_openmp_counts(locus):
     omp = {k: v for k, v in by_kind.items() if "omp" in k}
     assert truth["omp_set_lock"] in omp.values(), by_kind
     assert truth["omp_critical"] in omp.values(), by_kind
+
+
+def test_call_stacks_reported(locus):
+    """--call-stack: the report lists wait and hold per call stack, frames symbolized down
+    to the workload's thread functions; without it, no stacks."""
+    _truth, rep = record_with_truth(
+        locus, "sharequeue", "1", "2", "20000", options=("--call-stack",)
+    )
+    lk = rep["lenses"]["locks"]
+    assert lk["stacks"], "no stacks with --call-stack"
+    ids = {r["id"] for r in lk["locks"]}
+    funcs = set()
+    for st in lk["stacks"]:
+        assert st["lock"] in ids
+        assert st["frames"] and st["events"] > 0 and st["hold_s"] >= 0
+        funcs |= {f["function"] for f in st["frames"]}
+    assert {"producer", "consumer"} <= funcs, funcs
+    # Timed events with a stack cannot stand for more sections than there were.
+    queue = [r for r in lk["locks"] if r["name"] == "queue_lock"]
+    assert queue and sum(s["events"] for s in lk["stacks"] if s["lock"] == queue[0]["id"]) <= (
+        queue[0]["acquisitions"] * 1.05
+    )
+    text = locus.run("report", str(locus.tmp / f"run{locus._runs}")).stdout.decode()
+    assert "Call stacks by wait time" in text and "producer" in text
+    _truth, plain = record_with_truth(locus, "sharequeue", "1", "2", "2000")
+    assert plain["lenses"]["locks"]["stacks"] == []

@@ -72,6 +72,7 @@ class LockEvents:
     t_req: np.ndarray  # seconds since the run origin
     t_acq: np.ndarray
     t_rel: np.ndarray
+    stack: np.ndarray  # id in the process's stacks.bin, 0 = none (no --call-stack)
     lock_id: np.ndarray  # index of (proc, lock, family), set by the analysis
     thread_rank: np.ndarray  # rank of (proc, tid); events are sorted by (rank, t_acq)
 
@@ -94,7 +95,7 @@ def load_events(run: RunDir) -> LockEvents:
         if len(e) == 0:
             continue
         cols["proc"].append(np.full(len(e), i, dtype=np.int32))
-        for k in ("tid", "kind", "flags", "lock", "site", "obj"):
+        for k in ("tid", "kind", "flags", "lock", "site", "obj", "stack"):
             cols[k].append(e[k])
         cols["weight"].append(np.maximum(e["weight"], 1).astype(np.int64))
         for k in ("t_req", "t_acq", "t_rel"):
@@ -109,6 +110,7 @@ def load_events(run: RunDir) -> LockEvents:
             "lock": np.uint64,
             "site": np.uint64,
             "obj": np.uint64,
+            "stack": np.uint32,
         }
         arrs = {k: np.zeros(0, dtype=z.get(k, np.float64)) for k in cols}
     else:
@@ -274,8 +276,11 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     w = ev.weight.astype(np.float64)
     wait = np.where(is_wait_kind, np.maximum(ev.t_acq - ev.t_req, 0.0), 0.0)
     hold = np.where(is_hold, np.maximum(ev.t_rel - ev.t_acq, 0.0), 0.0)
-    wwait, whold = w * wait, w * hold
     sampled = ev.weight > 1
+    w_wait, w_hold, wait_var = _ratio_weights(
+        ev, e_fam, is_hold, sampled, wait, (c_proc, c_tid, c_lock, c_site, c_fam, c_acq, c_cont)
+    )
+    wwait, whold = w_wait * wait, w_hold * hold
     unreleased = ((ev.flags & EV_UNRELEASED) != 0) & is_hold
 
     # Critical path.
@@ -308,6 +313,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "contended": per(c_lid, nlocks, c_cont),
         "failed": per(c_lid, nlocks, c_fail),
         "wait_s": per(lid, nlocks, wwait),
+        "wait_var": per(lid, nlocks, wait_var),
         "max_wait_s": permax(lid, nlocks, wait),
         "hold_s": per(lid, nlocks, whold),
         "max_hold_s": permax(lid, nlocks, hold),
@@ -413,6 +419,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
                 "wait_s": float(L["wait_s"][i]),
                 "mean_wait_s": float(L["wait_s"][i] / max(L["contended"][i], 1)),
                 "max_wait_s": float(L["max_wait_s"][i]),
+                "wait_rse": (
+                    float(np.sqrt(L["wait_var"][i]) / L["wait_s"][i]) if L["wait_s"][i] > 0 else 0.0
+                ),
                 "hold_s": float(L["hold_s"][i]),
                 "mean_hold_s": float(L["hold_s"][i] / max(L["acquisitions"][i], 1)),
                 "max_hold_s": float(L["max_hold_s"][i]),
@@ -431,7 +440,11 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         lk = int(s_lid[i])
         sites_out.append(
             {
-                "function": (loc.function if loc and loc.function else _fmt_addr(int(s_site[i]))),
+                "function": (
+                    loc.function
+                    if loc and loc.function
+                    else names.fallback(int(l_proc[s_lid[i]]), int(s_site[i]))
+                ),
                 "file": loc.file if loc else "",
                 "line": loc.line if loc else 0,
                 "address": _fmt_addr(int(s_site[i])),
@@ -470,8 +483,16 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         frac = float(sampled.mean())
         notes.append(
             f"sampling active: {frac:.0%} of timed events stand for several critical "
-            "sections (weight > 1); times are estimates (count x measured), counts are exact; "
-            "the critical path only sees timed sections"
+            "sections (weight > 1); times are estimates (exact count x mean timed "
+            "duration), counts are exact; the critical path only sees timed sections"
+        )
+    noisy = [r for r in locks_out if r["wait_rse"] > 0.25][:3]
+    if noisy:
+        notes.append(
+            "few timed contended acquisitions: "
+            + "; ".join(f"{r['id']} wait {r['wait_s']:.3g} s ±{r['wait_rse']:.0%}" for r in noisy)
+            + " (one standard error; long, rare waits dominate such totals; --time-all"
+            " times every acquisition)"
         )
     if not run.complete:
         notes.append(_incomplete_note(run))
@@ -514,16 +535,150 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         },
         **loss,
     }
+    stacks_out = _stacks(run, ev, names, lock_id_str, lock_names, wwait_nj, whold, w)
     return {
         "summary": summary,
         "locks": locks_out,
         "sites": sites_out,
+        "stacks": stacks_out,
         "threads": threads_out,
         "notes": notes,
         "estimated": estimated,
         "_critical_path": cp,
         "_events": ev,
     }
+
+
+MIN_GROUP_SAMPLES = 10
+
+
+def _ratio_weights(ev, e_fam, is_hold, sampled, wait, counts):
+    """How much of the run each timed event stands for, as a wait and as a hold.
+
+    Where a thread timed 1 in N of its sections at a (lock, site), the exact counts give a
+    better estimate than N x measured: hold = acquisitions x mean timed hold, and wait =
+    contended acquisitions x mean wait of the timed contended ones. Contention is a small
+    fraction of acquisitions, so weighting a contended event by N (up to 65536) would let one
+    long wait swamp the estimate; the ratio estimator is bounded by the exact contended
+    count. Groups where every event was timed (weight 1) keep weight 1: they are exact.
+
+    Also returns, per event, its share of the variance of the wait estimate (the group's
+    variance, cont^2 s^2 / n, carried by the group's first contended event), so any table can
+    sum variances over its rows."""
+    w = ev.weight.astype(np.float64)
+    n = len(w)
+    if not n or not sampled.any():
+        return w, w, np.zeros(n)
+    c_proc, c_tid, c_lock, c_site, c_fam, c_acq, c_cont = counts
+    ne = n
+    gid, _first = group(
+        np.concatenate([ev.proc.astype(np.int64), c_proc.astype(np.int64)]),
+        np.concatenate([ev.tid.astype(np.int64), c_tid.astype(np.int64)]),
+        np.concatenate([ev.lock, c_lock.astype(np.uint64)]),
+        np.concatenate([ev.site, c_site.astype(np.uint64)]),
+        np.concatenate([e_fam, c_fam]),
+    )
+    g_ev, g_c = gid[:ne], gid[ne:]
+    ng = int(gid.max()) + 1
+    contended = is_hold & ((ev.flags & EV_CONTENDED) != 0)
+    acq = np.bincount(g_c, weights=c_acq, minlength=ng)
+    cont = np.bincount(g_c, weights=c_cont, minlength=ng)
+    n_hold = np.bincount(g_ev, weights=is_hold.astype(float), minlength=ng)
+    n_cont = np.bincount(g_ev, weights=contended.astype(float), minlength=ng)
+    g_sampled = np.bincount(g_ev, weights=sampled.astype(float), minlength=ng) > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r_hold = np.where(n_hold > 0, acq / n_hold, 0.0)
+        r_cont = np.where(n_cont > 0, cont / n_cont, 0.0)
+    use = g_sampled[g_ev] & is_hold & (acq[g_ev] > 0)
+    w_hold = np.where(use, r_hold[g_ev], w)
+    cw = np.where(contended & use, wait, 0.0)
+    s1 = np.bincount(g_ev, weights=cw, minlength=ng)
+    s2 = np.bincount(g_ev, weights=cw * cw, minlength=ng)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var_mean = np.where(n_cont > 1, (s2 - s1 * s1 / n_cont) / (n_cont - 1) / n_cont, 0.0)
+    # A group with few timed contended waits borrows the mean (and spread) of all the timed
+    # contended waits of its lock: one preempted holder's 5 ms wait among 2 samples would
+    # otherwise stand for thousands of contended acquisitions.
+    g_lock = np.zeros(ng, dtype=np.int64)
+    g_lock[g_ev] = ev.lock_id
+    nl = int(ev.lock_id.max()) + 1 if n else 1
+    lc = contended & use
+    p_n = np.bincount(ev.lock_id[lc], minlength=nl).astype(float)
+    p_s1 = np.bincount(ev.lock_id[lc], weights=wait[lc], minlength=nl)
+    p_s2 = np.bincount(ev.lock_id[lc], weights=wait[lc] ** 2, minlength=nl)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p_mean = np.where(p_n > 0, p_s1 / p_n, 0.0)
+        p_var_mean = np.where(p_n > 1, (p_s2 - p_s1 * p_s1 / p_n) / (p_n - 1) / p_n, 0.0)
+        small = n_cont < MIN_GROUP_SAMPLES
+        pooled_total = cont * p_mean[g_lock]
+        scale = np.where(small & (s1 > 0), pooled_total / s1, r_cont)
+    var_mean = np.where(small, p_var_mean[g_lock], var_mean)
+    w_wait = np.where(use, np.where(contended, scale[g_ev], 0.0), w)
+    g_var = np.maximum(var_mean, 0.0) * cont * cont
+    carrier = np.zeros(n, bool)
+    idx = np.flatnonzero(contended & use)
+    if len(idx):
+        _, firsts = np.unique(g_ev[idx], return_index=True)
+        carrier[idx[firsts]] = True
+    return w_wait, w_hold, np.where(carrier, g_var[g_ev], 0.0)
+
+
+def _stacks(run, ev, names, lock_id_str, lock_names, wwait, whold, w, limit=500) -> list:
+    """Wait and hold per (lock, call stack) over the timed events that carry a stack
+    (--call-stack), innermost frame first; sorted by wait, then hold."""
+    m = np.flatnonzero(ev.stack != 0) if len(ev.stack) else np.zeros(0, int)
+    if not len(m):
+        return []
+    inv, first = group(ev.proc[m], ev.lock_id[m], ev.stack[m])
+    n = len(first)
+    W = np.bincount(inv, weights=wwait[m], minlength=n)
+    H = np.bincount(inv, weights=whold[m], minlength=n)
+    C = np.bincount(inv, weights=w[m], minlength=n)
+    tables: dict[int, dict[int, tuple[int, ...]]] = {}
+    # Threads deduplicate their stacks on their own: merge rows with the same frames.
+    merged: dict[tuple, list] = {}
+    for i in range(n):
+        j = m[first[i]]
+        proc, sid, lk = int(ev.proc[j]), int(ev.stack[j]), int(ev.lock_id[j])
+        if lk not in lock_id_str:
+            continue  # joins and instants have no row in the locks table
+        if proc not in tables:
+            st = run.procs[proc].stacks()
+            tables[proc] = {
+                int(r["id"]): tuple(int(x) for x in r["pc"][: int(r["depth"])]) for r in st
+            }
+        key = (proc, lk, tables[proc].get(sid, ()))
+        row = merged.setdefault(key, [sid, 0.0, 0.0, 0.0])
+        row[1] += W[i]
+        row[2] += H[i]
+        row[3] += C[i]
+    rows = sorted(merged.items(), key=lambda kv: (-kv[1][1], -kv[1][2], -kv[1][3]))[:limit]
+    out = []
+    for (proc, lk, pcs), (sid, wait_s, hold_s, events) in rows:
+        frames = []
+        for pc, loc in zip(pcs, names.code_locs([(proc, pc) for pc in pcs])):
+            frames.append(
+                {
+                    "function": (loc.function if loc and loc.function else "")
+                    or names.fallback(proc, pc),
+                    "file": loc.file if loc else "",
+                    "line": loc.line if loc else 0,
+                    "address": _fmt_addr(pc),
+                }
+            )
+        out.append(
+            {
+                "lock": lock_id_str[lk],
+                "lock_name": lock_names.get(lk, ""),
+                "stack_id": sid,
+                "pid": run.procs[proc].pid,
+                "events": int(round(events)),
+                "wait_s": float(wait_s),
+                "hold_s": float(hold_s),
+                "frames": frames,
+            }
+        )
+    return out
 
 
 def _kind_of_family(fam: np.ndarray) -> np.ndarray:
@@ -724,6 +879,13 @@ class _Names:
             for a in addrs:
                 self.code[(p, a)] = res.get(a)
         return [self.code.get(k) for k in keys]
+
+    def fallback(self, proc: int, addr: int) -> str:
+        """A code address without a symbol (stripped binary): module+offset, perf-style,
+        which stays meaningful across runs; the bare address when no module holds it."""
+        s = self.sym(proc)
+        where = s.module_offset(addr) if s is not None else None
+        return where or _fmt_addr(addr)
 
     def lock_name(self, proc: int, lock: int, fam: int) -> str:
         fname = FAMILY_NAMES[fam]

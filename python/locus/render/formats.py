@@ -5,11 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
+import sys
 
 from locus.render.tables import Table, locks_tables, summary_lines
 from locus.render.units import fmt
 
 TABLES = {"locks": locks_tables}
+NARROW_SKIP = {"wait_pct"}
 
 
 def _tables(report: dict) -> list[Table]:
@@ -33,7 +36,10 @@ def to_text(report: dict, width: int | None = None) -> str:
     from rich.table import Table as RichTable
 
     buf = io.StringIO()
-    con = Console(file=buf, width=width or 80, no_color=True, highlight=False, soft_wrap=False)
+    if width is None:
+        # The terminal's width when printing to one; 80 columns in files and pipes.
+        width = shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else 80
+    con = Console(file=buf, width=max(width, 80), no_color=True, highlight=False, soft_wrap=False)
     for line in summary_lines(report):
         con.print(line, markup=False)
     for t in _tables(report):
@@ -48,18 +54,20 @@ def to_text(report: dict, width: int | None = None) -> str:
             collapse_padding=True,
             title_justify="left",
         )
-        for header, unit, key in t.columns:
-            wide = key in ("name", "where")
+        # Derived columns that do not fit 80 columns (they stay in JSON, CSV and Markdown).
+        cols = [c for c in t.columns if width >= 100 or c[2] not in NARROW_SKIP]
+        for header, unit, key in cols:
+            wide = key in ("name", "where", "stack")
             rt.add_column(
                 header,
                 justify="right" if unit else "left",
                 overflow="fold" if wide else "ellipsis",
                 no_wrap=not wide,
-                min_width=12 if wide else None,
+                min_width=22 if key == "name" else 12 if wide else None,
                 ratio=1 if wide else None,
             )
         for r in t.rows:
-            rt.add_row(*(fmt(r.get(k), u) for _h, u, k in t.columns))
+            rt.add_row(*(fmt(r.get(k), u) for _h, u, k in cols))
         con.print(rt)
     notes = _notes(report)
     if notes:
@@ -77,6 +85,11 @@ def _raw(v):
     return v
 
 
+def _one_line(v, sep: str):
+    """Multi-line cells (call stacks) on one line: frames joined by `sep`."""
+    return v.replace("\n", sep) if isinstance(v, str) else v
+
+
 def to_csv(report: dict) -> str:
     """One section per table: a `# name` line, a header line, the rows; sections are
     separated by a blank line. Times are in seconds, percentages in percent."""
@@ -88,7 +101,7 @@ def to_csv(report: dict) -> str:
         buf.write(f"# {t.name}\n")
         w.writerow([k for _h, _u, k in t.columns])
         for r in t.rows:
-            w.writerow([_raw(r.get(k)) for _h, _u, k in t.columns])
+            w.writerow([_one_line(_raw(r.get(k)), " < ") for _h, _u, k in t.columns])
     return buf.getvalue()
 
 
@@ -103,7 +116,10 @@ def to_md(report: dict) -> str:
         out.append("| " + " | ".join(h for h, _u, _k in t.columns) + " |")
         out.append("|" + "|".join("---:" if u else "---" for _h, u, _k in t.columns) + "|")
         for r in t.rows:
-            cells = [str(fmt(r.get(k), u)).replace("|", "\\|") for _h, u, k in t.columns]
+            cells = [
+                _one_line(str(fmt(r.get(k), u)).replace("|", "\\|"), "<br>")
+                for _h, u, k in t.columns
+            ]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     notes = _notes(report)

@@ -32,7 +32,7 @@ def locks_tables(report: dict) -> list[Table]:
         if r["file"]:
             where += f" {r['file'].rsplit('/', 1)[-1]}:{r['line']}"
         sites.append(dict(r, where=where))
-    return [
+    tables = [
         Table(
             "locks",
             "Locks by wait time",
@@ -77,6 +77,32 @@ def locks_tables(report: dict) -> list[Table]:
             lk["threads"],
         ),
     ]
+    if lk.get("stacks"):
+        stacks = [
+            dict(r, stack="\n".join(_frame(f) for f in r["frames"][:8])) for r in lk["stacks"]
+        ]
+        tables.append(
+            Table(
+                "stacks",
+                "Call stacks by wait time (innermost frame first)",
+                [
+                    ("lock", "", "lock"),
+                    ("events", "n", "events"),
+                    ("wait", "s", "wait_s"),
+                    ("hold", "s", "hold_s"),
+                    ("stack", "", "stack"),
+                ],
+                stacks,
+            )
+        )
+    return tables
+
+
+def _frame(f: dict) -> str:
+    where = f["function"]
+    if f["file"]:
+        where += f" {f['file'].rsplit('/', 1)[-1]}:{f['line']}"
+    return where
 
 
 def summary_lines(report: dict) -> list[str]:

@@ -65,3 +65,15 @@ def test_no_tool_gives_empty(prog):
     s.tool = None
     assert s.code([ret])[ret].function == ""
     assert s.data([0x10])[0x10] is None
+
+
+def test_module_offset_for_stripped_code(prog):
+    """Without symbols, a code address is named module+offset (the ELF virtual address),
+    the same in every run of the binary whatever ASLR chose."""
+    maps, _lock, _counter, ret = prog
+    s = Symbolizer(maps, tool=None)
+    where = s.module_offset(ret)
+    assert where is not None and where.startswith("p+0x")
+    v = int(where.split("+")[1], 16)
+    assert 0 < v < 0x100000 and v != ret
+    assert s.module_offset(0x10) is None

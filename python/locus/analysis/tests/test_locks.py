@@ -87,9 +87,38 @@ def test_sampling_weights_estimate_times_counts_exact(tmp_path):
     res = _res(tmp_path, run)
     lk = _lock(res, L)
     assert lk["acquisitions"] == 13  # from the counts table, not 8
-    assert lk["hold_s"] == pytest.approx(0.08)
+    assert lk["hold_s"] == pytest.approx(0.13)  # 13 acquisitions x the timed 10 ms
     assert lk["estimated"] and res["estimated"]
     assert any("sampling active" in n for n in res["notes"])
+
+
+def test_sampled_wait_ratio_estimator_and_its_error(tmp_path):
+    """Sampled waits: exact contended count x mean timed contended wait, not weight x wait;
+    the relative standard error comes from the spread of the timed waits."""
+    run = SynthRun(duration_s=1.0)
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 1.0)
+    for i, wait in enumerate((0.01, 0.03, 0.0, 0.0)):
+        t = 0.1 + 0.2 * i
+        p.event("mutex", tid=1, lock=L, t_req=t, t_acq=t + wait, t_rel=t + wait + 0.001, weight=25)
+    p.count(1, L, 0x401000, "mutex", acquisitions=100, contended=10, timed=4)
+    lk = _lock(_res(tmp_path, run), L)
+    assert lk["wait_s"] == pytest.approx(10 * 0.02)  # weight x wait would say 25 x 0.04 = 1.0
+    assert lk["hold_s"] == pytest.approx(100 * 0.001)
+    # s^2 of (0.01, 0.03) = 2e-4; SE = sqrt(10^2 x 2e-4 / 2) = 0.1, i.e. 50 % of 0.2 s.
+    assert lk["wait_rse"] == pytest.approx(0.5)
+
+
+def test_unsampled_times_stay_exact(tmp_path):
+    run = SynthRun(duration_s=1.0)
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 1.0)
+    p.event("mutex", tid=1, lock=L, t_req=0.1, t_acq=0.3, t_rel=0.4)
+    p.event("mutex", tid=1, lock=L, t_req=0.5, t_acq=0.5, t_rel=0.55)
+    p.count(1, L, 0x401000, "mutex", acquisitions=2, contended=1, timed=2)
+    lk = _lock(_res(tmp_path, run), L)
+    assert (lk["wait_s"], lk["wait_rse"]) == (pytest.approx(0.2), 0.0)
+    assert lk["hold_s"] == pytest.approx(0.15)
 
 
 def test_dependency_loss(tmp_path):
@@ -131,3 +160,22 @@ def test_million_events_runs(tmp_path):
     res = analyze(RunDir.open(path), NOSYM)
     assert res["summary"]["acquisitions"] == 200_000
     assert 0 < res["summary"]["critical_path"]["events"] < 200_000
+
+
+def test_group_with_few_timed_waits_borrows_the_lock_mean(tmp_path):
+    run = SynthRun(duration_s=10.0)
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 10.0)
+    p.thread(2, 0.0, 10.0)
+    for i in range(20):
+        t = 0.1 + 0.01 * i
+        p.event("mutex", tid=1, lock=L, t_req=t, t_acq=t + 0.001, t_rel=t + 0.002, weight=10)
+    p.event("mutex", tid=2, lock=L, t_req=1.0, t_acq=1.01, t_rel=1.011, weight=10)
+    p.count(1, L, 0x401000, "mutex", acquisitions=200, contended=200, timed=20)
+    p.count(2, L, 0x401000, "mutex", acquisitions=1000, contended=1000, timed=1)
+    res = _res(tmp_path, run)
+    by_tid = {t["tid"]: t for t in res["threads"]}
+    assert by_tid[1]["wait_s"] == pytest.approx(200 * 0.001)  # its own 20 samples
+    pooled = (20 * 0.001 + 0.01) / 21
+    assert by_tid[2]["wait_s"] == pytest.approx(1000 * pooled)  # not 1000 x 10 ms
+    assert _lock(res, L)["wait_s"] == pytest.approx(0.2 + 1000 * pooled)
