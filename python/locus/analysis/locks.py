@@ -277,8 +277,16 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     wait = np.where(is_wait_kind, np.maximum(ev.t_acq - ev.t_req, 0.0), 0.0)
     hold = np.where(is_hold, np.maximum(ev.t_rel - ev.t_acq, 0.0), 0.0)
     sampled = ev.weight > 1
+    # Sites: (lock, site).
+    all_lid = np.concatenate([ev.lock_id, c_lid])
+    all_site = np.concatenate([ev.site, c_site.astype(np.uint64)])
+    sinv, sfirst = group(all_lid, all_site) if len(all_lid) else (np.zeros(0, int), [])
+    nsites = len(sfirst)
+    e_sid, c_sid = sinv[: len(ev.lock_id)], sinv[len(ev.lock_id) :]
+    s_lid = all_lid[sfirst] if nsites else np.zeros(0, int)
+    s_site = all_site[sfirst] if nsites else np.zeros(0, np.uint64)
     w_wait, w_hold, wait_var = _ratio_weights(
-        ev, e_fam, is_hold, sampled, wait, (c_proc, c_tid, c_lock, c_site, c_fam, c_acq, c_cont)
+        ev, e_sid, c_sid, is_hold, sampled, wait, (c_tid, c_acq, c_cont)
     )
     wwait, whold = w_wait * wait, w_hold * hold
     unreleased = ((ev.flags & EV_UNRELEASED) != 0) & is_hold
@@ -329,14 +337,6 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     rows_l = np.flatnonzero(~is_instant_fam & ~is_join_fam)
     order = rows_l[np.lexsort((-L["acquisitions"][rows_l], -L["wait_s"][rows_l]))]
 
-    # Sites: (lock, site).
-    all_lid = np.concatenate([lid, c_lid])
-    all_site = np.concatenate([ev.site, c_site.astype(np.uint64)])
-    sinv, sfirst = group(all_lid, all_site) if len(all_lid) else (np.zeros(0, int), [])
-    nsites = len(sfirst)
-    e_sid, c_sid = sinv[: len(lid)], sinv[len(lid) :]
-    s_lid = all_lid[sfirst] if nsites else np.zeros(0, int)
-    s_site = all_site[sfirst] if nsites else np.zeros(0, np.uint64)
     S = {
         "acquisitions": per(c_sid, nsites, c_acq),
         "contended": per(c_sid, nsites, c_cont),
@@ -552,7 +552,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
 MIN_GROUP_SAMPLES = 10
 
 
-def _ratio_weights(ev, e_fam, is_hold, sampled, wait, counts):
+def _ratio_weights(ev, e_sid, c_sid, is_hold, sampled, wait, counts):
     """How much of the run each timed event stands for, as a wait and as a hold.
 
     Where a thread timed 1 in N of its sections at a (lock, site), the exact counts give a
@@ -569,14 +569,12 @@ def _ratio_weights(ev, e_fam, is_hold, sampled, wait, counts):
     n = len(w)
     if not n or not sampled.any():
         return w, w, np.zeros(n)
-    c_proc, c_tid, c_lock, c_site, c_fam, c_acq, c_cont = counts
+    c_tid, c_acq, c_cont = counts
     ne = n
+    # (lock, site) ids already identify the process, the lock and the site.
     gid, _first = group(
-        np.concatenate([ev.proc.astype(np.int64), c_proc.astype(np.int64)]),
+        np.concatenate([e_sid, c_sid]),
         np.concatenate([ev.tid.astype(np.int64), c_tid.astype(np.int64)]),
-        np.concatenate([ev.lock, c_lock.astype(np.uint64)]),
-        np.concatenate([ev.site, c_site.astype(np.uint64)]),
-        np.concatenate([e_fam, c_fam]),
     )
     g_ev, g_c = gid[:ne], gid[ne:]
     ng = int(gid.max()) + 1
