@@ -4,9 +4,9 @@
 
 #include "runtime.h"
 
-extern struct locus_lens locus_lens_locks;
+extern struct locus_lens locus_lens_locks, locus_lens_comm;
 
-struct locus_lens *locus_lenses[] = {&locus_lens_locks, NULL};
+struct locus_lens *locus_lenses[] = {&locus_lens_locks, &locus_lens_comm, NULL};
 
 static int wanted(const char *name) {
   const char *p = locus_cfg.lenses;
@@ -23,6 +23,11 @@ static int wanted(const char *name) {
 void locus_lenses_init(void) {
   for (struct locus_lens **l = locus_lenses; *l; l++)
     (*l)->enabled = wanted((*l)->name) && (*l)->proc_init() == 0;
+}
+
+void locus_lenses_thread_init(void) {
+  for (struct locus_lens **l = locus_lenses; *l; l++)
+    if ((*l)->enabled && (*l)->thread_init) (*l)->thread_init();
 }
 
 void locus_lenses_thread_fini(void) {

@@ -161,6 +161,8 @@ static void start_process(int forked) {
   locus_lenses_init();
   locus_enabled = 1;
   install_signal_handlers();
+  /* Register the main thread now: lenses that sample (comm) start with it. */
+  locus_self_get();
   atomic_fetch_add(&slow_ticks, locus_ticks() - t0);
 }
 

@@ -101,6 +101,7 @@ void locus_stack_after_fork(void);
 struct locus_lens {
   const char *name;
   int (*proc_init)(void);    /* open files; return -1 to disable the lens */
+  void (*thread_init)(void); /* the calling thread was just registered (created or adopted) */
   void (*thread_fini)(void); /* the calling thread ends */
   void (*proc_fini)(void);   /* the calling thread ends the process */
   void (*after_fork)(void);  /* in the child, with the forking thread only */
@@ -108,6 +109,7 @@ struct locus_lens {
 };
 extern struct locus_lens *locus_lenses[];
 void locus_lenses_init(void);
+void locus_lenses_thread_init(void);
 void locus_lenses_thread_fini(void);
 void locus_lenses_proc_fini(void);
 void locus_lenses_after_fork(void);

@@ -84,6 +84,7 @@ static void register_self(uint32_t parent_tid, uint64_t start_routine, uint32_t 
   }
   /* A key value only so that its destructor runs at thread exit (return or pthread_exit). */
   if (exit_key_ok && !(flags & LOCUS_THREAD_MAIN)) pthread_setspecific(exit_key, me);
+  if (locus_enabled) locus_lenses_thread_init();
 }
 
 struct locus_self *locus_self_get(void) {

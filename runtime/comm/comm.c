@@ -1,0 +1,182 @@
+/* The comm lens: reads LOCUS_COMM_* and LOCUS_BIND, opens the comm record files, binds
+ * threads to CPUs when asked, and forwards the life cycle to the selected backend. */
+#define _GNU_SOURCE
+#include "comm.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct locus_comm_config locus_comm_cfg;
+LOCUS_TLS struct locus_comm_tls locus_ct;
+
+static struct locus_stream sample_stream, event_stream, thread_stream;
+static struct locus_comm_backend_ops *ops;
+/* Thread records are written once per thread, at its end: one shared cursor, locked. */
+static struct locus_cursor thread_cursor;
+static atomic_flag thread_cursor_lock = ATOMIC_FLAG_INIT;
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+  const char *v = getenv(name);
+  return v && *v ? strtoull(v, NULL, 10) : dflt;
+}
+
+static void read_config(void) {
+  struct locus_comm_config *c = &locus_comm_cfg;
+  const char *b = getenv("LOCUS_COMM_BACKEND");
+  c->backend = LOCUS_BK_SOFT;
+  if (b && !strcmp(b, "hw")) c->backend = LOCUS_BK_HW;
+  if (b && !strcmp(b, "exact")) c->backend = LOCUS_BK_EXACT;
+  c->period_ns = env_u64("LOCUS_COMM_PERIOD_NS", 1000000);
+  c->period_n = env_u64("LOCUS_COMM_PERIOD_N", 0);
+  c->watchpoints = (int)env_u64("LOCUS_COMM_WATCHPOINTS", 4);
+  if (c->watchpoints > 4) c->watchpoints = 4;
+  c->bulletin = (uint32_t)env_u64("LOCUS_COMM_BULLETIN", 4096);
+  c->line = (uint32_t)env_u64("LOCUS_LINE_SIZE", 64);
+  if (c->line == 0 || (c->line & (c->line - 1))) c->line = 64;
+  const char *bind = getenv("LOCUS_BIND");
+  strncpy(c->bind, bind ? bind : "none", sizeof c->bind - 1);
+}
+
+static int open_streams(void) {
+  return locus_stream_open(&sample_stream, locus_proc_dirfd, "comm.samples.bin") ||
+         locus_stream_open(&event_stream, locus_proc_dirfd, "comm.events.bin") ||
+         locus_stream_open(&thread_stream, locus_proc_dirfd, "comm.threads.bin");
+}
+
+int locus_comm_put_sample(const struct locus_comm_sample *s) {
+  if (locus_cursor_put(&sample_stream, &locus_ct.samples, s, sizeof *s) == 0) return 0;
+  locus_ct.st.dropped++;
+  return -1;
+}
+
+int locus_comm_put_event(const struct locus_comm_event *e) {
+  if (locus_cursor_put(&event_stream, &locus_ct.events, e, sizeof *e) == 0) {
+    locus_ct.st.detections++;
+    return 0;
+  }
+  locus_ct.st.dropped++;
+  return -1;
+}
+
+void locus_comm_write_thread(void) {
+  if (!locus_ct.started) return;
+  locus_ct.st.kind = 1;
+  locus_ct.st.tid = locus_me.tid;
+  locus_ct.st.backend = (uint32_t)locus_comm_cfg.backend;
+  locus_ct.st.period_ns = locus_comm_cfg.period_ns;
+  while (atomic_flag_test_and_set_explicit(&thread_cursor_lock, memory_order_acquire)) {
+  }
+  locus_cursor_put(&thread_stream, &thread_cursor, &locus_ct.st, sizeof locus_ct.st);
+  atomic_flag_clear_explicit(&thread_cursor_lock, memory_order_release);
+  locus_ct.started = 0;
+}
+
+/* "0-3,8,10-11" -> the k-th CPU of the list (wrapping), or -1. */
+static int nth_of_list(const char *list, uint32_t k) {
+  int cpus[1024], n = 0;
+  const char *p = list;
+  while (*p && n < 1024) {
+    char *end;
+    long a = strtol(p, &end, 10);
+    if (end == p) return -1;
+    long b = a;
+    if (*end == '-') b = strtol(end + 1, &end, 10);
+    for (long i = a; i <= b && n < 1024; i++) cpus[n++] = (int)i;
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end) return -1;
+  }
+  return n ? cpus[k % (uint32_t)n] : -1;
+}
+
+int locus_comm_bind_cpu(uint32_t k, int ncpus) {
+  const char *b = locus_comm_cfg.bind;
+  if (ncpus <= 0 || !*b || !strcmp(b, "none")) return -1;
+  if (!strcmp(b, "compact")) return (int)(k % (uint32_t)ncpus);
+  if (!strcmp(b, "scatter")) {
+    /* Spread over the two halves of the CPU range (sockets/nodes are usually numbered in
+     * contiguous halves): 0, n/2, 1, n/2+1, ... */
+    uint32_t half = (uint32_t)(ncpus + 1) / 2, j = k % (uint32_t)ncpus;
+    return (int)((j % 2) ? half + j / 2 : j / 2) % ncpus;
+  }
+  return nth_of_list(b, k);
+}
+
+static void bind_self(void) {
+  int ncpus = (int)sysconf(_SC_NPROCESSORS_CONF);
+  uint32_t k = locus_me.serial ? locus_me.serial - 1 : 0;
+  int cpu = locus_comm_bind_cpu(k, ncpus);
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof set, &set);
+}
+
+static int proc_init(void) {
+  read_config();
+  switch (locus_comm_cfg.backend) {
+    case LOCUS_BK_HW:
+      ops = &locus_comm_hw;
+      break;
+    case LOCUS_BK_EXACT:
+      ops = &locus_comm_exact;
+      break;
+    default:
+      ops = &locus_comm_soft;
+  }
+  if (!ops) {
+    locus_warn("comm: this build has no such backend; the comm lens is off");
+    return -1;
+  }
+  if (open_streams() != 0) {
+    locus_warn("comm: cannot create the record files; the comm lens is off");
+    return -1;
+  }
+  if (ops->proc_init && ops->proc_init() != 0) return -1;
+  return 0;
+}
+
+static void thread_init(void) {
+  memset(&locus_ct, 0, sizeof locus_ct);
+  locus_ct.started = 1;
+  bind_self();
+  if (ops && ops->thread_init) ops->thread_init();
+}
+
+static void thread_fini(void) {
+  if (ops && ops->thread_fini) ops->thread_fini();
+  locus_comm_write_thread();
+  locus_cursor_close(&locus_ct.samples);
+  locus_cursor_close(&locus_ct.events);
+}
+
+static void proc_fini(void) {
+  if (ops && ops->proc_fini) ops->proc_fini();
+  locus_comm_write_thread();
+  locus_cursor_close(&locus_ct.samples);
+  locus_cursor_close(&locus_ct.events);
+}
+
+static void after_fork(void) {
+  memset(&locus_ct.samples, 0, sizeof locus_ct.samples);
+  memset(&locus_ct.events, 0, sizeof locus_ct.events);
+  memset(&locus_ct.st, 0, sizeof locus_ct.st);
+  locus_stream_reset_after_fork(&sample_stream);
+  locus_stream_reset_after_fork(&event_stream);
+  locus_stream_reset_after_fork(&thread_stream);
+  memset(&thread_cursor, 0, sizeof thread_cursor);
+  atomic_flag_clear(&thread_cursor_lock);
+  if (open_streams() != 0) return;
+  if (ops && ops->after_fork) ops->after_fork();
+}
+
+struct locus_lens locus_lens_comm = {
+    .name = "comm",
+    .proc_init = proc_init,
+    .thread_init = thread_init,
+    .thread_fini = thread_fini,
+    .proc_fini = proc_fini,
+    .after_fork = after_fork,
+};

@@ -1,0 +1,59 @@
+/* The comm lens core: configuration, the record streams and the per-thread counters that
+ * every backend (hw, soft, exact) shares. A backend is a struct locus_comm_backend_ops in
+ * its own file; comm.c picks the one LOCUS_COMM_BACKEND names and forwards the life cycle
+ * to it. Backends write through locus_comm_put_sample/event only: those are the one owner
+ * of comm.samples.bin and comm.events.bin. */
+#ifndef LOCUS_COMM_H
+#define LOCUS_COMM_H
+
+#include <stdint.h>
+
+#include "../core/runtime.h"
+
+struct locus_comm_config {
+  int backend;        /* enum locus_comm_backend */
+  uint64_t period_ns; /* LOCUS_COMM_PERIOD_NS: sampling period (soft, hw time-based) */
+  uint64_t period_n;  /* LOCUS_COMM_PERIOD_N: events per sample (hw count-based), 0 = time */
+  int watchpoints;    /* LOCUS_COMM_WATCHPOINTS: debug registers per thread, 0-4 */
+  uint32_t bulletin;  /* LOCUS_COMM_BULLETIN: bulletin-board entries (power of two) */
+  uint32_t line;      /* LOCUS_LINE_SIZE: cache line size in bytes (64) */
+  char bind[256];     /* LOCUS_BIND: compact | scatter | none | CPU list ("0-3,8") */
+};
+extern struct locus_comm_config locus_comm_cfg;
+
+/* What a backend provides. Every hook may be NULL. thread_init/thread_fini run on the
+ * thread concerned; proc_fini on the thread that ends the process, before the counters of
+ * the threads still running are written. */
+struct locus_comm_backend_ops {
+  const char *name;
+  int (*proc_init)(void); /* -1: this backend cannot run here (it said why) */
+  void (*thread_init)(void);
+  void (*thread_fini)(void);
+  void (*proc_fini)(void);
+  void (*after_fork)(void);
+};
+/* Defined by the backend files; weak so that a build without one still links. */
+extern struct locus_comm_backend_ops locus_comm_soft __attribute__((weak));
+extern struct locus_comm_backend_ops locus_comm_hw __attribute__((weak));
+extern struct locus_comm_backend_ops locus_comm_exact __attribute__((weak));
+
+/* Per-thread state of the lens: the counters written to comm.threads.bin and the cursors.
+ * Samples and events are written by the thread that takes them, from its signal handler
+ * (soft, hw, watchpoint traps) or from normal code (exact), never both at once: a backend
+ * that writes from normal code blocks its sampling signal around the write. */
+struct locus_comm_tls {
+  struct locus_cursor samples, events;
+  struct locus_comm_thread st;
+  int started; /* thread_init ran and the counters are live */
+};
+extern LOCUS_TLS struct locus_comm_tls locus_ct;
+
+/* Append a record; 0, or -1 when dropped (counted in st.dropped). Async-signal-safe. */
+int locus_comm_put_sample(const struct locus_comm_sample *s);
+int locus_comm_put_event(const struct locus_comm_event *e);
+/* Write the calling thread's counters now (thread end; exit for running threads). */
+void locus_comm_write_thread(void);
+/* CPU to which the thread of 0-based creation index `k` is bound, or -1 (LOCUS_BIND). */
+int locus_comm_bind_cpu(uint32_t k, int ncpus);
+
+#endif
