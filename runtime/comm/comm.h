@@ -48,6 +48,24 @@ struct locus_comm_tls {
 };
 extern LOCUS_TLS struct locus_comm_tls locus_ct;
 
+/* One sampled access, as every sampling backend hands it to the detector. */
+struct locus_comm_access {
+  uint64_t t;     /* ticks */
+  uint64_t addr;  /* effective address */
+  uint64_t ip;    /* accessing instruction */
+  uint32_t len;   /* bytes */
+  uint32_t flags; /* LOCUS_AC_* */
+  int cpu;        /* -1 unknown */
+};
+/* ComDetective's Algorithm 1 (detect.c): the bulletin board and the watchpoints. Called
+ * by a sampling backend from the signal handler of the thread that took the sample, after
+ * it wrote the sample record. Async-signal-safe. */
+void locus_comm_detect(const struct locus_comm_access *a);
+/* Start/stop the calling thread's watchpoints (detect.c; thread_init/thread_fini of the
+ * sampling backends call them). */
+void locus_comm_detect_thread_init(void);
+void locus_comm_detect_thread_fini(void);
+
 /* Append a record; 0, or -1 when dropped (counted in st.dropped). Async-signal-safe. */
 int locus_comm_put_sample(const struct locus_comm_sample *s);
 int locus_comm_put_event(const struct locus_comm_event *e);
