@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 LOCUS := $(VENV)/bin/locus
 
 APT_PACKAGES := build-essential python3-venv python3-pip libunwind-dev clang-format llvm \
-	binutils pigz sysbench stress-ng libgomp1 procps
+	binutils pigz sysbench stress-ng libgomp1 procps libzydis-dev
 
 SUDO := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 

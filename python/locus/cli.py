@@ -14,8 +14,11 @@ import sys
 from locus import __version__
 from locus.errors import LocusError
 
-LENSES = ("locks",)
-PLANNED_LENSES = ("comm", "numa", "memtrace", "mpi", "scale", "monitor")
+LENSES = ("locks", "comm")
+PLANNED_LENSES = ("numa", "memtrace", "mpi", "scale", "monitor")
+COMM_BACKENDS = ("auto", "hw", "soft", "exact")
+BIND_POLICIES = ("compact", "scatter", "none")
+TIME_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 REPORT_FORMATS = ("text", "json", "csv", "md")
 
 
@@ -66,6 +69,54 @@ def positive_int(value: str) -> int:
     return v
 
 
+def parse_period(value: str) -> tuple[int, int]:
+    """`--period`: a time with a unit (`1ms`, `500us`, `100000ns`) -> (ns, 0), or a bare
+    count of events per sample (hw backend) -> (0, N)."""
+    import re
+
+    v = value.strip()
+    m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s)", v)
+    if m:
+        ns = round(float(m.group(1)) * TIME_UNITS_NS[m.group(2)])
+        if ns <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive: '{value}'")
+        return ns, 0
+    if v.isdigit():
+        if int(v) <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive: '{value}'")
+        return 0, int(v)
+    raise argparse.ArgumentTypeError(
+        f"'{value}' is neither a time (1ms, 500us, 100000ns) nor a count of events"
+    )
+
+
+def parse_watchpoints(value: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: '{value}'") from None
+    if not 0 <= v <= 4:
+        raise argparse.ArgumentTypeError(f"must be 0 to 4 (debug registers): '{value}'")
+    return v
+
+
+def parse_bulletin(value: str) -> int:
+    v = positive_int(value)
+    if v < 2 or v & (v - 1):
+        raise argparse.ArgumentTypeError(f"must be a power of two: '{value}'")
+    return v
+
+
+def parse_bind(value: str) -> str:
+    import re
+
+    if value in BIND_POLICIES or re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", value):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"'{value}': use compact, scatter, none or a CPU list such as 0-3,8"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="locus",
@@ -109,6 +160,39 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="time every lock operation instead of sampling the uncontended ones",
     )
+    c = r.add_argument_group("comm lens (with --lens comm)")
+    c.add_argument(
+        "--backend",
+        choices=COMM_BACKENDS,
+        help="address sampling: auto (hw if PEBS/IBS, else soft), hw, soft, or exact "
+        "(a program built with `locus cc`); default auto",
+    )
+    c.add_argument(
+        "--period",
+        type=parse_period,
+        metavar="TIME|N",
+        help="sampling period: a time (1ms, 500us; default 1ms, at least 100us for soft) "
+        "or N events per sample (hw)",
+    )
+    c.add_argument(
+        "--watchpoints",
+        type=parse_watchpoints,
+        metavar="0-4",
+        help="debug-register watchpoints per thread (default 4)",
+    )
+    c.add_argument(
+        "--bulletin-size",
+        dest="bulletin",
+        type=parse_bulletin,
+        metavar="N",
+        help="bulletin-board entries, a power of two (default 4096)",
+    )
+    c.add_argument(
+        "--bind",
+        type=parse_bind,
+        metavar="POLICY",
+        help="pin threads in creation order: compact, scatter, none (default) or a CPU list",
+    )
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
     r.set_defaults(handler=cmd_record, parser=r)
 
@@ -131,6 +215,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--lock", metavar="ID|ADDR|NAME", help="details of one lock")
     rep.add_argument("--site", metavar="FUNC|FILE:LINE", help="only this call site")
+    rep.add_argument(
+        "--by",
+        default="thread",
+        choices=("thread", "core", "node"),
+        help="comm: communication matrix by thread, core (CPU) or NUMA node",
+    )
+    rep.add_argument(
+        "--kind",
+        default="all",
+        choices=("all", "true", "false"),
+        help="comm: all sharing, true sharing only or false sharing only",
+    )
+    rep.add_argument(
+        "--plot", metavar="DIR", help="comm: write PNG and SVG heat maps (all/true/false) to DIR"
+    )
     rep.set_defaults(handler=cmd_report)
 
     cmp_ = sub.add_parser(
@@ -155,6 +254,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doc.add_argument("--format", default="text", choices=("text", "json"))
     doc.set_defaults(handler=cmd_doctor)
+
+    # `locus cc ARGS` / `locus c++ ARGS` never reach argparse (main() hands every word to the
+    # compiler wrapper); these entries only list them in `locus -h`.
+    for name in ("cc", "c++"):
+        sub.add_parser(
+            name,
+            add_help=False,
+            help=f"compile with {name}, instrumenting loads/stores for --backend exact",
+        ).set_defaults(handler=lambda ns: cmd_cc([], ns.command == "c++"))
     return p
 
 
@@ -185,6 +293,30 @@ def cmd_record(ns: argparse.Namespace) -> int:
     lenses: list[str] = []
     for group in ns.lenses or [["locks"]]:
         lenses += [x for x in group if x not in lenses]
+    comm = None
+    comm_given = [
+        opt
+        for opt, v in (
+            ("--backend", ns.backend),
+            ("--period", ns.period),
+            ("--watchpoints", ns.watchpoints),
+            ("--bulletin-size", ns.bulletin),
+            ("--bind", ns.bind),
+        )
+        if v is not None
+    ]
+    if "comm" in lenses:
+        period_ns, period_n = ns.period if ns.period else (None, None)
+        comm = {
+            "backend": ns.backend,
+            "period_ns": period_ns,
+            "period_n": period_n,
+            "watchpoints": ns.watchpoints,
+            "bulletin": ns.bulletin,
+            "bind": ns.bind,
+        }
+    elif comm_given:
+        ns.parser.error(f"{comm_given[0]} applies to the comm lens: add --lens comm")
     return launcher.record(
         cmd,
         out=ns.output,
@@ -192,7 +324,26 @@ def cmd_record(ns: argparse.Namespace) -> int:
         call_stack=ns.call_stack,
         sample_interval_ms=ns.sample_interval,
         time_all=ns.time_all,
+        **({"comm": comm} if comm is not None else {}),
     )
+
+
+def cmd_cc(argv: list[str], cxx: bool) -> int:
+    """`locus cc` / `locus c++`: the compiler wrapper of the exact backend (locus/cc.py)."""
+    name = "c++" if cxx else "cc"
+    try:
+        from locus import cc
+    except ModuleNotFoundError as e:
+        if e.name not in (None, "locus.cc"):
+            raise LocusError(f"`locus {name}` needs the Python module '{e.name}'") from None
+        raise LocusError(
+            f"`locus {name}` is not available in this build (no locus/cc.py)"
+        ) from None
+    except ImportError:
+        raise LocusError(
+            f"`locus {name}` is not available in this build (no locus/cc.py)"
+        ) from None
+    return cc.main(list(argv), cxx=cxx)
 
 
 def check_run(path: str) -> None:
@@ -223,8 +374,13 @@ def cmd_doctor(ns: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        ns = parser.parse_args(argv)
+        if args and args[0] in ("cc", "c++"):
+            rc = cmd_cc(args[1:], cxx=args[0] == "c++")
+            sys.stdout.flush()
+            return int(rc or 0)
+        ns = parser.parse_args(args)
         rc = ns.handler(ns)
         sys.stdout.flush()
         return int(rc or 0)

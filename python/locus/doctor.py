@@ -23,14 +23,29 @@ EVENT_SOURCES = "/sys/bus/event_source/devices"
 
 # perf_event_open(2)
 PERF_TYPE_HARDWARE = 0
+PERF_TYPE_SOFTWARE = 1
+PERF_TYPE_RAW = 4
 PERF_TYPE_BREAKPOINT = 5
 PERF_COUNT_HW_CPU_CYCLES = 0
+PERF_COUNT_SW_TASK_CLOCK = 1
 HW_BREAKPOINT_W = 2
 HW_BREAKPOINT_LEN_8 = 8
 PERF_ATTR_SIZE = 112  # PERF_ATTR_SIZE_VER5: accepted by every kernel since 4.1
+PERF_ATTR_SIZE_VER7 = 128  # with sigtrap (Linux 5.13)
 ATTR_DISABLED = 1 << 0
 ATTR_EXCLUDE_KERNEL = 1 << 5
 ATTR_EXCLUDE_HV = 1 << 6
+ATTR_PRECISE_IP_SHIFT = 15
+ATTR_REMOVE_ON_EXEC = 1 << 36
+ATTR_SIGTRAP = 1 << 37
+# PERF_SAMPLE_IP|TID|TIME|ADDR|CPU|WEIGHT|DATA_SRC: what the hw backend asks for
+HW_SAMPLE_TYPE = 0x1 | 0x2 | 0x4 | 0x8 | 0x80 | 0x4000 | 0x8000
+# Intel load-latency and store events when sysfs gives no encoding (SNB..HSW / SKL+)
+INTEL_MEM_LOADS = 0x01CD
+INTEL_MEM_STORES = 0x82D0
+INTEL_LDLAT = 30
+WATCHPOINT_SLOTS = 4
+LINE_SIZE_FILE = "/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size"
 SYS_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241, "i686": 336, "ppc64le": 319, "riscv64": 241}
 
 CAP_SYS_ADMIN = 21
@@ -74,6 +89,14 @@ class Findings:
     runtime: str | None = None
     runtime_error: str = ""
     decoder: str | None = None
+    # comm lens backends: None = works, else why not
+    hw_sampling: str | None = None  # "mem-loads" or "ibs_op" when an event opened
+    hw_sampling_error: str | None = None
+    soft_error: str | None = None
+    watchpoints: int = WATCHPOINT_SLOTS  # write watchpoints that opened at once (0-4)
+    tsan_compiler: str | None = None  # C compiler accepting -fsanitize=thread
+    tsan_error: str | None = None
+    line_size: int = 64
     cgroup_cpus: float | None = None
     online_cpus: int = 1
     checks: list[Check] = field(default_factory=list)
@@ -97,22 +120,36 @@ def effective_caps() -> int:
     return 0
 
 
-def perf_event_open(type_: int, config: int, bp_addr: int = 0, bp_len: int = 0) -> str | None:
-    """Open (then close) one perf event on this thread; None if it worked, else why not."""
+def perf_attr(
+    type_: int,
+    config: int = 0,
+    flags: int = ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV,
+    period: int = 0,
+    sample_type: int = 0,
+    config1: int = 0,
+    config2: int = 0,
+    bp_type: int = 0,
+    size: int = PERF_ATTR_SIZE,
+) -> ctypes.Array:
+    """A struct perf_event_attr (the offsets are the kernel ABI's)."""
+    attr = ctypes.create_string_buffer(size)
+    ctypes.c_uint32.from_buffer(attr, 0).value = type_
+    ctypes.c_uint32.from_buffer(attr, 4).value = size
+    ctypes.c_uint64.from_buffer(attr, 8).value = config
+    ctypes.c_uint64.from_buffer(attr, 16).value = period
+    ctypes.c_uint64.from_buffer(attr, 24).value = sample_type
+    ctypes.c_uint64.from_buffer(attr, 40).value = flags
+    ctypes.c_uint32.from_buffer(attr, 52).value = bp_type
+    ctypes.c_uint64.from_buffer(attr, 56).value = config1  # bp_addr for breakpoints
+    ctypes.c_uint64.from_buffer(attr, 64).value = config2  # bp_len for breakpoints
+    return attr
+
+
+def perf_open_fd(attr: ctypes.Array) -> tuple[int, str | None]:
+    """perf_event_open(attr, this thread, any CPU): (fd, None) or (-1, why not)."""
     nr = SYS_PERF_EVENT_OPEN.get(platform.machine())
     if nr is None:
-        return f"perf_event_open syscall number unknown on {platform.machine()}"
-    attr = ctypes.create_string_buffer(PERF_ATTR_SIZE)
-    ctypes.c_uint32.from_buffer(attr, 0).value = type_
-    ctypes.c_uint32.from_buffer(attr, 4).value = PERF_ATTR_SIZE
-    ctypes.c_uint64.from_buffer(attr, 8).value = config
-    flags = ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV
-    if type_ == PERF_TYPE_BREAKPOINT:
-        ctypes.c_uint64.from_buffer(attr, 16).value = 1  # sample_period
-        ctypes.c_uint32.from_buffer(attr, 52).value = HW_BREAKPOINT_W
-        ctypes.c_uint64.from_buffer(attr, 56).value = bp_addr
-        ctypes.c_uint64.from_buffer(attr, 64).value = bp_len
-    ctypes.c_uint64.from_buffer(attr, 40).value = flags
+        return -1, f"perf_event_open syscall number unknown on {platform.machine()}"
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     fd = libc.syscall(
@@ -125,9 +162,27 @@ def perf_event_open(type_: int, config: int, bp_addr: int = 0, bp_len: int = 0) 
     )
     if fd < 0:
         err = ctypes.get_errno()
-        return f"{os.strerror(err)} (errno {err})"
-    os.close(fd)
-    return None
+        return -1, f"{os.strerror(err)} (errno {err})"
+    return fd, None
+
+
+def perf_try(attr: ctypes.Array) -> str | None:
+    """Open then close one perf event; None if it worked, else why not."""
+    fd, err = perf_open_fd(attr)
+    if fd >= 0:
+        os.close(fd)
+    return err
+
+
+def perf_event_open(type_: int, config: int, bp_addr: int = 0, bp_len: int = 0) -> str | None:
+    """Open (then close) one perf event on this thread; None if it worked, else why not."""
+    if type_ == PERF_TYPE_BREAKPOINT:
+        attr = perf_attr(
+            type_, config, period=1, bp_type=HW_BREAKPOINT_W, config1=bp_addr, config2=bp_len
+        )
+    else:
+        attr = perf_attr(type_, config)
+    return perf_try(attr)
 
 
 def core_pmu() -> str | None:
@@ -146,6 +201,128 @@ def address_sampling() -> str | None:
     if os.path.isdir(os.path.join(EVENT_SOURCES, "arm_spe_0")):
         return "arm_spe"
     return None
+
+
+def sysfs_event_config(dev: str, event: str, default: int) -> tuple[int, int]:
+    """(config, config1) of a named PMU event from its sysfs encoding, e.g. mem-loads is
+    `event=0xcd,umask=0x1,ldlat=3` (event: config:0-7, umask: config:8-15, ldlat: config1)."""
+    text = read_text(os.path.join(EVENT_SOURCES, dev, "events", event))
+    if not text:
+        return default, 0
+    config = config1 = 0
+    for term in text.split(","):
+        key, _, val = term.partition("=")
+        try:
+            v = int(val, 0) if val else 1
+        except ValueError:
+            continue
+        if key == "event":
+            config |= v & 0xFF
+        elif key == "umask":
+            config |= (v & 0xFF) << 8
+        elif key == "ldlat":
+            config1 = v
+    return config or default, config1
+
+
+def probe_hw_sampling() -> tuple[str | None, str | None]:
+    """(kind, error) of the comm lens's hw backend: PEBS mem-loads/mem-stores with
+    precise_ip=2 (Intel) or an IBS op event (AMD), actually opened on this thread."""
+    period = 10007
+    for dev in ("cpu", "cpu_core"):
+        if not os.path.exists(os.path.join(EVENT_SOURCES, dev, "events", "mem-loads")):
+            continue
+        type_text = read_text(os.path.join(EVENT_SOURCES, dev, "type")) or str(PERF_TYPE_RAW)
+        type_ = int(type_text) if type_text.isdigit() else PERF_TYPE_RAW
+        flags = ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV
+        flags |= 2 << ATTR_PRECISE_IP_SHIFT
+        cfg, _ = sysfs_event_config(dev, "mem-loads", INTEL_MEM_LOADS)
+        err = perf_try(perf_attr(type_, cfg, flags, period, HW_SAMPLE_TYPE, INTEL_LDLAT))
+        if err:
+            return None, f"PEBS mem-loads: {err}"
+        cfg, _ = sysfs_event_config(dev, "mem-stores", INTEL_MEM_STORES)
+        err = perf_try(perf_attr(type_, cfg, flags, period, HW_SAMPLE_TYPE))
+        return "mem-loads", (f"PEBS mem-stores: {err}" if err else None)
+    ibs = os.path.join(EVENT_SOURCES, "ibs_op")
+    if os.path.isdir(ibs):
+        type_text = read_text(os.path.join(ibs, "type")) or ""
+        if not type_text.isdigit():
+            return None, "ibs_op PMU has no type in sysfs"
+        flags = ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV
+        err = perf_try(perf_attr(int(type_text), 0, flags, 0x10000, HW_SAMPLE_TYPE))
+        return ("ibs_op", None) if err is None else (None, f"IBS op: {err}")
+    return None, "no PEBS (cpu/events/mem-loads) or IBS (ibs_op) PMU in " + EVENT_SOURCES
+
+
+def probe_soft_sampling() -> str | None:
+    """The soft backend's signal source: a task-clock event with sigtrap (Linux 5.13)."""
+    flags = ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV
+    flags |= ATTR_REMOVE_ON_EXEC | ATTR_SIGTRAP
+    attr = perf_attr(
+        PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, flags, 1000000, size=PERF_ATTR_SIZE_VER7
+    )
+    return perf_try(attr)
+
+
+def count_watchpoints() -> tuple[int, str | None]:
+    """How many 8-byte write watchpoints this thread can hold at once (x86: 4)."""
+    targets = (ctypes.c_long * WATCHPOINT_SLOTS)()
+    fds: list[int] = []
+    err = None
+    try:
+        for i in range(WATCHPOINT_SLOTS):
+            attr = perf_attr(
+                PERF_TYPE_BREAKPOINT,
+                period=1,
+                bp_type=HW_BREAKPOINT_W,
+                config1=ctypes.addressof(targets) + 8 * i,
+                config2=HW_BREAKPOINT_LEN_8,
+            )
+            fd, err = perf_open_fd(attr)
+            if fd < 0:
+                break
+            fds.append(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return len(fds), err
+
+
+def probe_tsan_compiler() -> tuple[str | None, str | None]:
+    """A C compiler that accepts -fsanitize=thread (what `locus cc` drives)."""
+    import tempfile
+
+    compilers = [c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c]
+    found = [shutil.which(c.split()[0]) for c in compilers]
+    found = [c for c in dict.fromkeys(found) if c]
+    if not found:
+        return None, "no C compiler on PATH"
+    err = ""
+    with tempfile.TemporaryDirectory(prefix="locus-doctor-") as tmp:
+        src = os.path.join(tmp, "t.c")
+        with open(src, "w") as fh:
+            fh.write("int x; int f(void) { return x; }\n")
+        for cc in found:
+            try:
+                p = subprocess.run(
+                    [cc, "-fsanitize=thread", "-c", src, "-o", os.path.join(tmp, "t.o")],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
+            except (OSError, subprocess.SubprocessError) as e:
+                err = str(e)
+                continue
+            if p.returncode == 0:
+                return cc, None
+            err = (p.stderr.strip().splitlines() or ["failed"])[-1]
+    return None, f"-fsanitize=thread refused: {err}"
+
+
+def line_size() -> int:
+    v = read_text(LINE_SIZE_FILE)
+    return int(v) if v and v.isdigit() and int(v) > 0 else 64
 
 
 def cgroup_cpu_limit() -> float | None:
@@ -206,6 +383,11 @@ def probe() -> Findings:
     f.libunwind = ctypes.util.find_library("unwind")
     f.symbolizer = shutil.which("llvm-symbolizer") or shutil.which("addr2line")
     f.decoder = ctypes.util.find_library("Zydis") or ctypes.util.find_library("capstone")
+    f.hw_sampling, f.hw_sampling_error = probe_hw_sampling()
+    f.soft_error = probe_soft_sampling()
+    f.watchpoints, _ = count_watchpoints()
+    f.tsan_compiler, f.tsan_error = probe_tsan_compiler()
+    f.line_size = line_size()
     try:
         from locus.launcher import find_runtime
 
@@ -319,9 +501,10 @@ def make_checks(f: Findings) -> list[Check]:
             "instruction decoder",
             f.decoder or "missing",
             f.decoder is not None,
-            "soft address sampling (planned)",
-            "" if f.decoder else "apt-get install libcapstone-dev",
+            "soft address sampling decodes the interrupted instruction",
+            "" if f.decoder else "apt-get install libzydis-dev",
         ),
+        *comm_checks(f),
         Check(
             "cgroup CPU quota",
             "none" if f.cgroup_cpus is None else f"{f.cgroup_cpus:g} CPUs",
@@ -334,6 +517,72 @@ def make_checks(f: Findings) -> list[Check]:
     ]
 
 
+PERF_FIX = "sysctl kernel.perf_event_paranoid=2, or give locus CAP_PERFMON"
+
+
+def perf_allowed(f: Findings) -> bool:
+    return f.root or f.cap_perfmon or (f.paranoid is not None and f.paranoid <= 2)
+
+
+def comm_backend(f: Findings, backend: str) -> tuple[bool, str, str]:
+    """(available, reason, fix) of one backend of the comm lens. The launcher refuses an
+    unavailable backend with this reason and fix; doctor prints them."""
+    if backend == "hw":
+        if not perf_allowed(f):
+            return (
+                False,
+                f"kernel.perf_event_paranoid is {f.paranoid}: perf events are forbidden "
+                "to unprivileged users",
+                PERF_FIX,
+            )
+        if f.hw_sampling_error is not None or (f.hw_sampling is None and not f.addr_sampling):
+            why = f.hw_sampling_error or "no PEBS/IBS address sampling"
+            return False, f"no hardware address sampling: {why}", "use --backend soft"
+        return True, f"{f.hw_sampling or f.addr_sampling} address sampling", ""
+    if backend == "soft":
+        if f.machine != "x86_64":
+            return False, f"the instruction decoder is x86-64 only (this is {f.machine})", ""
+        if f.decoder is None:
+            return False, "no instruction decoder (Zydis)", "apt-get install libzydis-dev"
+        if not perf_allowed(f):
+            return (
+                False,
+                f"kernel.perf_event_paranoid is {f.paranoid}: no per-thread task-clock",
+                PERF_FIX,
+            )
+        if f.soft_error is not None:
+            return False, f"task-clock with sigtrap: {f.soft_error}", "Linux 5.13 or newer"
+        return True, "task-clock sigtrap + decoded loads/stores", ""
+    if backend == "exact":
+        if f.tsan_compiler is None:
+            return (
+                False,
+                f"no compiler for `locus cc`: {f.tsan_error or 'none found'}",
+                "apt-get install gcc (or clang)",
+            )
+        return True, f"`locus cc` instruments with {f.tsan_compiler} -fsanitize=thread", ""
+    raise ValueError(backend)
+
+
+def comm_checks(f: Findings) -> list[Check]:
+    out = []
+    for backend in ("hw", "soft", "exact"):
+        ok, why, fix = comm_backend(f, backend)
+        out.append(Check(f"comm {backend} backend", "yes" if ok else "no", ok, why, fix))
+    wp_ok = f.watchpoints > 0
+    out.append(
+        Check(
+            "watchpoints",
+            f"{f.watchpoints} of {WATCHPOINT_SLOTS}",
+            wp_ok,
+            "debug registers per thread: true vs false sharing",
+            "" if wp_ok else (PERF_FIX if not perf_allowed(f) else "hardware breakpoints"),
+        )
+    )
+    out.append(Check("cache line size", str(f.line_size), True, LINE_SIZE_FILE))
+    return out
+
+
 # -- verdicts ------------------------------------------------------------------------------
 
 
@@ -343,7 +592,6 @@ def lens_verdicts(f: Findings) -> list[Verdict]:
     perf_fix = "sysctl kernel.perf_event_paranoid=2 (or CAP_PERFMON)"
     pmu = f.pmu is not None and f.cycles_error is None
     hw_addr = f.addr_sampling is not None and perf_ok
-    bp = f.breakpoint_error is None
     x86 = f.machine == "x86_64"
     out: list[Verdict] = []
 
@@ -365,18 +613,7 @@ def lens_verdicts(f: Findings) -> list[Verdict]:
     else:
         out.append(Verdict("locks", True, "ok", "pthread/OpenMP interposition"))
 
-    if hw_addr and bp:
-        out.append(Verdict("comm", False, "ok", f"{f.addr_sampling} sampling + watchpoints"))
-    elif bp and x86:
-        why = "no hardware address sampling: soft sampling (decoded loads/stores)"
-        fix = "apt-get install libcapstone-dev" if f.decoder is None else ""
-        out.append(Verdict("comm", False, "degraded", why, fix))
-    elif hw_addr:
-        why = f"no watchpoints ({f.breakpoint_error}): sharing detected from samples only"
-        out.append(Verdict("comm", False, "degraded", why, perf_fix if not perf_ok else ""))
-    else:
-        why = f"no address sampling and no watchpoints ({f.breakpoint_error})"
-        out.append(Verdict("comm", False, "unavailable", why, perf_fix if not perf_ok else ""))
+    out.append(comm_verdict(f))
 
     if not (hw_addr or x86):
         out.append(Verdict("numa", False, "unavailable", "no address sampling on this machine"))
@@ -436,6 +673,28 @@ def lens_verdicts(f: Findings) -> list[Verdict]:
             )
         )
     return out
+
+
+def comm_verdict(f: Findings) -> Verdict:
+    hw_ok, hw_why, hw_fix = comm_backend(f, "hw")
+    soft_ok, soft_why, soft_fix = comm_backend(f, "soft")
+    bp = f.breakpoint_error is None and f.watchpoints > 0
+    perf_fix = "" if perf_allowed(f) else PERF_FIX
+    if hw_ok and bp:
+        return Verdict("comm", True, "ok", f"{hw_why} + {f.watchpoints} watchpoints")
+    if hw_ok:
+        why = f"no watchpoints ({f.breakpoint_error}): sharing detected from samples only"
+        return Verdict("comm", True, "degraded", why, perf_fix)
+    if soft_ok:
+        why = "no hardware address sampling: soft sampling (decoded loads/stores)"
+        if not bp:
+            why += ", no watchpoints"
+        return Verdict("comm", True, "degraded", why, perf_fix)
+    if f.machine == "x86_64" and bp:
+        # The soft backend is possible here but something it needs is missing.
+        return Verdict("comm", True, "degraded", f"soft sampling: {soft_why}", soft_fix)
+    why = f"no address sampling ({hw_why}) and no watchpoints ({f.breakpoint_error})"
+    return Verdict("comm", True, "unavailable", why, perf_fix or hw_fix)
 
 
 # -- output --------------------------------------------------------------------------------

@@ -26,8 +26,21 @@ from locus import FORMAT_VERSION, __version__
 from locus.errors import LocusError
 from locus.sampler import PROC_EXECED, PROC_EXITED, Sampler, proc_flags
 
-KNOWN_LENSES = ("locks",)
-BACKENDS = {"locks": "interpose"}
+KNOWN_LENSES = ("locks", "comm")
+BACKENDS = {"locks": "interpose", "comm": "auto"}
+COMM_BACKENDS = ("auto", "hw", "soft", "exact")
+COMM_DEFAULTS = {
+    "backend": "auto",
+    "period_ns": 1_000_000,
+    "period_n": 0,
+    "watchpoints": 4,
+    "bulletin": 4096,
+    "bind": "none",
+}
+SOFT_FLOOR_NS = 100_000  # below this a soft sample's ~20 us cost dominates (sampling.md)
+# Symbols a program built with `locus cc` references (gcc: tsan hooks; clang: sancov).
+EXACT_SYMBOL_PREFIXES = (b"__tsan_read", b"__tsan_write", b"__sanitizer_cov_load")
+LINE_SIZE_FILE = "/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size"
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 ENV_PREFIXES = ("LD_", "OMP_", "GOMP_", "KMP_", "LOCUS_")
 SI_KERNEL = 0x80  # siginfo.si_code of signals the kernel (the tty) sent
@@ -112,6 +125,170 @@ def find_runtime() -> str:
         "liblocus.so not found: run `make build` in the locus checkout "
         "(or set LOCUS_RUNTIME to its path)"
     )
+
+
+def elf_dynamic_symbols(path: str) -> set[bytes] | None:
+    """Names in the .dynsym of an ELF file (defined and undefined), or None if `path` is
+    not an ELF file. Only the section headers, .dynsym and its string table are read."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if len(data) < 64 or data[:4] != b"\x7fELF":
+        return None
+    is64 = data[4] == 2
+    end = "<" if data[5] == 1 else ">"
+    try:
+        if is64:
+            (shoff,) = struct.unpack_from(end + "Q", data, 40)
+            shentsize, shnum = struct.unpack_from(end + "HH", data, 58)
+        else:
+            (shoff,) = struct.unpack_from(end + "I", data, 32)
+            shentsize, shnum = struct.unpack_from(end + "HH", data, 46)
+
+        def section(i: int) -> tuple[int, int, int, int, int]:
+            base = shoff + i * shentsize
+            if is64:
+                _, type_, _, _, off, size, link, _, _, entsize = struct.unpack_from(
+                    end + "IIQQQQIIQQ", data, base
+                )
+            else:
+                _, type_, _, _, off, size, link, _, _, entsize = struct.unpack_from(
+                    end + "IIIIIIIIII", data, base
+                )
+            return type_, off, size, link, entsize
+
+        names: set[bytes] = set()
+        for i in range(shnum):
+            type_, off, size, link, entsize = section(i)
+            if type_ != 11 or not entsize:  # SHT_DYNSYM
+                continue
+            _, str_off, str_size, _, _ = section(link)
+            strtab = data[str_off : str_off + str_size]
+            for k in range(size // entsize):
+                (name,) = struct.unpack_from(end + "I", data, off + k * entsize)
+                if name:
+                    names.add(strtab[name : strtab.find(b"\0", name)])
+        return names
+    except struct.error:
+        return set()
+
+
+def built_with_locus_cc(path: str) -> bool | None:
+    """True when the executable references the instrumentation hooks `locus cc` inserts;
+    None when it is not an ELF file (a script: its interpreter is not what we look at)."""
+    names = elf_dynamic_symbols(path)
+    if names is None:
+        return None
+    return any(n.startswith(EXACT_SYMBOL_PREFIXES) for n in names)
+
+
+def comm_line_size() -> int:
+    try:
+        with open(LINE_SIZE_FILE) as f:
+            v = int(f.read())
+        return v if v > 0 and v & (v - 1) == 0 else 64
+    except (OSError, ValueError):
+        return 64
+
+
+def hw_backend_status() -> tuple[bool, str, str]:
+    """(available, reason, fix) of the comm lens's hw backend, probed now."""
+    from locus import doctor
+
+    f = doctor.Findings(machine=platform.machine())
+    p = doctor.read_text("/proc/sys/kernel/perf_event_paranoid")
+    f.paranoid = int(p) if p and p.lstrip("-").isdigit() else None
+    f.root = os.geteuid() == 0
+    caps = doctor.effective_caps()
+    f.cap_perfmon = bool(caps & (1 << doctor.CAP_PERFMON) or caps & (1 << doctor.CAP_SYS_ADMIN))
+    f.hw_sampling, f.hw_sampling_error = doctor.probe_hw_sampling()
+    return doctor.comm_backend(f, "hw")
+
+
+def format_ns(ns: int) -> str:
+    for unit, scale in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
+        if ns % scale == 0:
+            return f"{ns // scale}{unit}"
+    return f"{ns}ns"
+
+
+def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
+    """The comm lens settings, with `auto` resolved and every refusal a one-line error."""
+    o = {**COMM_DEFAULTS, **{k: v for k, v in (options or {}).items() if v is not None}}
+    asked = o["backend"]
+    if asked not in COMM_BACKENDS:
+        raise LocusError(f"unknown comm backend '{asked}' (known: {', '.join(COMM_BACKENDS)})", 2)
+    if not 0 <= int(o["watchpoints"]) <= 4:
+        raise LocusError("--watchpoints must be between 0 and 4", 2)
+    bulletin = int(o["bulletin"])
+    if bulletin < 2 or bulletin & (bulletin - 1):
+        raise LocusError(f"--bulletin-size must be a power of two >= 2, not {bulletin}", 2)
+    period_given = options is not None and (
+        options.get("period_ns") is not None or options.get("period_n") is not None
+    )
+    backend = asked
+    if asked == "auto":
+        hw_ok, _, _ = hw_backend_status()
+        backend = "hw" if hw_ok else "soft"
+    elif asked == "hw":
+        hw_ok, why, fix = hw_backend_status()
+        if not hw_ok:
+            raise LocusError(f"--backend hw: {why}" + (f"; fix: {fix}" if fix else ""), 2)
+    elif asked == "soft" and platform.machine() != "x86_64":
+        raise LocusError(
+            f"--backend soft decodes x86-64 instructions; this machine is {platform.machine()}",
+            2,
+        )
+    elif asked == "exact":
+        built = built_with_locus_cc(exe)
+        if built is False:
+            raise LocusError(
+                f"--backend exact: {command[0]} is not instrumented (no __tsan_read*/"
+                "__sanitizer_cov_load* symbols); rebuild it with `locus cc` / `locus c++`",
+                2,
+            )
+        if period_given:
+            raise LocusError("--period does not apply to --backend exact (it sees every access)", 2)
+    if o["period_n"]:
+        if backend != "hw":
+            raise LocusError(
+                f"--period {o['period_n']} (events per sample) needs the hw backend, which "
+                f"is not used here ({backend}); give a time instead, e.g. --period 1ms",
+                2,
+            )
+        o["period_ns"] = 0
+    elif backend == "soft" and o["period_ns"] < SOFT_FLOOR_NS:
+        raise LocusError(
+            f"--period {format_ns(o['period_ns'])} is below the soft backend's floor of "
+            "100us (each sample costs ~20 us): use --period 100us or more",
+            2,
+        )
+    if backend == "exact":
+        o["period_ns"] = o["period_n"] = 0
+    return {
+        "backend": backend,
+        "requested": asked,
+        "period_ns": int(o["period_ns"]),
+        "period_n": int(o["period_n"]),
+        "watchpoints": int(o["watchpoints"]),
+        "bulletin": bulletin,
+        "line_size": comm_line_size(),
+        "bind": str(o["bind"]),
+    }
+
+
+def comm_env(comm: dict) -> dict[str, str]:
+    return {
+        "LOCUS_COMM_BACKEND": comm["backend"],
+        "LOCUS_COMM_PERIOD_NS": str(comm["period_ns"]),
+        "LOCUS_COMM_PERIOD_N": str(comm["period_n"]),
+        "LOCUS_COMM_WATCHPOINTS": str(comm["watchpoints"]),
+        "LOCUS_COMM_BULLETIN": str(comm["bulletin"]),
+        "LOCUS_LINE_SIZE": str(comm["line_size"]),
+        "LOCUS_BIND": comm["bind"],
+    }
 
 
 # -- the run directory ---------------------------------------------------------------------
@@ -339,8 +516,11 @@ def record(
     call_stack: bool = False,
     sample_interval_ms: float = 10.0,
     time_all: bool = False,
+    comm: dict | None = None,
 ) -> int:
-    """Run `command` under locus; return the exit code the launcher should exit with."""
+    """Run `command` under locus; return the exit code the launcher should exit with.
+
+    `comm`: the comm lens options (keys of COMM_DEFAULTS; None or missing = default)."""
     if not command:
         raise LocusError("no command given (locus record -- CMD ARGS...)", 2)
     lenses = list(lenses or ["locks"])
@@ -357,6 +537,7 @@ def record(
             "calls; relink it dynamically",
             2,
         )
+    comm_settings = resolve_comm(comm, exe, command) if "comm" in lenses else None
     runtime = find_runtime()
 
     now = datetime.datetime.now().astimezone()
@@ -370,6 +551,8 @@ def record(
     env["LOCUS_LENSES"] = ",".join(lenses)
     env["LOCUS_CALL_STACK"] = "1" if call_stack else "0"
     env["LOCUS_TIME_ALL"] = "1" if time_all else "0"
+    if comm_settings is not None:
+        env.update(comm_env(comm_settings))
 
     meta = {
         "format_version": FORMAT_VERSION,
@@ -388,7 +571,10 @@ def record(
         "complete": False,
         "host": host_info(),
         "lenses": lenses,
-        "backends": {lens: BACKENDS[lens] for lens in lenses},
+        "backends": {
+            lens: comm_settings["backend"] if lens == "comm" and comm_settings else BACKENDS[lens]
+            for lens in lenses
+        },
         "options": {
             "call_stack": call_stack,
             "sample_interval_ms": sample_interval_ms,
@@ -396,6 +582,8 @@ def record(
         },
         "sampler": {"interval_ms": sample_interval_ms},
     }
+    if comm_settings is not None:
+        meta["comm"] = dict(comm_settings)
     write_json_atomic(meta_path, meta)
 
     meta["start_ns"] = time.monotonic_ns()

@@ -23,6 +23,8 @@ class Filters:
     min_hold: float | None = None
     lock: str | None = None
     site: str | None = None
+    by: str = "thread"  # comm: which matrix (thread, core, node)
+    kind: str = "all"  # comm: all, true or false sharing
 
 
 def overhead(run: RunDir) -> dict:
@@ -122,6 +124,24 @@ def filter_locks(lk: dict, f: Filters) -> dict:
     return out
 
 
+def filter_comm(c: dict, f: Filters) -> dict:
+    """Apply --by/--kind/--top to the comm lens: tables sorted by the chosen kind's volume
+    (rows without any of it dropped), the matrix to draw recorded in `view`."""
+    by = f.by if f.by in ("thread", "core", "node") else "thread"
+    kind = f.kind if f.kind in ("all", "true", "false") else "all"
+    n = f.top or None
+    out = dict(c)
+    for key in ("objects", "lines", "sites"):
+        rows = sorted(c[key], key=lambda r: -r[kind])
+        if kind != "all":
+            rows = [r for r in rows if r[kind] > 0]
+        out[key] = rows[:n]
+    out["view"] = {"by": by, "kind": kind}
+    out["shown"] = {k: len(out[k]) for k in ("objects", "lines", "sites")}
+    out["total"] = {k: len(c[k]) for k in ("objects", "lines", "sites")}
+    return out
+
+
 def build(run: RunDir, lenses: list[str] | None = None, filters: Filters | None = None) -> dict:
     recorded = run.lenses
     lenses = lenses or recorded
@@ -138,6 +158,8 @@ def build(run: RunDir, lenses: list[str] | None = None, filters: Filters | None 
         res = {k: v for k, v in res.items() if not k.startswith("_")}
         if lens == "locks":
             res = filter_locks(res, filters)
+        elif lens == "comm":
+            res = filter_comm(res, filters)
         out_lenses[lens] = res
     return {
         "locus_version": __version__,
@@ -164,7 +186,17 @@ def cmd_report(ns) -> int:
         min_hold=getattr(ns, "min_hold", None),
         lock=getattr(ns, "lock", None),
         site=getattr(ns, "site", None),
+        by=getattr(ns, "by", None) or "thread",
+        kind=getattr(ns, "kind", None) or "all",
     )
     report = build(run, lenses, f)
+    plot_dir = getattr(ns, "plot", None)
+    if plot_dir:
+        from locus.render.comm import plot
+
+        paths = plot(report, plot_dir)
     sys.stdout.write(render(report, fmt))
+    if plot_dir:
+        sys.stdout.flush()
+        print(f"locus: wrote {', '.join(paths)}", file=sys.stderr)
     return 0

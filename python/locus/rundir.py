@@ -142,6 +142,87 @@ SCHED_DTYPE = np.dtype(
     ]
 )
 
+# comm lens (struct locus_comm_sample, _event, _thread, struct locus_alloc)
+COMM_SAMPLE_DTYPE = np.dtype(
+    [
+        ("t", "<u8"),
+        ("addr", "<u8"),
+        ("ip", "<u8"),
+        ("reserved", "<u8", (2,)),
+        ("tid", "<u4"),
+        ("cpu", "<i4"),
+        ("flags", "<u4"),
+        ("len", "<u2"),
+        ("kind", "<u2"),
+        ("pad", "<u8"),
+    ]
+)
+
+COMM_EVENT_DTYPE = np.dtype(
+    [
+        ("t", "<u8"),
+        ("line", "<u8"),
+        ("src_ip", "<u8"),
+        ("dst_ip", "<u8"),
+        ("volume", "<f8"),
+        ("src_tid", "<u4"),
+        ("dst_tid", "<u4"),
+        ("src_cpu", "<i2"),
+        ("dst_cpu", "<i2"),
+        ("src_off", "u1"),
+        ("src_len", "u1"),
+        ("dst_off", "u1"),
+        ("dst_len", "u1"),
+        ("flags", "<u2"),
+        ("kind", "<u2"),
+        ("dst_flags", "<u4"),
+    ]
+)
+
+COMM_THREAD_DTYPE = np.dtype(
+    [
+        ("tid", "<u4"),
+        ("backend", "<u4"),
+        ("period_ns", "<u8"),
+        ("signals", "<u8"),
+        ("samples", "<u8"),
+        ("skipped", "<u8"),
+        ("undecoded", "<u8"),
+        ("kernel", "<u8"),
+        ("published", "<u8"),
+        ("armed", "<u8"),
+        ("traps", "<u8"),
+        ("detections", "<u8"),
+        ("dropped", "<u8"),
+        ("self_ns", "<u8"),
+        ("watchpoints", "<u4"),
+        ("kind", "<u2"),
+        ("flags", "<u2"),
+        ("reserved", "<u8", (2,)),
+    ]
+)
+
+ALLOC_DTYPE = np.dtype(
+    [
+        ("t", "<u8"),
+        ("addr", "<u8"),
+        ("size", "<u8"),
+        ("site", "<u8"),
+        ("reserved", "<u8", (2,)),
+        ("tid", "<u4"),
+        ("stack", "<u4"),
+        ("kind", "<u2"),
+        ("flags", "<u2"),
+        ("pad", "<u4"),
+    ]
+)
+
+# enum locus_comm_backend, LOCUS_AC_*, LOCUS_CE_*, enum locus_alloc_kind
+BK_NONE, BK_HW, BK_SOFT, BK_EXACT = 0, 1, 2, 3
+AC_STORE, AC_SKID, AC_ATOMIC, AC_STACK = 1, 2, 4, 8
+CE_TRUE, CE_TRAP, CE_EXACT = 1, 2, 4
+AL_MALLOC, AL_FREE, AL_MMAP, AL_MUNMAP, AL_STACK = 1, 2, 3, 4, 5
+
 assert PROC_DTYPE.itemsize == 256
 assert THREAD_DTYPE.itemsize == 64
 assert LOCK_EVENT_DTYPE.itemsize == 64
@@ -149,6 +230,10 @@ assert LOCK_COUNT_DTYPE.itemsize == 64
 assert LOCK_OBJECT_DTYPE.itemsize == 64
 assert STACK_DTYPE.itemsize == 256
 assert SCHED_DTYPE.itemsize == 32
+assert COMM_SAMPLE_DTYPE.itemsize == 64
+assert COMM_EVENT_DTYPE.itemsize == 64
+assert COMM_THREAD_DTYPE.itemsize == 128
+assert ALLOC_DTYPE.itemsize == 64
 
 
 def read_records(path: str, dtype: np.dtype) -> np.ndarray:
@@ -256,6 +341,18 @@ class Proc:
         keep &= (raw["kind"] != 0) & (raw["kind"] != LC_HEADER)
         return raw[keep]
 
+    def comm_samples(self) -> np.ndarray:
+        return self.records("comm.samples.bin", COMM_SAMPLE_DTYPE)
+
+    def comm_events(self) -> np.ndarray:
+        return self.records("comm.events.bin", COMM_EVENT_DTYPE)
+
+    def comm_threads(self) -> np.ndarray:
+        return self.records("comm.threads.bin", COMM_THREAD_DTYPE)
+
+    def allocs(self) -> np.ndarray:
+        return self.records("allocs.bin", ALLOC_DTYPE)
+
     def stacks(self) -> np.ndarray:
         s = read_records(self.file("stacks.bin"), STACK_DTYPE)
         return s[s["id"] != 0]
@@ -326,12 +423,14 @@ class RunDir:
         if isinstance(lenses, list) and lenses:
             return [str(x) for x in lenses]
         # A launcher killed before writing lenses: infer from the files present.
-        for p in self.procs:
-            if os.path.exists(p.file("locks.events.bin")) or os.path.exists(
-                p.file("locks.counts.bin")
-            ):
-                return ["locks"]
-        return []
+        found = []
+        for lens, files in (
+            ("locks", ("locks.events.bin", "locks.counts.bin")),
+            ("comm", ("comm.events.bin", "comm.threads.bin")),
+        ):
+            if any(os.path.exists(p.file(f)) for p in self.procs for f in files):
+                found.append(lens)
+        return found
 
     @property
     def duration_s(self) -> float:

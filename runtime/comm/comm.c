@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "comm.h"
 
+#include "allocs.h"
+
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +67,8 @@ void locus_comm_write_thread(void) {
   locus_ct.st.kind = 1;
   locus_ct.st.tid = locus_me.tid;
   locus_ct.st.backend = (uint32_t)locus_comm_cfg.backend;
-  locus_ct.st.period_ns = locus_comm_cfg.period_ns;
+  /* The backend writes the period it really used (a floor may have raised it). */
+  if (!locus_ct.st.period_ns) locus_ct.st.period_ns = locus_comm_cfg.period_ns;
   while (atomic_flag_test_and_set_explicit(&thread_cursor_lock, memory_order_acquire)) {
   }
   locus_cursor_put(&thread_stream, &thread_cursor, &locus_ct.st, sizeof locus_ct.st);
@@ -142,6 +145,7 @@ static void thread_init(void) {
   memset(&locus_ct, 0, sizeof locus_ct);
   locus_ct.started = 1;
   bind_self();
+  locus_allocs_thread_init();
   if (ops && ops->thread_init) ops->thread_init();
 }
 

@@ -169,7 +169,12 @@ struct locus_stack { /* 256 bytes */
  * interrupted pc, decoded; hw: a PEBS/IBS record; exact: every instrumented access is not
  * written as a sample, see locus_comm_event). One event is one detected communication:
  * a cache line that thread `dst` accessed after thread `src` had written it. */
-enum locus_comm_backend { LOCUS_BK_NONE = 0, LOCUS_BK_HW = 1, LOCUS_BK_SOFT = 2, LOCUS_BK_EXACT = 3 };
+enum locus_comm_backend {
+  LOCUS_BK_NONE = 0,
+  LOCUS_BK_HW = 1,
+  LOCUS_BK_SOFT = 2,
+  LOCUS_BK_EXACT = 3
+};
 
 #define LOCUS_AC_STORE 1u  /* the access writes (a read-modify-write is a store) */
 #define LOCUS_AC_SKID 2u   /* attributed to the instruction before the sampled pc */
@@ -177,9 +182,9 @@ enum locus_comm_backend { LOCUS_BK_NONE = 0, LOCUS_BK_HW = 1, LOCUS_BK_SOFT = 2,
 #define LOCUS_AC_STACK 8u  /* the address is in the sampling thread's own stack */
 
 struct locus_comm_sample { /* 64 bytes */
-  uint64_t t;    /* ticks */
-  uint64_t addr; /* effective address of the access */
-  uint64_t ip;   /* address of the accessing instruction (after skid correction) */
+  uint64_t t;              /* ticks */
+  uint64_t addr;           /* effective address of the access */
+  uint64_t ip;             /* address of the accessing instruction (after skid correction) */
   uint64_t reserved[2];
   uint32_t tid;
   int32_t cpu;    /* sched_getcpu() when sampled, -1 unknown */
@@ -194,14 +199,14 @@ struct locus_comm_sample { /* 64 bytes */
 #define LOCUS_CE_EXACT 4u /* counted by the exact backend (volume = number of transfers) */
 
 struct locus_comm_event { /* 64 bytes */
-  uint64_t t;       /* ticks of the detection */
-  uint64_t line;    /* address of the cache line (addr & ~(line size - 1)) */
-  uint64_t src_ip;  /* instruction of the publishing (writing) access, 0 if unknown */
-  uint64_t dst_ip;  /* instruction of the detecting access */
-  double volume;    /* cache lines this detection stands for (ComDetective scaling) */
-  uint32_t src_tid; /* thread that wrote the line */
-  uint32_t dst_tid; /* thread that then accessed it */
-  int16_t src_cpu;  /* CPUs of the two accesses, -1 unknown */
+  uint64_t t;             /* ticks of the detection */
+  uint64_t line;          /* address of the cache line (addr & ~(line size - 1)) */
+  uint64_t src_ip;        /* instruction of the publishing (writing) access, 0 if unknown */
+  uint64_t dst_ip;        /* instruction of the detecting access */
+  double volume;          /* cache lines this detection stands for (ComDetective scaling) */
+  uint32_t src_tid;       /* thread that wrote the line */
+  uint32_t dst_tid;       /* thread that then accessed it */
+  int16_t src_cpu;        /* CPUs of the two accesses, -1 unknown */
   int16_t dst_cpu;
   uint8_t src_off, src_len; /* byte range within the line of the write */
   uint8_t dst_off, dst_len; /* byte range within the line of the detecting access */
@@ -214,19 +219,19 @@ struct locus_comm_event { /* 64 bytes */
  * for the threads still running); one record per thread. */
 struct locus_comm_thread { /* 128 bytes */
   uint32_t tid;
-  uint32_t backend;    /* enum locus_comm_backend */
-  uint64_t period_ns;  /* sampling period (soft/hw: time or count; exact: 0) */
-  uint64_t signals;    /* sampler interrupts taken */
-  uint64_t samples;    /* accesses decoded and used */
-  uint64_t skipped;    /* interrupts whose instruction had no usable memory access */
-  uint64_t undecoded;  /* of which: the decoder could not handle the instruction */
-  uint64_t kernel;     /* of which: the interrupt landed outside user code */
-  uint64_t published;  /* stores published on the bulletin board */
-  uint64_t armed;      /* watchpoints armed */
-  uint64_t traps;      /* watchpoint traps taken */
-  uint64_t detections; /* communication events written */
-  uint64_t dropped;    /* records that could not be written */
-  uint64_t self_ns;    /* time spent in the handlers */
+  uint32_t backend;     /* enum locus_comm_backend */
+  uint64_t period_ns;   /* sampling period (soft/hw: time or count; exact: 0) */
+  uint64_t signals;     /* sampler interrupts taken */
+  uint64_t samples;     /* accesses decoded and used */
+  uint64_t skipped;     /* interrupts whose instruction had no usable memory access */
+  uint64_t undecoded;   /* of which: the decoder could not handle the instruction */
+  uint64_t kernel;      /* of which: the interrupt landed outside user code */
+  uint64_t published;   /* stores published on the bulletin board */
+  uint64_t armed;       /* watchpoints armed */
+  uint64_t traps;       /* watchpoint traps taken */
+  uint64_t detections;  /* communication events written */
+  uint64_t dropped;     /* records that could not be written */
+  uint64_t self_ns;     /* time spent in the handlers */
   uint32_t watchpoints; /* debug registers this thread could open (0-4) */
   uint16_t kind;        /* 1 = record; 0 = unused */
   uint16_t flags;
@@ -243,10 +248,10 @@ enum locus_alloc_kind {
 };
 
 struct locus_alloc { /* 64 bytes */
-  uint64_t t;    /* ticks */
-  uint64_t addr; /* start of the block */
-  uint64_t size; /* bytes requested (0 for frees) */
-  uint64_t site; /* return address of the allocating call */
+  uint64_t t;        /* ticks */
+  uint64_t addr;     /* start of the block */
+  uint64_t size;     /* bytes requested (0 for frees) */
+  uint64_t site;     /* return address of the allocating call */
   uint64_t reserved[2];
   uint32_t tid;
   uint32_t stack; /* id in stacks.bin (--call-stack), 0 = none */

@@ -8,11 +8,18 @@ import json
 import shutil
 import sys
 
+from locus.render import comm
 from locus.render.tables import Table, locks_tables, summary_lines
 from locus.render.units import fmt
 
-TABLES = {"locks": locks_tables}
-NARROW_SKIP = {"wait_pct"}
+TABLES = {"locks": locks_tables, "comm": comm.comm_tables}
+# Per-lens header lines after the run's, and text drawn after the lens's tables (heat
+# maps); tables named in PICTURED are drawn that way in text and Markdown (CSV keeps them).
+SUMMARY = {"comm": comm.summary_lines}
+PICTURES = {"comm": comm.heatmap_lines}
+PICTURED = {comm.MATRIX_TABLE}
+NARROW_SKIP = {"wait_pct", "code"}  # code of comm lines: see the sites table
+WIDE = ("name", "where", "stack", "object_at", "ranges")
 
 
 def _tables(report: dict) -> list[Table]:
@@ -20,6 +27,18 @@ def _tables(report: dict) -> list[Table]:
     for lens in report["lenses"]:
         out += TABLES[lens](report)
     return out
+
+
+def _summary(report: dict) -> list[str]:
+    out = summary_lines(report)
+    for lens in report["lenses"]:
+        if lens in SUMMARY:
+            out += SUMMARY[lens](report)
+    return out
+
+
+def _pictures(report: dict) -> list[list[str]]:
+    return [PICTURES[lens](report) for lens in report["lenses"] if lens in PICTURES]
 
 
 def _notes(report: dict) -> list[str]:
@@ -40,9 +59,11 @@ def to_text(report: dict, width: int | None = None) -> str:
         # The terminal's width when printing to one; 80 columns in files and pipes.
         width = shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else 80
     con = Console(file=buf, width=max(width, 80), no_color=True, highlight=False, soft_wrap=False)
-    for line in summary_lines(report):
+    for line in _summary(report):
         con.print(line, markup=False)
     for t in _tables(report):
+        if t.name in PICTURED:
+            continue
         con.print()
         if not t.rows:
             con.print(f"{t.title}: none", markup=False)
@@ -57,7 +78,7 @@ def to_text(report: dict, width: int | None = None) -> str:
         # Derived columns that do not fit 80 columns (they stay in JSON, CSV and Markdown).
         cols = [c for c in t.columns if width >= 100 or c[2] not in NARROW_SKIP]
         for header, unit, key in cols:
-            wide = key in ("name", "where", "stack")
+            wide = key in WIDE
             rt.add_column(
                 header,
                 justify="right" if unit else "left",
@@ -69,6 +90,10 @@ def to_text(report: dict, width: int | None = None) -> str:
         for r in t.rows:
             rt.add_row(*(fmt(r.get(k), u) for _h, u, k in cols))
         con.print(rt)
+    for pic in _pictures(report):
+        con.print()
+        for line in pic:
+            con.print(line, markup=False)
     notes = _notes(report)
     if notes:
         con.print()
@@ -107,8 +132,10 @@ def to_csv(report: dict) -> str:
 
 def to_md(report: dict) -> str:
     out = ["# locus report", ""]
-    out += ["```", *summary_lines(report), "```", ""]
+    out += ["```", *_summary(report), "```", ""]
     for t in _tables(report):
+        if t.name in PICTURED:
+            continue
         out += [f"## {t.title}", ""]
         if not t.rows:
             out += ["none", ""]
@@ -122,6 +149,8 @@ def to_md(report: dict) -> str:
             ]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
+    for pic in _pictures(report):
+        out += [f"## {pic[0]}", "", "```", *pic[1:], "```", ""]
     notes = _notes(report)
     if notes:
         out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]

@@ -1,0 +1,929 @@
+"""The comm lens: which threads exchange cache lines, how much, true or false sharing, on
+which objects, lines and code sites (ComDetective, SC'19; docs/lenses/comm.md documents
+every number).
+
+One event of comm.events.bin is one detected communication src_tid -> dst_tid on a cache
+line. Its `volume` is in samples for the sampling backends (soft, hw): ComDetective's
+scaling makes a detection stand for `period` communications, so its weight is volume x
+period, in the period's unit (memory accesses for count-based hw sampling, which gives
+cache lines; nanoseconds of CPU time for time-based sampling). A watchpoint trap is
+counted with the volume the runtime recorded for it, scaled the same way. The exact backend
+counts every transfer: its volume is a number of cache lines, weight 1.
+
+Matrices are symmetrised (M + M^T) with a zero diagonal, as ComDetective's are.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from locus.analysis.locks import group
+from locus.errors import LocusError
+from locus.rundir import (
+    AC_STORE,
+    AL_FREE,
+    AL_MALLOC,
+    AL_MMAP,
+    AL_MUNMAP,
+    AL_STACK,
+    BK_EXACT,
+    BK_HW,
+    BK_SOFT,
+    CE_EXACT,
+    CE_TRUE,
+    THREAD_MAIN,
+    RunDir,
+)
+
+BACKEND_NAMES = {BK_HW: "hw", BK_SOFT: "soft", BK_EXACT: "exact"}
+KINDS = ("all", "true", "false")
+BY = ("thread", "core", "node")
+# Below this many detections a volume is indicative only (relative standard error > 30 %).
+MIN_DETECTIONS = 10
+
+
+@dataclass
+class Options:
+    symbols: bool = True
+    # proc -> an object with .data(addrs) and .code(addrs, return_addresses=) (tests give
+    # a fake one); None = locus.symbolize.Symbolizer over the process's maps.
+    symbolizer: Callable | None = None
+    top_lines: int = 200
+    top_sites: int = 500
+    top_objects: int = 500
+
+
+@dataclass
+class Events:
+    """All comm events of the run, columns concatenated over processes."""
+
+    proc: np.ndarray
+    t: np.ndarray  # raw ticks of the process's clock (compared with allocs.bin ticks)
+    line: np.ndarray
+    src_ip: np.ndarray
+    dst_ip: np.ndarray
+    volume: np.ndarray
+    src: np.ndarray  # thread index (see _Threads)
+    dst: np.ndarray
+    src_cpu: np.ndarray
+    dst_cpu: np.ndarray
+    src_off: np.ndarray
+    src_len: np.ndarray
+    dst_off: np.ndarray
+    dst_len: np.ndarray
+    flags: np.ndarray
+    dst_flags: np.ndarray
+
+
+class _Threads:
+    """Threads in creation order (process order, then serial); index 0 is the main thread
+    of the first process. Threads seen only in events are appended."""
+
+    def __init__(self, run: RunDir):
+        self.proc: list[int] = []
+        self.tid: list[int] = []
+        self.routine: list[int] = []
+        self.main: list[bool] = []
+        self.index: dict[tuple[int, int], int] = {}
+        for i, p in enumerate(run.procs):
+            t = p.threads
+            for tid, fl, rt in zip(
+                t["tid"].tolist(), t["flags"].tolist(), t["start_routine"].tolist()
+            ):
+                self.add(i, tid, rt, bool(fl & THREAD_MAIN))
+
+    def add(self, proc: int, tid: int, routine: int = 0, main: bool = False) -> int:
+        key = (proc, tid)
+        if key not in self.index:
+            self.index[key] = len(self.tid)
+            self.proc.append(proc)
+            self.tid.append(tid)
+            self.routine.append(routine)
+            self.main.append(main)
+        return self.index[key]
+
+    def lookup(self, proc: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        """Thread index of each (proc, tid); unknown threads are added in first-seen order."""
+        if len(tid) == 0:
+            return np.zeros(0, dtype=np.int64)
+        key = (proc.astype(np.uint64) << np.uint64(32)) | tid.astype(np.uint64)
+        uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        for j in np.argsort(first, kind="stable"):
+            k = int(uk[j])
+            self.add(k >> 32, k & 0xFFFFFFFF)
+        idx = np.array([self.index[(int(k) >> 32, int(k) & 0xFFFFFFFF)] for k in uk])
+        return idx[inv.reshape(-1)].astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.tid)
+
+
+class _Names:
+    """Code and data symbols, one symbolizer per process, batched."""
+
+    def __init__(self, run: RunDir, opts: Options):
+        self.run = run
+        self.opts = opts
+        self.syms: dict[int, object] = {}
+        self.code_cache: dict[tuple[int, int], object] = {}
+
+    def sym(self, proc: int):
+        if not self.opts.symbols:
+            return None
+        if proc not in self.syms:
+            if self.opts.symbolizer is not None:
+                self.syms[proc] = self.opts.symbolizer(self.run.procs[proc])
+            else:
+                from locus.symbolize import Symbolizer
+
+                self.syms[proc] = Symbolizer(self.run.procs[proc].maps_text())
+        return self.syms[proc]
+
+    def data(self, proc: int, addrs: list[int]) -> dict[int, str | None]:
+        s = self.sym(proc)
+        return s.data(addrs) if s is not None and addrs else {}
+
+    def code(self, keys: list[tuple[int, int]], return_addresses: bool = False) -> list:
+        """CodeLoc (or None) of each (proc, ip). Sampled and trapped instruction addresses
+        are the accessing instructions themselves, not return addresses."""
+        by_proc: dict[int, list[int]] = {}
+        for p, a in keys:
+            if (p, a) not in self.code_cache and a:
+                by_proc.setdefault(p, []).append(a)
+        for p, addrs in by_proc.items():
+            s = self.sym(p)
+            res = s.code(addrs, return_addresses=return_addresses) if s is not None else {}
+            for a in addrs:
+                self.code_cache[(p, a)] = res.get(a)
+        return [self.code_cache.get(k) for k in keys]
+
+    def site(self, proc: int, ip: int) -> dict:
+        """{function, file, line, address} of an instruction; module+offset when stripped."""
+        loc = self.code_cache.get((proc, ip))
+        fn = loc.function if loc is not None and loc.function else ""
+        if not fn and ip:
+            s = self.sym(proc)
+            where = s.module_offset(ip) if s is not None and hasattr(s, "module_offset") else None
+            fn = where or f"{ip:#x}"
+        return {
+            "function": fn or "?",
+            "file": loc.file if loc is not None else "",
+            "line": loc.line if loc is not None else 0,
+        }
+
+
+def _site_str(s: dict) -> str:
+    where = s["function"]
+    if s["file"]:
+        where += f" {os.path.basename(s['file'])}:{s['line']}"
+    return where
+
+
+def recorded(run: RunDir) -> bool:
+    if "comm" in run.lenses:
+        return True
+    names = ("comm.events.bin", "comm.threads.bin")
+    return any(os.path.exists(p.file(n)) for p in run.procs for n in names)
+
+
+def load_events(run: RunDir, th: _Threads) -> Events:
+    cols: dict[str, list] = {k: [] for k in Events.__dataclass_fields__}
+    src_tid, dst_tid = [], []
+    for i, p in enumerate(run.procs):
+        e = p.comm_events()
+        if len(e) == 0:
+            continue
+        cols["proc"].append(np.full(len(e), i, dtype=np.int64))
+        for k in Events.__dataclass_fields__:
+            if k in ("proc", "src", "dst"):
+                continue
+            cols[k].append(e[k])
+        src_tid.append(e["src_tid"])
+        dst_tid.append(e["dst_tid"])
+    if not cols["proc"]:
+        z = np.zeros(0, dtype=np.int64)
+        arrs = {k: z for k in cols}
+        arrs["volume"] = np.zeros(0)
+        return Events(**arrs)
+    arrs = {k: np.concatenate(v) for k, v in cols.items() if v}
+    proc = arrs["proc"]
+    st, dt = np.concatenate(src_tid), np.concatenate(dst_tid)
+    # Threads of both roles in one pass, so first-seen order follows the events.
+    both = th.lookup(np.concatenate([proc, proc]), np.concatenate([st, dt]))
+    arrs["src"], arrs["dst"] = both[: len(st)], both[len(st) :]
+    for k in ("src_off", "src_len", "dst_off", "dst_len", "src_cpu", "dst_cpu"):
+        arrs[k] = arrs[k].astype(np.int64)
+    arrs["volume"] = arrs["volume"].astype(np.float64)
+    return Events(**arrs)
+
+
+def _config(run: RunDir, ct: np.ndarray, ev: Events, notes: list[str]) -> dict:
+    """The comm configuration: meta["comm"] (launcher), else what the records say."""
+    cfg = run.meta.get("comm")
+    cfg = cfg if isinstance(cfg, dict) else {}
+
+    def num(key, default=None):
+        v = cfg.get(key)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else default
+
+    backend = cfg.get("backend") if cfg.get("backend") in ("hw", "soft", "exact") else None
+    if backend is None and len(ct):
+        codes, n = np.unique(ct["backend"], return_counts=True)
+        backend = BACKEND_NAMES.get(int(codes[np.argmax(n)]))
+    if backend is None and len(ev.flags):
+        backend = "exact" if (ev.flags & CE_EXACT).any() else None
+    if backend is None:
+        backend = "unknown"
+    # The threads' records hold the period the runtime used (it may floor a tiny one).
+    period_ns = num("period_ns")
+    used = int(ct["period_ns"].max()) if len(ct) else 0
+    if used and period_ns and used != period_ns and backend != "exact":
+        notes.append(f"sampling period {used} ns used by the runtime ({period_ns} ns asked)")
+    period_ns = int(used or period_ns or 0)
+    period_n = int(num("period_n", 0) or 0)
+    host_line = run.host.get("cache_line")
+    line = num("line_size") or (host_line if isinstance(host_line, int) else 0) or 64
+    if not cfg:
+        notes.append(
+            "meta.json has no comm configuration: backend and period were read from the "
+            "per-thread records"
+        )
+    return {
+        "backend": backend,
+        "period_ns": period_ns,
+        "period_n": period_n,
+        "watchpoints": num("watchpoints"),
+        "bulletin": num("bulletin"),
+        "line_size": int(line),
+        "bind": cfg.get("bind") if isinstance(cfg.get("bind"), str) else None,
+    }
+
+
+def scaling(cfg: dict) -> dict:
+    """What one sampled detection stands for: {period, period_unit, scale, unit}."""
+    if cfg["backend"] == "exact":
+        return {"period": None, "period_unit": None, "scale": 1.0, "unit": "lines"}
+    if cfg["period_n"] > 0:
+        # Count-based (hw: one sample every period_n memory accesses): a detection stands
+        # for period_n communications, i.e. cache-line transfers.
+        return {
+            "period": cfg["period_n"],
+            "period_unit": "accesses",
+            "scale": float(cfg["period_n"]),
+            "unit": "lines",
+        }
+    if cfg["period_ns"] > 0:
+        # Time-based (soft timer, hw time-based): a sample stands for period_ns of the
+        # sampling thread's CPU time, so volumes estimate CPU time (seconds) spent in
+        # accesses that communicate, not a number of lines.
+        return {
+            "period": cfg["period_ns"],
+            "period_unit": "ns",
+            "scale": cfg["period_ns"] / 1e9,
+            "unit": "s",
+        }
+    return {"period": None, "period_unit": None, "scale": 1.0, "unit": "detections"}
+
+
+def weights(ev: Events, scale: float) -> np.ndarray:
+    """Volume each event stands for: exact transfers as recorded, sampled detections (from
+    a sample's lookup or a watchpoint trap) volume x scale."""
+    exact = (ev.flags & CE_EXACT) != 0
+    return np.where(exact, ev.volume, ev.volume * scale)
+
+
+def symmetric(n: int, a: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """M + M^T with a zero diagonal, M[a, b] = sum of w (rows outside 0..n-1 ignored)."""
+    ok = (a >= 0) & (b >= 0) & (a < n) & (b < n) & (a != b)
+    m = np.bincount(a[ok] * n + b[ok], weights=w[ok], minlength=n * n).reshape(n, n)
+    m = m + m.T
+    np.fill_diagonal(m, 0.0)
+    return m
+
+
+def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:
+    """NUMA node of each CPU 0..ncpu-1: meta host info, else this machine's sysfs."""
+    host = run.host
+    for key in ("cpu_node", "cpu_nodes"):
+        v = host.get(key)
+        if isinstance(v, list) and all(isinstance(x, int) for x in v):
+            out = np.zeros(ncpu, dtype=np.int64)
+            k = min(len(v), ncpu)
+            out[:k] = np.maximum(np.asarray(v[:k], dtype=np.int64), 0)
+            return out
+    if host.get("numa_nodes") == 1:
+        return np.zeros(ncpu, dtype=np.int64)
+    out = np.zeros(ncpu, dtype=np.int64)
+    found = False
+    for d in glob.glob("/sys/devices/system/node/node[0-9]*"):
+        try:
+            node = int(os.path.basename(d)[4:])
+            with open(os.path.join(d, "cpulist")) as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            try:
+                for c in range(int(lo), int(hi or lo) + 1):
+                    if c < ncpu:
+                        out[c] = node
+                        found = True
+            except ValueError:
+                continue
+    if found and out.max() > 0:
+        notes.append(
+            "the run does not record which NUMA node each CPU belongs to: the node matrix "
+            "uses this machine's topology (/sys/devices/system/node)"
+        )
+    return out
+
+
+# ---- objects ----
+
+
+class _Objects:
+    """Objects the events are attributed to: key -> id, and their descriptions."""
+
+    def __init__(self):
+        self.ids: dict[tuple, int] = {}
+        self.info: list[dict] = []
+
+    def get(self, key: tuple, **info) -> int:
+        if key not in self.ids:
+            self.ids[key] = len(self.info)
+            self.info.append(info)
+        return self.ids[key]
+
+
+def _blocks(al: np.ndarray):
+    """Heap blocks (malloc, mmap) with their lifetime [t, end) in ticks: a block ends at the
+    next free, munmap or allocation at the same address."""
+    ends = np.isin(al["kind"], [AL_MALLOC, AL_MMAP, AL_FREE, AL_MUNMAP])
+    rows = al[ends]
+    o = np.lexsort((rows["t"], rows["addr"]))
+    rows = rows[o]
+    is_live = np.isin(rows["kind"], [AL_MALLOC, AL_MMAP]) & (rows["size"] > 0)
+    end = np.full(len(rows), np.iinfo(np.uint64).max, dtype=np.uint64)
+    if len(rows) > 1:
+        same = rows["addr"][1:] == rows["addr"][:-1]
+        end[:-1][same] = rows["t"][1:][same]
+    b = rows[is_live]
+    return b, end[is_live]
+
+
+def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Objects):
+    """Object id and offset (of the detecting access) of each event. Order: the threads'
+    stacks, heap blocks alive at the event's time, static data symbols, else unknown."""
+    n = len(ev.proc)
+    obj = np.full(n, -1, dtype=np.int64)
+    off = np.zeros(n, dtype=np.int64)
+    addr = ev.line.astype(np.uint64) + ev.dst_off.astype(np.uint64)
+    for pi in np.unique(ev.proc).tolist():
+        m = np.flatnonzero(ev.proc == pi)
+        a = addr[m]
+        t = ev.t[m].astype(np.uint64)
+        al = run.procs[pi].allocs()
+        # Stacks.
+        st = al[al["kind"] == AL_STACK]
+        for row in st:
+            lo, size, tid = int(row["addr"]), int(row["size"]), int(row["tid"])
+            hit = (obj[m] < 0) & (a >= lo) & (a < lo + size)
+            if not hit.any():
+                continue
+            k = th.index.get((pi, tid), -1)
+            oid = objs.get(("stack", pi, tid), kind="stack", proc=pi, thread=k, tid=tid, size=size)
+            obj[m[hit]] = oid
+            off[m[hit]] = (a[hit] - np.uint64(lo)).astype(np.int64)
+        # Heap blocks: the block with the highest start <= a, if it holds a and is alive.
+        b, bend = _blocks(al)
+        if len(b):
+            todo = np.flatnonzero(obj[m] < 0)
+            o = np.lexsort((b["t"], b["addr"]))
+            b, bend = b[o], bend[o]
+            lo = b["addr"]
+            hi = lo + b["size"]
+            j = np.searchsorted(lo, a[todo], side="right") - 1
+            jj = np.maximum(j, 0)
+            ok = (j >= 0) & (a[todo] < hi[jj]) & (t[todo] >= b["t"][jj]) & (t[todo] < bend[jj])
+            bidx = np.where(ok, jj, -1)
+            # Misses may still lie in an older, larger block (address reuse): slow path
+            # over the distinct missed addresses only.
+            miss_pos = np.flatnonzero(~ok)
+            if len(miss_pos):
+                miss = todo[miss_pos]
+                ua, uinv = np.unique(a[miss], return_inverse=True)
+                uinv = uinv.reshape(-1)
+                for u, av in enumerate(ua.tolist()):
+                    cand = np.flatnonzero((lo <= av) & (hi > av))
+                    if not len(cand):
+                        continue
+                    for e in np.flatnonzero(uinv == u):
+                        te = t[miss[e]]
+                        alive = cand[(b["t"][cand] <= te) & (bend[cand] > te)]
+                        if len(alive):
+                            bidx[miss_pos[e]] = alive[-1]
+            got = bidx >= 0
+            for bi in np.unique(bidx[got]).tolist():
+                r = b[bi]
+                key = ("heap", pi, int(r["site"]), int(r["stack"]))
+                oid = objs.get(key, kind="heap", proc=pi, site=int(r["site"]), size=0, blocks=0)
+                info = objs.info[oid]
+                info["size"] = max(info["size"], int(r["size"]))
+                info["blocks"] += 1
+                sel = todo[got & (bidx == bi)]
+                obj[m[sel]] = oid
+                off[m[sel]] = (a[sel] - r["addr"]).astype(np.int64)
+        # Static data: data symbols of the distinct remaining addresses.
+        rest = np.flatnonzero(obj[m] < 0)
+        if len(rest):
+            ua, uinv = np.unique(a[rest], return_inverse=True)
+            uinv = uinv.reshape(-1)
+            found = names.data(pi, ua.tolist())
+            uobj = np.full(len(ua), -1, dtype=np.int64)
+            uoff = np.zeros(len(ua), dtype=np.int64)
+            for u, av in enumerate(ua.tolist()):
+                name = found.get(av)
+                if not name:
+                    continue
+                base, plus, o2 = name.rpartition("+")
+                if plus and o2.isdigit():
+                    name, so = base, int(o2)
+                else:
+                    so = 0
+                uobj[u] = objs.get(("static", pi, name), kind="static", proc=pi, name=name)
+                uoff[u] = so
+            obj[m[rest]] = uobj[uinv]
+            off[m[rest]] = uoff[uinv]
+        unk = np.flatnonzero(obj[m] < 0)
+        if len(unk):
+            oid = objs.get(("unknown", pi), kind="unknown", proc=pi)
+            obj[m[unk]] = oid
+            off[m[unk]] = -1
+    return obj, off
+
+
+def unique_rows(a: np.ndarray) -> np.ndarray:
+    """np.unique(a, axis=0) for non-negative integer columns, through one packed key (much
+    faster than sorting rows)."""
+    if len(a) == 0:
+        return a.reshape(0, a.shape[1] if a.ndim == 2 else 0)
+    _inv, first = group(*(a[:, k] for k in range(a.shape[1])))
+    return a[np.sort(first)] if len(first) else a[:0]
+
+
+def _ranges(idx: list[int]) -> str:
+    """[0,1,2,3,5] -> '0-3,5'."""
+    idx = sorted(set(idx))
+    out = []
+    i = 0
+    while i < len(idx):
+        j = i
+        while j + 1 < len(idx) and idx[j + 1] == idx[j] + 1:
+            j += 1
+        out.append(f"{idx[i]}" if i == j else f"{idx[i]}-{idx[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def _union(spans: list[tuple[int, int]]) -> list[list[int]]:
+    """Byte spans [lo, hi) merged into [[lo, hi-1], ...] (inclusive, as printed)."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi - 1)
+        else:
+            out.append([lo, hi - 1])
+    return out
+
+
+def _rse(n: float) -> float | None:
+    """Relative standard error of a volume estimated from n sampled detections (Poisson)."""
+    return None if n <= 0 else 1.0 / float(np.sqrt(n))
+
+
+def analyze(run: RunDir, opts: Options | None = None) -> dict:
+    """The `lenses.comm` object of the report (full tables, sorted by volume desc)."""
+    opts = opts or Options()
+    if not recorded(run):
+        have = ", ".join(run.lenses) if run.lenses else "none"
+        raise LocusError(f"lens 'comm' was not recorded in {run.path} (recorded: {have})")
+    notes: list[str] = []
+    th = _Threads(run)
+    ct_list = [p.comm_threads() for p in run.procs]
+    ct = np.concatenate(ct_list) if ct_list else np.zeros(0)
+    for i, c in enumerate(ct_list):
+        th.lookup(np.full(len(c), i, dtype=np.int64), c["tid"])
+    ev = load_events(run, th)
+    self_ev = ev.src == ev.dst
+    if self_ev.any():
+        # A thread re-reading its own write is no communication (a runtime that wrote one
+        # anyway is buggy): dropped everywhere, so every table adds up to the matrices.
+        notes.append(f"{int(self_ev.sum())} event(s) from a thread to itself were ignored")
+        ev = Events(**{k: getattr(ev, k)[~self_ev] for k in Events.__dataclass_fields__})
+    cfg = _config(run, ct, ev, notes)
+    sc = scaling(cfg)
+    w = weights(ev, sc["scale"])
+    is_true = (ev.flags & CE_TRUE) != 0
+    sampled = (ev.flags & CE_EXACT) == 0
+    nth = len(th)
+    n_ev = len(w)
+
+    wk = {"all": w, "true": np.where(is_true, w, 0.0), "false": np.where(is_true, 0.0, w)}
+
+    # Matrices by thread, core (CPU), NUMA node.
+    cpus_seen = int(max(ev.src_cpu.max(initial=-1), ev.dst_cpu.max(initial=-1))) + 1
+    ncpu = max(run.cpus or 0, cpus_seen, 1)
+    node_of = cpu_nodes(run, ncpu, notes)
+    nnode = int(node_of.max()) + 1 if len(node_of) else 1
+    known_cpu = (ev.src_cpu >= 0) & (ev.dst_cpu >= 0)
+    sn = np.where(ev.src_cpu >= 0, node_of[np.clip(ev.src_cpu, 0, ncpu - 1)], -1)
+    dn = np.where(ev.dst_cpu >= 0, node_of[np.clip(ev.dst_cpu, 0, ncpu - 1)], -1)
+    matrices = {
+        "thread": {k: symmetric(nth, ev.src, ev.dst, v) for k, v in wk.items()},
+        "core": {k: symmetric(ncpu, ev.src_cpu, ev.dst_cpu, v) for k, v in wk.items()},
+        "node": {k: symmetric(nnode, sn, dn, v) for k, v in wk.items()},
+    }
+    if n_ev and not known_cpu.all():
+        pct = 100.0 * float(w[~known_cpu].sum()) / max(float(w.sum()), 1e-300)
+        notes.append(
+            f"{int((~known_cpu).sum())} detection(s) ({pct:.0f} % of the volume) have no CPU "
+            "recorded: they are missing from the core and node matrices"
+        )
+
+    totals = {k: float(v.sum()) for k, v in wk.items()}
+    totals["detections"] = n_ev
+    totals["bytes"] = totals["all"] * cfg["line_size"] if sc["unit"] == "lines" else None
+    n_sampled = int(sampled.sum())
+    totals["rse"] = _rse(n_sampled) if n_sampled else (0.0 if n_ev else None)
+
+    # Runtime counters.
+    cnt_keys = (
+        "signals",
+        "samples",
+        "skipped",
+        "undecoded",
+        "kernel",
+        "published",
+        "armed",
+        "traps",
+        "detections",
+        "dropped",
+        "self_ns",
+    )
+    counters = {k: int(ct[k].sum()) if len(ct) else 0 for k in cnt_keys}
+    wp_open = sorted(set(ct["watchpoints"].tolist())) if len(ct) else []
+    watchpoints = min(wp_open) if wp_open else cfg["watchpoints"]
+    if len(ct) == 0:
+        notes.append(
+            "no per-thread comm counters (comm.threads.bin): samples, skipped accesses and "
+            "overhead are unknown (killed run?)"
+        )
+    if counters["dropped"]:
+        notes.append(f"{counters['dropped']} comm record(s) could not be written (dropped)")
+
+    names = _Names(run, opts)
+    objs = _Objects()
+    obj, obj_off = _attribute(run, ev, th, names, objs)
+
+    threads = _thread_rows(run, th, names)
+    objects = _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
+    lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
+    sites = _site_rows(ev, wk, names, opts)
+    advice = _advice(objects, cfg)
+    _strip_private(objects)
+
+    # Scaling and its uncertainty, honestly.
+    if n_sampled:
+        rse = totals["rse"] or 0.0
+        if sc["unit"] == "s":
+            notes.append(
+                f"time-based sampling ({cfg['backend']}, one sample per {sc['period']} ns of "
+                "a thread's CPU time): each detection stands for that much CPU time spent in "
+                "accesses to lines another thread wrote; volumes are that time in seconds, "
+                "not a number of cache lines"
+            )
+        elif sc["unit"] == "lines":
+            notes.append(
+                f"count-based sampling: each detection stands for {sc['period']} "
+                "communications (ComDetective scaling)"
+            )
+        else:
+            notes.append("sampling period unknown: volumes are raw detections (not scaled)")
+        notes.append(
+            f"volumes are estimated from {n_sampled} sampled detection(s): relative standard "
+            f"error about {100 * rse:.1f} % of the total (1/sqrt(detections), Poisson); "
+            f"a cell or row with fewer than {MIN_DETECTIONS} detections is indicative only"
+        )
+    if n_ev == 0:
+        notes.append("no communication was detected")
+    if not run.complete:
+        notes.append("incomplete run: the last comm records of a killed process may be missing")
+
+    return {
+        "backend": cfg["backend"],
+        "period": sc["period"],
+        "period_unit": sc["period_unit"],
+        "scale": sc["scale"],
+        "unit": sc["unit"],
+        "line_size": cfg["line_size"],
+        "watchpoints": watchpoints,
+        "watchpoints_configured": cfg["watchpoints"],
+        "bind": cfg["bind"],
+        "samples": counters["samples"],
+        "skipped": counters["skipped"],
+        "counters": counters,
+        "overhead_s": counters["self_ns"] / 1e9,
+        "threads": threads,
+        "cpus": ncpu,
+        "cpu_node": node_of.tolist(),
+        "matrices": {by: {k: m.tolist() for k, m in mk.items()} for by, mk in matrices.items()},
+        "totals": totals,
+        "objects": objects,
+        "lines": lines,
+        "sites": sites,
+        "advice": advice,
+        "notes": notes,
+    }
+
+
+def _thread_rows(run: RunDir, th: _Threads, names: _Names) -> list[dict]:
+    keys = [(p, r) for p, r in zip(th.proc, th.routine) if r]
+    locs = dict(zip(keys, names.code(keys))) if keys else {}
+    out = []
+    for i in range(len(th)):
+        p, tid = th.proc[i], th.tid[i]
+        if th.main[i] or (i == 0):
+            name = "main"
+        else:
+            loc = locs.get((p, th.routine[i]))
+            name = loc.function if loc is not None and loc.function else ""
+            name = name or (f"{th.routine[i]:#x}" if th.routine[i] else "")
+        pid = run.procs[p].pid if p < len(run.procs) else 0
+        out.append({"index": i, "tid": tid, "pid": pid, "name": name})
+    return out
+
+
+def _sums(ids: np.ndarray, n: int, wk: dict) -> dict:
+    return {k: np.bincount(ids, weights=v, minlength=n) for k, v in wk.items()}
+
+
+def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts) -> list:
+    n = len(objs.info)
+    if n == 0:
+        return []
+    S = _sums(obj, n, wk)
+    det = np.bincount(obj, weights=sampled.astype(float), minlength=n)
+    order = np.lexsort((-S["false"], -S["all"]))[: opts.top_objects]
+    heap_sites = [
+        (objs.info[o]["proc"], objs.info[o]["site"])
+        for o in order.tolist()
+        if objs.info[o]["kind"] == "heap" and objs.info[o]["site"]
+    ]
+    names.code(heap_sites, return_addresses=True)
+    line_off = obj_off - ev.dst_off
+    out = []
+    advisable = 0
+    for o in order.tolist():
+        info = objs.info[o]
+        m = np.flatnonzero(obj == o)
+        kind = info["kind"]
+        site = ""
+        size = None
+        if kind == "heap":
+            loc = names.site(info["proc"], info["site"]) if info["site"] else None
+            site = _site_str(loc) if loc else ""
+            name = f"heap block from {site}" if site else "heap block (site unknown)"
+            size = info["size"]
+        elif kind == "stack":
+            k = info["thread"]
+            name = (
+                f"stack of thread {k} (tid {info['tid']})"
+                if k >= 0
+                else (f"stack of tid {info['tid']}")
+            )
+            size = info["size"]
+        elif kind == "static":
+            name = info["name"]
+        else:
+            name = "(unattributed)"
+        # Thread pairs, unordered, by volume.
+        a, b = np.minimum(ev.src[m], ev.dst[m]), np.maximum(ev.src[m], ev.dst[m])
+        pinv, pfirst = group(a, b)
+        pw = np.bincount(pinv, weights=wk["all"][m], minlength=len(pfirst))
+        pf = np.bincount(pinv, weights=wk["false"][m], minlength=len(pfirst))
+        po = np.argsort(-pw, kind="stable")[:20]
+        pairs = [
+            {
+                "threads": [int(a[pfirst[j]]), int(b[pfirst[j]])],
+                "all": float(pw[j]),
+                "false": float(pf[j]),
+            }
+            for j in po
+        ]
+        # The false-sharing accesses (both sides) in object offsets, for the advice, of
+        # the objects that can get one.
+        fa = np.zeros((0, 3), np.int64)
+        fm = m[:0]
+        if S["false"][o] >= 0.5 * S["all"][o] > 0 and kind != "unknown" and advisable < 10:
+            advisable += 1
+            fm = m[(line_off[m] >= 0) & ((ev.flags[m] & CE_TRUE) == 0)]
+            parts = [
+                np.stack([tids, line_off[fm] + offs, np.maximum(lens, 1)], axis=1)
+                for tids, offs, lens in (
+                    (ev.src[fm], ev.src_off[fm], ev.src_len[fm]),
+                    (ev.dst[fm], ev.dst_off[fm], ev.dst_len[fm]),
+                )
+            ]
+            fa = unique_rows(np.concatenate(parts)) if len(fm) else fa
+        stores = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) != 0).all())
+        out.append(
+            {
+                "name": name,
+                "kind": "unknown" if kind == "unknown" else kind,
+                "site": site,
+                "size": size,
+                "pid": names.run.procs[info["proc"]].pid,
+                "all": float(S["all"][o]),
+                "true": float(S["true"][o]),
+                "false": float(S["false"][o]),
+                "detections": int(len(m)),
+                "rse": _rse(det[o]) if det[o] else 0.0,
+                "lines": int(len(np.unique(ev.line[m]))),
+                "threads": np.unique(np.concatenate([ev.src[m], ev.dst[m]])).tolist(),
+                "pairs": pairs,
+                "_false_accesses": np.asarray(fa, dtype=np.int64).tolist(),
+                "_false_stores": stores,
+            }
+        )
+    return out
+
+
+def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
+    if len(ev.line) == 0:
+        return []
+    inv, first = group(ev.proc, ev.line)
+    n = len(first)
+    S = _sums(inv, n, wk)
+    order = np.lexsort((-S["false"], -S["all"]))[: opts.top_lines]
+    rank = np.full(n, -1, dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    keep = np.flatnonzero(rank[inv] >= 0)
+    r = rank[inv[keep]]
+    # Byte ranges each thread touched on each line, both roles.
+    acc = np.concatenate(
+        [
+            np.stack([r, ev.src[keep], ev.src_off[keep], np.maximum(ev.src_len[keep], 1)], 1),
+            np.stack([r, ev.dst[keep], ev.dst_off[keep], np.maximum(ev.dst_len[keep], 1)], 1),
+        ]
+    )
+    acc = unique_rows(acc)
+    spans: dict[int, dict[int, list]] = {}
+    for li, t, o, ln in acc.tolist():
+        spans.setdefault(li, {}).setdefault(t, []).append((o, o + ln))
+    # Code sites of each line.
+    ips = np.concatenate(
+        [
+            np.stack([r, ev.proc[keep], ev.src_ip[keep]], 1),
+            np.stack([r, ev.proc[keep], ev.dst_ip[keep]], 1),
+        ]
+    )
+    ips = unique_rows(ips[ips[:, 2] != 0].astype(np.uint64)).astype(np.int64)
+    names.code([(int(p), int(ip)) for _li, p, ip in ips.tolist()])
+    line_sites: dict[int, list[str]] = {}
+    for li, p, ip in ips.tolist():
+        s = _site_str(names.site(int(p), int(ip)))
+        lst = line_sites.setdefault(li, [])
+        if s not in lst:
+            lst.append(s)
+    # Dominant object of each line.
+    ow = np.bincount(
+        r * (len(objs.info) or 1) + obj[keep],
+        weights=wk["all"][keep],
+        minlength=len(order) * max(len(objs.info), 1),
+    ).reshape(len(order), max(len(objs.info), 1))
+    dom = ow.argmax(axis=1)
+    # Offset of each line in its dominant object (smallest seen; -1 = unknown).
+    lo_all = obj_off[keep] - ev.dst_off[keep]
+    ok = (obj[keep] == dom[r]) & (obj_off[keep] >= 0) & (lo_all >= 0)
+    big = np.iinfo(np.int64).max
+    line_lo = np.full(len(order), big, dtype=np.int64)
+    np.minimum.at(line_lo, r[ok], lo_all[ok])
+    n_det = np.bincount(inv, minlength=n)
+    out = []
+    for li, g in enumerate(order.tolist()):
+        e = first[g]
+        o = int(dom[li])
+        out.append(
+            {
+                "address": f"{int(ev.line[e]):#x}",
+                "pid": names.run.procs[int(ev.proc[e])].pid,
+                "object": _obj_label(objs.info[o], threads, names) if objs.info else "",
+                "offset": int(line_lo[li]) if line_lo[li] != big else None,
+                "all": float(S["all"][g]),
+                "true": float(S["true"][g]),
+                "false": float(S["false"][g]),
+                "detections": int(n_det[g]),
+                "threads": [
+                    {"thread": t, "bytes": _union(sp)}
+                    for t, sp in sorted(spans.get(li, {}).items())
+                ],
+                "sites": line_sites.get(li, []),
+            }
+        )
+    return out
+
+
+def _obj_label(info: dict, threads, names) -> str:
+    k = info["kind"]
+    if k == "static":
+        return info["name"]
+    if k == "stack":
+        t = info["thread"]
+        return f"stack of thread {t}" if t >= 0 else f"stack of tid {info['tid']}"
+    if k == "heap":
+        loc = names.site(info["proc"], info["site"]) if info["site"] else None
+        fn = loc["function"] if loc else "?"
+        return f"heap from {fn}"
+    return "(unattributed)"
+
+
+def _site_rows(ev, wk, names, opts) -> list:
+    """Volume per code site: an event counts for its writer's and its detector's
+    instruction (once when they are the same site)."""
+    n = len(ev.proc)
+    if n == 0:
+        return []
+    both = ev.src_ip != ev.dst_ip
+    e_idx = np.concatenate([np.arange(n), np.flatnonzero(both & (ev.src_ip != 0))])
+    ip = np.concatenate([ev.dst_ip, ev.src_ip[both & (ev.src_ip != 0)]])
+    ok = ip != 0
+    e_idx, ip = e_idx[ok], ip[ok]
+    if not len(ip):
+        return []
+    inv, first = group(ev.proc[e_idx], ip)
+    m = len(first)
+    S = {k: np.bincount(inv, weights=v[e_idx], minlength=m) for k, v in wk.items()}
+    order = np.argsort(-S["all"], kind="stable")[: opts.top_sites]
+    keys = [(int(ev.proc[e_idx[first[j]]]), int(ip[first[j]])) for j in order]
+    names.code(keys)
+    merged: dict[tuple, dict] = {}
+    for j, (p, a) in zip(order.tolist(), keys):
+        s = names.site(p, a)
+        row = merged.setdefault(
+            (s["function"], s["file"], s["line"]),
+            dict(s, all=0.0, true=0.0, false=0.0, address=f"{a:#x}"),
+        )
+        for k in KINDS:
+            row[k] += float(S[k][j])
+    return sorted(merged.values(), key=lambda r: (-r["all"], -r["false"]))
+
+
+def _advice(objects: list[dict], cfg: dict, limit: int = 5) -> list[str]:
+    """One plain-language line per top false-sharing object."""
+    out = []
+    line = cfg["line_size"]
+    for o in objects:
+        if len(out) >= limit:
+            break
+        if o["false"] <= 0 or o["false"] < 0.5 * o["all"] or o["kind"] == "unknown":
+            continue
+        acc = o["_false_accesses"]
+        if not acc:
+            continue
+        per: dict[int, set] = {}
+        sizes = Counter()
+        for t, off, ln in acc:
+            per.setdefault(t, set()).add(off)
+            sizes[ln] += 1
+        thr = _ranges(list(per))
+        offs = sorted({off for _t, off, _ln in acc})
+        size = sizes.most_common(1)[0][0]
+        own = all(len(per[a] & per[b]) == 0 for a in per for b in per if a < b)
+        verb = "write" if o["_false_stores"] else "access"
+        name = f"`{o['name']}`" if o["kind"] == "static" else o["name"]
+        where = f"at offsets {offs[0]}-{offs[-1]}" if len(offs) > 1 else f"at offset {offs[0]}"
+        if own:
+            out.append(
+                f"threads {thr} {verb} adjacent {size}-byte fields of {name} {where}; "
+                f"pad each to {line} bytes (alignas({line})) or give each thread its own line"
+            )
+        else:
+            out.append(
+                f"threads {thr} {verb} different bytes of the same {line}-byte line(s) of "
+                f"{name} {where}; separate what each thread writes onto its own line"
+            )
+    return out
+
+
+def _strip_private(rows: list[dict]) -> None:
+    """Drop the working columns (leading `_`) the advice needed."""
+    for o in rows:
+        for k in [k for k in o if k.startswith("_")]:
+            del o[k]

@@ -1,0 +1,284 @@
+"""The comm lens on constructed runs: matrices, scaling, objects, lines, advice, report."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from locus.analysis.comm import Options, analyze
+from locus.cli import main
+from locus.errors import LocusError
+from locus.render import render
+from locus.render.comm import MAX_CELLS, heatmap_lines
+from locus.report import Filters, build
+from locus.rundir import COMM_EVENT_DTYPE, RunDir
+from locus.symbolize import CodeLoc
+from locus.synth import SynthRun
+from locus.synth_comm import SynthCommRun, false_sharing_run
+
+STATS = 0x601000  # `stats`, 64 bytes, in the fake symbol table
+COUNTER = 0x602000  # `counter`, 8 bytes
+
+
+class FakeSym:
+    """Data symbols `stats` and `counter`; every instruction is in worker() fs.c:LINE with
+    LINE = ip & 0xfff."""
+
+    def data(self, addrs):
+        out = {}
+        for a in addrs:
+            if STATS <= a < STATS + 64:
+                out[a] = "stats" if a == STATS else f"stats+{a - STATS}"
+            elif COUNTER <= a < COUNTER + 8:
+                out[a] = "counter" if a == COUNTER else f"counter+{a - COUNTER}"
+            else:
+                out[a] = None
+        return out
+
+    def code(self, addrs, return_addresses=True):
+        return {a: CodeLoc("worker", "/src/fs.c", a & 0xFFF) for a in addrs}
+
+
+FAKE = Options(symbolizer=lambda proc: FakeSym())
+
+
+def _run(threads=4, **kw):
+    run = SynthCommRun(**kw)
+    p = run.proc(pid=10)
+    for i in range(threads):
+        p.thread(10 + i, 0.0, 1.0, parent=0 if i == 0 else 10)
+    return run, p, run.comm(p)
+
+
+def _res(tmp_path, run, opts=FAKE, name="run"):
+    return analyze(RunDir.open(run.write(str(tmp_path / name))), opts)
+
+
+def test_symmetric_zero_diagonal_true_false(tmp_path):
+    run, _p, c = _run(period_ns=1_000_000)
+    c.event(src=10, dst=11, line=COUNTER, count=3)  # same bytes: true
+    c.event(src=11, dst=10, line=COUNTER, count=1)
+    c.event(src=12, dst=13, line=STATS, src_off=0, dst_off=8, count=2)  # false
+    c.event(src=13, dst=13, line=STATS, count=5)  # self: never on the matrix
+    res = _res(tmp_path, run)
+    m = {k: np.array(v) for k, v in res["matrices"]["thread"].items()}
+    for k in ("all", "true", "false"):
+        assert (m[k] == m[k].T).all() and (np.diag(m[k]) == 0).all()
+    ms = 1e-3
+    assert m["true"][0, 1] == pytest.approx(4 * ms)  # 3 + 1 detections, both directions
+    assert m["false"][2, 3] == pytest.approx(2 * ms) and m["false"][0, 1] == 0
+    assert m["all"] == pytest.approx(m["true"] + m["false"])
+    assert [t["tid"] for t in res["threads"]] == [10, 11, 12, 13]
+    assert res["threads"][0]["name"] == "main"
+    assert res["totals"]["true"] == pytest.approx(4 * ms)
+    assert res["totals"]["detections"] == 6
+    assert any("to itself" in n for n in res["notes"])
+
+
+def test_core_and_node_matrices(tmp_path):
+    run, _p, c = _run(cpus=4)
+    run.meta_extra["host"] = dict(run.meta()["host"], cpu_node=[0, 0, 1, 1], numa_nodes=2)
+    c.event(src=10, dst=11, line=COUNTER, src_cpu=0, dst_cpu=1, count=2)
+    c.event(src=10, dst=12, line=COUNTER, src_cpu=0, dst_cpu=2, count=3)
+    c.event(src=11, dst=12, line=COUNTER, src_cpu=-1, dst_cpu=2)  # CPU unknown
+    res = _res(tmp_path, run)
+    core = np.array(res["matrices"]["core"]["all"])
+    node = np.array(res["matrices"]["node"]["all"])
+    ms = 1e-3
+    assert core.shape == (4, 4) and core[0, 1] == pytest.approx(2 * ms)
+    assert core[2, 0] == pytest.approx(3 * ms)
+    assert node.shape == (2, 2) and node[0, 1] == pytest.approx(3 * ms)
+    assert node[0, 0] == 0  # same node: diagonal
+    assert res["cpu_node"] == [0, 0, 1, 1]
+    assert any("no CPU recorded" in n for n in res["notes"])
+
+
+def test_scaling_soft_hw_exact(tmp_path):
+    run, _p, c = _run(backend="soft", period_ns=2_000_000)
+    c.event(src=10, dst=11, line=COUNTER, count=4)
+    c.event(src=10, dst=11, line=COUNTER, volume=2.0, trap=True)  # trap: volume as recorded
+    res = _res(tmp_path, run, name="soft")
+    assert (res["unit"], res["period"], res["period_unit"]) == ("s", 2_000_000, "ns")
+    assert res["totals"]["all"] == pytest.approx(6 * 2e-3)
+    assert res["totals"]["bytes"] is None
+    assert res["totals"]["rse"] == pytest.approx(1 / np.sqrt(5))
+    assert any("time-based" in n for n in res["notes"])
+
+    run, _p, c = _run(backend="hw", period_n=1000)
+    c.event(src=10, dst=11, line=COUNTER, count=4)
+    res = _res(tmp_path, run, name="hw")
+    assert (res["unit"], res["period"], res["period_unit"]) == ("lines", 1000, "accesses")
+    assert res["totals"]["all"] == 4000
+    assert res["totals"]["bytes"] == 4000 * 64
+
+    run, _p, c = _run(backend="exact")
+    c.event(src=10, dst=11, line=COUNTER, volume=7.0, count=2)
+    res = _res(tmp_path, run, name="exact")
+    assert res["backend"] == "exact" and res["unit"] == "lines" and res["period"] is None
+    assert res["totals"]["all"] == 14 and res["totals"]["rse"] == 0.0
+
+
+def test_config_without_meta_from_thread_records(tmp_path):
+    run, _p, c = _run(period_ns=500_000, meta_comm=False, watchpoints=2)
+    c.event(src=10, dst=11, line=COUNTER)
+    c.counters(10, samples=100, skipped=5, self_ns=2_000_000, dropped=3)
+    c.counters(11, samples=50, skipped=5, self_ns=1_000_000)
+    res = _res(tmp_path, run)
+    assert res["backend"] == "soft" and res["period"] == 500_000
+    assert res["watchpoints"] == 2 and res["samples"] == 150 and res["skipped"] == 10
+    assert res["overhead_s"] == pytest.approx(3e-3)
+    assert any("no comm configuration" in n for n in res["notes"])
+    assert any("dropped" in n for n in res["notes"])
+
+
+def test_objects_static_heap_stack(tmp_path):
+    run, _p, c = _run()
+    heap, stack = 0x7000_0000, 0x7F00_0000
+    c.malloc(heap, 256, site=0x401234, t=0.1)
+    c.free(heap, t=0.6)
+    c.malloc(heap, 128, site=0x401999, t=0.7)  # same address, another site
+    c.stack(11, stack, 1 << 20)
+    c.event(src=10, dst=11, line=heap + 64, dst_off=8, t=0.5, count=3)  # first block
+    c.event(src=10, dst=11, line=heap, t=0.8, count=2)  # second block
+    c.event(src=10, dst=11, line=heap + 64, t=0.05)  # before any block: unattributed
+    c.event(src=10, dst=11, line=stack + 4096, dst_off=16, count=4)
+    c.event(src=12, dst=13, line=STATS, dst_off=8, count=5)
+    res = _res(tmp_path, run)
+    by = {o["name"]: o for o in res["objects"]}
+    assert by["stats"]["kind"] == "static" and by["stats"]["detections"] == 5
+    assert by["stats"]["threads"] == [2, 3]
+    h1 = by["heap block from worker fs.c:564"]  # 0x401234 & 0xfff
+    assert (h1["kind"], h1["size"], h1["detections"]) == ("heap", 256, 3)
+    assert h1["site"] == "worker fs.c:564"
+    h2 = by["heap block from worker fs.c:2457"]
+    assert (h2["size"], h2["detections"]) == (128, 2)
+    st = by["stack of thread 1 (tid 11)"]
+    assert (st["kind"], st["detections"]) == ("stack", 4)
+    assert by["(unattributed)"]["detections"] == 1
+    lines = {(r["address"], r["object"]): r for r in res["lines"]}
+    assert lines[(hex(heap + 64), "heap from worker")]["offset"] == 64
+    assert lines[(hex(STATS), "stats")]["offset"] == 0
+    assert lines[(hex(stack + 4096), "stack of thread 1")]["offset"] == 4096
+
+
+def test_line_byte_ranges_and_sites(tmp_path):
+    run, _p, c = _run()
+    c.event(src=10, dst=11, line=STATS, src_off=0, src_len=4, dst_off=2, dst_len=4,
+            src_ip=0x401010, dst_ip=0x401020)  # fmt: skip
+    c.event(src=10, dst=11, line=STATS, src_off=4, src_len=4, dst_off=16, dst_len=8,
+            src_ip=0x401010, dst_ip=0x401020)  # fmt: skip
+    res = _res(tmp_path, run)
+    (ln,) = res["lines"]
+    rng = {t["thread"]: t["bytes"] for t in ln["threads"]}
+    assert rng == {0: [[0, 7]], 1: [[2, 5], [16, 23]]}
+    assert ln["sites"] == ["worker fs.c:16", "worker fs.c:32"]
+    assert ln["true"] == pytest.approx(1e-3) and ln["false"] == pytest.approx(1e-3)
+    sites = {s["line"]: s for s in res["sites"]}
+    assert sites[16]["all"] == pytest.approx(2e-3)  # the writer of both
+    assert sites[32]["false"] == pytest.approx(1e-3)
+
+
+def test_advice_for_false_sharing(tmp_path):
+    path = false_sharing_run(str(tmp_path / "fs"), threads=8, n=20)
+    res = analyze(RunDir.open(path), FAKE)
+    (o,) = res["objects"]
+    assert (o["name"], o["false"], o["true"]) == ("stats", o["all"], 0.0)
+    assert res["advice"] == [
+        "threads 0-7 write adjacent 8-byte fields of `stats` at offsets 0-56; pad each to "
+        "64 bytes (alignas(64)) or give each thread its own line"
+    ]
+    assert not any(k.startswith("_") for k in o)
+
+
+def test_kind_and_by_filters(tmp_path, capsys):
+    run, _p, c = _run(cpus=4)
+    c.event(src=10, dst=11, line=COUNTER, src_cpu=0, dst_cpu=1, count=9)  # true
+    c.event(src=12, dst=13, line=STATS, dst_off=8, src_cpu=2, dst_cpu=3, count=3)  # false
+    path = run.write(str(tmp_path / "r"))
+    argv = ["report", path, "--lens", "comm", "--format", "json"]
+    assert main(argv + ["--kind", "false", "--by", "core"]) == 0
+    r = json.loads(capsys.readouterr().out)["lenses"]["comm"]
+    assert r["view"] == {"by": "core", "kind": "false"}
+    assert [x["address"] for x in r["lines"]] == [hex(STATS)]  # counter: no false sharing
+    assert all(x["false"] > 0 for x in r["objects"] + r["sites"])
+    assert main(argv) == 0
+    r = json.loads(capsys.readouterr().out)["lenses"]["comm"]
+    assert r["view"] == {"by": "thread", "kind": "all"} and len(r["lines"]) == 2
+    assert r["lines"][0]["address"] == hex(COUNTER)
+    rep = build(RunDir.open(path), ["comm"], Filters(by="core", kind="true"))
+    pic = heatmap_lines(rep)
+    assert "by CPU, true sharing" in pic[0]
+    assert pic[2].split()[1] == "··██····"  # CPU 0 row: exchanged with CPU 1 only
+    with pytest.raises(SystemExit):
+        main(argv + ["--kind", "bogus"])
+
+
+def test_text_csv_md_and_plots(tmp_path, capsys):
+    path = false_sharing_run(str(tmp_path / "fs"), threads=4, n=5)
+    assert main(["report", path, "--lens", "comm", "--plot", str(tmp_path / "plots")]) == 0
+    cap = capsys.readouterr()
+    out = cap.out
+    assert "Objects by communication volume" in out and "heat map by thread" in out
+    assert "█" in out and "note:" in out
+    assert "comm-thread.png" in cap.err
+    for ext in ("png", "svg"):
+        p = tmp_path / "plots" / f"comm-thread.{ext}"
+        assert p.exists() and p.stat().st_size > 1000
+    assert main(["report", path, "--lens", "comm", "--format", "csv"]) == 0
+    csv = capsys.readouterr().out
+    for section in ("# comm_objects", "# comm_lines", "# comm_sites", "# comm_matrix"):
+        assert section in csv
+    assert main(["report", path, "--lens", "comm", "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "## Cache lines by communication volume" in md and "comm_matrix" not in md
+
+
+def test_many_threads_heat_map_is_aggregated(tmp_path):
+    n = 80
+    run, _p, c = _run(threads=n)
+    for i in range(n - 1):
+        c.event(src=10 + i, dst=11 + i, line=COUNTER)
+    rep = build(RunDir.open(run.write(str(tmp_path / "r"))), ["comm"], Filters())
+    assert len(rep["lenses"]["comm"]["matrices"]["thread"]["all"]) == n
+    pic = heatmap_lines(rep)
+    assert "(3 threads per cell)" in pic[0]
+    rows = [ln for ln in pic[2:] if ln[:5].strip().isdigit()]
+    assert len(rows) <= MAX_CELLS and max(len(r) for r in rows) <= 80
+    assert render(rep, "text")  # fits the renderer end to end
+
+
+def test_truncated_and_killed_files(tmp_path):
+    run, _p, c = _run()
+    c.event(src=10, dst=11, line=COUNTER, count=3)
+    path = run.write(str(tmp_path / "r"))
+    ev = os.path.join(path, "procs", "10", "comm.events.bin")
+    with open(ev, "ab") as f:
+        f.write(b"\x01" * (COMM_EVENT_DTYPE.itemsize // 2))  # half a record
+    os.remove(os.path.join(path, "procs", "10", "comm.threads.bin"))
+    res = analyze(RunDir.open(path), FAKE)
+    assert res["totals"]["detections"] == 3
+    assert any("no per-thread comm counters" in n for n in res["notes"])
+
+
+def test_no_events(tmp_path):
+    run, _p, c = _run()
+    c.counters(10, samples=10)
+    res = _res(tmp_path, run)
+    assert res["totals"]["all"] == 0 and res["objects"] == [] and res["lines"] == []
+    assert any("no communication" in n for n in res["notes"])
+    rep = build(RunDir.open(str(tmp_path / "run")), ["comm"], Filters())
+    assert "none" in render(rep, "text")
+
+
+def test_run_without_comm(tmp_path, capsys):
+    run = SynthRun(lenses=["locks"])
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 1.0)
+    path = run.write(str(tmp_path / "r"))
+    with pytest.raises(LocusError, match="lens 'comm' was not recorded"):
+        analyze(RunDir.open(path), FAKE)
+    assert main(["report", path, "--lens", "comm"]) == 1
+    err = capsys.readouterr().err
+    assert "lens 'comm' was not recorded" in err and "Traceback" not in err
+    assert err.count("\n") == 1

@@ -1,0 +1,148 @@
+"""`locus cc` / `locus c++`: a compiler wrapper that builds a program for the `exact` backend
+of the comm lens. Every load and store of the compiled code calls back into liblocus.so,
+where a cache model counts each cache-line transfer between threads (runtime/comm/exact).
+
+    locus cc -O2 -g -pthread -o app app.c        # compile and link
+    locus cc -O2 -c part.c && locus cc -o app part.o main.o
+
+The real compiler is $LOCUS_CC / $CC (cc) for `locus cc` and $LOCUS_CXX / $CXX (c++) for
+`locus c++`. Every argument is passed through unchanged; the wrapper adds
+
+- gcc: `-fsanitize=thread --param=tsan-instrument-func-entry-exit=0` at compile time only.
+  A compile-and-link invocation gets them through a specs file that hands them to cc1 /
+  cc1plus, so the driver never links libtsan: liblocus.so provides the __tsan_* hooks.
+- clang: `-fsanitize-coverage=func,trace-loads,trace-stores` (trace-loads alone emits
+  nothing), and `-fno-sanitize-link-runtime` when linking (else clang links its ubsan
+  runtime).
+- when linking: `-L<dir> -llocus -Wl,-rpath,<dir>`, <dir> being where liblocus.so is
+  ($LOCUS_LIB, a file or a directory, else build/ of this checkout).
+
+The program runs normally without locus (the hooks return at once); recorded with
+`locus record --lens comm` and LOCUS_COMM_BACKEND=exact it reports every transfer.
+`LOCUS_CC_VERBOSE=1` prints the command run. The exit status is the compiler's.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+GCC_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0"]
+CLANG_FLAGS = ["-fsanitize-coverage=func,trace-loads,trace-stores"]
+# Any of these: the invocation does not link.
+NO_LINK = {"-c", "-S", "-E", "-M", "-MM", "-fsyntax-only"}
+
+
+def library_dir() -> Path:
+    """Directory holding liblocus.so: $LOCUS_LIB (the file or its directory), else build/
+    next to the package (python/locus/../../build)."""
+    env = os.environ.get("LOCUS_LIB")
+    if env:
+        p = Path(env)
+        return p.parent if p.name.endswith(".so") or p.is_file() else p
+    return Path(__file__).resolve().parents[2] / "build"
+
+
+def _is_self(word: str) -> bool:
+    base = os.path.basename(word)
+    return base == "locus" or base.startswith("locus-")
+
+
+def compiler(cxx: bool) -> list[str]:
+    """The real compiler command: LOCUS_CC/CC (LOCUS_CXX/CXX), never this wrapper itself."""
+    names = ("LOCUS_CXX", "CXX") if cxx else ("LOCUS_CC", "CC")
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            words = shlex.split(value)
+            if words and not _is_self(words[0]) and "locus.cc" not in words:
+                return words
+    return ["c++" if cxx else "cc"]
+
+
+def family(cmd: list[str]) -> str:
+    """'clang' or 'gcc', from the name, else from `--version`."""
+    base = os.path.basename(cmd[0])
+    if "clang" in base:
+        return "clang"
+    if "gcc" in base or "g++" in base:
+        return "gcc"
+    try:
+        out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "gcc"
+    return "clang" if "clang" in out.lower() else "gcc"
+
+
+def links(argv: list[str]) -> bool:
+    return not any(a in NO_LINK for a in argv)
+
+
+def build_command(
+    argv: list[str], cxx: bool, specs: Path | None = None
+) -> tuple[list[str], str | None]:
+    """The compiler command for `argv`, and the specs text to write to `specs` (gcc
+    compile-and-link) or None."""
+    cmd = compiler(cxx)
+    kind = family(cmd)
+    link = links(argv)
+    extra: list[str] = []
+    specs_text = None
+    if kind == "clang":
+        # Without -fno-sanitize-link-runtime clang links its ubsan runtime for sancov.
+        extra += CLANG_FLAGS + (["-fno-sanitize-link-runtime"] if link else [])
+    elif not link:
+        extra += GCC_FLAGS
+    else:
+        # Instrument what this invocation compiles, without -fsanitize reaching the driver's
+        # link step (which would link libtsan and its interceptors).
+        flags = " ".join(GCC_FLAGS)
+        specs_text = f"*cc1:\n+ {flags}\n\n*cc1plus:\n+ {flags}\n\n"
+        if specs is not None:
+            extra.append(f"-specs={specs}")
+    tail: list[str] = []
+    if link:
+        lib = library_dir()
+        tail = [f"-L{lib}", "-llocus", f"-Wl,-rpath,{lib}"]
+    return [*cmd, *extra, *argv, *tail], specs_text
+
+
+def main(argv: list[str], cxx: bool = False) -> int:
+    if argv and argv[0] in ("--c++", "--cxx"):
+        cxx, argv = True, argv[1:]
+    name = "locus c++" if cxx else "locus cc"
+    if not argv:
+        print(f"usage: {name} [compiler arguments...]", file=sys.stderr)
+        return 2
+    if links(argv) and not (library_dir() / "liblocus.so").exists():
+        print(
+            f"{name}: {library_dir() / 'liblocus.so'} not found: run `make build` "
+            "or set LOCUS_LIB to the library",
+            file=sys.stderr,
+        )
+        return 2
+    tmpdir = tempfile.mkdtemp(prefix="locus-cc-")
+    try:
+        specs = Path(tmpdir) / "exact.specs"
+        cmd, specs_text = build_command(argv, cxx, specs)
+        if specs_text is not None:
+            specs.write_text(specs_text)
+        if os.environ.get("LOCUS_CC_VERBOSE") == "1":
+            print(f"{name}: {shlex.join(cmd)}", file=sys.stderr)
+        try:
+            rc = subprocess.call(cmd)
+        except OSError as e:
+            print(f"{name}: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
+            return 127
+        return rc if rc >= 0 else 128 - rc
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,265 @@
+"""Renderers of the comm lens: tables (objects, lines, sites, the selected matrix), the
+summary lines, the terminal heat map and the matplotlib heat maps (--plot DIR)."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from locus.errors import LocusError
+from locus.render.tables import Table
+from locus.render.units import count, percent, seconds
+
+MATRIX_TABLE = "comm_matrix"  # CSV only: text and Markdown show the heat map instead
+# Shades of the terminal heat map, from "no communication" to the maximum cell.
+SHADES = "·░▒▓█"
+MAX_CELLS = 32  # larger matrices are aggregated into blocks of consecutive indices
+AXIS = {"thread": "thread", "core": "CPU", "node": "node"}
+
+
+def _comm(report: dict) -> dict:
+    return report["lenses"]["comm"]
+
+
+def _view(c: dict) -> tuple[str, str]:
+    v = c.get("view") or {}
+    return v.get("by", "thread"), v.get("kind", "all")
+
+
+def vol_unit(c: dict) -> str:
+    """Table unit of a volume: seconds of CPU time (time-based sampling), else a count."""
+    return "s" if c["unit"] == "s" else "n"
+
+
+def volume(v: float | None, unit: str) -> str:
+    if v is None:
+        return "n/a"
+    if unit == "s":
+        return seconds(v)
+    if unit == "lines":
+        return f"{count(round(v))} lines"
+    return count(round(v))
+
+
+def nbytes(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    for scale, u in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if v >= scale:
+            return f"{v / scale:.1f} {u}"
+    return f"{v:.0f} B"
+
+
+def _pct(v, d):
+    return None if v is None or not d else 100.0 * v / d
+
+
+def _spans(spans: list) -> str:
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def comm_tables(report: dict) -> list[Table]:
+    c = _comm(report)
+    u = vol_unit(c)
+    vols = [("all", u, "all"), ("true", u, "true"), ("false", u, "false")]
+    objects = []
+    for r in c["objects"]:
+        objects.append(
+            dict(
+                r,
+                false_pct=_pct(r["false"], r["all"]),
+                thread_list=_ranges(r["threads"]),
+            )
+        )
+    lines = []
+    for r in c["lines"]:
+        at = r["object"]
+        if r["offset"] is not None and r["offset"] >= 0:
+            at += f"+{r['offset']}"
+        ranges = " ".join(f"t{t['thread']}:{_spans(t['bytes'])}" for t in r["threads"])
+        funcs = list(dict.fromkeys(str(x).split(" ")[0] for x in r["sites"]))
+        lines.append(dict(r, object_at=at, ranges=ranges, code="\n".join(funcs[:4])))
+    sites = []
+    for r in c["sites"]:
+        where = r["function"]
+        if r["file"]:
+            where += f" {r['file'].rsplit('/', 1)[-1]}:{r['line']}"
+        sites.append(dict(r, where=where, false_pct=_pct(r["false"], r["all"])))
+    tables = [
+        Table(
+            "comm_objects",
+            "Objects by communication volume",
+            [("object", "", "name"), ("kind", "", "kind"), *vols]
+            + [("false%", "%", "false_pct"), ("threads", "", "thread_list")],
+            objects,
+        ),
+        Table(
+            "comm_lines",
+            "Cache lines by communication volume (bytes each thread touched)",
+            [("line", "", "address"), ("object", "", "object_at"), *vols]
+            + [("bytes by thread", "", "ranges"), ("code", "", "code")],
+            lines,
+        ),
+        Table(
+            "comm_sites",
+            "Code sites by communication volume (writer or reader)",
+            [("site", "", "where"), *vols, ("false%", "%", "false_pct")],
+            sites,
+        ),
+    ]
+    tables.append(matrix_table(c))
+    return tables
+
+
+def matrix_table(c: dict) -> Table:
+    """The selected matrix (--by, --kind) as rows: one column per index."""
+    by, kind = _view(c)
+    m = c["matrices"][by][kind]
+    u = vol_unit(c)
+    cols = [(AXIS[by], "", "row")] + [(str(j), u, f"c{j}") for j in range(len(m))]
+    rows = [dict({f"c{j}": v for j, v in enumerate(row)}, row=i) for i, row in enumerate(m)]
+    return Table(MATRIX_TABLE, f"Communication matrix by {by}, {kind} sharing", cols, rows)
+
+
+def _ranges(idx: list[int]) -> str:
+    idx = sorted(set(idx))
+    out, i = [], 0
+    while i < len(idx):
+        j = i
+        while j + 1 < len(idx) and idx[j + 1] == idx[j] + 1:
+            j += 1
+        out.append(f"{idx[i]}" if i == j else f"{idx[i]}-{idx[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def summary_lines(report: dict) -> list[str]:
+    c = _comm(report)
+    dur = report["run"]["duration_s"] or 0.0
+    unit = c["unit"]
+    if c["backend"] == "exact":
+        how = "exact (every access instrumented)"
+    elif c["period_unit"] == "ns":
+        how = f"{c['backend']}, 1 sample/{seconds(c['period'] / 1e9)} CPU"
+    elif c["period_unit"] == "accesses":
+        how = f"{c['backend']}, 1 sample/{count(c['period'])} accesses"
+    else:
+        how = f"{c['backend']}, period unknown"
+    wp = c["watchpoints"]
+    seen = c["samples"] + c["skipped"]
+    lines = [
+        f"comm      {how}, {wp if wp is not None else '?'} watchpoints,"
+        f" {count(c['samples'])} samples, {count(c['skipped'])} skipped"
+        f" ({percent(_pct(c['skipped'], seen))})",
+    ]
+    t = c["totals"]
+    rse = f" (±{percent(100 * t['rse'])})" if t.get("rse") else ""
+    lines.append(
+        f"volume    {volume(t['all'], unit)}{rse} from {count(t['detections'])} detections:"
+        f" true {volume(t['true'], unit)}, false {volume(t['false'], unit)}"
+        f" ({percent(_pct(t['false'], t['all']))})"
+        + (f", {nbytes(t['bytes'])}" if t.get("bytes") is not None else "")
+    )
+    lines.append(
+        f"comm cost {seconds(c['overhead_s'])} in the comm handlers"
+        f" ({percent(_pct(c['overhead_s'], dur))} of run), {count(c['counters']['dropped'])}"
+        " records dropped"
+    )
+    for a in c.get("advice", []):
+        lines.append(f"advice    {a}")
+    return lines
+
+
+def _blocks(n: int) -> list[tuple[int, int]]:
+    """Consecutive index ranges [lo, hi) so that at most MAX_CELLS remain."""
+    g = max(1, math.ceil(n / MAX_CELLS))
+    return [(lo, min(lo + g, n)) for lo in range(0, n, g)]
+
+
+def aggregate(m: list[list[float]]) -> tuple[list[list[float]], list[tuple[int, int]]]:
+    n = len(m)
+    blocks = _blocks(n)
+    if len(blocks) == n:
+        return m, blocks
+    out = [
+        [sum(m[i][j] for i in range(a, b) for j in range(c, d)) for c, d in blocks]
+        for a, b in blocks
+    ]
+    return out, blocks
+
+
+def shade(v: float, vmax: float) -> str:
+    if v <= 0 or vmax <= 0:
+        return SHADES[0]
+    k = min(len(SHADES) - 1, 1 + int((len(SHADES) - 1) * v / vmax * 0.999999))
+    return SHADES[k]
+
+
+def heatmap_lines(report: dict) -> list[str]:
+    """The selected matrix as block characters, 2 columns per cell, with its legend."""
+    c = _comm(report)
+    by, kind = _view(c)
+    m, blocks = aggregate(c["matrices"][by][kind])
+    n = len(m)
+    title = f"Communication heat map by {AXIS[by]}, {kind} sharing"
+    if not n or not any(v for row in m for v in row):
+        return [f"{title}: none"]
+    vmax = max(v for row in m for v in row)
+    g = blocks[0][1] - blocks[0][0]
+    out = [title + (f" ({g} {AXIS[by]}s per cell)" if g > 1 else "")]
+    out.append("      " + "".join(f"{lo % 100:>2}" for lo, _hi in blocks))
+    for (lo, _hi), row in zip(blocks, m):
+        out.append(f"{lo:>5} " + "".join(shade(v, vmax) * 2 for v in row))
+    step = 100 // (len(SHADES) - 1)
+    legend = [f"{SHADES[0]} 0"] + [f"{SHADES[k]} ≤{k * step}%" for k in range(1, len(SHADES) - 1)]
+    legend.append(f"{SHADES[-1]} ≤100% of max {volume(vmax, c['unit'])}")
+    out.append("      " + "  ".join(legend))
+    out.append("      symmetric (M + Mᵀ): row i, column j = volume exchanged by i and j")
+    return out
+
+
+def plot(report: dict, outdir: str) -> list[str]:
+    """PNG and SVG heat maps of the selected --by matrix: all, true and false side by side
+    (one colour scale), as in the ComDetective paper's figures. Returns the paths."""
+    if "comm" not in report["lenses"]:
+        raise LocusError("--plot draws the comm lens: add --lens comm")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ModuleNotFoundError:
+        raise LocusError("--plot needs the Python module 'matplotlib': run `make deps`") from None
+    try:
+        os.makedirs(outdir, exist_ok=True)
+    except OSError as e:
+        raise LocusError(f"cannot create {outdir}: {e.strerror or e}") from None
+    c = _comm(report)
+    by, _kind = _view(c)
+    mats = c["matrices"][by]
+    vmax = max([v for k in ("all", "true", "false") for row in mats[k] for v in row] + [0.0])
+    unit = {"s": "CPU seconds", "lines": "cache lines"}.get(c["unit"], c["unit"])
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), constrained_layout=True)
+    im = None
+    for ax, k in zip(axes, ("all", "true", "false")):
+        m = mats[k]
+        im = ax.imshow(
+            m if m else [[0.0]], cmap="Greys", vmin=0, vmax=vmax or 1, interpolation="nearest"
+        )
+        ax.set_title(f"{k} sharing")
+        ax.set_xlabel(AXIS[by])
+        ax.set_ylabel(AXIS[by])
+    fig.colorbar(im, ax=list(axes), shrink=0.8, label=f"volume ({unit})")
+    cmd = " ".join(report["run"].get("command") or [])
+    fig.suptitle(f"locus comm: {cmd}" if cmd else "locus comm")
+    paths = []
+    for ext in ("png", "svg"):
+        p = os.path.join(outdir, f"comm-{by}.{ext}")
+        try:
+            fig.savefig(p, dpi=120)
+        except OSError as e:
+            plt.close(fig)
+            raise LocusError(f"cannot write {p}: {e.strerror or e}") from None
+        paths.append(p)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,131 @@
+"""`locus cc`: the compiler wrapper adds the instrumentation and links liblocus.so."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from locus import cc
+
+REPO = Path(__file__).resolve().parents[3]
+LIBLOCUS = REPO / "build" / "liblocus.so"
+
+PROGRAM = r"""
+#include <stdio.h>
+int shared[16];
+int main(int argc, char **argv) {
+  (void)argv;
+  for (int i = 0; i < 16; i++) shared[i] = i * argc;
+  long s = 0;
+  for (int i = 0; i < 16; i++) s += shared[i];
+  printf("%ld\n", s);
+  return 0;
+}
+"""
+
+
+def undefined(binary: Path) -> set[str]:
+    out = subprocess.run(["nm", "-u", str(binary)], capture_output=True, text=True, check=True)
+    return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    if shutil.which("nm") is None or shutil.which("cc") is None:
+        pytest.skip("needs cc and nm")
+    p = tmp_path / "prog.c"
+    p.write_text(PROGRAM)
+    return p
+
+
+def needs_lib() -> None:
+    if not LIBLOCUS.exists():
+        pytest.skip("build/liblocus.so is not built: run `make build`")
+
+
+def test_gcc_flags_compile_only_and_link(monkeypatch):
+    monkeypatch.setenv("CC", "gcc")
+    cmd, specs = cc.build_command(["-O2", "-c", "a.c"], cxx=False)
+    assert cmd[0] == "gcc" and "-fsanitize=thread" in cmd and specs is None
+    assert "-llocus" not in cmd
+    cmd, specs = cc.build_command(["-O2", "-o", "a", "a.c"], cxx=False, specs=Path("x.specs"))
+    # Compile and link: the sanitizer reaches cc1 only (no libtsan), liblocus is linked.
+    assert "-fsanitize=thread" not in cmd and "-specs=x.specs" in cmd
+    assert "-fsanitize=thread" in specs and "*cc1:" in specs
+    assert "-llocus" in cmd and any(a.startswith("-Wl,-rpath,") for a in cmd)
+    assert cmd[1 : 1 + 1] == ["-specs=x.specs"] and cmd[2:6] == ["-O2", "-o", "a", "a.c"]
+
+
+def test_clang_flags(monkeypatch):
+    monkeypatch.setenv("CC", "clang-14")
+    cmd, specs = cc.build_command(["-c", "a.c"], cxx=False)
+    assert specs is None and any("trace-loads,trace-stores" in a for a in cmd)
+    cmd, _ = cc.build_command(["a.o", "-o", "a"], cxx=False)
+    assert "-fno-sanitize-link-runtime" in cmd and "-llocus" in cmd
+
+
+def test_never_wraps_itself(monkeypatch):
+    monkeypatch.setenv("CC", "locus cc")
+    monkeypatch.delenv("LOCUS_CC", raising=False)
+    assert cc.compiler(False) == ["cc"]
+    monkeypatch.setenv("CXX", "/usr/bin/g++ -m64")
+    assert cc.compiler(True) == ["/usr/bin/g++", "-m64"]
+
+
+def test_library_dir(monkeypatch, tmp_path):
+    monkeypatch.delenv("LOCUS_LIB", raising=False)
+    assert cc.library_dir() == REPO / "build"
+    monkeypatch.setenv("LOCUS_LIB", str(tmp_path / "liblocus.so"))
+    assert cc.library_dir() == tmp_path
+
+
+def test_builds_and_runs(src, tmp_path, monkeypatch):
+    needs_lib()
+    monkeypatch.delenv("LOCUS_LIB", raising=False)
+    monkeypatch.setenv("CC", "cc")
+    exe = tmp_path / "prog"
+    assert cc.main(["-O2", "-o", str(exe), str(src)]) == 0
+    syms = undefined(exe)
+    assert {"__tsan_read4", "__tsan_write4", "__tsan_init"} <= syms, syms
+    assert not any("tsan" in line for line in _ldd(exe)), "libtsan must not be linked"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUS_")}
+    out = subprocess.run([str(exe), "x"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == str(2 * sum(range(16)))
+
+
+def test_compile_then_link(src, tmp_path, monkeypatch):
+    needs_lib()
+    monkeypatch.setenv("CC", "cc")
+    obj, exe = tmp_path / "prog.o", tmp_path / "prog2"
+    assert cc.main(["-O2", "-c", "-o", str(obj), str(src)]) == 0
+    assert "__tsan_write4" in undefined(obj)
+    assert cc.main(["-o", str(exe), str(obj)]) == 0
+    assert subprocess.run([str(exe)], capture_output=True, timeout=60).returncode == 0
+
+
+def test_compiler_status_is_returned(tmp_path, monkeypatch):
+    needs_lib()
+    monkeypatch.setenv("CC", "cc")
+    bad = tmp_path / "bad.c"
+    bad.write_text("int main(void) { return undeclared; }\n")
+    assert cc.main(["-c", "-o", str(tmp_path / "bad.o"), str(bad)]) != 0
+
+
+@pytest.mark.skipif(shutil.which("clang-14") is None, reason="clang-14 is not installed")
+def test_clang_builds_and_runs(src, tmp_path, monkeypatch):
+    needs_lib()
+    monkeypatch.setenv("CC", "clang-14")
+    exe = tmp_path / "prog_clang"
+    assert cc.main(["-O2", "-o", str(exe), str(src)]) == 0
+    assert "__sanitizer_cov_store4" in undefined(exe)
+    assert subprocess.run([str(exe)], capture_output=True, timeout=60).returncode == 0
+
+
+def _ldd(exe: Path) -> list[str]:
+    if shutil.which("ldd") is None:
+        return []
+    return subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout.splitlines()

@@ -1,0 +1,31 @@
+/* Allocation tracking for the comm lens: heap blocks, anonymous mappings and thread stacks
+ * become struct locus_alloc records in allocs.bin, so the comm report can name the object
+ * a shared cache line belongs to. The interposers (intercept/alloc.c) forward; the logic
+ * that decides and writes is in comm/allocs.c. */
+#ifndef LOCUS_COMM_ALLOCS_H
+#define LOCUS_COMM_ALLOCS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* One word the interposers test on every call. Their fast path is `state == RESOLVED`:
+ * the real functions are known, nothing is tracked and no bootstrap block exists, so a
+ * plain forward costs one load and one predictable branch. Any other value takes the
+ * out-of-line slow path. */
+#define LOCUS_ALLOC_RESOLVED 1 /* the real functions are resolved */
+#define LOCUS_ALLOC_TRACKING 2 /* the comm lens records allocations */
+#define LOCUS_ALLOC_BOOT 4     /* the bootstrap arena handed out blocks (frees check it) */
+extern int locus_alloc_state;
+
+/* Record one allocation event of the calling thread (kind: enum locus_alloc_kind).
+ * Does nothing inside the runtime (guard), before the thread is registered, after it
+ * finished, or when the runtime is off. Preserves errno. */
+void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t site);
+
+/* Called by the comm lens's thread_init on every registered thread: opens allocs.bin in
+ * the process directory the first time (and again in a fork child), switches tracking on
+ * and writes the thread's LOCUS_AL_STACK record. */
+void locus_allocs_thread_init(void);
+
+#endif

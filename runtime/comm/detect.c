@@ -1,0 +1,352 @@
+/* ComDetective's communication detection (Algorithm 1 of "ComDetective: A Lightweight
+ * Communication Detection Tool for Threads", SC'19), shared by the sampling backends.
+ *
+ * A process-wide BulletinBoard maps a cache line to the last sampled store on it (address,
+ * length, thread, cpu, ip, time). On every sample of thread T:
+ *   1. look the line up; an entry written by another thread after T's previous sample
+ *      (t_prev) is a communication: true sharing if the byte ranges overlap, else false;
+ *   2. otherwise T arms its debug registers on an unexpired line another thread published
+ *      (reservoir sampling decides whether it replaces what is armed); a trap on it is a
+ *      communication with the publisher, and the watchpoints on that line are disarmed;
+ *   3. a store is published on the board.
+ * A publication expires after one sampling period or after two more store samples of its
+ * publisher. Volumes are in samples: 1 for a sample detection, L/(D*M) for a trap (line
+ * size L, D = 8 bytes watched per register, M registers armed on the line).
+ *
+ * The board is written and read from signal handlers of all threads: each entry carries a
+ * seqlock; a writer that finds it taken skips its publication, a reader that keeps seeing
+ * it change gives up. Nobody waits. */
+#define _GNU_SOURCE
+#include <linux/hw_breakpoint.h>
+#include <linux/perf_event.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "soft/soft.h"
+
+#define MAX_WP 4
+#define WP_BYTES 8u
+#define RECENT 64u       /* ring of recently published slots: where arming looks */
+#define PUBLISHERS 4096u /* store-sample counters, by thread serial (mod) */
+#define READ_TRIES 4
+
+struct bb_entry { /* 64 bytes */
+  _Atomic uint32_t seq;
+  uint32_t tid;
+  uint64_t line;
+  uint64_t addr;
+  uint64_t ip;
+  uint64_t t;
+  uint32_t len;
+  int32_t cpu;
+  uint32_t serial; /* publisher's thread serial */
+  uint32_t pubno;  /* publisher's store-sample count when it published this */
+  uint64_t pad;
+};
+
+static struct bb_entry *board;
+static uint32_t board_mask;
+static _Atomic uint32_t recent[RECENT];
+static _Atomic uint32_t recent_next;
+static _Atomic uint32_t pubcount[PUBLISHERS];
+static _Atomic int board_state; /* 0 none, 1 being made, 2 ready */
+static pid_t board_pid;
+static uint64_t period_ticks;
+
+struct detect_tls {
+  uint64_t t_prev; /* time of this thread's previous sample */
+  uint64_t t_trap; /* newest publication counted by a trap */
+  uint64_t rng;
+  pid_t pid; /* process that opened the fds (fork check) */
+  int nwp;   /* watchpoints opened */
+  int fds[MAX_WP];
+  int armed; /* watchpoints armed on `on` */
+  uint64_t chunk[MAX_WP];
+  uint64_t seen;      /* reservoir: candidates seen since the armed one was chosen */
+  struct bb_entry on; /* the publication being watched */
+};
+static LOCUS_TLS struct detect_tls dt;
+static LOCUS_TLS uint64_t wp_parking __attribute__((aligned(8)));
+
+static uint64_t rnd(void) {
+  uint64_t x = dt.rng ? dt.rng : 0x9e3779b97f4a7c15ull;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  dt.rng = x;
+  return x;
+}
+
+static inline uint32_t slot_of(uint64_t line) {
+  return (uint32_t)((line / locus_comm_cfg.line * 0x9e3779b97f4a7c15ull) >> 40) & board_mask;
+}
+
+/* Copy a consistent entry; 0 when one was read. */
+static int read_entry(uint32_t slot, struct bb_entry *out) {
+  struct bb_entry *e = &board[slot];
+  for (int i = 0; i < READ_TRIES; i++) {
+    uint32_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    if (s1 & 1) continue;
+    memcpy((char *)out + 4, (const char *)e + 4, sizeof *out - 4);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&e->seq, memory_order_relaxed) == s1) return out->t ? 0 : -1;
+  }
+  return -1;
+}
+
+static void publish(const struct locus_comm_access *a, uint64_t line) {
+  uint32_t slot = slot_of(line);
+  struct bb_entry *e = &board[slot];
+  uint32_t s = atomic_load_explicit(&e->seq, memory_order_relaxed);
+  if ((s & 1) || !atomic_compare_exchange_strong(&e->seq, &s, s + 1)) return;
+  atomic_thread_fence(memory_order_release);
+  uint32_t serial = locus_me.serial % PUBLISHERS;
+  uint32_t n = atomic_load_explicit(&pubcount[serial], memory_order_relaxed) + 1;
+  atomic_store_explicit(&pubcount[serial], n, memory_order_relaxed);
+  e->tid = locus_me.tid;
+  e->line = line;
+  e->addr = a->addr;
+  e->ip = a->ip;
+  e->t = a->t;
+  e->len = a->len;
+  e->cpu = a->cpu;
+  e->serial = serial;
+  e->pubno = n;
+  atomic_store_explicit(&e->seq, s + 2, memory_order_release);
+  uint32_t r = atomic_fetch_add_explicit(&recent_next, 1, memory_order_relaxed);
+  atomic_store_explicit(&recent[r % RECENT], slot, memory_order_relaxed);
+  locus_ct.st.published++;
+}
+
+static int expired(const struct bb_entry *e, uint64_t now) {
+  if (now > e->t && now - e->t > period_ticks) return 1;
+  return atomic_load_explicit(&pubcount[e->serial % PUBLISHERS], memory_order_relaxed) - e->pubno >=
+         2;
+}
+
+static int overlap(uint64_t a, uint32_t alen, uint64_t b, uint32_t blen) {
+  return a < b + blen && b < a + alen;
+}
+
+static uint8_t off_in_line(uint64_t addr, uint64_t line) {
+  return (uint8_t)(addr > line ? (addr - line) & 0xff : 0);
+}
+
+static uint8_t len_in_line(uint64_t addr, uint32_t len, uint64_t line) {
+  uint64_t end = addr + len, lend = line + locus_comm_cfg.line;
+  if (addr < line) addr = line;
+  if (end > lend) end = lend;
+  return (uint8_t)(end > addr ? (end - addr) : 0);
+}
+
+static void write_event(const struct bb_entry *src, uint64_t t, uint64_t dst_addr, uint32_t dst_len,
+                        uint64_t dst_ip, uint32_t dst_flags, int dst_cpu, uint16_t flags,
+                        double volume) {
+  struct locus_comm_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.t = t;
+  ev.line = src->line;
+  ev.src_ip = src->ip;
+  ev.dst_ip = dst_ip;
+  ev.volume = volume;
+  ev.src_tid = src->tid;
+  ev.dst_tid = locus_me.tid;
+  ev.src_cpu = (int16_t)src->cpu;
+  ev.dst_cpu = (int16_t)dst_cpu;
+  ev.src_off = off_in_line(src->addr, src->line);
+  ev.src_len = len_in_line(src->addr, src->len, src->line);
+  ev.dst_off = off_in_line(dst_addr, src->line);
+  ev.dst_len = len_in_line(dst_addr, dst_len, src->line);
+  if (overlap(src->addr, src->len, dst_addr, dst_len)) flags |= LOCUS_CE_TRUE;
+  ev.flags = flags;
+  ev.kind = 1;
+  ev.dst_flags = dst_flags;
+  locus_comm_put_event(&ev);
+}
+
+/* ---- watchpoints ---- */
+static void bp_attr(struct perf_event_attr *attr, uint64_t addr, int idx, int disabled) {
+  memset(attr, 0, sizeof *attr);
+  attr->size = sizeof *attr;
+  attr->type = PERF_TYPE_BREAKPOINT;
+  attr->bp_type = HW_BREAKPOINT_RW;
+  attr->bp_addr = addr;
+  attr->bp_len = HW_BREAKPOINT_LEN_8;
+  attr->sample_period = 1;
+  attr->disabled = (uint64_t)disabled;
+  attr->sigtrap = 1;
+  attr->remove_on_exec = 1;
+  attr->exclude_kernel = 1;
+  attr->exclude_hv = 1;
+  attr->sig_data = LOCUS_TRAP_COOKIE | (uint64_t)idx;
+}
+
+static void disarm(void) {
+  for (int i = 0; i < dt.armed; i++) ioctl(dt.fds[i], PERF_EVENT_IOC_DISABLE, 0);
+  dt.armed = 0;
+}
+
+static void arm(const struct bb_entry *e) {
+  disarm();
+  uint32_t nchunks = locus_comm_cfg.line / WP_BYTES;
+  uint8_t order[64];
+  for (uint32_t i = 0; i < nchunks && i < 64; i++) order[i] = (uint8_t)i;
+  int n = dt.nwp < (int)nchunks ? dt.nwp : (int)nchunks;
+  for (int i = 0; i < n; i++) { /* partial Fisher-Yates: n distinct random chunks */
+    uint32_t j = (uint32_t)i + (uint32_t)(rnd() % (nchunks - (uint32_t)i));
+    uint8_t tmp = order[i];
+    order[i] = order[j];
+    order[j] = tmp;
+  }
+  int armed = 0;
+  for (int i = 0; i < n; i++) {
+    struct perf_event_attr attr;
+    uint64_t chunk = e->line + (uint64_t)order[i] * WP_BYTES;
+    bp_attr(&attr, chunk, armed, 0);
+    if (ioctl(dt.fds[armed], PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &attr) != 0) continue;
+    dt.chunk[armed] = chunk;
+    armed++;
+  }
+  dt.armed = armed;
+  dt.on = *e;
+  locus_ct.st.armed += (uint64_t)armed;
+}
+
+/* Step 2: a candidate line published by another thread; reservoir sampling over the
+ * candidates seen since the armed one was chosen decides whether it replaces it. */
+static void consider_arming(uint64_t now) {
+  struct bb_entry c;
+  int found = 0;
+  uint32_t published = atomic_load_explicit(&recent_next, memory_order_relaxed);
+  if (!published) return;
+  uint32_t n = published < RECENT ? published : RECENT;
+  for (int tries = 0; tries < 4 && !found; tries++) {
+    uint32_t slot = atomic_load_explicit(&recent[rnd() % n], memory_order_relaxed);
+    if (read_entry(slot, &c) != 0) continue;
+    if (c.tid == locus_me.tid || expired(&c, now) || c.t <= dt.t_trap) continue;
+    if (dt.armed && c.line == dt.on.line) return;
+    found = 1;
+  }
+  if (!found) return;
+  if (!dt.armed || expired(&dt.on, now)) {
+    dt.seen = 1;
+    arm(&c);
+    return;
+  }
+  dt.seen++;
+  if (rnd() % dt.seen == 0) arm(&c);
+}
+
+void locus_comm_detect(const struct locus_comm_access *a) {
+  if (atomic_load_explicit(&board_state, memory_order_acquire) != 2 || !a->len) return;
+  uint64_t line = a->addr & ~((uint64_t)locus_comm_cfg.line - 1);
+  struct bb_entry e;
+  int detected = 0;
+  if (read_entry(slot_of(line), &e) == 0 && e.line == line && e.tid != locus_me.tid &&
+      e.t > dt.t_prev) {
+    write_event(&e, a->t, a->addr, a->len, a->ip, a->flags, a->cpu, 0, 1.0);
+    detected = 1;
+  }
+  if (!detected && dt.nwp > 0) consider_arming(a->t);
+  if (a->flags & LOCUS_AC_STORE) publish(a, line);
+  dt.t_prev = a->t;
+}
+
+void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
+  (void)si;
+  if (dt.pid != getpid() || (int)idx >= dt.nwp) return;
+  if (!locus_ct.started || locus_me.guard || locus_me.state != 1 || !locus_enabled || !dt.armed) {
+    disarm();
+    return;
+  }
+  uint64_t t0 = locus_ticks();
+  locus_me.guard++;
+  locus_ct.st.traps++;
+  int m = dt.armed;
+  uint64_t chunk = (int)idx < m ? dt.chunk[idx] : dt.on.line;
+  /* The trap's pc is after the access: decode the instruction before it when we can. */
+  struct locus_comm_access a;
+  memset(&a, 0, sizeof a);
+  uint64_t pc = (uint64_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+  if (locus_comm_soft_access_before(pc, uc, &a) != 0 || !overlap(a.addr, a.len, chunk, WP_BYTES)) {
+    a.addr = chunk;
+    a.len = WP_BYTES;
+    a.ip = pc;
+    a.flags = 0;
+  }
+  disarm();
+  write_event(&dt.on, t0, a.addr, a.len, a.ip, a.flags, sched_getcpu(), LOCUS_CE_TRAP,
+              (double)locus_comm_cfg.line / ((double)WP_BYTES * m));
+  if (dt.on.t > dt.t_trap) dt.t_trap = dt.on.t;
+  if (t0 > dt.t_prev) dt.t_prev = t0;
+  uint64_t d = locus_ticks() - t0;
+  locus_ct.st.self_ns += (uint64_t)((double)d * 1000.0 / locus_ticks_per_us);
+  locus_add_self_ticks(d);
+  locus_me.guard--;
+}
+
+/* ---- life cycle ---- */
+static void board_init(void) {
+  int expect = 0;
+  if (atomic_compare_exchange_strong(&board_state, &expect, 1)) {
+    uint32_t n = locus_comm_cfg.bulletin;
+    if (n < 64) n = 64;
+    while (n & (n - 1)) n &= n - 1; /* round down to a power of two */
+    void *p = mmap(NULL, (size_t)n * sizeof(struct bb_entry), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      locus_warn("comm: cannot allocate the bulletin board; no communication is detected");
+      return; /* stays 1: never ready */
+    }
+    board = p;
+    board_mask = n - 1;
+    uint64_t pns = locus_comm_cfg.period_ns < 100000 ? 100000 : locus_comm_cfg.period_ns;
+    period_ticks = (uint64_t)((double)pns * locus_ticks_per_us / 1000.0);
+    board_pid = getpid();
+    atomic_store_explicit(&board_state, 2, memory_order_release);
+    return;
+  }
+  /* A forked child inherits the parent's board: its entries name threads it has not. */
+  if (atomic_load(&board_state) == 2 && board_pid != getpid()) {
+    memset(board, 0, (size_t)(board_mask + 1) * sizeof(struct bb_entry));
+    memset((void *)recent, 0, sizeof recent);
+    memset((void *)pubcount, 0, sizeof pubcount);
+    atomic_store(&recent_next, 0);
+    board_pid = getpid();
+  }
+}
+
+void locus_comm_detect_thread_init(void) {
+  board_init();
+  pid_t pid = getpid();
+  /* After fork the fds are the parent's events: close them, never disable them. */
+  if (dt.nwp > 0 && dt.pid != pid)
+    for (int i = 0; i < dt.nwp; i++) close(dt.fds[i]);
+  memset(&dt, 0, sizeof dt);
+  dt.pid = pid;
+  dt.rng = ((uint64_t)locus_me.tid << 32) ^ locus_ticks() ^ 0x2545f4914f6cdd1dull;
+  int want = locus_comm_cfg.watchpoints;
+  if (want > MAX_WP) want = MAX_WP;
+  if (want > 0 && locus_comm_trap_install() != 0) want = 0;
+  for (int i = 0; i < want; i++) {
+    struct perf_event_attr attr;
+    bp_attr(&attr, (uint64_t)&wp_parking, i, 1);
+    int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) break;
+    dt.fds[dt.nwp++] = fd;
+  }
+  locus_ct.st.watchpoints = (uint32_t)dt.nwp;
+}
+
+void locus_comm_detect_thread_fini(void) {
+  if (dt.pid != getpid()) return;
+  for (int i = 0; i < dt.nwp; i++) close(dt.fds[i]);
+  dt.nwp = 0;
+  dt.armed = 0;
+}

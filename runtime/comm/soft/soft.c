@@ -1,0 +1,815 @@
+/* The `soft` sampling backend of the comm lens: a per-thread CPU-time timer interrupts the
+ * thread; the handler decodes the instruction at the interrupted pc with Zydis, computes
+ * its effective address, size and direction from the saved registers, writes a sample and
+ * hands it to the detector (detect.c). Works on any x86-64 Linux, no PMU needed.
+ *
+ * Skid (recipes/sampling.md): the interrupt is taken after the stalled instruction retired,
+ * so the pc is usually the *next* instruction. A sample goes to the instruction before the
+ * pc unless the pc is a direct-branch target or a function start, that instruction
+ * transfers control, or it overwrote a register of its own address. To know the
+ * instruction boundaries, the handler finds the function holding the pc in the object's
+ * .eh_frame_hdr table (binary search, no allocation) and decodes it from its start; the
+ * answer is cached per pc in a lock-free direct-mapped table. Code without unwind info
+ * (hand-written asm without CFI) is skipped. The list of loaded objects is a snapshot taken
+ * at start-up and at every thread start: the handler cannot call dl_iterate_phdr, so code
+ * dlopen'ed since the last thread start is skipped until then. */
+#define _GNU_SOURCE
+#include "soft.h"
+
+#include <Zydis/Zydis.h>
+#include <asm/prctl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <linux/perf_event.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#ifndef TRAP_PERF
+#define TRAP_PERF 6
+#endif
+
+enum { SRC_NONE = 0, SRC_SIGTRAP = 1, SRC_ASYNC = 2, SRC_TIMER = 3 };
+
+#define MAX_MODS 512
+#define ALTSTACK_SIZE (64u << 10)
+#define PERIOD_FLOOR_NS 100000u
+#define CACHE_SLOTS 16384u    /* pc -> skid info, direct-mapped, lock-free */
+#define FN_MAX (256u << 10)   /* functions larger than this are not decoded */
+#define FN_PAST_PC (4u << 10) /* bytes decoded past the pc looking for backward branches */
+
+/* One executable segment of a loaded object, with the object's .eh_frame_hdr search table
+ * (pairs of int32: function start, FDE address, both relative to the header). Entries are
+ * appended by refresh_modules() (normal context, under mods_lock) and published by nmods;
+ * handlers only read. An object that went away is marked dead, never reused. */
+struct module {
+  uint64_t lo, hi;
+  uint64_t hdr;         /* address of .eh_frame_hdr, 0 when the object has none */
+  const int32_t *table; /* nfde pairs */
+  uint32_t nfde;
+  _Atomic int dead;
+};
+static struct module mods[MAX_MODS];
+static _Atomic int nmods;
+static pthread_mutex_t mods_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Cache word: bit 63 valid, bits 0-46 pc, 48-51 length of the previous instruction (0: none
+ * usable), bit 52 pc is a direct-branch target or a function start, bit 53 no answer. */
+static _Atomic uint64_t *pc_cache;
+static ZydisDecoder dec;
+static int proc_ok;
+static int forced_source;
+static _Atomic int warned_source;
+
+struct soft_tls {
+  int fd;
+  int source;
+  timer_t timer;
+  void *altstack;
+  uint64_t fs_base, gs_base;
+  uint64_t stack_lo, stack_hi;
+};
+static LOCUS_TLS struct soft_tls me_soft = {.fd = -1};
+
+/* ---- loaded objects and their function tables ---- */
+#define DW_EH_PE_omit 0xff
+#define DW_EH_PE_datarel 0x30
+
+/* Read one DWARF EH pointer of encoding enc at *pp; `data` is the datarel base. */
+static int read_enc(const uint8_t **pp, uint8_t enc, uint64_t data, uint64_t *out) {
+  const uint8_t *p = *pp;
+  uint64_t v = 0;
+  if (enc == DW_EH_PE_omit) return -1;
+  switch (enc & 0x0f) {
+    case 0x00: /* absptr */
+    case 0x04: /* udata8 */
+    case 0x0c: /* sdata8 */
+      memcpy(&v, p, 8);
+      p += 8;
+      break;
+    case 0x03: { /* udata4 */
+      uint32_t u;
+      memcpy(&u, p, 4);
+      v = u;
+      p += 4;
+      break;
+    }
+    case 0x0b: { /* sdata4 */
+      int32_t i;
+      memcpy(&i, p, 4);
+      v = (uint64_t)(int64_t)i;
+      p += 4;
+      break;
+    }
+    case 0x02: { /* udata2 */
+      uint16_t u;
+      memcpy(&u, p, 2);
+      v = u;
+      p += 2;
+      break;
+    }
+    case 0x0a: { /* sdata2 */
+      int16_t i;
+      memcpy(&i, p, 2);
+      v = (uint64_t)(int64_t)i;
+      p += 2;
+      break;
+    }
+    default:
+      return -1;
+  }
+  switch (enc & 0x70) {
+    case 0x00:
+      break;
+    case 0x10: /* pcrel */
+      v += (uint64_t)*pp;
+      break;
+    case DW_EH_PE_datarel:
+      v += data;
+      break;
+    default:
+      return -1;
+  }
+  if (enc & 0x80) return -1; /* indirect: never used for code addresses */
+  *pp = p;
+  *out = v;
+  return 0;
+}
+
+static uint64_t uleb(const uint8_t **pp) {
+  uint64_t v = 0;
+  unsigned shift = 0;
+  const uint8_t *p = *pp;
+  uint8_t b;
+  do {
+    b = *p++;
+    if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+    shift += 7;
+  } while (b & 0x80);
+  *pp = p;
+  return v;
+}
+
+static int hdr_table(uint64_t hdr, const int32_t **table, uint32_t *nfde) {
+  const uint8_t *p = (const uint8_t *)hdr;
+  if (p[0] != 1) return -1;
+  uint8_t ptr_enc = p[1], cnt_enc = p[2], tab_enc = p[3];
+  p += 4;
+  uint64_t v, n;
+  if (read_enc(&p, ptr_enc, hdr, &v) != 0) return -1;
+  if (read_enc(&p, cnt_enc, hdr, &n) != 0) return -1;
+  /* The table binary search needs fixed-size entries: gcc, clang and lld all write
+   * datarel|sdata4. Anything else: no table, samples there are skipped. */
+  if (tab_enc != (DW_EH_PE_datarel | 0x0b) || n == 0 || n > 0x7fffffff) return -1;
+  *table = (const int32_t *)p;
+  *nfde = (uint32_t)n;
+  return 0;
+}
+
+static int known(uint64_t lo, uint64_t hi, int n) {
+  for (int i = 0; i < n; i++)
+    if (mods[i].lo == lo && mods[i].hi == hi && !atomic_load(&mods[i].dead)) return i;
+  return -1;
+}
+
+struct seen {
+  uint8_t mark[MAX_MODS];
+  int n;
+};
+
+static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  struct seen *seen = arg;
+  uint64_t hdr = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
+      hdr = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X) || !(ph->p_flags & PF_R)) continue;
+    if (ph->p_filesz == 0) continue;
+    uint64_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_filesz;
+    int n = atomic_load_explicit(&nmods, memory_order_relaxed);
+    int k = known(lo, hi, seen->n);
+    if (k >= 0) {
+      seen->mark[k] = 1;
+      continue;
+    }
+    if (n >= MAX_MODS) continue;
+    struct module *m = &mods[n];
+    m->lo = lo;
+    m->hi = hi;
+    m->hdr = 0;
+    m->table = NULL;
+    m->nfde = 0;
+    atomic_store(&m->dead, 0);
+    if (hdr && hdr_table(hdr, &m->table, &m->nfde) == 0) m->hdr = hdr;
+    atomic_store_explicit(&nmods, n + 1, memory_order_release);
+  }
+  return 0;
+}
+
+/* Normal context only: snapshot the loaded objects (new ones appended, gone ones dead). */
+static void refresh_modules(void) {
+  pthread_mutex_lock(&mods_lock);
+  struct seen seen;
+  memset(&seen, 0, sizeof seen);
+  seen.n = atomic_load(&nmods);
+  dl_iterate_phdr(add_module, &seen);
+  int gone = 0;
+  for (int i = 0; i < seen.n; i++)
+    if (!seen.mark[i] && !atomic_load(&mods[i].dead)) {
+      atomic_store(&mods[i].dead, 1);
+      gone = 1;
+    }
+  /* Code unloaded: cached answers may name addresses that now hold other code. */
+  if (gone && pc_cache)
+    for (uint32_t i = 0; i < CACHE_SLOTS; i++)
+      atomic_store_explicit(&pc_cache[i], 0, memory_order_relaxed);
+  pthread_mutex_unlock(&mods_lock);
+}
+
+static LOCUS_TLS int last_mod = -1;
+
+static const struct module *module_of(uint64_t pc) {
+  int n = atomic_load_explicit(&nmods, memory_order_acquire);
+  int l = last_mod;
+  if (l >= 0 && l < n && pc >= mods[l].lo && pc < mods[l].hi && !atomic_load(&mods[l].dead))
+    return &mods[l];
+  for (int i = n - 1; i >= 0; i--) /* newest first: a reused range names the live object */
+    if (pc >= mods[i].lo && pc < mods[i].hi &&
+        !atomic_load_explicit(&mods[i].dead, memory_order_relaxed)) {
+      last_mod = i;
+      return &mods[i];
+    }
+  return NULL;
+}
+
+/* [start, end) of the function holding pc, from the FDE; -1 when no FDE covers pc. */
+static int function_of(const struct module *m, uint64_t pc, uint64_t *start, uint64_t *end) {
+  if (!m->hdr) return -1;
+  const int32_t *t = m->table;
+  int64_t rel = (int64_t)(pc - m->hdr);
+  uint32_t lo = 0, hi = m->nfde; /* last entry with start <= pc */
+  if (t[0] > rel) return -1;
+  while (hi - lo > 1) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (t[2 * mid] <= rel)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const uint8_t *fde = (const uint8_t *)(m->hdr + (uint64_t)(int64_t)t[2 * lo + 1]);
+  const uint8_t *p = fde;
+  uint32_t len32;
+  memcpy(&len32, p, 4);
+  p += 4;
+  if (len32 == 0xffffffffu) p += 8; /* 64-bit DWARF: the CIE pointer stays 4 bytes in .eh_frame */
+  uint32_t cie_off;
+  memcpy(&cie_off, p, 4);
+  if (cie_off == 0) return -1; /* a CIE, not an FDE */
+  const uint8_t *cie = p - cie_off;
+  p += 4;
+  /* The CIE's augmentation says how the FDE's addresses are encoded ('R'). */
+  const uint8_t *c = cie;
+  memcpy(&len32, c, 4);
+  c += len32 == 0xffffffffu ? 12 + 8 : 4 + 4; /* length, CIE id */
+  uint8_t version = *c++;
+  const char *aug = (const char *)c;
+  while (*c) c++;
+  c++;
+  uleb(&c); /* code alignment */
+  uleb(&c); /* data alignment (sleb: same length) */
+  if (version == 1)
+    c++;
+  else
+    uleb(&c);
+  uint8_t enc = 0; /* absptr */
+  if (aug[0] == 'z') {
+    uleb(&c);
+    for (const char *a = aug + 1; *a; a++) {
+      if (*a == 'R') {
+        enc = *c++;
+        break;
+      } else if (*a == 'P') {
+        uint8_t penc = *c++;
+        uint64_t skip;
+        if (read_enc(&c, penc & 0x7f, 0, &skip) != 0) return -1;
+      } else if (*a == 'L') {
+        c++;
+      } else if (*a != 'S' && *a != 'B' && *a != 'G') {
+        return -1;
+      }
+    }
+  }
+  uint64_t begin, range;
+  if (read_enc(&p, enc, 0, &begin) != 0 || read_enc(&p, enc & 0x0f, 0, &range) != 0) return -1;
+  if (pc < begin || pc - begin >= range) return -1;
+  *start = begin;
+  *end = begin + range;
+  if (*end > m->hi) *end = m->hi;
+  return 0;
+}
+
+static int is_branch(const ZydisDecodedInstruction *in) {
+  switch (in->meta.category) {
+    case ZYDIS_CATEGORY_CALL:
+    case ZYDIS_CATEGORY_RET:
+    case ZYDIS_CATEGORY_COND_BR:
+    case ZYDIS_CATEGORY_UNCOND_BR:
+    case ZYDIS_CATEGORY_SYSCALL:
+    case ZYDIS_CATEGORY_SYSRET:
+    case ZYDIS_CATEGORY_INTERRUPT:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+#define PC_VALID (1ull << 63)
+#define PC_TARGET (1ull << 52)
+#define PC_NONE (1ull << 53)
+#define PC_MASK ((1ull << 47) - 1)
+
+/* Decode the function holding pc from its start: the instruction before pc (when it falls
+ * through to pc) and whether pc is a direct-branch target inside the function or its
+ * start. Calls land at function starts, so targets from outside are rare. */
+static uint64_t skid_info(const struct module *m, uint64_t pc) {
+  uint64_t start, end;
+  if (function_of(m, pc, &start, &end) != 0 || pc - start > FN_MAX) return PC_NONE;
+  uint64_t stop = end - pc > FN_PAST_PC ? pc + FN_PAST_PC : end;
+  uint64_t ip = start, prev = 0, info = pc == start ? PC_TARGET : 0;
+  int at_pc = pc == start;
+  ZydisDecoderContext ctx;
+  ZydisDecodedInstruction in;
+  while (ip < stop) {
+    size_t avail =
+        end - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? end - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
+    if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, (const void *)ip, avail, &in))) {
+      if (ip < pc) return PC_NONE; /* lost the instruction stream before pc */
+      break;
+    }
+    if (ip == pc) at_pc = 1;
+    if (ip < pc && ip + in.length > pc) return PC_NONE; /* pc is inside an instruction */
+    if (ip + in.length == pc && !is_branch(&in)) prev = in.length;
+    if (in.raw.imm[0].is_relative && is_branch(&in) &&
+        ip + in.length + (uint64_t)in.raw.imm[0].value.s == pc)
+      info |= PC_TARGET;
+    ip += in.length;
+  }
+  if (!at_pc && ip != pc) return PC_NONE;
+  return info | (prev << 48);
+}
+
+static uint64_t lookup(const struct module *m, uint64_t pc) {
+  uint32_t slot = (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 50) & (CACHE_SLOTS - 1);
+  uint64_t w = atomic_load_explicit(&pc_cache[slot], memory_order_relaxed);
+  if ((w & PC_VALID) && (w & PC_MASK) == pc) return w;
+  w = skid_info(m, pc) | PC_VALID | pc;
+  atomic_store_explicit(&pc_cache[slot], w, memory_order_relaxed);
+  return w;
+}
+
+/* ---- decoding ---- */
+static const int8_t gpr_slot[] = {
+    [ZYDIS_REGISTER_RAX] = REG_RAX, [ZYDIS_REGISTER_RCX] = REG_RCX, [ZYDIS_REGISTER_RDX] = REG_RDX,
+    [ZYDIS_REGISTER_RBX] = REG_RBX, [ZYDIS_REGISTER_RSP] = REG_RSP, [ZYDIS_REGISTER_RBP] = REG_RBP,
+    [ZYDIS_REGISTER_RSI] = REG_RSI, [ZYDIS_REGISTER_RDI] = REG_RDI, [ZYDIS_REGISTER_R8] = REG_R8,
+    [ZYDIS_REGISTER_R9] = REG_R9,   [ZYDIS_REGISTER_R10] = REG_R10, [ZYDIS_REGISTER_R11] = REG_R11,
+    [ZYDIS_REGISTER_R12] = REG_R12, [ZYDIS_REGISTER_R13] = REG_R13, [ZYDIS_REGISTER_R14] = REG_R14,
+    [ZYDIS_REGISTER_R15] = REG_R15,
+};
+
+static ZydisRegister wide(ZydisRegister r) {
+  return r == ZYDIS_REGISTER_NONE ? r
+                                  : ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, r);
+}
+
+/* Value of a general-purpose register; -1 for anything else. */
+static int reg_value(ZydisRegister r, const ucontext_t *uc, uint64_t *v) {
+  r = wide(r);
+  if (r < ZYDIS_REGISTER_RAX || r > ZYDIS_REGISTER_R15) return -1;
+  *v = (uint64_t)uc->uc_mcontext.gregs[gpr_slot[r]];
+  return 0;
+}
+
+enum { DEC_OK = 0, DEC_NOMEM = 1, DEC_UNDECODED = 2, DEC_CLOBBERED = 3 };
+
+/* The memory access of the instruction at ip. `executed`: the registers in uc are those
+ * after it ran (skid), else before. */
+static int access_of(uint64_t ip, size_t avail, const ucontext_t *uc, int executed,
+                     struct locus_comm_access *a) {
+  ZydisDecodedInstruction in;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, (const void *)ip, avail, &in, ops)))
+    return DEC_UNDECODED;
+  switch (in.mnemonic) {
+    case ZYDIS_MNEMONIC_PREFETCH:
+    case ZYDIS_MNEMONIC_PREFETCHNTA:
+    case ZYDIS_MNEMONIC_PREFETCHT0:
+    case ZYDIS_MNEMONIC_PREFETCHT1:
+    case ZYDIS_MNEMONIC_PREFETCHT2:
+    case ZYDIS_MNEMONIC_PREFETCHW:
+    case ZYDIS_MNEMONIC_PREFETCHWT1:
+    case ZYDIS_MNEMONIC_CLFLUSH:
+    case ZYDIS_MNEMONIC_CLFLUSHOPT:
+    case ZYDIS_MNEMONIC_CLWB:
+    case ZYDIS_MNEMONIC_CLDEMOTE:
+    case ZYDIS_MNEMONIC_NOP:
+    case ZYDIS_MNEMONIC_LEA:
+      return DEC_NOMEM;
+    default:
+      break;
+  }
+  const ZydisDecodedOperand *mem = NULL;
+  for (int i = 0; i < in.operand_count; i++) {
+    const ZydisDecodedOperand *o = &ops[i];
+    if (o->type != ZYDIS_OPERAND_TYPE_MEMORY) continue;
+    if (o->mem.type == ZYDIS_MEMOP_TYPE_VSIB) return DEC_UNDECODED; /* gather/scatter */
+    if (o->mem.type != ZYDIS_MEMOP_TYPE_MEM) continue;
+    if (!(o->actions & (ZYDIS_OPERAND_ACTION_MASK_READ | ZYDIS_OPERAND_ACTION_MASK_WRITE)))
+      continue;
+    /* movs/cmps have two: the write is the one that matters for communication. */
+    if (!mem || (o->actions & ZYDIS_OPERAND_ACTION_MASK_WRITE)) mem = o;
+  }
+  if (!mem) return DEC_NOMEM;
+  ZydisRegister base = wide(mem->mem.base), index = wide(mem->mem.index);
+  int push = in.mnemonic == ZYDIS_MNEMONIC_PUSH || in.mnemonic == ZYDIS_MNEMONIC_PUSHFQ ||
+             in.mnemonic == ZYDIS_MNEMONIC_CALL;
+  int pop = in.mnemonic == ZYDIS_MNEMONIC_POP || in.mnemonic == ZYDIS_MNEMONIC_POPFQ;
+  if (executed && !push && !pop) {
+    for (int i = 0; i < in.operand_count; i++) {
+      const ZydisDecodedOperand *o = &ops[i];
+      if (o->type != ZYDIS_OPERAND_TYPE_REGISTER || !(o->actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
+        continue;
+      ZydisRegister w = wide(o->reg.value);
+      if ((base != ZYDIS_REGISTER_NONE && w == base) ||
+          (index != ZYDIS_REGISTER_NONE && w == index))
+        return DEC_CLOBBERED;
+    }
+  }
+  uint64_t addr = (uint64_t)mem->mem.disp.value, v;
+  if (mem->mem.base == ZYDIS_REGISTER_RIP || mem->mem.base == ZYDIS_REGISTER_EIP) {
+    addr += ip + in.length;
+  } else if (base != ZYDIS_REGISTER_NONE) {
+    if (reg_value(base, uc, &v) != 0) return DEC_UNDECODED;
+    addr += v;
+  }
+  if (index != ZYDIS_REGISTER_NONE) {
+    if (reg_value(index, uc, &v) != 0) return DEC_UNDECODED;
+    addr += v * (mem->mem.scale ? mem->mem.scale : 1);
+  }
+  if (in.address_width == 32) addr &= 0xffffffffu;
+  if (mem->mem.segment == ZYDIS_REGISTER_FS) addr += me_soft.fs_base;
+  if (mem->mem.segment == ZYDIS_REGISTER_GS) addr += me_soft.gs_base;
+  uint32_t len = mem->size / 8;
+  if (len == 0) return DEC_NOMEM;
+  if (len > 64) len = 64;
+  /* Zydis reports [rsp] for push/call, which write below it; pop reads [rsp] and then
+   * moves rsp up. */
+  if (push && !executed) addr -= len;
+  if (pop && executed) addr -= len;
+  uint32_t flags = 0;
+  if (mem->actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) flags |= LOCUS_AC_STORE;
+  if ((in.attributes & ZYDIS_ATTRIB_HAS_LOCK) || in.mnemonic == ZYDIS_MNEMONIC_XCHG)
+    flags |= LOCUS_AC_ATOMIC;
+  if (addr >= me_soft.stack_lo && addr < me_soft.stack_hi) flags |= LOCUS_AC_STACK;
+  a->addr = addr;
+  a->len = len;
+  a->ip = ip;
+  a->flags = flags;
+  return DEC_OK;
+}
+
+static inline size_t avail_in(const struct module *m, uint64_t ip) {
+  return m->hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? m->hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
+}
+
+/* The sampled access at pc, skid-corrected. */
+static int sampled_access(uint64_t pc, const ucontext_t *uc, struct locus_comm_access *a) {
+  const struct module *m = module_of(pc);
+  if (!m) return DEC_UNDECODED;
+  uint64_t w = lookup(m, pc);
+  if (w & PC_NONE) return DEC_UNDECODED;
+  uint64_t prevlen = (w >> 48) & 0xf;
+  if (!(w & PC_TARGET) && prevlen) {
+    uint64_t prev = pc - prevlen;
+    int rc = access_of(prev, avail_in(m, prev), uc, 1, a);
+    if (rc != DEC_CLOBBERED) {
+      a->flags |= LOCUS_AC_SKID;
+      return rc;
+    }
+  }
+  return access_of(pc, avail_in(m, pc), uc, 0, a);
+}
+
+int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a) {
+  const struct module *m = module_of(pc);
+  if (!m) return -1;
+  uint64_t w = lookup(m, pc);
+  uint64_t prevlen = (w >> 48) & 0xf;
+  if ((w & PC_NONE) || !prevlen) return -1;
+  return access_of(pc - prevlen, avail_in(m, pc - prevlen), uc, 1, a) == DEC_OK ? 0 : -1;
+}
+
+int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len, uint32_t *flags) {
+  static int init;
+  if (!init)
+    init = ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64));
+  struct locus_comm_access a;
+  memset(&a, 0, sizeof a);
+  int rc = access_of(ip, ZYDIS_MAX_INSTRUCTION_LENGTH, uc, 0, &a);
+  *addr = a.addr;
+  *len = a.len;
+  *flags = a.flags;
+  return rc;
+}
+
+/* ---- the handler ---- */
+static void take_sample(ucontext_t *uc) {
+  struct locus_comm_thread *st = &locus_ct.st;
+  if (!locus_ct.started) return;
+  uint64_t t0 = locus_ticks();
+  st->signals++;
+  if (locus_me.guard || locus_me.state != 1 || !locus_enabled) {
+    st->skipped++;
+    return;
+  }
+  locus_me.guard++;
+  uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+  uint16_t cs = (uint16_t)(uc->uc_mcontext.gregs[REG_CSGSFS] & 0xffff);
+  struct locus_comm_access a;
+  memset(&a, 0, sizeof a);
+  if ((cs & 3) != 3 || pc >= 0x800000000000ull) {
+    st->skipped++;
+    st->kernel++;
+  } else {
+    int rc = sampled_access(pc, uc, &a);
+    if (rc != DEC_OK) {
+      st->skipped++;
+      if (rc == DEC_UNDECODED) st->undecoded++;
+    } else {
+      a.t = t0;
+      a.cpu = sched_getcpu();
+      struct locus_comm_sample s;
+      memset(&s, 0, sizeof s);
+      s.t = a.t;
+      s.addr = a.addr;
+      s.ip = a.ip;
+      s.tid = locus_me.tid;
+      s.cpu = a.cpu;
+      s.flags = a.flags;
+      s.len = (uint16_t)a.len;
+      s.kind = 1;
+      st->samples++;
+      locus_comm_put_sample(&s);
+      locus_comm_detect(&a);
+    }
+  }
+  uint64_t dt = locus_ticks() - t0;
+  st->self_ns += (uint64_t)((double)dt * 1000.0 / locus_ticks_per_us);
+  locus_add_self_ticks(dt);
+  locus_me.guard--;
+}
+
+/* Sampler signals: TRAP_PERF with our cookie (the dispatcher checked it), the timer's
+ * SI_TIMER with our cookie, or the async fallback's POLL_* naming our fd. */
+static int on_sampler_signal(siginfo_t *si, void *uc) {
+  int ours = 0;
+  if (si->si_code == TRAP_PERF)
+    ours = 1;
+  else if (si->si_code == SI_TIMER)
+    ours = me_soft.source == SRC_TIMER && (uint64_t)si->si_value.sival_ptr == LOCUS_TRAP_COOKIE;
+  /* F_SETSIG with a signal that has codes of its own (SIGTRAP) arrives as SI_SIGIO. */
+  else if (si->si_code == SI_SIGIO || (si->si_code >= POLL_IN && si->si_code <= POLL_HUP))
+    ours = me_soft.source == SRC_ASYNC && me_soft.fd > 2 && si->si_fd == me_soft.fd;
+  if (ours) take_sample(uc);
+  return ours;
+}
+
+/* ---- per-thread set-up ---- */
+static uint64_t period_ns(void) {
+  uint64_t p = locus_comm_cfg.period_ns;
+  return p < PERIOD_FLOOR_NS ? PERIOD_FLOOR_NS : p;
+}
+
+static void warn_source(const char *msg) {
+  int expect = 0;
+  if (atomic_compare_exchange_strong(&warned_source, &expect, 1)) locus_warn(msg);
+}
+
+static int open_clock(int sigtrap) {
+  struct perf_event_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_TASK_CLOCK;
+  attr.sample_period = period_ns();
+  attr.exclude_kernel = 1;
+  attr.exclude_hv = 1;
+  if (sigtrap) {
+    attr.sigtrap = 1;
+    attr.remove_on_exec = 1;
+    attr.sig_data = LOCUS_TRAP_COOKIE | LOCUS_TRAP_SAMPLER;
+  } else {
+    attr.wakeup_events = 1;
+    attr.disabled = 1; /* enabled once the signal is routed to this thread */
+  }
+  return (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+}
+
+static int start_async(void) {
+  int fd = open_clock(0);
+  if (fd < 0) return -1;
+  /* Known before the first signal can come. */
+  me_soft.fd = fd;
+  me_soft.source = SRC_ASYNC;
+  struct f_owner_ex owner = {F_OWNER_TID, (pid_t)locus_me.tid};
+  if (fcntl(fd, F_SETSIG, SIGTRAP) != 0 || fcntl(fd, F_SETOWN_EX, &owner) != 0 ||
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC) != 0 ||
+      ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+    me_soft.fd = -1;
+    me_soft.source = SRC_NONE;
+    close(fd);
+    return -1;
+  }
+  return 0;
+}
+
+static int start_timer(void) {
+  struct sigevent sev;
+  memset(&sev, 0, sizeof sev);
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = SIGTRAP;
+  sev.sigev_value.sival_ptr = (void *)LOCUS_TRAP_COOKIE;
+  sev._sigev_un._tid = (pid_t)locus_me.tid;
+  if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &me_soft.timer) != 0) return -1;
+  me_soft.source = SRC_TIMER;
+  uint64_t p = period_ns();
+  struct itimerspec its = {{(time_t)(p / 1000000000u), (long)(p % 1000000000u)},
+                           {(time_t)(p / 1000000000u), (long)(p % 1000000000u)}};
+  if (timer_settime(me_soft.timer, 0, &its, NULL) != 0) {
+    timer_delete(me_soft.timer);
+    me_soft.source = SRC_NONE;
+    return -1;
+  }
+  return 0;
+}
+
+static void start_sampler(void) {
+  if (forced_source <= SRC_SIGTRAP) {
+    int fd = open_clock(1);
+    if (fd >= 0) {
+      me_soft.fd = fd;
+      me_soft.source = SRC_SIGTRAP;
+      return;
+    }
+  }
+  if (forced_source <= SRC_ASYNC && start_async() == 0) {
+    warn_source(
+        "comm: perf sigtrap unavailable (Linux < 5.13?): soft sampling uses perf task-clock "
+        "with O_ASYNC signals");
+    return;
+  }
+  if (start_timer() == 0) {
+    warn_source(
+        "comm: perf_event_open unavailable: soft sampling uses a POSIX CPU-time timer, at most "
+        "HZ samples per second (sysctl kernel.perf_event_paranoid=2 or CAP_PERFMON enables "
+        "perf)");
+    return;
+  }
+  warn_source("comm: no sampling source works here; this thread is not sampled");
+}
+
+static void stop_sampler(void) {
+  if (me_soft.source == SRC_TIMER) timer_delete(me_soft.timer);
+  if (me_soft.fd >= 0) {
+    ioctl(me_soft.fd, PERF_EVENT_IOC_DISABLE, 0);
+    close(me_soft.fd);
+  }
+  me_soft.fd = -1;
+  me_soft.source = SRC_NONE;
+}
+
+static void setup_altstack(void) {
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE)) return; /* the program's */
+  void *p = mmap(NULL, ALTSTACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return;
+  stack_t ss = {.ss_sp = p, .ss_flags = 0, .ss_size = ALTSTACK_SIZE};
+  if (sigaltstack(&ss, NULL) != 0) {
+    munmap(p, ALTSTACK_SIZE);
+    return;
+  }
+  me_soft.altstack = p;
+}
+
+static void free_altstack(void) {
+  if (!me_soft.altstack) return;
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == me_soft.altstack &&
+      !(cur.ss_flags & SS_ONSTACK)) {
+    stack_t off = {.ss_sp = NULL, .ss_flags = SS_DISABLE, .ss_size = 0};
+    if (sigaltstack(&off, NULL) == 0) munmap(me_soft.altstack, ALTSTACK_SIZE);
+  }
+  me_soft.altstack = NULL;
+}
+
+static void thread_context(void) {
+  unsigned long v = 0;
+  if (syscall(SYS_arch_prctl, ARCH_GET_FS, &v) == 0) me_soft.fs_base = v;
+  v = 0;
+  if (syscall(SYS_arch_prctl, ARCH_GET_GS, &v) == 0) me_soft.gs_base = v;
+  pthread_attr_t at;
+  if (pthread_getattr_np(pthread_self(), &at) == 0) {
+    void *lo;
+    size_t sz;
+    if (pthread_attr_getstack(&at, &lo, &sz) == 0) {
+      me_soft.stack_lo = (uint64_t)lo;
+      me_soft.stack_hi = (uint64_t)lo + sz;
+    }
+    pthread_attr_destroy(&at);
+  }
+}
+
+static void soft_thread_init(void) {
+  if (!proc_ok) return;
+  me_soft.fd = -1;
+  me_soft.source = SRC_NONE;
+  setup_altstack();
+  thread_context();
+  /* Objects dlopen'ed since the last snapshot (the handler cannot call dl_iterate_phdr). */
+  refresh_modules();
+  locus_comm_detect_thread_init();
+  start_sampler();
+}
+
+static void soft_thread_fini(void) {
+  if (!proc_ok) return;
+  /* Signals already queued are delivered when close() returns, on the still-present
+   * alternate stack; none can come after. */
+  stop_sampler();
+  locus_comm_detect_thread_fini();
+  free_altstack();
+}
+
+static void soft_proc_fini(void) {
+  if (!proc_ok) return;
+  stop_sampler();
+  locus_comm_detect_thread_fini();
+  /* The alternate stack stays: other threads' signals may still run until exit. */
+}
+
+static void soft_after_fork(void) {
+  if (!proc_ok) return;
+  /* The fds are the parent's events: close, never disable. Timers are not inherited. */
+  if (me_soft.fd >= 0) close(me_soft.fd);
+  /* Another thread may have held it at fork: the child has only this thread. */
+  pthread_mutex_init(&mods_lock, NULL);
+  me_soft.fd = -1;
+  me_soft.source = SRC_NONE;
+  locus_comm_detect_thread_init();
+  start_sampler();
+}
+
+static int soft_proc_init(void) {
+  if (!ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64))) {
+    locus_warn("comm: the Zydis decoder cannot start; the comm lens is off");
+    return -1;
+  }
+  const char *src = getenv("LOCUS_COMM_SOFT_SOURCE");
+  if (src && !strcmp(src, "async")) forced_source = SRC_ASYNC;
+  if (src && !strcmp(src, "timer")) forced_source = SRC_TIMER;
+  void *cache = mmap(NULL, CACHE_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (cache == MAP_FAILED) {
+    locus_warn("comm: cannot allocate the decoder cache; the comm lens is off");
+    return -1;
+  }
+  pc_cache = cache;
+  atomic_store(&nmods, 0);
+  refresh_modules();
+  locus_comm_trap_sampler = on_sampler_signal;
+  if (locus_comm_trap_install() != 0) {
+    locus_warn("comm: cannot install the SIGTRAP handler; the comm lens is off");
+    return -1;
+  }
+  proc_ok = 1;
+  return 0;
+}
+
+struct locus_comm_backend_ops locus_comm_soft = {
+    .name = "soft",
+    .proc_init = soft_proc_init,
+    .thread_init = soft_thread_init,
+    .thread_fini = soft_thread_fini,
+    .proc_fini = soft_proc_fini,
+    .after_fork = soft_after_fork,
+};

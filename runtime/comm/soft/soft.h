@@ -1,0 +1,43 @@
+/* Shared between the soft sampler (soft.c) and the ComDetective detector (detect.c): one
+ * SIGTRAP handler serves the sampling timer (soft) and the watchpoints (detect), and chains
+ * every other SIGTRAP to the application's handler. */
+#ifndef LOCUS_COMM_SOFT_H
+#define LOCUS_COMM_SOFT_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "../comm.h"
+
+/* sig_data of our perf events: the cookie in the high bits, a watchpoint index or
+ * LOCUS_TRAP_SAMPLER in the low byte. */
+#define LOCUS_TRAP_COOKIE 0x4c4f435553000000ULL /* "LOCUS" */
+#define LOCUS_TRAP_COOKIE_MASK 0xffffffffff000000ULL
+#define LOCUS_TRAP_SAMPLER 0xffu
+
+/* The kernel's siginfo layout for TRAP_PERF (glibc 2.36 does not name these fields). */
+struct locus_perf_siginfo {
+  int si_signo, si_errno, si_code, pad;
+  void *addr;
+  unsigned long perf_data;
+  uint32_t perf_type;
+  uint32_t perf_flags;
+};
+
+/* Install the SIGTRAP dispatcher once (normal context); 0 or -1. */
+int locus_comm_trap_install(void);
+/* Hooks the dispatcher calls for our traps (handler context, SIGTRAP blocked). The
+ * sampler hook is set by soft.c; it returns 1 when the signal was its own. */
+extern int (*locus_comm_trap_sampler)(siginfo_t *si, void *uc);
+void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc);
+
+/* Decoding for the detector's traps (soft.c): the access made by the instruction that ends
+ * right before `pc` (a watchpoint trap reports the pc after the access). 0 when found. */
+int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a);
+
+/* Test-only entry point: decode the instruction at `ip` with the given registers
+ * (ucontext_t), no skid correction. 0 when it has a usable memory access. */
+LOCUS_EXPORT int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,
+                                        uint32_t *flags);
+
+#endif

@@ -1,0 +1,123 @@
+/* The one SIGTRAP handler of the comm lens. Our perf events (the soft sampler's task clock,
+ * the detector's watchpoints) send a synchronous SIGTRAP tagged with a cookie in
+ * si_perf_data; every other SIGTRAP (int3, the program's own perf events, debuggers) goes
+ * to the program's handler, or to the default action. The program's later sigaction() or
+ * signal() calls for SIGTRAP are recorded as the handler to chain to, so that ours stays
+ * in front: without it, a program installing SIG_DFL would be killed by our next sample. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+
+#include "soft.h"
+
+#ifndef TRAP_PERF
+#define TRAP_PERF 6
+#endif
+
+int (*locus_comm_trap_sampler)(siginfo_t *si, void *uc);
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+static sigaction_fn real_sigaction;
+static _Atomic int installed;
+/* What the program asked for SIGTRAP (or had before us). Updates from two threads at once
+ * are not ordered; the program racing with itself on its own handler is its problem. */
+static struct sigaction app_action;
+
+static sigaction_fn get_real(void) {
+  if (!real_sigaction) real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+  return real_sigaction;
+}
+
+static void chain(int sig, siginfo_t *si, void *uc) {
+  struct sigaction a = app_action;
+  if (!(a.sa_flags & SA_SIGINFO) && a.sa_handler == SIG_IGN) return;
+  if (!(a.sa_flags & SA_SIGINFO) && a.sa_handler == SIG_DFL) {
+    /* The default action of SIGTRAP ends the process with a core dump: reproduce it. The
+     * signal is blocked while we run, so it is taken on return, with the default action. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    if (get_real()) real_sigaction(SIGTRAP, &dfl, NULL);
+    raise(SIGTRAP);
+    return;
+  }
+  sigset_t old;
+  pthread_sigmask(SIG_BLOCK, &a.sa_mask, &old);
+  if (a.sa_flags & SA_RESETHAND) {
+    memset(&app_action, 0, sizeof app_action);
+    app_action.sa_handler = SIG_DFL;
+  }
+  if (a.sa_flags & SA_SIGINFO)
+    a.sa_sigaction(sig, si, uc);
+  else
+    a.sa_handler(sig);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void on_trap(int sig, siginfo_t *si, void *uc) {
+  int saved = errno;
+  const struct locus_perf_siginfo *p = (const void *)si;
+  if (si->si_code == TRAP_PERF && (p->perf_data & LOCUS_TRAP_COOKIE_MASK) == LOCUS_TRAP_COOKIE) {
+    unsigned low = (unsigned)(p->perf_data & 0xffu);
+    if (low == LOCUS_TRAP_SAMPLER) {
+      if (locus_comm_trap_sampler) locus_comm_trap_sampler(si, uc);
+    } else {
+      locus_comm_detect_on_watch(low, si, uc);
+    }
+  } else if (!(locus_comm_trap_sampler && locus_comm_trap_sampler(si, uc))) {
+    chain(sig, si, uc);
+  }
+  errno = saved;
+}
+
+int locus_comm_trap_install(void) {
+  if (atomic_load(&installed)) return 0;
+  if (!get_real()) return -1;
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_trap;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&installed, &expect, 1)) return 0;
+  if (real_sigaction(SIGTRAP, NULL, &old) != 0) {
+    atomic_store(&installed, 0);
+    return -1;
+  }
+  app_action = old;
+  if (real_sigaction(SIGTRAP, &sa, NULL) != 0) {
+    atomic_store(&installed, 0);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- interposers: SIGTRAP only, everything else forwards ---- */
+LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+  sigaction_fn real = get_real();
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  if (sig != SIGTRAP || !atomic_load(&installed)) return real(sig, act, old);
+  if (old) *old = app_action;
+  if (act) app_action = *act;
+  return 0;
+}
+
+LOCUS_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
+  if (sig != SIGTRAP || !atomic_load(&installed)) {
+    static sighandler_t (*real_signal)(int, sighandler_t);
+    if (!real_signal) real_signal = (sighandler_t(*)(int, sighandler_t))dlsym(RTLD_NEXT, "signal");
+    if (!real_signal) return SIG_ERR;
+    return real_signal(sig, handler);
+  }
+  sighandler_t prev = app_action.sa_handler; /* shares its storage with sa_sigaction */
+  memset(&app_action, 0, sizeof app_action);
+  app_action.sa_handler = handler;
+  app_action.sa_flags = SA_RESTART;
+  return prev;
+}

@@ -1,0 +1,301 @@
+/* Allocator and anonymous-mapping interposers for the comm lens's object attribution.
+ * They forward only: to the real function, then, when tracking is on, to
+ * locus_allocs_record (comm/allocs.c). What the program gets is always exactly what the
+ * real function returned.
+ *
+ * The real functions are found with dlsym(RTLD_NEXT), but dlsym itself may call calloc
+ * (and ld.so calls malloc early): calls made before the real functions are known get
+ * blocks from a static bootstrap arena. Those blocks are never handed to the real free or
+ * realloc; free ignores them and realloc copies out of them. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "../comm/allocs.h"
+#include "../core/runtime.h"
+
+#define SITE ((uint64_t)(uintptr_t)__builtin_return_address(0))
+
+int locus_alloc_state;
+
+static struct {
+  void *(*malloc)(size_t);
+  void *(*calloc)(size_t, size_t);
+  void *(*realloc)(void *, size_t);
+  void (*free)(void *);
+  int (*posix_memalign)(void **, size_t, size_t);
+  void *(*aligned_alloc)(size_t, size_t);
+  void *(*memalign)(size_t, size_t);
+  void *(*valloc)(size_t);
+  void *(*pvalloc)(size_t);
+  size_t (*usable)(void *);
+  void *(*mmap)(void *, size_t, int, int, int, off_t);
+  int (*munmap)(void *, size_t);
+} real;
+
+static inline int state(void) { return __atomic_load_n(&locus_alloc_state, __ATOMIC_ACQUIRE); }
+
+/* ---- bootstrap arena ---- */
+#define BOOT_SIZE (256u << 10)
+static _Alignas(4096) unsigned char boot[BOOT_SIZE];
+static size_t boot_used;
+
+static int is_boot(const void *p) { return (uintptr_t)p - (uintptr_t)boot < (uintptr_t)BOOT_SIZE; }
+
+/* Bump allocation, never reused: static memory is zero, so calloc needs no memset. The
+ * requested size sits in the word before the block (for realloc and malloc_usable_size). */
+static void *boot_alloc(size_t n, size_t align) {
+  if (align < 16) align = 16;
+  if (n > BOOT_SIZE || (align & (align - 1)) || align > 4096) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t need = (n + 16 + align + 15) & ~(size_t)15;
+  size_t off = __atomic_fetch_add(&boot_used, need, __ATOMIC_RELAXED);
+  if (off + need > BOOT_SIZE) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  uintptr_t p = ((uintptr_t)(boot + off + 16) + align - 1) & ~(uintptr_t)(align - 1);
+  ((size_t *)p)[-1] = n;
+  __atomic_fetch_or(&locus_alloc_state, LOCUS_ALLOC_BOOT, __ATOMIC_RELEASE);
+  return (void *)p;
+}
+
+static size_t boot_size(const void *p) { return ((const size_t *)p)[-1]; }
+
+/* ---- resolution ---- */
+static LOCUS_TLS int resolving; /* this thread is inside dlsym: allocate from the arena */
+
+#define R(field, name) \
+  __atomic_store_n((void **)&real.field, dlsym(RTLD_NEXT, name), __ATOMIC_RELAXED)
+
+/* Returns the state after trying; RESOLVED is set once every essential function is known. */
+static __attribute__((noinline)) int resolve(void) {
+  if (resolving) return state();
+  resolving = 1;
+  R(malloc, "malloc");
+  R(calloc, "calloc");
+  R(realloc, "realloc");
+  R(free, "free");
+  R(posix_memalign, "posix_memalign");
+  R(aligned_alloc, "aligned_alloc");
+  R(memalign, "memalign");
+  R(valloc, "valloc");
+  R(pvalloc, "pvalloc");
+  R(usable, "malloc_usable_size");
+  R(mmap, "mmap");
+  R(munmap, "munmap");
+  resolving = 0;
+  /* pvalloc and malloc_usable_size are optional (checked where used); the rest must be
+   * there for the fast path to call them unchecked. */
+  if (real.malloc && real.calloc && real.realloc && real.free && real.posix_memalign &&
+      real.aligned_alloc && real.memalign && real.valloc && real.mmap && real.munmap)
+    __atomic_fetch_or(&locus_alloc_state, LOCUS_ALLOC_RESOLVED, __ATOMIC_RELEASE);
+  return state();
+}
+
+/* ---- the slow paths (tracking on, not resolved yet, or bootstrap blocks exist) ---- */
+static __attribute__((noinline)) void *malloc_slow(size_t n, uint64_t site) {
+  int s = state();
+  if (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED))
+    return boot_alloc(n, 16);
+  void *p = real.malloc(n);
+  if ((s & LOCUS_ALLOC_TRACKING) && p) locus_allocs_record(LOCUS_AL_MALLOC, p, n, site);
+  return p;
+}
+
+static __attribute__((noinline)) void *calloc_slow(size_t k, size_t n, uint64_t site) {
+  int s = state();
+  if (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED)) {
+    size_t bytes;
+    if (__builtin_mul_overflow(k, n, &bytes)) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    return boot_alloc(bytes, 16);
+  }
+  void *p = real.calloc(k, n);
+  if ((s & LOCUS_ALLOC_TRACKING) && p) locus_allocs_record(LOCUS_AL_MALLOC, p, k * n, site);
+  return p;
+}
+
+static __attribute__((noinline)) void free_slow(void *p, uint64_t site) {
+  if (!p || is_boot(p)) return;
+  int s = state();
+  if (!(s & LOCUS_ALLOC_RESOLVED)) s = resolve();
+  /* A real block while nothing is resolved cannot happen (it came from the real malloc). */
+  if (!(s & LOCUS_ALLOC_RESOLVED)) return;
+  if (s & LOCUS_ALLOC_TRACKING) locus_allocs_record(LOCUS_AL_FREE, p, 0, site);
+  real.free(p);
+}
+
+static __attribute__((noinline)) void *realloc_slow(void *p, size_t n, uint64_t site) {
+  int s = state();
+  if (!(s & LOCUS_ALLOC_RESOLVED)) s = resolve();
+  if (p && is_boot(p)) {
+    /* Out of the arena: a new block (real if possible) with the old contents. */
+    void *q = (s & LOCUS_ALLOC_RESOLVED) ? real.malloc(n) : boot_alloc(n, 16);
+    if (!q) return NULL;
+    size_t old = boot_size(p);
+    memcpy(q, p, old < n ? old : n);
+    if ((s & LOCUS_ALLOC_TRACKING) && !is_boot(q)) locus_allocs_record(LOCUS_AL_MALLOC, q, n, site);
+    return q;
+  }
+  if (!(s & LOCUS_ALLOC_RESOLVED)) return p ? NULL : boot_alloc(n, 16);
+  void *q = real.realloc(p, n);
+  if (s & LOCUS_ALLOC_TRACKING) {
+    if (q) {
+      if (p) locus_allocs_record(LOCUS_AL_FREE, p, 0, site);
+      locus_allocs_record(LOCUS_AL_MALLOC, q, n, site);
+    } else if (p && n == 0) {
+      locus_allocs_record(LOCUS_AL_FREE, p, 0, site); /* glibc: realloc(p, 0) frees */
+    }
+  }
+  return q;
+}
+
+/* memalign, aligned_alloc, valloc, pvalloc (which = 0..3) and posix_memalign. */
+static __attribute__((noinline)) void *align_slow(int which, size_t align, size_t n,
+                                                  uint64_t site) {
+  int s = state();
+  if (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED))
+    return boot_alloc(n, which >= 2 ? 4096 : align);
+  void *p = NULL;
+  switch (which) {
+    case 0:
+      p = real.memalign ? real.memalign(align, n) : NULL;
+      break;
+    case 1:
+      p = real.aligned_alloc ? real.aligned_alloc(align, n) : NULL;
+      break;
+    case 2:
+      p = real.valloc ? real.valloc(n) : NULL;
+      break;
+    default:
+      p = real.pvalloc ? real.pvalloc(n) : NULL;
+  }
+  if ((s & LOCUS_ALLOC_TRACKING) && p) locus_allocs_record(LOCUS_AL_MALLOC, p, n, site);
+  return p;
+}
+
+static __attribute__((noinline)) int posix_memalign_slow(void **out, size_t align, size_t n,
+                                                         uint64_t site) {
+  int s = state();
+  if (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED)) {
+    if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
+    void *p = boot_alloc(n, align);
+    if (!p) return ENOMEM;
+    *out = p;
+    return 0;
+  }
+  int rc = real.posix_memalign ? real.posix_memalign(out, align, n) : ENOMEM;
+  if ((s & LOCUS_ALLOC_TRACKING) && rc == 0) locus_allocs_record(LOCUS_AL_MALLOC, *out, n, site);
+  return rc;
+}
+
+static __attribute__((noinline)) void *mmap_slow(void *a, size_t n, int prot, int flags, int fd,
+                                                 off_t off, uint64_t site) {
+  int s = state();
+  if (!(s & LOCUS_ALLOC_RESOLVED)) s = resolve();
+  void *p = (s & LOCUS_ALLOC_RESOLVED) ? real.mmap(a, n, prot, flags, fd, off)
+                                       : (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
+  if ((s & LOCUS_ALLOC_TRACKING) && p != MAP_FAILED && (flags & MAP_ANONYMOUS))
+    locus_allocs_record(LOCUS_AL_MMAP, p, n, site);
+  return p;
+}
+
+static __attribute__((noinline)) int munmap_slow(void *a, size_t n, uint64_t site) {
+  int s = state();
+  if (!(s & LOCUS_ALLOC_RESOLVED)) s = resolve();
+  int rc = (s & LOCUS_ALLOC_RESOLVED) ? real.munmap(a, n) : (int)syscall(SYS_munmap, a, n);
+  if ((s & LOCUS_ALLOC_TRACKING) && rc == 0) locus_allocs_record(LOCUS_AL_MUNMAP, a, n, site);
+  return rc;
+}
+
+/* ---- the interposers: one test, then a tail call ---- */
+#define FAST (LOCUS_LIKELY(state() == LOCUS_ALLOC_RESOLVED))
+
+LOCUS_EXPORT void *malloc(size_t n) {
+  if (FAST) return real.malloc(n);
+  return malloc_slow(n, SITE);
+}
+
+LOCUS_EXPORT void *calloc(size_t k, size_t n) {
+  if (FAST) return real.calloc(k, n);
+  return calloc_slow(k, n, SITE);
+}
+
+LOCUS_EXPORT void free(void *p) {
+  if (FAST) return real.free(p);
+  free_slow(p, SITE);
+}
+
+LOCUS_EXPORT void *realloc(void *p, size_t n) {
+  if (FAST) return real.realloc(p, n);
+  return realloc_slow(p, n, SITE);
+}
+
+LOCUS_EXPORT void *reallocarray(void *p, size_t k, size_t n) {
+  size_t bytes;
+  if (__builtin_mul_overflow(k, n, &bytes)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (FAST) return real.realloc(p, bytes);
+  return realloc_slow(p, bytes, SITE);
+}
+
+LOCUS_EXPORT int posix_memalign(void **out, size_t align, size_t n) {
+  if (FAST) return real.posix_memalign(out, align, n);
+  return posix_memalign_slow(out, align, n, SITE);
+}
+
+LOCUS_EXPORT void *memalign(size_t align, size_t n) {
+  if (FAST) return real.memalign(align, n);
+  return align_slow(0, align, n, SITE);
+}
+
+LOCUS_EXPORT void *aligned_alloc(size_t align, size_t n) {
+  if (FAST) return real.aligned_alloc(align, n);
+  return align_slow(1, align, n, SITE);
+}
+
+LOCUS_EXPORT void *valloc(size_t n) {
+  if (FAST) return real.valloc(n);
+  return align_slow(2, 0, n, SITE);
+}
+
+LOCUS_EXPORT void *pvalloc(size_t n) {
+  if (FAST && real.pvalloc) return real.pvalloc(n);
+  return align_slow(3, 0, n, SITE);
+}
+
+LOCUS_EXPORT size_t malloc_usable_size(void *p) {
+  if (!p) return 0;
+  if (is_boot(p)) return boot_size(p);
+  if (!(state() & LOCUS_ALLOC_RESOLVED)) resolve();
+  return real.usable ? real.usable(p) : 0;
+}
+
+LOCUS_EXPORT void *mmap(void *a, size_t n, int prot, int flags, int fd, off_t off) {
+  if (FAST) return real.mmap(a, n, prot, flags, fd, off);
+  return mmap_slow(a, n, prot, flags, fd, off, SITE);
+}
+
+LOCUS_EXPORT void *mmap64(void *a, size_t n, int prot, int flags, int fd, off_t off) {
+  if (FAST) return real.mmap(a, n, prot, flags, fd, off);
+  return mmap_slow(a, n, prot, flags, fd, off, SITE);
+}
+
+LOCUS_EXPORT int munmap(void *a, size_t n) {
+  if (FAST) return real.munmap(a, n);
+  return munmap_slow(a, n, SITE);
+}

@@ -1,0 +1,370 @@
+/* Allocation tracking of the comm lens: the records of a few known allocations (kind,
+ * address, size, site, thread, stacks), nothing recorded with the lens off, a fork child
+ * writing its own allocs.bin, and a program doing 1e6 malloc/free pairs running correctly
+ * under the runtime (its timings with the lens off and on are printed, never asserted).
+ * Each case runs this program again under LD_PRELOAD with a fresh LOCUS_DIR.
+ * Usage: test_allocs LIBLOCUS */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../include/locus_format.h"
+
+/* ---- the workloads, run in the preloaded child ---- */
+static FILE *addrs_file(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/addrs", getenv("LOCUS_DIR"));
+  return fopen(path, "w");
+}
+
+static void *thread_body(void *arg) {
+  int local = 0;
+  void *p = malloc(777);
+  FILE *f = arg;
+  fprintf(f, "thread %d %lx %lx\n", gettid(), (unsigned long)&local, (unsigned long)p);
+  free(p);
+  return NULL;
+}
+
+static __attribute__((noinline)) int case_known(void) {
+  int local = 0;
+  FILE *f = addrs_file();
+  void *m = malloc(1000);
+  unsigned long m_addr = (unsigned long)m; /* realloc may free m */
+  void *c = calloc(10, 100);
+  void *r = realloc(m, 5000);
+  void *pa = NULL;
+  if (posix_memalign(&pa, 64, 256) != 0) return 1;
+  void *aa = aligned_alloc(128, 512);
+  void *ma = memalign(256, 300);
+  void *mm = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (!m || !c || !r || !aa || !ma || mm == MAP_FAILED) return 1;
+  if (((uintptr_t)pa & 63) || ((uintptr_t)aa & 127) || ((uintptr_t)ma & 255)) return 2;
+  munmap(mm, 65536);
+  fprintf(f, "main %d %lx %lx\n", getpid(), (unsigned long)&local, (unsigned long)case_known);
+  fprintf(f, "malloc %lx 1000\ncalloc %lx 1000\nrealloc %lx 5000\nposix_memalign %lx 256\n", m_addr,
+          (unsigned long)c, (unsigned long)r, (unsigned long)pa);
+  fprintf(f, "aligned_alloc %lx 512\nmemalign %lx 300\nmmap %lx 65536\n", (unsigned long)aa,
+          (unsigned long)ma, (unsigned long)mm);
+  free(r);
+  free(c);
+  free(pa);
+  free(aa);
+  free(ma);
+  pthread_t t;
+  fflush(f);
+  pthread_create(&t, NULL, thread_body, f);
+  pthread_join(t, NULL);
+  fclose(f);
+  return 0;
+}
+
+/* 1e6 malloc/free pairs of varying sizes, each block written and checked: the program's
+ * results must be what they are without locus. */
+static int case_stress(void) {
+  uint64_t sum = 0;
+  void *keep[64] = {0};
+  for (unsigned i = 0; i < 1000000; i++) {
+    size_t n = 16 + (i * 2654435761u) % 4000;
+    unsigned char *p = malloc(n);
+    if (!p) return 1;
+    memset(p, (int)(i & 0xff), n);
+    if (malloc_usable_size(p) < n) return 2;
+    unsigned k = i % 64;
+    if (keep[k]) {
+      unsigned char *q = keep[k];
+      sum += q[0];
+      free(q);
+    }
+    keep[k] = p;
+    if (p[n - 1] != (unsigned char)(i & 0xff)) return 3;
+  }
+  for (unsigned k = 0; k < 64; k++) free(keep[k]);
+  /* sum of (i & 0xff) over the blocks freed inside the loop */
+  uint64_t want = 0;
+  for (unsigned i = 0; i < 1000000 - 64; i++) want += i & 0xff;
+  return sum == want ? 0 : 4;
+}
+
+static int case_fork(void) {
+  FILE *f = addrs_file();
+  void *before = malloc(4100);
+  fflush(f);
+  pid_t pid = fork();
+  if (pid == 0) {
+    void *p = malloc(4242);
+    fprintf(f, "child %d %lx\n", getpid(), (unsigned long)p);
+    fclose(f);
+    free(p);
+    exit(0);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  void *after = malloc(4343);
+  fprintf(f, "parent %d %lx %lx\n", getpid(), (unsigned long)before, (unsigned long)after);
+  fclose(f);
+  free(before);
+  free(after);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}
+
+/* ---- the driver ---- */
+static int failures, passes;
+#define CHECK(cond, ...)                \
+  do {                                  \
+    if (!(cond)) {                      \
+      printf("  not ok: " __VA_ARGS__); \
+      printf("\n");                     \
+      ok = 0;                           \
+    }                                   \
+  } while (0)
+
+static void finish(const char *name, int ok) {
+  printf("%s %s\n", ok ? "ok" : "FAILED", name);
+  if (ok)
+    passes++;
+  else
+    failures++;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Run `self name` with the runtime (lib != NULL) and the given lenses; returns the exit
+ * status (or -1) and the child's pid. */
+static int run_case(const char *self, const char *lib, const char *lenses, const char *name,
+                    const char *run, pid_t *child) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (lib) {
+      setenv("LD_PRELOAD", lib, 1);
+      setenv("LOCUS_LENSES", lenses, 1);
+      /* The soft sampler with a long period and no watchpoints: this test is about the
+       * allocation records, not about sampling. */
+      setenv("LOCUS_COMM_BACKEND", "soft", 1);
+      setenv("LOCUS_COMM_PERIOD_NS", "100000000", 1);
+      setenv("LOCUS_COMM_WATCHPOINTS", "0", 1);
+    }
+    setenv("LOCUS_DIR", run, 1);
+    execl(self, self, name, (char *)NULL);
+    _exit(127);
+  }
+  int st;
+  if (child) *child = pid;
+  if (waitpid(pid, &st, 0) != pid) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void fresh_dir(char *out, size_t n, const char *name) {
+  snprintf(out, n, "/tmp/locus-test-allocs-%d-%s", getpid(), name);
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", out, out);
+  if (system(cmd) != 0) abort();
+}
+
+static void remove_dir(const char *dir) {
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) printf("  (could not remove %s)\n", dir);
+}
+
+/* All used records of procs/<pid>/allocs.bin; NULL (and *n = 0) when there is no file. */
+static struct locus_alloc *load_allocs(const char *run, pid_t pid, size_t *n) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/procs/%d/allocs.bin", run, pid);
+  *n = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  struct stat sb;
+  fstat(fileno(f), &sb);
+  struct locus_alloc *all = malloc((size_t)sb.st_size + sizeof *all);
+  size_t got = fread(all, sizeof *all, (size_t)sb.st_size / sizeof *all, f);
+  fclose(f);
+  size_t k = 0;
+  for (size_t i = 0; i < got; i++)
+    if (all[i].kind) all[k++] = all[i];
+  *n = k;
+  return all;
+}
+
+static const struct locus_alloc *find(const struct locus_alloc *a, size_t n, uint16_t kind,
+                                      uint64_t addr) {
+  for (size_t i = 0; i < n; i++)
+    if (a[i].kind == kind && a[i].addr == addr) return &a[i];
+  return NULL;
+}
+
+static int stack_covers(const struct locus_alloc *a, size_t n, uint32_t tid, uint64_t addr) {
+  for (size_t i = 0; i < n; i++)
+    if (a[i].kind == LOCUS_AL_STACK && a[i].tid == tid && addr >= a[i].addr &&
+        addr < a[i].addr + a[i].size)
+      return 1;
+  return 0;
+}
+
+static void test_known(const char *self, const char *lib) {
+  int ok = 1;
+  char run[4096], path[4300];
+  fresh_dir(run, sizeof run, "known");
+  pid_t pid;
+  int rc = run_case(self, lib, "comm", "known", run, &pid);
+  CHECK(rc == 0, "the program exited %d", rc);
+  size_t n;
+  struct locus_alloc *a = load_allocs(run, pid, &n);
+  CHECK(a && n > 0, "no allocs.bin records (did the comm lens start?)");
+  snprintf(path, sizeof path, "%s/addrs", run);
+  FILE *f = fopen(path, "r");
+  char line[256], what[32];
+  unsigned long addr = 0, size = 0, fn = 0;
+  int tid = 0;
+  unsigned long main_local = 0, old_malloc = 0;
+  while (a && f && fgets(line, sizeof line, f)) {
+    if (sscanf(line, "main %d %lx %lx", &tid, &main_local, &fn) == 3) {
+      CHECK(stack_covers(a, n, (uint32_t)tid, main_local), "main thread's stack record");
+      continue;
+    }
+    if (sscanf(line, "thread %d %lx %lx", &tid, &addr, &size) == 3) {
+      CHECK(stack_covers(a, n, (uint32_t)tid, addr), "new thread's stack record");
+      const struct locus_alloc *r = find(a, n, LOCUS_AL_MALLOC, size);
+      CHECK(r && r->size == 777 && r->tid == (uint32_t)tid, "the thread's malloc(777)");
+      CHECK(find(a, n, LOCUS_AL_FREE, size), "the thread's free");
+      continue;
+    }
+    if (sscanf(line, "%31s %lx %lu", what, &addr, &size) != 3) continue;
+    uint16_t kind = strcmp(what, "mmap") ? LOCUS_AL_MALLOC : LOCUS_AL_MMAP;
+    const struct locus_alloc *r = find(a, n, kind, addr);
+    CHECK(r, "%s: no record at %lx", what, addr);
+    if (!r) continue;
+    CHECK(r->size == size, "%s: size %lu, want %lu", what, (unsigned long)r->size, size);
+    CHECK(r->tid == (uint32_t)pid, "%s: tid %u, want %d", what, r->tid, pid);
+    /* The site is the return address into case_known (fn is its address in the child). */
+    CHECK(r->site > fn && r->site < fn + 4096, "%s: site %lx outside case_known (%lx)", what,
+          (unsigned long)r->site, fn);
+    if (!strcmp(what, "malloc")) old_malloc = addr;
+    if (!strcmp(what, "mmap"))
+      CHECK(find(a, n, LOCUS_AL_MUNMAP, addr), "munmap of the mapping");
+    else if (strcmp(what, "malloc"))
+      CHECK(find(a, n, LOCUS_AL_FREE, addr), "%s: no free record", what);
+  }
+  /* realloc moved or grew the malloc(1000) block: its old address is freed. */
+  CHECK(a && old_malloc && find(a, n, LOCUS_AL_FREE, old_malloc), "realloc frees the old block");
+  for (size_t i = 0; a && i < n; i++)
+    CHECK(a[i].kind <= LOCUS_AL_STACK && a[i].t != 0, "record %zu: kind %u t %lu", i, a[i].kind,
+          (unsigned long)a[i].t);
+  if (f) fclose(f);
+  free(a);
+  finish("allocation records: malloc, calloc, realloc, aligned, mmap, frees, stacks", ok);
+  if (ok) remove_dir(run);
+}
+
+static void test_off(const char *self, const char *lib) {
+  int ok = 1;
+  char run[4096];
+  fresh_dir(run, sizeof run, "off");
+  pid_t pid;
+  int rc = run_case(self, lib, "locks", "known", run, &pid);
+  CHECK(rc == 0, "the program exited %d", rc);
+  size_t n;
+  struct locus_alloc *a = load_allocs(run, pid, &n);
+  CHECK(!a, "allocs.bin written with the comm lens off");
+  free(a);
+  finish("no allocation records without the comm lens", ok);
+  if (ok) remove_dir(run);
+}
+
+static void test_fork(const char *self, const char *lib) {
+  int ok = 1;
+  char run[4096], path[4300];
+  fresh_dir(run, sizeof run, "fork");
+  pid_t pid;
+  int rc = run_case(self, lib, "comm", "fork", run, &pid);
+  CHECK(rc == 0, "the program exited %d", rc);
+  snprintf(path, sizeof path, "%s/addrs", run);
+  FILE *f = fopen(path, "r");
+  int child = 0, parent = 0;
+  unsigned long cp = 0, before = 0, after = 0;
+  char line[256];
+  while (f && fgets(line, sizeof line, f)) {
+    sscanf(line, "child %d %lx", &child, &cp);
+    sscanf(line, "parent %d %lx %lx", &parent, &before, &after);
+  }
+  if (f) fclose(f);
+  size_t n, m;
+  struct locus_alloc *pa = load_allocs(run, pid, &n);
+  struct locus_alloc *ca = load_allocs(run, child, &m);
+  CHECK(parent == pid && child > 0, "addresses written (parent %d child %d)", parent, child);
+  CHECK(pa && find(pa, n, LOCUS_AL_MALLOC, before) && find(pa, n, LOCUS_AL_MALLOC, after),
+        "the parent's records before and after fork");
+  CHECK(pa && !find(pa, n, LOCUS_AL_MALLOC, cp), "the child's malloc is not in the parent's file");
+  CHECK(ca && find(ca, m, LOCUS_AL_MALLOC, cp), "the child's malloc in the child's allocs.bin");
+  free(pa);
+  free(ca);
+  finish("fork: the child records into its own allocs.bin", ok);
+  if (ok) remove_dir(run);
+}
+
+static void test_stress(const char *self, const char *lib) {
+  int ok = 1;
+  char run[4096];
+  fresh_dir(run, sizeof run, "stress");
+  double t0 = now_s();
+  int rc0 = run_case(self, NULL, "", "stress", run, NULL);
+  double t1 = now_s();
+  int rc1 = run_case(self, lib, "locks", "stress", run, NULL);
+  double t2 = now_s();
+  remove_dir(run);
+  fresh_dir(run, sizeof run, "stress");
+  pid_t pid;
+  int rc2 = run_case(self, lib, "comm", "stress", run, &pid);
+  double t3 = now_s();
+  CHECK(rc0 == 0 && rc1 == 0 && rc2 == 0, "exit statuses: plain %d, comm off %d, comm on %d", rc0,
+        rc1, rc2);
+  size_t n;
+  struct locus_alloc *a = load_allocs(run, pid, &n);
+  size_t mallocs = 0, frees = 0;
+  for (size_t i = 0; a && i < n; i++) {
+    mallocs += a[i].kind == LOCUS_AL_MALLOC;
+    frees += a[i].kind == LOCUS_AL_FREE;
+  }
+  CHECK(mallocs >= 1000000 && frees >= 1000000, "%zu malloc and %zu free records", mallocs, frees);
+  free(a);
+  printf(
+      "  1e6 malloc/free pairs: %.3f s plain, %.3f s preloaded with comm off, %.3f s with "
+      "comm on (%zu records)\n",
+      t1 - t0, t2 - t1, t3 - t2, n);
+  finish("1e6 malloc/free pairs run correctly and are all recorded", ok);
+  remove_dir(run);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && !strcmp(argv[1], "known")) return case_known();
+  if (argc == 2 && !strcmp(argv[1], "stress")) return case_stress();
+  if (argc == 2 && !strcmp(argv[1], "fork")) return case_fork();
+  if (argc != 2) {
+    fprintf(stderr, "usage: test_allocs LIBLOCUS\n");
+    return 2;
+  }
+  char self[4096];
+  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (k <= 0) return 2;
+  self[k] = 0;
+  test_known(self, argv[1]);
+  test_off(self, argv[1]);
+  test_fork(self, argv[1]);
+  test_stress(self, argv[1]);
+  printf("test_allocs: %d passed, %d failed\n", passes, failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,389 @@
+/* Tests of the comm lens with the soft backend: each case runs this program again under
+ * LD_PRELOAD with LOCUS_LENSES=comm and a fresh LOCUS_DIR, then checks the samples, events
+ * and per-thread counters it left. The decoder is checked in this process through the
+ * library's test entry point.
+ * Usage: test_comm_soft LIBLOCUS */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "../include/locus_format.h"
+
+/* ---- the workloads, run in the preloaded child ---- */
+#define RUN_NS 700000000ull
+
+static struct {
+  volatile long a;
+  volatile long b;
+} shared __attribute__((aligned(64)));
+
+static struct { volatile long v[8]; } __attribute__((aligned(4096))) priv[2][64];
+
+static pid_t tids[2];
+
+/* Runs of stores, so that most sampled pcs follow a store (skid attribution). */
+#define STORE8(x) \
+  do {            \
+    x = 1;        \
+    x = 2;        \
+    x = 3;        \
+    x = 4;        \
+    x = 5;        \
+    x = 6;        \
+    x = 7;        \
+    x = 8;        \
+  } while (0)
+
+static uint64_t cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Both threads write the same 8 bytes. */
+static void *pingpong(void *arg) {
+  long k = (long)arg;
+  tids[k] = (pid_t)syscall(SYS_gettid);
+  uint64_t end = cpu_ns() + RUN_NS;
+  while (cpu_ns() < end)
+    for (int i = 0; i < 250; i++) STORE8(shared.a);
+  return NULL;
+}
+
+/* Each thread writes its own 8 bytes of one line. */
+static void *falseshare(void *arg) {
+  long k = (long)arg;
+  tids[k] = (pid_t)syscall(SYS_gettid);
+  volatile long *mine = k ? &shared.b : &shared.a;
+  uint64_t end = cpu_ns() + RUN_NS;
+  while (cpu_ns() < end)
+    for (int i = 0; i < 250; i++) STORE8(*mine);
+  return NULL;
+}
+
+/* Each thread writes only its own pages. */
+static void *private_only(void *arg) {
+  long k = (long)arg;
+  tids[k] = (pid_t)syscall(SYS_gettid);
+  uint64_t end = cpu_ns() + RUN_NS / 2;
+  while (cpu_ns() < end)
+    for (int i = 0; i < 2000; i++) priv[k][i & 63].v[i & 7] += i;
+  return NULL;
+}
+
+static int run_pair(void *(*fn)(void *), const char *dir) {
+  pthread_t t[2];
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, fn, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  char path[8192];
+  snprintf(path, sizeof path, "%s/tids", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return 1;
+  fprintf(f, "%d %d %lx\n", tids[0], tids[1], (unsigned long)&shared);
+  fclose(f);
+  return 0;
+}
+
+/* ---- checks, in the driver ---- */
+static char *slurp(const char *dir, const char *name, size_t *len) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  *len = 0;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  *len = fread(b, 1, (size_t)n, f);
+  fclose(f);
+  return b;
+}
+
+static int proc_dir(const char *run, char *out, size_t n) {
+  char procs[4096];
+  snprintf(procs, sizeof procs, "%s/procs", run);
+  DIR *d = opendir(procs);
+  if (!d) return -1;
+  struct dirent *e;
+  int found = -1;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.') {
+      snprintf(out, n, "%s/%s", procs, e->d_name);
+      found = 0;
+    }
+  closedir(d);
+  return found;
+}
+
+struct result {
+  uint32_t tid[2];
+  uint64_t line;
+  uint64_t events, pair, true_sh, false_sh, traps, other_line, ev_volume_bad;
+  uint64_t samples, on_line, on_line_store, skid;
+  uint64_t signals, used, skipped, published, armed, trap_ct, self_ns, wps;
+};
+
+static int read_result(const char *run, struct result *r) {
+  memset(r, 0, sizeof *r);
+  char pd[4096], path[4200];
+  if (proc_dir(run, pd, sizeof pd) != 0) return -1;
+  snprintf(path, sizeof path, "%s/tids", run);
+  FILE *f = fopen(path, "r");
+  unsigned long line = 0;
+  if (!f || fscanf(f, "%u %u %lx", &r->tid[0], &r->tid[1], &line) != 3) {
+    if (f) fclose(f);
+    return -1;
+  }
+  fclose(f);
+  r->line = line & ~63ul;
+  size_t len;
+  char *b = slurp(pd, "comm.events.bin", &len);
+  for (size_t off = 0; b && off + 64 <= len; off += 64) {
+    struct locus_comm_event *e = (void *)(b + off);
+    if (e->kind != 1) continue;
+    r->events++;
+    if (e->line != r->line) r->other_line++;
+    int pair = (e->src_tid == r->tid[0] && e->dst_tid == r->tid[1]) ||
+               (e->src_tid == r->tid[1] && e->dst_tid == r->tid[0]);
+    if (pair && e->line == r->line) {
+      r->pair++;
+      if (e->flags & LOCUS_CE_TRUE)
+        r->true_sh++;
+      else
+        r->false_sh++;
+    }
+    if (e->flags & LOCUS_CE_TRAP) r->traps++;
+    if (!(e->volume > 0 && e->volume <= 8.0)) r->ev_volume_bad++;
+  }
+  free(b);
+  b = slurp(pd, "comm.samples.bin", &len);
+  for (size_t off = 0; b && off + 64 <= len; off += 64) {
+    struct locus_comm_sample *s = (void *)(b + off);
+    if (s->kind != 1) continue;
+    r->samples++;
+    if ((s->addr & ~63ull) == r->line) {
+      r->on_line++;
+      if (s->flags & LOCUS_AC_STORE) r->on_line_store++;
+    }
+    if (s->flags & LOCUS_AC_SKID) r->skid++;
+  }
+  free(b);
+  b = slurp(pd, "comm.threads.bin", &len);
+  for (size_t off = 0; b && off + 128 <= len; off += 128) {
+    struct locus_comm_thread *t = (void *)(b + off);
+    if (t->kind != 1) continue;
+    r->signals += t->signals;
+    r->used += t->samples;
+    r->skipped += t->skipped;
+    r->published += t->published;
+    r->armed += t->armed;
+    r->trap_ct += t->traps;
+    r->self_ns += t->self_ns;
+    if (t->tid == r->tid[0] || t->tid == r->tid[1]) r->wps += t->watchpoints;
+  }
+  free(b);
+  return 0;
+}
+
+static void show(const char *name, const struct result *r) {
+  printf(
+      "  %s: events %lu (pair %lu: true %lu false %lu; traps %lu; other lines %lu) samples %lu "
+      "(on line %lu, stores %lu, skid %lu) signals %lu used %lu skipped %lu published %lu "
+      "armed %lu traps %lu handler %.1f us/signal\n",
+      name, (unsigned long)r->events, (unsigned long)r->pair, (unsigned long)r->true_sh,
+      (unsigned long)r->false_sh, (unsigned long)r->traps, (unsigned long)r->other_line,
+      (unsigned long)r->samples, (unsigned long)r->on_line, (unsigned long)r->on_line_store,
+      (unsigned long)r->skid, (unsigned long)r->signals, (unsigned long)r->used,
+      (unsigned long)r->skipped, (unsigned long)r->published, (unsigned long)r->armed,
+      (unsigned long)r->trap_ct, r->signals ? (double)r->self_ns / 1000.0 / (double)r->signals : 0);
+}
+
+static int failures, passes;
+#define CHECK(cond, ...)                \
+  do {                                  \
+    if (!(cond)) {                      \
+      printf("  not ok: " __VA_ARGS__); \
+      printf("\n");                     \
+      ok = 0;                           \
+    }                                   \
+  } while (0)
+
+static void finish(const char *name, int ok) {
+  printf("%s %s\n", ok ? "ok" : "FAILED", name);
+  if (ok)
+    passes++;
+  else
+    failures++;
+}
+
+static int run_case(const char *self, const char *lib, const char *name, const char *run) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("LD_PRELOAD", lib, 1);
+    setenv("LOCUS_DIR", run, 1);
+    setenv("LOCUS_LENSES", "comm", 1);
+    setenv("LOCUS_COMM_BACKEND", "soft", 1);
+    execl(self, self, name, (char *)NULL);
+    _exit(127);
+  }
+  int st;
+  if (waitpid(pid, &st, 0) != pid) return -1;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* ---- decoder ---- */
+typedef int (*decode_fn)(uint64_t, void *, uint64_t *, uint32_t *, uint32_t *);
+
+struct dcase {
+  const char *what;
+  unsigned char code[16];
+  int rc; /* 0 usable, 1 no memory access */
+  uint64_t addr;
+  uint32_t len, flags;
+};
+
+static int check_decoder(const char *prog) {
+  int ok = 1;
+  decode_fn dec = (decode_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_decode");
+  if (!dec) {
+    printf("  not ok: %s: no locus_test_soft_decode preloaded\n", prog);
+    return 0;
+  }
+  ucontext_t uc;
+  memset(&uc, 0, sizeof uc);
+  uc.uc_mcontext.gregs[REG_RAX] = 0x10000;
+  uc.uc_mcontext.gregs[REG_RCX] = 3;
+  uc.uc_mcontext.gregs[REG_RDX] = 0x20000;
+  uc.uc_mcontext.gregs[REG_RSI] = 0x30000;
+  uc.uc_mcontext.gregs[REG_RDI] = 0x40000;
+  uc.uc_mcontext.gregs[REG_RSP] = 0x7000;
+  uc.uc_mcontext.gregs[REG_RBX] = 0x50000;
+  static unsigned char buf[64];
+  uint64_t ip = (uint64_t)buf;
+  const struct dcase cases[] = {
+      {"mov [rax+rcx*4+0x10], edx",
+       {0x89, 0x54, 0x88, 0x10},
+       0,
+       0x10000 + 12 + 0x10,
+       4,
+       LOCUS_AC_STORE},
+      {"mov rax, [rip+0x100]", {0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00}, 0, ip + 7 + 0x100, 8, 0},
+      {"lock add [rdi], esi", {0xf0, 0x01, 0x37}, 0, 0x40000, 4, LOCUS_AC_STORE | LOCUS_AC_ATOMIC},
+      {"xchg [rsi], rax", {0x48, 0x87, 0x06}, 0, 0x30000, 8, LOCUS_AC_STORE | LOCUS_AC_ATOMIC},
+      {"push rbx", {0x53}, 0, 0x7000 - 8, 8, LOCUS_AC_STORE},
+      {"pop rbx", {0x5b}, 0, 0x7000, 8, 0},
+      {"movzx eax, byte [rbx-1]", {0x0f, 0xb6, 0x43, 0xff}, 0, 0x50000 - 1, 1, 0},
+      {"movaps xmm0, [rsi]", {0x0f, 0x28, 0x06}, 0, 0x30000, 16, 0},
+      {"vmovdqu ymm0, [rdx+8]", {0xc5, 0xfe, 0x6f, 0x42, 0x08}, 0, 0x20000 + 8, 32, 0},
+      {"add qword [rax], 1", {0x48, 0x83, 0x00, 0x01}, 0, 0x10000, 8, LOCUS_AC_STORE},
+      {"prefetcht0 [rax]", {0x0f, 0x18, 0x08}, 1, 0, 0, 0},
+      {"lea rax, [rbx+8]", {0x48, 0x8d, 0x43, 0x08}, 1, 0, 0, 0},
+      {"add rax, rbx", {0x48, 0x01, 0xd8}, 1, 0, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const struct dcase *c = &cases[i];
+    memset(buf, 0x90, sizeof buf);
+    memcpy(buf, c->code, sizeof c->code);
+    uint64_t addr = 0;
+    uint32_t len = 0, flags = 0;
+    int rc = dec(ip, &uc, &addr, &len, &flags);
+    if (rc != c->rc || (rc == 0 && (addr != c->addr || len != c->len || flags != c->flags))) {
+      printf("  not ok: %s: rc %d addr %#lx len %u flags %u (want %d %#lx %u %u)\n", c->what, rc,
+             (unsigned long)addr, len, flags, c->rc, (unsigned long)c->addr, c->len, c->flags);
+      ok = 0;
+    }
+  }
+  return ok;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && getenv("LOCUS_DIR")) {
+    const char *dir = getenv("LOCUS_DIR");
+    if (!strcmp(argv[1], "pingpong")) return run_pair(pingpong, dir);
+    if (!strcmp(argv[1], "falseshare")) return run_pair(falseshare, dir);
+    if (!strcmp(argv[1], "private")) return run_pair(private_only, dir);
+    if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
+    return 2;
+  }
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s LIBLOCUS\n", argv[0]);
+    return 2;
+  }
+  const char *lib = argv[1];
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return 2;
+  self[n] = 0;
+  char base[] = "/tmp/locus-test-comm-XXXXXX";
+  if (!mkdtemp(base)) return 2;
+  char run[4200];
+  struct result r;
+  int ok;
+
+  /* (d) The decoder, called in a preloaded child through the test entry point. */
+  snprintf(run, sizeof run, "%s/decode", base);
+  mkdir(run, 0755);
+  finish("soft decoder: address, size and direction of known instructions",
+         run_case(self, lib, "decode", run) == 0);
+
+  /* (a) Two threads writing the same word: communication between exactly them, mostly
+   * true sharing. */
+  snprintf(run, sizeof run, "%s/pingpong", base);
+  mkdir(run, 0755);
+  ok = run_case(self, lib, "pingpong", run) == 0 && read_result(run, &r) == 0;
+  if (ok) {
+    show("pingpong", &r);
+    CHECK(r.samples > 200, "too few samples: %lu", (unsigned long)r.samples);
+    CHECK(r.on_line_store * 2 > r.samples, "most samples should be stores to the line: %lu of %lu",
+          (unsigned long)r.on_line_store, (unsigned long)r.samples);
+    CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
+    CHECK(r.pair * 10 >= r.events * 9, "events outside the pair/line: %lu of %lu",
+          (unsigned long)(r.events - r.pair), (unsigned long)r.events);
+    CHECK(r.true_sh * 10 >= r.pair * 8, "true sharing %lu of %lu", (unsigned long)r.true_sh,
+          (unsigned long)r.pair);
+    CHECK(r.ev_volume_bad == 0, "event volumes out of range");
+    CHECK(r.signals >= r.used + 0 && r.used == r.samples, "counters: signals %lu used %lu",
+          (unsigned long)r.signals, (unsigned long)r.used);
+  }
+  finish("comm soft: ping-pong on one word is true sharing between the two threads", ok);
+
+  /* (b) Adjacent 8-byte fields of one line: false sharing. */
+  snprintf(run, sizeof run, "%s/falseshare", base);
+  mkdir(run, 0755);
+  ok = run_case(self, lib, "falseshare", run) == 0 && read_result(run, &r) == 0;
+  if (ok) {
+    show("falseshare", &r);
+    CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
+    CHECK(r.false_sh * 10 >= r.pair * 8, "false sharing %lu of %lu", (unsigned long)r.false_sh,
+          (unsigned long)r.pair);
+  }
+  finish("comm soft: adjacent fields of one line are false sharing", ok);
+
+  /* (c) Private data only: no communication. */
+  snprintf(run, sizeof run, "%s/private", base);
+  mkdir(run, 0755);
+  ok = run_case(self, lib, "private", run) == 0 && read_result(run, &r) == 0;
+  if (ok) {
+    show("private", &r);
+    CHECK(r.samples > 100, "too few samples: %lu", (unsigned long)r.samples);
+    CHECK(r.events == 0, "%lu events on private data", (unsigned long)r.events);
+  }
+  finish("comm soft: threads touching only private data communicate nothing", ok);
+
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", base);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", base);
+  printf("%d passed, %d failed\n", passes, failures);
+  return failures ? 1 : 0;
+}

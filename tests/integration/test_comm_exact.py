@@ -1,0 +1,212 @@
+"""The `exact` backend of the comm lens against the comm workloads' ground truth.
+
+Each workload (workloads/comm_*.c) is built with `locus cc` (locus.cc.main), run under the
+runtime with LD_PRELOAD / LOCUS_DIR / LOCUS_LENSES=comm / LOCUS_COMM_BACKEND=exact and a
+fixed number of rounds, and the comm.events.bin records are read with numpy in the C
+layout (runtime/include/locus_format.h, struct locus_comm_event). The workloads take turns,
+so under the exact cache model every transfer follows from the construction: the counts
+must match the truth JSON exactly, and the matrices must have the constructed shape.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from locus import cc
+
+REPO = Path(__file__).resolve().parents[2]
+LIBLOCUS = REPO / "build" / "liblocus.so"
+WORKLOADS = REPO / "workloads"
+TIMEOUT_S = 120
+
+CE_TRUE, CE_EXACT = 1, 4
+EVENT = np.dtype(
+    [
+        ("t", "<u8"),
+        ("line", "<u8"),
+        ("src_ip", "<u8"),
+        ("dst_ip", "<u8"),
+        ("volume", "<f8"),
+        ("src_tid", "<u4"),
+        ("dst_tid", "<u4"),
+        ("src_cpu", "<i2"),
+        ("dst_cpu", "<i2"),
+        ("src_off", "u1"),
+        ("src_len", "u1"),
+        ("dst_off", "u1"),
+        ("dst_len", "u1"),
+        ("flags", "<u2"),
+        ("kind", "<u2"),
+        ("dst_flags", "<u4"),
+    ]
+)
+THREAD = np.dtype(
+    [
+        ("tid", "<u4"),
+        ("backend", "<u4"),
+        ("period_ns", "<u8"),
+        ("signals", "<u8"),
+        ("samples", "<u8"),
+        ("skipped", "<u8"),
+        ("undecoded", "<u8"),
+        ("kernel", "<u8"),
+        ("published", "<u8"),
+        ("armed", "<u8"),
+        ("traps", "<u8"),
+        ("detections", "<u8"),
+        ("dropped", "<u8"),
+        ("self_ns", "<u8"),
+        ("watchpoints", "<u4"),
+        ("kind", "<u2"),
+        ("flags", "<u2"),
+        ("reserved", "<u8", (2,)),
+    ]
+)
+assert EVENT.itemsize == 64 and THREAD.itemsize == 128
+
+
+@pytest.fixture(scope="module")
+def exact_bins(tmp_path_factory) -> Path:
+    if not LIBLOCUS.exists():
+        pytest.skip("build/liblocus.so is not built: run `make build`")
+    out = tmp_path_factory.mktemp("exact")
+    for name in ("comm_writevol", "comm_falseshare", "comm_readwrite", "comm_p2p"):
+        argv = ["-O2", "-g", "-std=c11", "-D_GNU_SOURCE", "-pthread", "-Wall"]
+        argv += ["-o", str(out / name), str(WORKLOADS / f"{name}.c")]
+        assert cc.main(argv) == 0, name
+    return out
+
+
+class Run:
+    def __init__(self, proc: subprocess.CompletedProcess, run_dir: Path):
+        self.proc = proc
+        self.truth = next(
+            json.loads(line)
+            for line in reversed(proc.stderr.splitlines())
+            if line.startswith("{") and '"workload"' in line
+        )
+        files = glob.glob(str(run_dir / "procs" / "*" / "comm.events.bin"))
+        ev = np.concatenate([np.fromfile(f, EVENT) for f in files]) if files else EVENT
+        self.events = ev[ev["kind"] == 1] if files else np.zeros(0, EVENT)
+        files = glob.glob(str(run_dir / "procs" / "*" / "comm.threads.bin"))
+        th = np.concatenate([np.fromfile(f, THREAD) for f in files])
+        self.threads = th[th["kind"] == 1]
+        lo, hi = self.truth["data"]
+        self.inside = (self.events["line"] >= lo) & (self.events["line"] < hi)
+
+    def matrix(self, events=None) -> Counter:
+        """(src tid, dst tid, true?) -> transfers."""
+        ev = self.events[self.inside] if events is None else events
+        m: Counter = Counter()
+        for e in ev:
+            m[(int(e["src_tid"]), int(e["dst_tid"]), bool(e["flags"] & CE_TRUE))] += int(
+                e["volume"]
+            )
+        return m
+
+    def expected(self) -> Counter:
+        m: Counter = Counter()
+        for p in self.truth["expected"]["pairs"]:
+            for kind, n in (("true", p["true"]), ("false", p["false"])):
+                if n:
+                    m[(p["src_tid"], p["dst_tid"], kind == "true")] += n
+        return m
+
+
+def run_exact(bins: Path, tmp_path: Path, name: str, *args: str) -> Run:
+    run_dir = tmp_path / f"run-{name}-{'-'.join(args)}"
+    run_dir.mkdir()
+    env = dict(
+        os.environ,
+        LD_PRELOAD=str(LIBLOCUS),
+        LOCUS_DIR=str(run_dir),
+        LOCUS_LENSES="comm",
+        LOCUS_COMM_BACKEND="exact",
+    )
+    proc = subprocess.run(
+        [str(bins / name), *args, "--truth"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = Run(proc, run_dir)
+    assert len(run.events), "no comm events written"
+    assert np.all(run.events["flags"] & CE_EXACT)
+    # Every worker thread wrote its counters; it saw accesses and lost nothing.
+    tids = set(run.truth["tids"])
+    rows = {int(r["tid"]): r for r in run.threads}
+    assert tids <= set(rows), (tids, set(rows))
+    for t in tids:
+        assert rows[t]["backend"] == 3 and rows[t]["samples"] > 0 and rows[t]["dropped"] == 0
+    return run
+
+
+def test_p2p_block_diagonal(exact_bins, tmp_path):
+    run = run_exact(exact_bins, tmp_path, "comm_p2p", "4", "3000", "2")
+    tids = run.truth["tids"]
+    pairs = {(tids[0], tids[1]), (tids[1], tids[0]), (tids[2], tids[3]), (tids[3], tids[2])}
+    # No transfer at all outside the pairs, on the data lines or anywhere else.
+    for src, dst, _ in run.matrix(run.events):
+        assert (src, dst) in pairs, (src, dst)
+    assert run.matrix() == run.expected()
+    assert run.truth["expected"]["transfers"] == 4 * 2 * 3000 - 4
+
+
+@pytest.mark.parametrize("fraction", ["0.25", "0.75"])
+def test_falseshare_fraction(exact_bins, tmp_path, fraction):
+    run = run_exact(exact_bins, tmp_path, "comm_falseshare", "2", "4000", fraction, "8")
+    m = run.matrix()
+    assert m == run.expected()
+    false = sum(v for (_, _, is_true), v in m.items() if not is_true)
+    total = sum(m.values())
+    assert abs(false / total - float(fraction)) < 0.03, (false, total)
+    # The false-sharing transfers are on the false line, the true ones on the true line.
+    lines = run.truth["lines"]
+    ev = run.events[run.inside]
+    is_true = (ev["flags"] & CE_TRUE) != 0
+    assert set(ev["line"][is_true].tolist()) == {lines["true"]}
+    assert set(ev["line"][~is_true].tolist()) == {lines["false"]}
+
+
+def test_readwrite_volume_grows_with_read_fraction(exact_bins, tmp_path):
+    volumes = []
+    for fraction in ("0.2", "0.8"):
+        run = run_exact(exact_bins, tmp_path, "comm_readwrite", "2", "3000", fraction, "2")
+        m = run.matrix()
+        assert m == run.expected()
+        writer = run.truth["tids"][0]
+        assert all(src == writer and is_true for src, _, is_true in m)
+        volumes.append(sum(m.values()))
+    assert volumes == [2 * 600 * 2, 2 * 2400 * 2]
+
+
+def test_writevol_volume_grows_with_share_fraction(exact_bins, tmp_path):
+    volumes = []
+    for fraction in ("0.1", "0.5", "0.9"):
+        run = run_exact(exact_bins, tmp_path, "comm_writevol", "3", "2000", fraction, "2")
+        m = run.matrix()
+        assert m == run.expected()
+        assert all(is_true for _, _, is_true in m)
+        volumes.append(sum(m.values()))
+    assert volumes[0] < volumes[1] < volumes[2]
+    assert volumes[2] == 2 * (3 * 1800 - 1)
+
+
+def test_p2p_timed_default_with_lone_thread(exact_bins, tmp_path):
+    """Default rounds (~1 s, each pair stops on its own) and an odd thread out."""
+    run = run_exact(exact_bins, tmp_path, "comm_p2p", "5")
+    tids = run.truth["tids"]
+    pairs = {(tids[0], tids[1]), (tids[1], tids[0]), (tids[2], tids[3]), (tids[3], tids[2])}
+    assert {(s, d) for s, d, _ in run.matrix(run.events)} <= pairs
+    assert run.matrix() == run.expected()
+    assert all(r > 0 for r in run.truth["pair_rounds"])

@@ -1,0 +1,187 @@
+"""`locus record --lens comm`: a real Debian program recorded with the comm lens, and the
+refusals a user meets (bad backend, hw without a PMU, too short a soft period, exact on a
+program not built with `locus cc`). Assertions on the comm report live with the report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+COMM_FILES = ("comm.samples.bin", "comm.threads.bin", "allocs.bin")
+
+
+def need(program: str) -> str:
+    path = shutil.which(program)
+    if path is None:
+        pytest.skip(f"{program} is not installed (apt-get install {program}; `make deps`)")
+    return path
+
+
+def sysbench_cmd() -> list[str]:
+    return [
+        need("sysbench"),
+        "mutex",
+        "--threads=4",
+        "--mutex-num=4",
+        "--mutex-locks=2000000",
+        "--mutex-loops=50",
+        "run",
+    ]
+
+
+def hw_available() -> bool:
+    from locus import launcher
+
+    return launcher.hw_backend_status()[0]
+
+
+def one_error_line(proc) -> str:
+    err = proc.stderr.decode(errors="replace")
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("locus")]
+    assert lines, err
+    return lines[-1]
+
+
+def test_sysbench_comm_run_writes_meta_and_files(locus):
+    proc, run = locus.record(sysbench_cmd(), ("--lens", "comm"))
+    assert proc.returncode == 0
+    assert b"total time" in proc.stdout  # sysbench's own output, untouched
+    meta = json.loads((run / "meta.json").read_text())
+    assert "comm" in meta["lenses"]
+    comm = meta["comm"]
+    for key in ("backend", "period_ns", "period_n", "watchpoints", "bulletin", "line_size", "bind"):
+        assert key in comm, key
+    assert comm["backend"] in ("hw", "soft")
+    assert comm["period_ns"] == 1_000_000 and comm["period_n"] == 0
+    assert comm["watchpoints"] == 4 and comm["bulletin"] == 4096 and comm["bind"] == "none"
+    assert comm["line_size"] >= 16 and comm["line_size"] & (comm["line_size"] - 1) == 0
+    assert meta["backends"]["comm"] == comm["backend"]
+    assert meta["env"]["LOCUS_COMM_BACKEND"] == comm["backend"]
+    assert meta["env"]["LOCUS_COMM_PERIOD_NS"] == "1000000"
+    assert meta["env"]["LOCUS_LINE_SIZE"] == str(comm["line_size"])
+    procs = [p for p in (run / "procs").iterdir() if p.is_dir()]
+    assert len(procs) == 1
+    for name in COMM_FILES:
+        assert (procs[0] / name).exists(), name
+    # One stack record per thread (main + 4 workers) and the workers' allocations.
+    import numpy as np
+
+    dt = np.dtype(
+        [("t", "<u8"), ("addr", "<u8"), ("size", "<u8"), ("site", "<u8"), ("res", "<u8", 2),
+         ("tid", "<u4"), ("stack", "<u4"), ("kind", "<u2"), ("flags", "<u2"), ("pad", "<u4")]
+    )  # fmt: skip
+    assert dt.itemsize == 64
+    allocs = np.fromfile(procs[0] / "allocs.bin", dtype=dt)
+    allocs = allocs[allocs["kind"] != 0]
+    stacks = allocs[allocs["kind"] == 5]
+    assert len(set(stacks["tid"].tolist())) >= 5
+    assert (allocs["kind"] == 1).sum() > 0
+
+
+def test_comm_options_reach_the_runtime(locus):
+    proc, run = locus.record(
+        ["true"],
+        ("--lens", "locks,comm", "--backend", "soft", "--period", "500us",
+         "--watchpoints", "2", "--bulletin-size", "1024", "--bind", "compact"),
+    )  # fmt: skip
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["lenses"] == ["locks", "comm"]
+    assert meta["comm"]["backend"] == "soft" and meta["comm"]["period_ns"] == 500_000
+    assert meta["comm"]["watchpoints"] == 2 and meta["comm"]["bulletin"] == 1024
+    assert meta["comm"]["bind"] == "compact"
+    env = meta["env"]
+    assert env["LOCUS_COMM_WATCHPOINTS"] == "2" and env["LOCUS_COMM_BULLETIN"] == "1024"
+    assert env["LOCUS_BIND"] == "compact" and env["LOCUS_LENSES"] == "locks,comm"
+
+
+def test_program_exit_status_is_kept(locus):
+    proc, run = locus.record(["sh", "-c", "exit 7"], ("--lens", "comm"), check=False)
+    assert proc.returncode == 7
+    assert json.loads((run / "meta.json").read_text())["exit_status"] == 7
+
+
+def test_unknown_backend_is_usage_error(locus):
+    out = locus.new_dir()
+    proc = locus.run("record", "-o", str(out), "--lens", "comm", "--backend", "gpu", "--", "true")
+    assert proc.returncode == 2
+    err = proc.stderr.decode()
+    assert "usage:" in err and "invalid choice: 'gpu'" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_hw_backend_without_pmu_names_the_fix(locus):
+    if hw_available():
+        pytest.skip("this machine has PEBS/IBS address sampling")
+    out = locus.new_dir()
+    proc = locus.run("record", "-o", str(out), "--lens", "comm", "--backend", "hw", "--", "true")
+    assert proc.returncode == 2
+    line = one_error_line(proc)
+    assert line.startswith("locus: error: --backend hw:")
+    assert "--backend soft" in line or "perf_event_paranoid" in line
+    assert not out.exists()
+
+
+def test_soft_period_floor(locus):
+    out = locus.new_dir()
+    proc = locus.run(
+        "record", "-o", str(out), "--lens", "comm", "--backend", "soft", "--period", "10us",
+        "--", "true",
+    )  # fmt: skip
+    assert proc.returncode == 2
+    line = one_error_line(proc)
+    assert "10us" in line and "100us" in line
+    assert not out.exists()
+
+
+def test_count_period_needs_hw(locus):
+    if hw_available():
+        pytest.skip("this machine has PEBS/IBS address sampling")
+    proc = locus.run("record", "--lens", "comm", "--period", "10000", "--", "true")
+    assert proc.returncode == 2
+    assert "needs the hw backend" in one_error_line(proc)
+
+
+def test_exact_needs_locus_cc(locus):
+    out = locus.new_dir()
+    proc = locus.run("record", "-o", str(out), "--lens", "comm", "--backend", "exact", "--", "true")
+    assert proc.returncode == 2
+    line = one_error_line(proc)
+    assert "locus cc" in line and "true" in line
+    assert not out.exists()
+
+
+def test_comm_options_without_the_lens(locus):
+    proc = locus.run("record", "--backend", "soft", "--", "true")
+    assert proc.returncode == 2
+    assert "--lens comm" in proc.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--period", "fast"), "neither a time"),
+        (("--watchpoints", "5"), "0 to 4"),
+        (("--bulletin-size", "1000"), "power of two"),
+        (("--bind", "0-3,x"), "CPU list"),
+    ],
+)
+def test_bad_comm_values(locus, args, needle):
+    proc = locus.run("record", "--lens", "comm", *args, "--", "true")
+    assert proc.returncode == 2
+    err = proc.stderr.decode()
+    assert needle in err and "Traceback" not in err
+
+
+def test_elf_dynamic_symbols(tmp_path: Path):
+    from locus import launcher
+
+    names = launcher.elf_dynamic_symbols(shutil.which("sysbench") or "/bin/true")
+    assert names and any(n.startswith(b"pthread_") or n == b"exit" for n in names)
+    assert launcher.built_with_locus_cc("/bin/true") is False
+    script = tmp_path / "s.sh"
+    script.write_text("#!/bin/sh\n")
+    assert launcher.built_with_locus_cc(str(script)) is None
