@@ -81,6 +81,17 @@ static void *private_only(void *arg) {
   return NULL;
 }
 
+/* Each thread spends its time in libc (memset on its own pages): samples in a shared
+ * library must be decoded from the start of their function (.eh_frame_hdr), at once. */
+static void *in_libc(void *arg) {
+  long k = (long)arg;
+  tids[k] = (pid_t)syscall(SYS_gettid);
+  uint64_t end = cpu_ns() + RUN_NS / 2;
+  while (cpu_ns() < end)
+    for (int i = 0; i < 4096; i++) memset((void *)priv[k][i & 63].v, i, sizeof priv[k][0].v);
+  return NULL;
+}
+
 static int run_pair(void *(*fn)(void *), const char *dir) {
   pthread_t t[2];
   for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, fn, (void *)i);
@@ -131,7 +142,7 @@ struct result {
   uint64_t line;
   uint64_t events, pair, true_sh, false_sh, traps, other_line, ev_volume_bad;
   uint64_t samples, on_line, on_line_store, skid;
-  uint64_t signals, used, skipped, published, armed, trap_ct, self_ns, wps;
+  uint64_t signals, used, skipped, published, armed, trap_ct, self_ns, wps, undecoded;
 };
 
 static int read_result(const char *run, struct result *r) {
@@ -186,6 +197,7 @@ static int read_result(const char *run, struct result *r) {
     r->signals += t->signals;
     r->used += t->samples;
     r->skipped += t->skipped;
+    r->undecoded += t->undecoded;
     r->published += t->published;
     r->armed += t->armed;
     r->trap_ct += t->traps;
@@ -313,6 +325,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "pingpong")) return run_pair(pingpong, dir);
     if (!strcmp(argv[1], "falseshare")) return run_pair(falseshare, dir);
     if (!strcmp(argv[1], "private")) return run_pair(private_only, dir);
+    if (!strcmp(argv[1], "libc")) return run_pair(in_libc, dir);
     if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
     return 2;
   }
@@ -380,6 +393,23 @@ int main(int argc, char **argv) {
     CHECK(r.events == 0, "%lu events on private data", (unsigned long)r.events);
   }
   finish("comm soft: threads touching only private data communicate nothing", ok);
+
+  /* (e) Time spent in a shared library: decoded, not skipped as unknown code. */
+  snprintf(run, sizeof run, "%s/libc", base);
+  mkdir(run, 0755);
+  ok = run_case(self, lib, "libc", run) == 0 && read_result(run, &r) == 0;
+  if (ok) {
+    show("libc", &r);
+    CHECK(r.signals > 100, "too few signals: %lu", (unsigned long)r.signals);
+    CHECK(r.undecoded * 10 < r.signals, "undecoded %lu of %lu signals", (unsigned long)r.undecoded,
+          (unsigned long)r.signals);
+    /* How many are used depends on the memset variant the CPU selects (its share of
+     * instructions without a memory operand): only require that libc samples are used. */
+    CHECK(r.used * 10 > r.signals, "used %lu of %lu signals", (unsigned long)r.used,
+          (unsigned long)r.signals);
+    CHECK(r.events == 0, "%lu events on private data", (unsigned long)r.events);
+  }
+  finish("comm soft: samples inside libc are decoded", ok);
 
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", base);

@@ -43,12 +43,12 @@ enum { SRC_NONE = 0, SRC_SIGTRAP = 1, SRC_ASYNC = 2, SRC_TIMER = 3 };
 #define ALTSTACK_SIZE (64u << 10)
 #define PERIOD_FLOOR_NS 100000u
 #define CACHE_SLOTS 16384u    /* pc -> skid info, direct-mapped, lock-free */
-#define FN_MAX (256u << 10)   /* functions larger than this are not decoded */
-#define FN_PAST_PC (4u << 10) /* bytes decoded past the pc looking for backward branches */
+#define FN_MAX (16u << 10)    /* pcs further from their function start are skipped */
+#define FN_PAST_PC (2u << 10) /* bytes decoded past the pc looking for backward branches */
 
 /* One executable segment of a loaded object, with the object's .eh_frame_hdr search table
  * (pairs of int32: function start, FDE address, both relative to the header). Entries are
- * appended by refresh_modules() (normal context, under mods_lock) and published by nmods;
+ * appended by refresh_modules() (normal context, one refresher at a time) and published by nmods;
  * handlers only read. An object that went away is marked dead, never reused. */
 struct module {
   uint64_t lo, hi;
@@ -59,7 +59,9 @@ struct module {
 };
 static struct module mods[MAX_MODS];
 static _Atomic int nmods;
-static pthread_mutex_t mods_lock = PTHREAD_MUTEX_INITIALIZER;
+/* One refresher at a time; a thread finding it taken skips (the other one does the work).
+ * Not a pthread mutex: that would go through the locks lens' interposer. */
+static _Atomic int mods_busy;
 /* Cache word: bit 63 valid, bits 0-46 pc, 48-51 length of the previous instruction (0: none
  * usable), bit 52 pc is a direct-branch target or a function start, bit 53 no answer. */
 static _Atomic uint64_t *pc_cache;
@@ -218,7 +220,8 @@ static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
 
 /* Normal context only: snapshot the loaded objects (new ones appended, gone ones dead). */
 static void refresh_modules(void) {
-  pthread_mutex_lock(&mods_lock);
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&mods_busy, &expect, 1)) return;
   struct seen seen;
   memset(&seen, 0, sizeof seen);
   seen.n = atomic_load(&nmods);
@@ -233,7 +236,7 @@ static void refresh_modules(void) {
   if (gone && pc_cache)
     for (uint32_t i = 0; i < CACHE_SLOTS; i++)
       atomic_store_explicit(&pc_cache[i], 0, memory_order_relaxed);
-  pthread_mutex_unlock(&mods_lock);
+  atomic_store(&mods_busy, 0);
 }
 
 static LOCUS_TLS int last_mod = -1;
@@ -772,7 +775,7 @@ static void soft_after_fork(void) {
   /* The fds are the parent's events: close, never disable. Timers are not inherited. */
   if (me_soft.fd >= 0) close(me_soft.fd);
   /* Another thread may have held it at fork: the child has only this thread. */
-  pthread_mutex_init(&mods_lock, NULL);
+  atomic_store(&mods_busy, 0);
   me_soft.fd = -1;
   me_soft.source = SRC_NONE;
   locus_comm_detect_thread_init();
