@@ -198,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="analyse a run", description="Analyse a run directory.")
     rep.add_argument("run", metavar="DIR", help="run directory written by locus record")
-    rep.add_argument("--lens", default="locks", choices=LENSES, help="lens to report")
+    rep.add_argument(
+        "--lens", default=None, choices=LENSES, help="lens to report (default: every recorded lens)"
+    )
     rep.add_argument("--format", default="text", choices=REPORT_FORMATS)
     rep.add_argument("--top", type=positive_int, metavar="N", help="show the N first rows")
     rep.add_argument(

@@ -844,13 +844,16 @@ def _obj_label(info: dict, threads, names) -> str:
     k = info["kind"]
     if k == "static":
         return info["name"]
+    # The same names as the objects table, so a line can be looked up by its object.
     if k == "stack":
         t = info["thread"]
-        return f"stack of thread {t}" if t >= 0 else f"stack of tid {info['tid']}"
+        return (
+            f"stack of thread {t} (tid {info['tid']})" if t >= 0 else f"stack of tid {info['tid']}"
+        )
     if k == "heap":
         loc = names.site(info["proc"], info["site"]) if info["site"] else None
-        fn = loc["function"] if loc else "?"
-        return f"heap from {fn}"
+        site = _site_str(loc) if loc else ""
+        return f"heap block from {site}" if site else "heap block (site unknown)"
     return "(unattributed)"
 
 

@@ -99,7 +99,7 @@ def test_report_namespace_attributes():
     )
     for attr in ("run", "lens", "format", "top", "min_wait", "min_hold", "lock", "site"):
         assert hasattr(ns, attr)
-    assert (ns.run, ns.lens, ns.format, ns.top, ns.min_wait) == ("R", "locks", "json", 5, 0.1)
+    assert (ns.run, ns.lens, ns.format, ns.top, ns.min_wait) == ("R", None, "json", 5, 0.1)
 
 
 def test_compare_namespace_attributes():

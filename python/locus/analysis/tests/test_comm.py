@@ -157,9 +157,9 @@ def test_objects_static_heap_stack(tmp_path):
     assert (st["kind"], st["detections"]) == ("stack", 4)
     assert by["(unattributed)"]["detections"] == 1
     lines = {(r["address"], r["object"]): r for r in res["lines"]}
-    assert lines[(hex(heap + 64), "heap from worker")]["offset"] == 64
+    assert lines[(hex(heap + 64), "heap block from worker fs.c:564")]["offset"] == 64
     assert lines[(hex(STATS), "stats")]["offset"] == 0
-    assert lines[(hex(stack + 4096), "stack of thread 1")]["offset"] == 4096
+    assert lines[(hex(stack + 4096), "stack of thread 1 (tid 11)")]["offset"] == 4096
 
 
 def test_line_byte_ranges_and_sites(tmp_path):
