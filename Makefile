@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential python3-venv python3-pip libunwind-dev clang-for
 
 SUDO := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-C_SOURCES = $(shell find runtime workloads -name '*.[ch]' -not -path '*/build/*' 2>/dev/null)
+C_SOURCES = $(shell find runtime workloads python -name '*.[ch]' -not -path '*/build/*' 2>/dev/null)
 
 DEMO_DIR ?= /tmp/locus-demo
 DEMO_CMD ?= workloads/build/sharequeue 1
@@ -44,6 +44,9 @@ $(VENV)/.installed: pyproject.toml
 
 build:
 	$(MAKE) -C runtime
+	@mkdir -p build
+	$(CC) -O2 -std=gnu11 -Wall -Wextra -Werror -shared -fPIC -o build/liblocus_walk.so \
+	  python/locus/analysis/_walk.c
 	@if [ -f workloads/Makefile ]; then $(MAKE) -C workloads; fi
 
 lint: $(VENV)/.installed

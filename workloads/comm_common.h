@@ -100,9 +100,9 @@ static inline long cw_selected_count(long n, long ppm) {
 #define CW_MAX_ROUNDS 1000000000l
 static long cw_deadline_ns; /* 0: fixed number of rounds (hidden accesses only) */
 
-/* Parses the rounds argument (NULL: timed) and returns the initial round limit. */
+/* Parses the rounds argument (NULL or "-": timed) and returns the initial round limit. */
 static inline long cw_arg_rounds(const char *s, const char *usage) {
-  if (s) return wl_arg_long(s, usage);
+  if (s && strcmp(s, "-") != 0) return wl_arg_long(s, usage);
   cw_store(&cw_deadline_ns, (long)(wl_now_ns() + CW_DEFAULT_NS));
   return CW_MAX_ROUNDS;
 }
@@ -142,6 +142,77 @@ static inline void cw_start_threads(pthread_t *t, int n, void *(*fn)(void *)) {
 
 static inline void cw_join_threads(pthread_t *t, int n) {
   for (int i = 0; i < n; i++) WL_CHECK(pthread_join(t[i], NULL));
+}
+
+/* ---- Free-running mode (--free) ----
+ * No turns: every thread hammers its data continuously for about one second (or a given
+ * number of iterations), as ComDetective's listings do. The transfers then depend on the
+ * scheduling, so the truth is the pattern (which threads communicate) and the configured
+ * fractions; the exact backend measures the volumes. A fraction is applied per time slot of
+ * CW_SLOT_NS (10 ms; CW_SLOT_US=N in the environment: N us) of the monotonic clock, the same slots
+ * for all threads (slot s selected as round s would be), so the threads work on the same kind of
+ * line at the same time and the fraction is one of the communication, not of the iterations'
+ * coincidences. */
+#define CW_SLOT_NS 10000000l
+static long cw_free_t0;               /* start of the slots (ns) */
+static long cw_slot_ns = CW_SLOT_NS;  /* CW_SLOT_US in the environment changes it */
+static long cw_iters[CW_MAX_THREADS]; /* iterations done, by thread */
+
+/* Removes "--free" from argv; returns 1 if it was present (then starts the slot clock). */
+static inline int cw_take_free_flag(int *argc, char **argv) {
+  int found = 0, out = 0;
+  for (int i = 0; i < *argc; i++) {
+    if (strcmp(argv[i], "--free") == 0) {
+      found = 1;
+      continue;
+    }
+    argv[out++] = argv[i];
+  }
+  argv[out] = NULL;
+  *argc = out;
+  const char *slot = getenv("CW_SLOT_US");
+  if (slot && atol(slot) > 0) cw_store(&cw_slot_ns, atol(slot) * 1000);
+  if (found) cw_store(&cw_free_t0, (long)wl_now_ns());
+  return found;
+}
+
+/* Before iteration `it` of a free-running thread: 0 to stop (iteration limit or deadline),
+ * else 1 with *sel = whether the current time slot is selected for the fraction ppm. The
+ * clock is read every CW_CLOCK_EVERY iterations (and at the first), so that little of the
+ * threads' time goes to it; *sel keeps its value in between. */
+#define CW_CLOCK_EVERY 64
+static inline int cw_free_next(long it, long limit, long ppm, int *sel) {
+  if (it >= limit) return 0;
+  if (it % CW_CLOCK_EVERY) return 1;
+  uint64_t now = wl_now_ns();
+  long deadline = cw_load(&cw_deadline_ns);
+  if (deadline && (long)now >= deadline) return 0;
+  long slot = (long)((now - (uint64_t)cw_load(&cw_free_t0)) / (uint64_t)cw_load(&cw_slot_ns));
+  *sel = cw_selected(slot, ppm);
+  return 1;
+}
+
+static inline void cw_print_iters(int n) {
+  fprintf(stderr, "\"iterations\":[");
+  for (int i = 0; i < n; i++) fprintf(stderr, "%s%ld", i ? "," : "", cw_load(&cw_iters[i]));
+  fprintf(stderr, "]");
+}
+
+/* One communicating (src -> dst) entry of a free-running truth: no counts. */
+static inline void cw_print_link(int first, int src, int dst) {
+  fprintf(stderr, "%s{\"src\":%d,\"dst\":%d,\"src_tid\":%ld,\"dst_tid\":%ld}", first ? "" : ",",
+          src, dst, cw_load(&cw_tids[src]), cw_load(&cw_tids[dst]));
+}
+
+/* Every ordered pair of distinct threads among [0, n). */
+static inline void cw_print_all_links(int n) {
+  int first = 1;
+  for (int s = 0; s < n; s++)
+    for (int d = 0; d < n; d++)
+      if (s != d) {
+        cw_print_link(first, s, d);
+        first = 0;
+      }
 }
 
 #endif

@@ -13,10 +13,15 @@
  *   false transfers = n F - (F > 0), true transfers = n T - (T > 0),
  * in a ring i-1 -> i, and the false fraction of the transfers is about false_fraction.
  * --truth prints them, per pair, with the line addresses and the adds done.
+ *
+ * --free: no turns; every thread does bursts continuously for ~1 s (or `rounds` bursts),
+ * on the false line in a fraction `false_fraction` of the time slots (comm_common.h), on
+ * the true line in the others. Every pair of threads communicates; the truth gives the
+ * configured fraction, the exact backend measures the transfers.
  */
 #include "comm_common.h"
 
-#define USAGE "comm_falseshare [threads=2] [rounds=~1s] [false_fraction=0.5] [burst=16]"
+#define USAGE "comm_falseshare [threads=2] [rounds=~1s] [false_fraction=0.5] [burst=16] [--free]"
 
 struct counters {
   _Alignas(CW_LINE) long c[CW_LINE / sizeof(long)];
@@ -42,8 +47,58 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+static long free_adds[2]; /* [0] true line, [1] false line, summed over the threads */
+
+static void *worker_free(void *arg) {
+  int i = (int)(intptr_t)arg;
+  long ppm = cw_load(&cfg_ppm), burst = cw_load(&cfg_burst), limit = cw_load(&cfg_rounds);
+  long adds[2] = {0, 0}, it = 0;
+  int sel = 0;
+  cw_record_tid(i);
+  for (; cw_free_next(it, limit, ppm, &sel); it++) {
+    long *p = sel ? &data.false_line.c[i] : &data.true_line.c[0];
+    for (long b = 0; b < burst; b++) __atomic_fetch_add(p, 1, __ATOMIC_RELAXED);
+    adds[sel] += burst;
+  }
+  cw_store(&cw_iters[i], it);
+  __atomic_fetch_add(&free_adds[0], adds[0], __ATOMIC_RELAXED);
+  __atomic_fetch_add(&free_adds[1], adds[1], __ATOMIC_RELAXED);
+  return NULL;
+}
+
+static int main_free(long n, long ppm, long burst, int truth) {
+  pthread_t t[CW_MAX_THREADS];
+  uint64_t t0 = wl_now_ns();
+  cw_start_threads(t, (int)n, worker_free);
+  cw_join_threads(t, (int)n);
+  double secs = (double)(wl_now_ns() - t0) / 1e9;
+  long fa = cw_load(&free_adds[1]), ta = cw_load(&free_adds[0]), sum_false = 0;
+  for (long i = 0; i < n; i++) sum_false += cw_load(&data.false_line.c[i]);
+  int ok = sum_false == fa && cw_load(&data.true_line.c[0]) == ta;
+  printf("comm_falseshare --free: %ld threads in %.3f s%s\n", n, secs, ok ? "" : " WRONG COUNTS");
+  if (truth) {
+    fprintf(stderr,
+            "{\"workload\":\"comm_falseshare\",\"mode\":\"free\",\"threads\":%ld,"
+            "\"burst\":%ld,\"false_fraction\":%g,\"line_size\":%d,\"seconds\":%.3f,",
+            n, burst, (double)ppm / 1e6, CW_LINE, secs);
+    cw_print_tids((int)n);
+    fprintf(stderr, ",");
+    cw_print_iters((int)n);
+    fprintf(stderr,
+            ",\"lines\":{\"true\":%lu,\"false\":%lu},\"data\":[%lu,%lu],\"false_adds\":%ld,"
+            "\"true_adds\":%ld,\"expected\":{\"transfers\":null,\"false_fraction\":%g,"
+            "\"pattern\":\"all\",\"pairs\":[",
+            (unsigned long)&data.true_line, (unsigned long)&data.false_line, (unsigned long)&data,
+            (unsigned long)&data + sizeof data, fa, ta, (double)ppm / 1e6);
+    cw_print_all_links((int)n);
+    fprintf(stderr, "]}}\n");
+  }
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   int truth = wl_take_truth_flag(&argc, argv);
+  int free_mode = cw_take_free_flag(&argc, argv);
   long n = argc > 1 ? wl_arg_long(argv[1], USAGE) : 2;
   long rounds = cw_arg_rounds(argc > 2 ? argv[2] : NULL, USAGE);
   long ppm = argc > 3 ? cw_arg_fraction(argv[3], USAGE) : 500000;
@@ -57,6 +112,7 @@ int main(int argc, char **argv) {
   cw_store(&cfg_rounds, rounds);
   cw_store(&cfg_ppm, ppm);
   cw_store(&cfg_burst, burst);
+  if (free_mode) return main_free(n, ppm, burst, truth);
   pthread_t t[CW_MAX_THREADS];
   uint64_t t0 = wl_now_ns();
   cw_start_threads(t, (int)n, worker);

@@ -12,10 +12,14 @@
  * (a's first turn finds the lines untouched), all true sharing; nothing between threads
  * of different pairs: the matrix is block-diagonal. Each pair stops on its own (rounds
  * given, or ~1 s): --truth prints every pair's rounds, the matrix and the data addresses.
+ *
+ * --free: no turns; for ~1 s (or `rounds` iterations) every thread loads every word of its
+ * pair's lines and writes its own value, continuously (values race: not checked). The
+ * truth is the pattern: a <-> b within each pair, nothing across pairs.
  */
 #include "comm_common.h"
 
-#define USAGE "comm_p2p [threads=4] [rounds=~1s] [lines=4]"
+#define USAGE "comm_p2p [threads=4] [rounds=~1s] [lines=4] [--free]"
 #define MAX_LINES 64
 #define WORDS (CW_LINE / (int)sizeof(long))
 
@@ -78,8 +82,62 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* --free: loads every word, then stores v in every word; no check (the partner races). */
+__attribute__((noinline)) static void exchange_free(struct line *l, long nlines, long v) {
+  for (long k = 0; k < nlines; k++)
+    for (int w = 0; w < WORDS; w++) cw_use(l[k].w[w]);
+  for (long k = 0; k < nlines; k++)
+    for (int w = 0; w < WORDS; w++) l[k].w[w] = v;
+}
+
+static long free_limit;
+
+static void *worker_free(void *arg) {
+  int i = (int)(intptr_t)arg;
+  long nlines = cw_load(&cfg_lines), limit = cw_load(&free_limit), it = 0;
+  int sel = 0;
+  cw_record_tid(i);
+  struct line *l = data.pairs[i / 2].lines;
+  for (; cw_free_next(it, limit, 0, &sel); it++) exchange_free(l, nlines, it);
+  cw_store(&cw_iters[i], it);
+  return NULL;
+}
+
+static int main_free(long n, long nlines, int truth) {
+  pthread_t t[CW_MAX_THREADS];
+  uint64_t t0 = wl_now_ns();
+  cw_start_threads(t, (int)n, worker_free);
+  cw_join_threads(t, (int)n);
+  double secs = (double)(wl_now_ns() - t0) / 1e9;
+  printf("comm_p2p --free: %ld threads in %.3f s\n", n, secs);
+  if (truth) {
+    fprintf(stderr,
+            "{\"workload\":\"comm_p2p\",\"mode\":\"free\",\"threads\":%ld,\"lines\":%ld,"
+            "\"line_size\":%d,\"seconds\":%.3f,",
+            n, nlines, CW_LINE, secs);
+    cw_print_tids((int)n);
+    fprintf(stderr, ",");
+    cw_print_iters((int)n);
+    fprintf(stderr, ",\"data\":[%lu,%lu],\"pair_data\":[", (unsigned long)&data,
+            (unsigned long)&data + sizeof data);
+    for (long p = 0; p < (n + 1) / 2; p++)
+      fprintf(stderr, "%s[%lu,%lu]", p ? "," : "", (unsigned long)data.pairs[p].lines,
+              (unsigned long)&data.pairs[p].lines[nlines]);
+    fprintf(stderr,
+            "],\"expected\":{\"transfers\":null,\"true\":null,\"false\":0,"
+            "\"false_fraction\":0,\"pattern\":\"pairs\",\"pairs\":[");
+    for (int p = 0; p < n / 2; p++) {
+      cw_print_link(p == 0, 2 * p, 2 * p + 1);
+      cw_print_link(0, 2 * p + 1, 2 * p);
+    }
+    fprintf(stderr, "]}}\n");
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int truth = wl_take_truth_flag(&argc, argv);
+  int free_mode = cw_take_free_flag(&argc, argv);
   long n = argc > 1 ? wl_arg_long(argv[1], USAGE) : 4;
   long rounds = cw_arg_rounds(argc > 2 ? argv[2] : NULL, USAGE);
   long nlines = argc > 3 ? wl_arg_long(argv[3], USAGE) : 4;
@@ -90,6 +148,8 @@ int main(int argc, char **argv) {
   cw_store(&cfg_threads, n);
   for (long p = 0; p < (n + 1) / 2; p++) cw_store(&pair_rounds[p], rounds);
   cw_store(&cfg_lines, nlines);
+  cw_store(&free_limit, rounds);
+  if (free_mode) return main_free(n, nlines, truth);
   pthread_t t[CW_MAX_THREADS];
   uint64_t t0 = wl_now_ns();
   cw_start_threads(t, (int)n, worker);

@@ -11,10 +11,15 @@
  * rounds, transfers = lines x (n S - (S > 0)), all true sharing, in a ring i-1 -> i; private
  * rounds move nothing. The volume grows linearly with share_fraction. --truth prints the
  * expected matrix, the words written to shared and private lines and the data addresses.
+ *
+ * --free: no turns; every thread writes its `lines` lines continuously for ~1 s (or `rounds`
+ * times): the shared ones in a fraction `share_fraction` of the time slots (comm_common.h),
+ * its private ones in the others. Every pair of threads communicates; the volume grows with
+ * share_fraction and the thread count, and the exact backend measures it.
  */
 #include "comm_common.h"
 
-#define USAGE "comm_writevol [threads=2] [rounds=~1s] [share_fraction=0.5] [lines=4]"
+#define USAGE "comm_writevol [threads=2] [rounds=~1s] [share_fraction=0.5] [lines=4] [--free]"
 #define MAX_LINES 64
 #define WORDS (CW_LINE / (int)sizeof(long))
 
@@ -27,7 +32,7 @@ static struct {
 } data;
 
 static struct cw_turn turn;
-static long cfg_threads, cfg_rounds, cfg_ppm, cfg_lines;
+static long cfg_threads, cfg_rounds, cfg_ppm, cfg_lines, free_shared;
 
 /* Not inlined: one store instruction per kind that a report can name. */
 __attribute__((noinline)) static void write_lines(struct line *l, long nlines, long v) {
@@ -50,8 +55,53 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+static void *worker_free(void *arg) {
+  int i = (int)(intptr_t)arg;
+  long ppm = cw_load(&cfg_ppm), nlines = cw_load(&cfg_lines), limit = cw_load(&cfg_rounds);
+  long it = 0, shared = 0;
+  int sel = 0;
+  cw_record_tid(i);
+  for (; cw_free_next(it, limit, ppm, &sel); it++) {
+    write_lines(sel ? data.shared : data.priv[i], nlines, it);
+    shared += sel;
+  }
+  cw_store(&cw_iters[i], it);
+  __atomic_fetch_add(&free_shared, shared, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+static int main_free(long n, long ppm, long nlines, int truth) {
+  pthread_t t[CW_MAX_THREADS];
+  uint64_t t0 = wl_now_ns();
+  cw_start_threads(t, (int)n, worker_free);
+  cw_join_threads(t, (int)n);
+  double secs = (double)(wl_now_ns() - t0) / 1e9;
+  long its = 0, sh = cw_load(&free_shared);
+  for (int i = 0; i < n; i++) its += cw_load(&cw_iters[i]);
+  printf("comm_writevol --free: %ld threads in %.3f s\n", n, secs);
+  if (truth) {
+    fprintf(stderr,
+            "{\"workload\":\"comm_writevol\",\"mode\":\"free\",\"threads\":%ld,"
+            "\"lines\":%ld,\"share_fraction\":%g,\"line_size\":%d,\"seconds\":%.3f,",
+            n, nlines, (double)ppm / 1e6, CW_LINE, secs);
+    cw_print_tids((int)n);
+    fprintf(stderr, ",");
+    cw_print_iters((int)n);
+    fprintf(stderr,
+            ",\"shared\":[%lu,%lu],\"data\":[%lu,%lu],\"shared_line_writes\":%ld,"
+            "\"private_line_writes\":%ld,\"expected\":{\"transfers\":null,\"true\":null,"
+            "\"false\":0,\"false_fraction\":0,\"pattern\":\"all\",\"pairs\":[",
+            (unsigned long)data.shared, (unsigned long)&data.shared[nlines], (unsigned long)&data,
+            (unsigned long)&data + sizeof data, sh * nlines * WORDS, (its - sh) * nlines * WORDS);
+    cw_print_all_links((int)n);
+    fprintf(stderr, "]}}\n");
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int truth = wl_take_truth_flag(&argc, argv);
+  int free_mode = cw_take_free_flag(&argc, argv);
   long n = argc > 1 ? wl_arg_long(argv[1], USAGE) : 2;
   long rounds = cw_arg_rounds(argc > 2 ? argv[2] : NULL, USAGE);
   long ppm = argc > 3 ? cw_arg_fraction(argv[3], USAGE) : 500000;
@@ -64,6 +114,7 @@ int main(int argc, char **argv) {
   cw_store(&cfg_rounds, rounds);
   cw_store(&cfg_ppm, ppm);
   cw_store(&cfg_lines, nlines);
+  if (free_mode) return main_free(n, ppm, nlines, truth);
   pthread_t t[CW_MAX_THREADS];
   uint64_t t0 = wl_now_ns();
   cw_start_threads(t, (int)n, worker);

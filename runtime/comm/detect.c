@@ -9,9 +9,10 @@
  *      (reservoir sampling decides whether it replaces what is armed); a trap on it is a
  *      communication with the publisher, and the watchpoints on that line are disarmed;
  *   3. a store is published on the board.
- * A publication expires after one sampling period or after two more store samples of its
- * publisher. Volumes are in samples: 1 for a sample detection, L/(D*M) for a trap (line
- * size L, D = 8 bytes watched per register, M registers armed on the line).
+ * A publication expires after one sampling period (or, if later, the considering thread's
+ * previous sample) or after two more store samples of its publisher. Volumes are in samples: 1 for
+ * a sample detection, L/(D*M) for a trap (line size L, D = 8 bytes watched per register, M
+ * registers armed on the line).
  *
  * The board is written and read from signal handlers of all threads: each entry carries a
  * seqlock; a writer that finds it taken skips its publication, a reader that keeps seeing
@@ -124,8 +125,11 @@ static void publish(const struct locus_comm_access *a, uint64_t line) {
   locus_ct.st.published++;
 }
 
+/* A publication stays fresh for one sampling period, and for as long as it is newer than
+ * this thread's previous sample (the window in which step 1 would count it: a thread that
+ * was descheduled keeps what was published meanwhile). */
 static int expired(const struct bb_entry *e, uint64_t now) {
-  if (now > e->t && now - e->t > period_ticks) return 1;
+  if (now > e->t && now - e->t > period_ticks && e->t <= dt.t_prev) return 1;
   return atomic_load_explicit(&pubcount[e->serial % PUBLISHERS], memory_order_relaxed) - e->pubno >=
          2;
 }

@@ -123,6 +123,116 @@ def _cause_by_last(idx, dgrp, dt, dtid, qgrp, qt, qtid, qmin):
     return out
 
 
+def walk_py(w: dict, nth: int, cur: int, pstart: int) -> tuple[np.ndarray, np.ndarray]:
+    """The walk of one process, backwards from the end of thread `cur`: (segments as
+    (thread, lo, hi) rows, indices of the waits it jumped through). The reference version."""
+    bounds_l = w["bounds"].tolist()
+    tacq_l, treq_l, bo_l = w["tacq"].tolist(), w["treq"].tolist(), w["bo"].tolist()
+    cthr_l, ctime_l = w["cthr"].tolist(), w["ctime"].tolist()
+    start_l, end_l = w["start"].tolist(), w["end"].tolist()
+    creator_l, create_l = w["creator"].tolist(), w["create_t"].tolist()
+    segs: list[tuple[int, int, int]] = []
+    jumped_l: list[int] = []
+    seg_add, jump_add = segs.append, jumped_l.append
+    t = top = end_l[cur]
+    # hi[T]: T's waits at or after this index were consumed by an earlier visit (the walk's
+    # time never increases, so every wait is used at most once).
+    hi = bounds_l[1:]
+    started = set()
+    for _ in range(len(bo_l) + 4 * nth + 16):
+        lo_b = bounds_l[cur]
+        k = bisect_right(tacq_l, t, lo_b, hi[cur]) - 1
+        if k < lo_b:
+            seg_add((cur, min(start_l[cur], t), top))
+            hi[cur] = lo_b
+            c = creator_l[cur]
+            if c < 0 or cur in started or start_l[cur] <= pstart:
+                break
+            started.add(cur)
+            t = top = min(create_l[cur], start_l[cur], t)
+            cur = c
+            continue
+        hi[cur] = k
+        c = cthr_l[k]
+        if c >= 0:
+            seg_add((cur, tacq_l[k], top))
+            jump_add(bo_l[k])
+            t = top = min(ctime_l[k], tacq_l[k])
+            cur = c
+        elif treq_l[k] < t:
+            t = treq_l[k]
+        if t <= pstart:
+            seg_add((cur, t, top))
+            break
+    return (
+        np.asarray(segs, dtype=np.int64).reshape(-1, 3),
+        np.asarray(jumped_l, dtype=np.int64),
+    )
+
+
+def _load_walk_c():
+    """The C walk (_walk.c, built by `make build` into build/liblocus_walk.so), or None."""
+    import ctypes
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (
+        os.environ.get("LOCUS_WALK_LIB", ""),
+        os.path.join(here, "..", "..", "..", "build", "liblocus_walk.so"),
+        os.path.join(here, "liblocus_walk.so"),
+    ):
+        if path and os.path.exists(path):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            fn = lib.locus_cp_walk
+            fn.restype = ctypes.c_int64
+            return fn
+    return None
+
+
+_WALK_FN: list = []  # the loaded C function (or None), once per process
+
+
+def walk_c(w: dict, nth: int, cur: int, pstart: int) -> tuple[np.ndarray, np.ndarray]:
+    """The same walk in C (same results as walk_py; tested against it)."""
+    import ctypes
+
+    if not _WALK_FN:
+        _WALK_FN.append(_load_walk_c())
+    fn = _WALK_FN[0]
+    if fn is None:
+        return walk_py(w, nth, cur, pstart)
+    arr = {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in w.items()}
+    nb = len(arr["bo"])
+    cap = nb + 4 * nth + 18
+    segs = np.zeros(3 * cap, dtype=np.int64)
+    jumped = np.zeros(cap, dtype=np.int64)
+    hi = np.ascontiguousarray(arr["bounds"][1:]).copy()
+    started = np.zeros(max(nth, 1), dtype=np.uint8)
+    nsegs, nj = ctypes.c_int64(0), ctypes.c_int64(0)
+    P = ctypes.c_void_p
+
+    def ptr(a):
+        return P(a.ctypes.data)
+
+    rc = fn(
+        ctypes.c_int64(nth), ptr(arr["bounds"]), ctypes.c_int64(nb), ptr(arr["tacq"]),
+        ptr(arr["treq"]), ptr(arr["bo"]), ptr(arr["cthr"]), ptr(arr["ctime"]),
+        ptr(arr["start"]), ptr(arr["create_t"]), ptr(arr["creator"]), ctypes.c_int64(cur),
+        ctypes.c_int64(pstart), ctypes.c_int64(int(arr["end"][cur])), ptr(hi), ptr(started),
+        ptr(segs), ctypes.c_int64(cap), ctypes.byref(nsegs), ptr(jumped), ctypes.c_int64(cap),
+        ctypes.byref(nj),
+    )  # fmt: skip
+    if rc != 0:
+        return walk_py(w, nth, cur, pstart)
+    return segs[: 3 * nsegs.value].reshape(-1, 3).copy(), jumped[: nj.value].copy()
+
+
+WALK = walk_c
+
+
 def compute(ev, threads, barrier_counts: dict | None = None) -> CriticalPath:
     """ev: analysis.locks.LockEvents; threads: analysis.locks.Threads.
     barrier_counts: {(proc, lock): count} from barrier init records."""
@@ -245,55 +355,31 @@ def compute(ev, threads, barrier_counts: dict | None = None) -> CriticalPath:
     bth = eth[bo]
     nth = len(threads.tid)
     bounds = np.searchsorted(bth, np.arange(nth + 1))
-    tacq_l = t_acq[bo].tolist()
-    treq_l = t_req[bo].tolist()
-    bo_l = bo.tolist()
-    cthr_l = c_thr[bo].tolist()
-    ctime_l = c_time[bo].tolist()
-    bounds_l = bounds.tolist()
-    start_l, end_l = th_start.tolist(), th_end.tolist()
-    creator_l, create_l = creator.tolist(), create_t.tolist()
-
-    segs: list[tuple[int, int, int]] = []  # (thread, lo, hi) in ns
-    jumped_l: list[int] = []
-    seg_add, jump_add = segs.append, jumped_l.append
+    walk_in = dict(
+        bounds=bounds,
+        tacq=t_acq[bo],
+        treq=t_req[bo],
+        bo=bo,
+        cthr=c_thr[bo],
+        ctime=c_time[bo],
+        start=th_start,
+        end=th_end,
+        create_t=create_t,
+        creator=creator,
+    )
+    segs: list = []
+    jumped_l: list = []
     for p in np.unique(threads.proc).tolist():
         members = np.flatnonzero(threads.proc == p)
         cur = int(members[np.argmax(th_end[members])])
         pstart = int(th_start[members].min())
-        t = top = end_l[cur]
-        # hi[T]: T's waits at or after this index were consumed by an earlier visit (the
-        # walk's time never increases, so every wait is used at most once).
-        hi = bounds_l[1:]
-        started = set()
-        for _ in range(len(bo_l) + 4 * nth + 16):
-            lo_b = bounds_l[cur]
-            k = bisect_right(tacq_l, t, lo_b, hi[cur]) - 1
-            if k < lo_b:
-                seg_add((cur, min(start_l[cur], t), top))
-                hi[cur] = lo_b
-                c = creator_l[cur]
-                if c < 0 or cur in started or start_l[cur] <= pstart:
-                    break
-                started.add(cur)
-                t = top = min(create_l[cur], start_l[cur], t)
-                cur = c
-                continue
-            hi[cur] = k
-            c = cthr_l[k]
-            if c >= 0:
-                seg_add((cur, tacq_l[k], top))
-                jump_add(bo_l[k])
-                t = top = min(ctime_l[k], tacq_l[k])
-                cur = c
-            elif treq_l[k] < t:
-                t = treq_l[k]
-            if t <= pstart:
-                seg_add((cur, t, top))
-                break
+        s_p, j_p = WALK(walk_in, nth, cur, pstart)
+        segs.append(s_p)
+        jumped_l.append(j_p)
+    sa = np.concatenate(segs).reshape(-1, 3) if segs else np.zeros((0, 3), dtype=np.int64)
+    jumped_l = np.concatenate(jumped_l) if jumped_l else np.zeros(0, dtype=np.int64)
 
     jumped[np.asarray(jumped_l, dtype=np.int64)] = True
-    sa = np.asarray(segs, dtype=np.int64).reshape(-1, 3)
     s_th, s_lo, s_hi = sa[:, 0], sa[:, 1], sa[:, 2]
     keep = s_hi > s_lo
     s_th, s_lo, s_hi = s_th[keep], s_lo[keep], s_hi[keep]

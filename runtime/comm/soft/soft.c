@@ -46,15 +46,15 @@ enum { SRC_NONE = 0, SRC_SIGTRAP = 1, SRC_ASYNC = 2, SRC_TIMER = 3 };
 #define FN_MAX (16u << 10)    /* pcs further from their function start are skipped */
 #define FN_PAST_PC (2u << 10) /* bytes decoded past the pc looking for backward branches */
 
-/* One executable segment of a loaded object, with the object's .eh_frame_hdr search table
- * (pairs of int32: function start, FDE address, both relative to the header). Entries are
+/* One executable segment of a loaded object, with the address of the object's .eh_frame_hdr
+ * (its search table: pairs of int32, function start and FDE address, both relative to the
+ * header). The header is read only when a sample lands in the object: touching it at snapshot
+ * time would fault in (with the kernel's fault-around) 64 KiB of every loaded library. Entries are
  * appended by refresh_modules() (normal context, one refresher at a time) and published by nmods;
  * handlers only read. An object that went away is marked dead, never reused. */
 struct module {
   uint64_t lo, hi;
-  uint64_t hdr;         /* address of .eh_frame_hdr, 0 when the object has none */
-  const int32_t *table; /* nfde pairs */
-  uint32_t nfde;
+  uint64_t hdr; /* address of .eh_frame_hdr, 0 when the object has none */
   _Atomic int dead;
 };
 static struct module mods[MAX_MODS];
@@ -208,11 +208,8 @@ static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
     struct module *m = &mods[n];
     m->lo = lo;
     m->hi = hi;
-    m->hdr = 0;
-    m->table = NULL;
-    m->nfde = 0;
+    m->hdr = hdr;
     atomic_store(&m->dead, 0);
-    if (hdr && hdr_table(hdr, &m->table, &m->nfde) == 0) m->hdr = hdr;
     atomic_store_explicit(&nmods, n + 1, memory_order_release);
   }
   return 0;
@@ -233,10 +230,62 @@ static void refresh_modules(void) {
       gone = 1;
     }
   /* Code unloaded: cached answers may name addresses that now hold other code. */
-  if (gone && pc_cache)
+  if (gone && pc_cache &&
+      madvise((void *)pc_cache, CACHE_SLOTS * sizeof(uint64_t), MADV_DONTNEED) != 0)
     for (uint32_t i = 0; i < CACHE_SLOTS; i++)
       atomic_store_explicit(&pc_cache[i], 0, memory_order_relaxed);
   atomic_store(&mods_busy, 0);
+}
+
+/* Resident memory: a read fault on a file mapping maps up to 16 neighbouring cached pages
+ * (the kernel's fault-around), all counted in the program's RSS. Zydis's decoder tables
+ * (~420 KiB) and the runtime's own code are touched sparsely, so almost all of that is pages
+ * never used. Fault-around stops at the mapping's edge: give each page of the object's read-only
+ * segments its own mapping (alternate pages marked MADV_RANDOM, which only changes readahead, so
+ * neighbours cannot merge). The non-executable read-only segments are also dropped from the
+ * page tables (their contents come back from the file on the next read): the dynamic linker
+ * read their relocations and symbols at load. Writable, RELRO and text-relocated pages are left
+ * alone, and executable pages are never dropped (a debugger's breakpoints live there). */
+struct trim_arg {
+  uint64_t addr;
+  long page;
+};
+
+static int trim_object_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  const struct trim_arg *ta = arg;
+  int mine = 0;
+  uint64_t relro_lo = 0, relro_hi = 0;
+  const ElfW(Dyn) *dyn = NULL;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uint64_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && ta->addr >= lo && ta->addr < lo + ph->p_memsz) mine = 1;
+    if (ph->p_type == PT_GNU_RELRO) relro_lo = lo, relro_hi = lo + ph->p_memsz;
+    if (ph->p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)lo;
+  }
+  if (!mine) return 0;
+  for (; dyn && dyn->d_tag != DT_NULL; dyn++)
+    if (dyn->d_tag == DT_TEXTREL || (dyn->d_tag == DT_FLAGS && (dyn->d_un.d_val & DF_TEXTREL)))
+      return 1;
+  uint64_t pg = (uint64_t)ta->page;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W) || ph->p_filesz == 0) continue;
+    /* Whole pages inside the segment's file part only: a shared edge page is left alone. */
+    uint64_t lo = (info->dlpi_addr + ph->p_vaddr + pg - 1) & ~(pg - 1);
+    uint64_t hi = (info->dlpi_addr + ph->p_vaddr + ph->p_filesz) & ~(pg - 1);
+    if (relro_hi > relro_lo && lo < relro_hi && relro_lo < hi) continue;
+    if (hi <= lo) continue;
+    for (uint64_t a = lo + pg; a < hi; a += 2 * pg) madvise((void *)a, pg, MADV_RANDOM);
+    if (!(ph->p_flags & PF_X)) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+  }
+  return 1;
+}
+
+static void trim_object(const void *addr) {
+  struct trim_arg ta = {.addr = (uint64_t)(uintptr_t)addr, .page = sysconf(_SC_PAGESIZE)};
+  if (ta.page > 0) dl_iterate_phdr(trim_object_cb, &ta);
 }
 
 static LOCUS_TLS int last_mod = -1;
@@ -257,10 +306,11 @@ static const struct module *module_of(uint64_t pc) {
 
 /* [start, end) of the function holding pc, from the FDE; -1 when no FDE covers pc. */
 static int function_of(const struct module *m, uint64_t pc, uint64_t *start, uint64_t *end) {
-  if (!m->hdr) return -1;
-  const int32_t *t = m->table;
+  const int32_t *t;
+  uint32_t nfde;
+  if (!m->hdr || hdr_table(m->hdr, &t, &nfde) != 0) return -1;
   int64_t rel = (int64_t)(pc - m->hdr);
-  uint32_t lo = 0, hi = m->nfde; /* last entry with start <= pc */
+  uint32_t lo = 0, hi = nfde; /* last entry with start <= pc */
   if (t[0] > rel) return -1;
   while (hi - lo > 1) {
     uint32_t mid = lo + (hi - lo) / 2;
@@ -372,7 +422,9 @@ static uint64_t skid_info(const struct module *m, uint64_t pc) {
 }
 
 static uint64_t lookup(const struct module *m, uint64_t pc) {
-  uint32_t slot = (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 50) & (CACHE_SLOTS - 1);
+  /* Nearby pcs share cache pages (a hash would spread a few hundred hot pcs over every page
+   * of the table, all resident); the higher bits are folded in so objects do not collide. */
+  uint32_t slot = (uint32_t)(pc ^ (pc >> 14) ^ (pc >> 28)) & (CACHE_SLOTS - 1);
   uint64_t w = atomic_load_explicit(&pc_cache[slot], memory_order_relaxed);
   if ((w & PC_VALID) && (w & PC_MASK) == pc) return w;
   w = skid_info(m, pc) | PC_VALID | pc;
@@ -797,6 +849,8 @@ static int soft_proc_init(void) {
     return -1;
   }
   pc_cache = cache;
+  trim_object((const void *)ZydisDecoderDecodeFull);
+  trim_object((const void *)soft_proc_init);
   atomic_store(&nmods, 0);
   refresh_modules();
   locus_comm_trap_sampler = on_sampler_signal;
