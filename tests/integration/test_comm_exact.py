@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from locus import cc
+from locus.rundir import COMM_EVENT_DTYPE, COMM_THREAD_DTYPE
 
 REPO = Path(__file__).resolve().parents[2]
 LIBLOCUS = REPO / "build" / "liblocus.so"
@@ -28,49 +29,8 @@ WORKLOADS = REPO / "workloads"
 TIMEOUT_S = 120
 
 CE_TRUE, CE_EXACT = 1, 4
-EVENT = np.dtype(
-    [
-        ("t", "<u8"),
-        ("line", "<u8"),
-        ("src_ip", "<u8"),
-        ("dst_ip", "<u8"),
-        ("volume", "<f8"),
-        ("src_tid", "<u4"),
-        ("dst_tid", "<u4"),
-        ("src_cpu", "<i2"),
-        ("dst_cpu", "<i2"),
-        ("src_off", "u1"),
-        ("src_len", "u1"),
-        ("dst_off", "u1"),
-        ("dst_len", "u1"),
-        ("flags", "<u2"),
-        ("kind", "<u2"),
-        ("dst_flags", "<u4"),
-    ]
-)
-THREAD = np.dtype(
-    [
-        ("tid", "<u4"),
-        ("backend", "<u4"),
-        ("period_ns", "<u8"),
-        ("signals", "<u8"),
-        ("samples", "<u8"),
-        ("skipped", "<u8"),
-        ("undecoded", "<u8"),
-        ("kernel", "<u8"),
-        ("published", "<u8"),
-        ("armed", "<u8"),
-        ("traps", "<u8"),
-        ("detections", "<u8"),
-        ("dropped", "<u8"),
-        ("self_ns", "<u8"),
-        ("watchpoints", "<u4"),
-        ("kind", "<u2"),
-        ("flags", "<u2"),
-        ("reserved", "<u8", (2,)),
-    ]
-)
-assert EVENT.itemsize == 64 and THREAD.itemsize == 128
+# The record layouts are the readers' own (runtime/include/locus_format.h).
+EVENT, THREAD = COMM_EVENT_DTYPE, COMM_THREAD_DTYPE
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 
+from locus.analysis.comm import _ranges
 from locus.errors import LocusError
 from locus.render.tables import Table
 from locus.render.units import count, percent, seconds
@@ -119,18 +120,6 @@ def matrix_table(c: dict) -> Table:
     cols = [(AXIS[by], "", "row")] + [(str(j), u, f"c{j}") for j in range(len(m))]
     rows = [dict({f"c{j}": v for j, v in enumerate(row)}, row=i) for i, row in enumerate(m)]
     return Table(MATRIX_TABLE, f"Communication matrix by {by}, {kind} sharing", cols, rows)
-
-
-def _ranges(idx: list[int]) -> str:
-    idx = sorted(set(idx))
-    out, i = [], 0
-    while i < len(idx):
-        j = i
-        while j + 1 < len(idx) and idx[j + 1] == idx[j] + 1:
-            j += 1
-        out.append(f"{idx[i]}" if i == j else f"{idx[i]}-{idx[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def summary_lines(report: dict) -> list[str]:
