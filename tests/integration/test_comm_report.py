@@ -61,3 +61,14 @@ def test_sysbench_mutex_array_false_sharing(locus):
     assert line["object"] == top["name"] and line["threads"]
     text = locus.run("report", str(run), "--lens", "comm").stdout.decode()
     assert "Communication heat map" in text and "Objects by communication volume" in text
+
+
+def test_thousands_of_threads(locus):
+    """2000 short threads under the comm lens: every thread gets its sampler and its
+    counters record, the program's own result is unchanged, and the report stays square."""
+    proc, run = locus.record([locus.workload("churn"), "2000", "1"], options=("--lens", "comm"))
+    assert b"2000 threads" in proc.stdout
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert len(c["threads"]) == 2001
+    for kind in ("all", "true", "false"):
+        _square_symmetric_zero_diagonal(c["matrices"]["thread"][kind], 2001)

@@ -46,7 +46,9 @@ def _notes(report: dict) -> list[str]:
 
 
 def to_json(report: dict) -> str:
-    return json.dumps(report, indent=1, allow_nan=False) + "\n"
+    # Compact: a comm report of thousands of threads holds several N x N matrices, which
+    # one number per line would make hundreds of megabytes. `jq .` pretty-prints.
+    return json.dumps(report, separators=(",", ":"), allow_nan=False) + "\n"
 
 
 def to_text(report: dict, width: int | None = None) -> str:

@@ -87,15 +87,22 @@ struct xslot {
   uint64_t dropped;
 };
 
-/* Per-thread state, read by every callback. */
+/* Per-thread state, read by every callback. The first fields are the fast path's: a
+ * one-entry cache of the last line's shadow entry. key = ~line number, 0 = empty; it is set
+ * only while the thread is tracked, not busy and the entry exists, so a key hit implies all
+ * three (the fast path checks nothing else). Shadow entries never move (the pool is unmapped
+ * only in a forked child, which starts with an empty cache). */
 struct xthread {
+  uint64_t key;      /* ~(line number) of the cached entry; 0 = none */
+  struct shadow *e;  /* its shadow entry */
+  uint64_t accesses; /* accesses seen */
+  uint64_t bit;      /* copy-set bit, 0 if none */
+  uint64_t token;    /* serial << 48 */
+  uint32_t serial;
   int state; /* 0 unknown, 1 tracking, 2 not tracked */
   int busy;  /* inside the slow path: a signal handler's accesses are skipped */
-  uint32_t serial;
-  uint64_t token; /* serial << 48 */
-  uint64_t bit;   /* copy-set bit, 0 if none */
   struct xslot *slot;
-  uint64_t accesses, skipped;
+  uint64_t skipped;
 };
 
 /* Read by every callback: one cache line, written only at start and end. */
@@ -151,7 +158,9 @@ static inline struct shadow *shadow_of(uint64_t ln) {
 }
 
 /* Granule mask of bytes [off, off + len) of a line (off + len <= line). */
-static inline uint64_t granules(uint32_t off, uint32_t len) {
+static inline __attribute__((always_inline)) uint64_t granules(uint32_t off, uint32_t len) {
+  /* Lines of <= 64 bytes (granule = byte): len is a constant in the hooks. */
+  if (LOCUS_LIKELY(g.gshift == 0 && len < 64)) return ((1ull << len) - 1) << off;
   uint32_t a = off >> g.gshift, b = (off + len - 1) >> g.gshift;
   uint32_t n = b - a + 1;
   return (n >= 64 ? ~0ull : ((1ull << n) - 1)) << a;
@@ -222,7 +231,11 @@ static __attribute__((noinline)) void transfer(struct xthread *x, uint64_t ln, u
                                                uint32_t len, uint32_t fl, uint64_t ip) {
   struct xslot *s = x->slot;
   if (!s) return;
+  /* A signal handler's accesses meanwhile take the slow path (empty cache) and are skipped. */
+  uint64_t key = x->key;
+  x->key = 0;
   x->busy = 1;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   int is_true = (wbytes & mine) != 0;
   uint32_t src = (uint32_t)(wip >> 48);
   struct agg_table *t = atomic_load_explicit(&s->agg, memory_order_relaxed);
@@ -230,8 +243,7 @@ static __attribute__((noinline)) void transfer(struct xthread *x, uint64_t ln, u
     struct agg_table *n = agg_grow(s, t);
     if (!n && (!t || t->n + 1 >= t->cap)) {
       s->dropped++;
-      x->busy = 0;
-      return;
+      goto out;
     }
     if (n) t = n;
   }
@@ -250,7 +262,10 @@ static __attribute__((noinline)) void transfer(struct xthread *x, uint64_t ln, u
   envelope(wbytes, &a->src_off, &a->src_len);
   a->dst_off = (uint8_t)(off > 255 ? 255 : off);
   a->dst_len = (uint8_t)(len > 255 ? 255 : len);
+out:
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   x->busy = 0;
+  x->key = key;
 }
 
 static void flush_slot(struct xslot *s) {
@@ -293,9 +308,11 @@ static void free_tables(struct xslot *s) {
 
 /* ---- the access path ---- */
 
-static __attribute__((noinline)) void read_miss(struct xthread *x, struct shadow *e, uint64_t ln,
-                                                uint32_t off, uint32_t len, uint32_t fl,
-                                                uint64_t ip) {
+#define COLD __attribute__((noinline, cold))
+#define INLINE inline __attribute__((always_inline))
+
+static COLD void read_miss(struct xthread *x, struct shadow *e, uint64_t ln, uint32_t off,
+                           uint32_t len, uint32_t fl, uint64_t ip) {
   if (!x->bit) {
     x->skipped++;
     return;
@@ -308,9 +325,8 @@ static __attribute__((noinline)) void read_miss(struct xthread *x, struct shadow
   atomic_fetch_or_explicit(&e->copies, x->bit, memory_order_relaxed);
 }
 
-static __attribute__((noinline)) void write_miss(struct xthread *x, struct shadow *e, uint64_t ln,
-                                                 uint32_t off, uint32_t len, uint32_t fl,
-                                                 uint64_t ip) {
+static COLD void write_miss(struct xthread *x, struct shadow *e, uint64_t ln, uint32_t off,
+                            uint32_t len, uint32_t fl, uint64_t ip) {
   uint64_t mine = granules(off, len);
   uint64_t w = atomic_load_explicit(&e->wip, memory_order_relaxed);
   uint64_t c = atomic_load_explicit(&e->copies, memory_order_relaxed);
@@ -324,14 +340,10 @@ static __attribute__((noinline)) void write_miss(struct xthread *x, struct shado
   atomic_store_explicit(&e->wip, x->token | (ip & IP_MASK), memory_order_relaxed);
 }
 
-static inline __attribute__((always_inline)) void line_access(struct xthread *x, uint64_t ln,
-                                                              uint32_t off, uint32_t len,
-                                                              uint32_t fl, uint64_t ip) {
-  struct shadow *e = shadow_of(ln);
-  if (LOCUS_UNLIKELY(!e)) {
-    x->skipped++;
-    return;
-  }
+/* An access inside one line whose shadow entry is e. Hits (a read of a line this thread
+ * holds; a write to a line it last wrote and holds alone) touch only e and return. */
+static INLINE void line_access(struct xthread *x, struct shadow *e, uint64_t ln, uint32_t off,
+                               uint32_t len, uint32_t fl, uint64_t ip) {
   uint64_t c = atomic_load_explicit(&e->copies, memory_order_relaxed);
   if (!(fl & LOCUS_AC_STORE)) {
     if (LOCUS_LIKELY(c & x->bit)) return; /* holds a copy: a cache hit */
@@ -339,12 +351,14 @@ static inline __attribute__((always_inline)) void line_access(struct xthread *x,
     return;
   }
   uint64_t w = atomic_load_explicit(&e->wip, memory_order_relaxed);
-  if (LOCUS_LIKELY((w >> 48) == x->serial && c == x->bit)) {
+  if (LOCUS_LIKELY(((w >> 48) == x->serial) & (c == x->bit))) {
     /* Already the modified, only copy: a hit; remember the bytes and the pc. */
     uint64_t mine = granules(off, len);
     uint64_t b = atomic_load_explicit(&e->bytes, memory_order_relaxed);
-    if ((b | mine) != b) atomic_store_explicit(&e->bytes, b | mine, memory_order_relaxed);
-    if ((w & IP_MASK) != ip) atomic_store_explicit(&e->wip, x->token | ip, memory_order_relaxed);
+    if (LOCUS_UNLIKELY((b | mine) != b))
+      atomic_store_explicit(&e->bytes, b | mine, memory_order_relaxed);
+    uint64_t nw = x->token | (ip & IP_MASK);
+    if (LOCUS_UNLIKELY(w != nw)) atomic_store_explicit(&e->wip, nw, memory_order_relaxed);
     return;
   }
   write_miss(x, e, ln, off, len, fl, ip);
@@ -352,16 +366,18 @@ static inline __attribute__((always_inline)) void line_access(struct xthread *x,
 
 static int thread_enter(struct xthread *x);
 
+/* Everything the fast path does not take: untracked or busy threads, the first access to a
+ * line (shadow table walk; fills the cache), accesses spanning lines, ranges. */
 static __attribute__((noinline)) void access_slow(uintptr_t a, uint64_t len, uint32_t fl,
                                                   uint64_t ip) {
   struct xthread *x = &xt;
-  if (x->state != 1 && !thread_enter(x)) return;
-  if (x->busy) {
+  if (LOCUS_UNLIKELY(x->state != 1) && !thread_enter(x)) return;
+  if (LOCUS_UNLIKELY(x->busy)) {
     x->skipped++;
     return;
   }
   x->accesses++;
-  if (a >= (1ull << ADDR_BITS) || len == 0) {
+  if (LOCUS_UNLIKELY(a >= (1ull << ADDR_BITS) || len == 0)) {
     x->skipped++;
     return;
   }
@@ -372,23 +388,32 @@ static __attribute__((noinline)) void access_slow(uintptr_t a, uint64_t len, uin
     uint32_t off = (uint32_t)(a & g.lmask);
     uint64_t n = g.line - off;
     if (n > end - a) n = end - a;
-    line_access(x, a >> g.lshift, off, (uint32_t)n, fl, ip);
+    uint64_t ln = a >> g.lshift;
+    struct shadow *e = shadow_of(ln);
+    if (LOCUS_UNLIKELY(!e)) {
+      x->skipped++;
+    } else {
+      x->e = e;
+      x->key = ~ln;
+      line_access(x, e, ln, off, (uint32_t)n, fl, ip);
+    }
     a += n;
   }
 }
 
-static inline __attribute__((always_inline)) void x_access(const volatile void *p, uint32_t len,
-                                                           uint32_t fl, uint64_t ip) {
-  if (LOCUS_LIKELY(!g.on)) return;
+static INLINE void x_access(const volatile void *p, uint32_t len, uint32_t fl, uint64_t ip) {
+  if (LOCUS_UNLIKELY(!g.on)) return;
   struct xthread *x = &xt;
   uintptr_t a = (uintptr_t)p;
+  uint64_t ln = a >> g.lshift;
   uint32_t off = (uint32_t)(a & g.lmask);
-  if (LOCUS_UNLIKELY(x->state != 1 || x->busy || off + len > g.line || a >= (1ull << ADDR_BITS))) {
-    access_slow(a, len, fl, ip);
+  /* The cached line (so a tracked, not busy thread and a valid address), not spanning. */
+  if (LOCUS_LIKELY((x->key == ~ln) & (off + len <= g.line))) {
+    x->accesses++;
+    line_access(x, x->e, ln, off, len, fl, ip);
     return;
   }
-  x->accesses++;
-  line_access(x, a >> g.lshift, off, len, fl, ip);
+  access_slow(a, len, fl, ip);
 }
 
 #define RA ((uint64_t)__builtin_return_address(0))
@@ -571,7 +596,7 @@ static struct xslot *claim_slot(uint32_t *index) {
 
 static void thread_init(void) {
   struct xthread *x = &xt;
-  memset(x, 0, sizeof *x);
+  memset(x, 0, sizeof *x); /* also empties the line cache */
   xt_spare = NULL;
   x->state = 2;
   uint32_t serial = locus_me.serial;
@@ -616,6 +641,7 @@ static void thread_fini(void) {
     x->state = 2;
     return;
   }
+  x->key = 0;
   x->busy = 1;
   struct xslot *s = x->slot;
   int expect = XS_LIVE;
@@ -632,6 +658,7 @@ static void thread_fini(void) {
 static void proc_fini(void) {
   g.on = 0;
   struct xthread *x = &xt;
+  x->key = 0;
   x->busy = 1;
   if (x->state == 1) publish_counts(x);
   uint32_t hi = atomic_load(&slots_hi);
