@@ -88,13 +88,13 @@ struct xslot {
 };
 
 /* Per-thread state, read by every callback. The first fields are the fast path's: a
- * one-entry cache of the last line's shadow entry. key = ~line number, 0 = empty; it is set
- * only while the thread is tracked, not busy and the entry exists, so a key hit implies all
- * three (the fast path checks nothing else). Shadow entries never move (the pool is unmapped
- * only in a forked child, which starts with an empty cache). */
+ * one-entry cache of the second-level shadow block of the last access. key = ~(address >>
+ * g.bshift), 0 = empty; it is set only while the thread is tracked, not busy and the block
+ * exists, so a key hit implies all three (the fast path checks nothing else). Blocks never
+ * move (the pool is unmapped only in a forked child, which starts with an empty cache). */
 struct xthread {
-  uint64_t key;      /* ~(line number) of the cached entry; 0 = none */
-  struct shadow *e;  /* its shadow entry */
+  uint64_t key;      /* ~(block number) of the cached block; 0 = none */
+  struct shadow *b;  /* the block */
   uint64_t accesses; /* accesses seen */
   uint64_t bit;      /* copy-set bit, 0 if none */
   uint64_t token;    /* serial << 48 */
@@ -106,11 +106,13 @@ struct xthread {
 };
 
 /* Read by every callback: one cache line, written only at start and end. */
+enum { X_OFF = 0, X_ON = 1, X_ON64 = 2 }; /* g.on: X_ON64 when lines are 64 bytes */
 static struct {
   volatile int on;
   uint32_t lshift;
   uint64_t lmask;
   uint32_t line, gshift;
+  uint32_t bshift; /* lshift + L2_BITS: address >> bshift = second-level block */
   _Atomic(struct shadow *) *l1;
   uint64_t l1_n;
 } __attribute__((aligned(64))) g;
@@ -159,7 +161,7 @@ static inline struct shadow *shadow_of(uint64_t ln) {
 
 /* Granule mask of bytes [off, off + len) of a line (off + len <= line). */
 static inline __attribute__((always_inline)) uint64_t granules(uint32_t off, uint32_t len) {
-  /* Lines of <= 64 bytes (granule = byte): len is a constant in the hooks. */
+  /* Lines of <= 64 bytes (a granule is a byte): len is a constant in the hooks. */
   if (LOCUS_LIKELY(g.gshift == 0 && len < 64)) return ((1ull << len) - 1) << off;
   uint32_t a = off >> g.gshift, b = (off + len - 1) >> g.gshift;
   uint32_t n = b - a + 1;
@@ -340,10 +342,28 @@ static COLD void write_miss(struct xthread *x, struct shadow *e, uint64_t ln, ui
   atomic_store_explicit(&e->wip, x->token | (ip & IP_MASK), memory_order_relaxed);
 }
 
-/* An access inside one line whose shadow entry is e. Hits (a read of a line this thread
- * holds; a write to a line it last wrote and holds alone) touch only e and return. */
+/* A store to a line this thread last wrote and holds alone, from another pc than its last
+ * store (or a pc of more than 48 bits), or else a write miss. */
+static COLD void write_other(struct xthread *x, struct shadow *e, uint64_t ln, uint32_t off,
+                             uint32_t len, uint32_t fl, uint64_t ip) {
+  uint64_t c = atomic_load_explicit(&e->copies, memory_order_relaxed);
+  uint64_t w = atomic_load_explicit(&e->wip, memory_order_relaxed);
+  if ((w >> 48) == x->serial && c == x->bit) {
+    uint64_t mine = granules(off, len);
+    uint64_t b = atomic_load_explicit(&e->bytes, memory_order_relaxed);
+    if ((b | mine) != b) atomic_store_explicit(&e->bytes, b | mine, memory_order_relaxed);
+    uint64_t nw = x->token | (ip & IP_MASK);
+    if (w != nw) atomic_store_explicit(&e->wip, nw, memory_order_relaxed);
+    return;
+  }
+  write_miss(x, e, ln, off, len, fl, ip);
+}
+
+/* An access inside one line whose shadow entry is e (l64: lines are 64 bytes). Hits (a read
+ * of a line this thread holds; a write from the same pc as its last one to a line it last
+ * wrote and holds alone) touch only e and return. */
 static INLINE void line_access(struct xthread *x, struct shadow *e, uint64_t ln, uint32_t off,
-                               uint32_t len, uint32_t fl, uint64_t ip) {
+                               uint32_t len, uint32_t fl, uint64_t ip, int l64) {
   uint64_t c = atomic_load_explicit(&e->copies, memory_order_relaxed);
   if (!(fl & LOCUS_AC_STORE)) {
     if (LOCUS_LIKELY(c & x->bit)) return; /* holds a copy: a cache hit */
@@ -351,17 +371,15 @@ static INLINE void line_access(struct xthread *x, struct shadow *e, uint64_t ln,
     return;
   }
   uint64_t w = atomic_load_explicit(&e->wip, memory_order_relaxed);
-  if (LOCUS_LIKELY(((w >> 48) == x->serial) & (c == x->bit))) {
-    /* Already the modified, only copy: a hit; remember the bytes and the pc. */
-    uint64_t mine = granules(off, len);
+  if (LOCUS_LIKELY((w == (x->token | ip)) & (c == x->bit))) {
+    /* Already the modified, only copy, same pc: a hit; remember the bytes. */
+    uint64_t mine = l64 ? ((1ull << len) - 1) << off : granules(off, len);
     uint64_t b = atomic_load_explicit(&e->bytes, memory_order_relaxed);
     if (LOCUS_UNLIKELY((b | mine) != b))
       atomic_store_explicit(&e->bytes, b | mine, memory_order_relaxed);
-    uint64_t nw = x->token | (ip & IP_MASK);
-    if (LOCUS_UNLIKELY(w != nw)) atomic_store_explicit(&e->wip, nw, memory_order_relaxed);
     return;
   }
-  write_miss(x, e, ln, off, len, fl, ip);
+  write_other(x, e, ln, off, len, fl, ip);
 }
 
 static int thread_enter(struct xthread *x);
@@ -393,25 +411,39 @@ static __attribute__((noinline)) void access_slow(uintptr_t a, uint64_t len, uin
     if (LOCUS_UNLIKELY(!e)) {
       x->skipped++;
     } else {
-      x->e = e;
-      x->key = ~ln;
-      line_access(x, e, ln, off, (uint32_t)n, fl, ip);
+      x->b = e - (ln & ((1u << L2_BITS) - 1));
+      x->key = ~(ln >> L2_BITS);
+      line_access(x, e, ln, off, (uint32_t)n, fl, ip, 0);
     }
     a += n;
   }
 }
 
+#define L2_MASK ((1u << L2_BITS) - 1)
+
 static INLINE void x_access(const volatile void *p, uint32_t len, uint32_t fl, uint64_t ip) {
-  if (LOCUS_UNLIKELY(!g.on)) return;
+  int on = g.on;
   struct xthread *x = &xt;
   uintptr_t a = (uintptr_t)p;
-  uint64_t ln = a >> g.lshift;
-  uint32_t off = (uint32_t)(a & g.lmask);
-  /* The cached line (so a tracked, not busy thread and a valid address), not spanning. */
-  if (LOCUS_LIKELY((x->key == ~ln) & (off + len <= g.line))) {
-    x->accesses++;
-    line_access(x, x->e, ln, off, len, fl, ip);
+  if (LOCUS_LIKELY(on == X_ON64)) {
+    /* In the cached block (so a tracked, not busy thread and a valid address), not spanning
+     * lines. */
+    uint32_t off = (uint32_t)(a & 63);
+    if (LOCUS_LIKELY((x->key == ~(a >> (6 + L2_BITS))) & (off + len <= 64))) {
+      x->accesses++;
+      line_access(x, &x->b[(a >> 6) & L2_MASK], a >> 6, off, len, fl, ip, 1);
+      return;
+    }
+  } else if (LOCUS_UNLIKELY(on == X_OFF)) {
     return;
+  } else {
+    uint64_t ln = a >> g.lshift;
+    uint32_t off = (uint32_t)(a & g.lmask);
+    if (LOCUS_LIKELY((x->key == ~(a >> g.bshift)) & (off + len <= g.line))) {
+      x->accesses++;
+      line_access(x, &x->b[ln & L2_MASK], ln, off, len, fl, ip, 0);
+      return;
+    }
   }
   access_slow(a, len, fl, ip);
 }
@@ -681,6 +713,7 @@ static int setup_shadow(void) {
   g.lshift = (uint32_t)__builtin_ctz(line);
   g.lmask = line - 1;
   g.gshift = g.lshift > 6 ? g.lshift - 6 : 0;
+  g.bshift = g.lshift + L2_BITS;
   uint32_t l1_bits = ADDR_BITS - g.lshift - L2_BITS;
   g.l1_n = 1ull << l1_bits;
   l1_bytes = (size_t)g.l1_n * sizeof(void *);
@@ -708,7 +741,7 @@ static int proc_init(void) {
   if (setup_shadow() != 0) return -1;
   memset(slots, 0, sizeof slots);
   atomic_store(&slots_hi, 0);
-  g.on = 1;
+  g.on = g.line == 64 ? X_ON64 : X_ON;
   return 0;
 }
 
