@@ -18,6 +18,7 @@ C_SOURCES = $(shell find runtime workloads python -name '*.[ch]' -not -path '*/b
 
 DEMO_DIR ?= /tmp/locus-demo
 DEMO_CMD ?= workloads/build/sharequeue 1
+DEMO_COMM_CMD ?= workloads/build/comm_falseshare 2 - 0.9 --free
 
 .PHONY: all deps apt-deps build lint format test demo bench clean
 
@@ -68,6 +69,8 @@ test: deps build lint
 demo: deps build
 	$(LOCUS) record -o $(DEMO_DIR) -- $(DEMO_CMD)
 	$(LOCUS) report $(DEMO_DIR)
+	$(LOCUS) record --lens comm -o $(DEMO_DIR)-comm -- $(DEMO_COMM_CMD)
+	$(LOCUS) report $(DEMO_DIR)-comm
 
 bench: deps build
 	@if [ -x bench/run.sh ]; then bench/run.sh; \
