@@ -888,14 +888,20 @@ def _site_rows(ev, wk, names, opts) -> list:
     return sorted(merged.values(), key=lambda r: (-r["all"], -r["false"]))
 
 
+ADVICE_MIN_DETECTIONS = 10
+
+
 def _advice(objects: list[dict], cfg: dict, limit: int = 5) -> list[str]:
-    """One plain-language line per top false-sharing object."""
+    """One plain-language line per top false-sharing object. A sampled object needs
+    ADVICE_MIN_DETECTIONS detections: advice from one or two samples would be noise."""
     out = []
     line = cfg["line_size"]
     for o in objects:
         if len(out) >= limit:
             break
         if o["false"] <= 0 or o["false"] < 0.5 * o["all"] or o["kind"] == "unknown":
+            continue
+        if o.get("rse", 0) and o.get("detections", 0) < ADVICE_MIN_DETECTIONS:
             continue
         acc = o["_false_accesses"]
         if not acc:

@@ -191,6 +191,14 @@ def test_advice_for_false_sharing(tmp_path):
     assert not any(k.startswith("_") for k in o)
 
 
+def test_no_advice_from_a_few_samples(tmp_path):
+    """Two sampled detections are too few to advise on (the object is still listed)."""
+    path = false_sharing_run(str(tmp_path / "fs"), threads=2, n=1)
+    res = analyze(RunDir.open(path), FAKE)
+    assert res["objects"] and res["objects"][0]["detections"] < 10
+    assert res["advice"] == []
+
+
 def test_kind_and_by_filters(tmp_path, capsys):
     run, _p, c = _run(cpus=4)
     c.event(src=10, dst=11, line=COUNTER, src_cpu=0, dst_cpu=1, count=9)  # true
