@@ -830,6 +830,7 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
                 "true": float(S["true"][g]),
                 "false": float(S["false"][g]),
                 "detections": int(n_det[g]),
+                "verdict": _verdict(float(S["true"][g]), float(S["false"][g])),
                 "threads": [
                     {"thread": t, "bytes": _union(sp)}
                     for t, sp in sorted(spans.get(li, {}).items())
@@ -838,6 +839,19 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
             }
         )
     return out
+
+
+def _verdict(true: float, false: float) -> str:
+    """perf c2c's question for a line: "false" or "true" sharing when one kind makes at
+    least 90 % of its volume, else "mixed"."""
+    total = true + false
+    if total <= 0:
+        return "none"
+    if false >= 0.9 * total:
+        return "false"
+    if true >= 0.9 * total:
+        return "true"
+    return "mixed"
 
 
 def _obj_label(info: dict, threads, names) -> str:

@@ -184,6 +184,7 @@ def test_advice_for_false_sharing(tmp_path):
     res = analyze(RunDir.open(path), FAKE)
     (o,) = res["objects"]
     assert (o["name"], o["false"], o["true"]) == ("stats", o["all"], 0.0)
+    assert {ln["verdict"] for ln in res["lines"]} == {"false"}
     assert res["advice"] == [
         "threads 0-7 write adjacent 8-byte fields of `stats` at offsets 0-56; pad each to "
         "64 bytes (alignas(64)) or give each thread its own line"
