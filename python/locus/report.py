@@ -32,13 +32,17 @@ def overhead(run: RunDir) -> dict:
     cost of the untimed fast path (ps per call x calls)."""
     rt = 0.0
     records = dropped = 0
+    thread_s = 0.0  # the threads' lifetimes added up: what runtime_s is a share of
     for p in run.procs:
         h = p.hdr
+        if len(p.thread_start_s):
+            span = p.thread_end_s - p.thread_start_s
+            thread_s += float(span[span > 0].sum())
         rt += int(h["self_ns"]) / 1e9
         rt += int(h["untimed_calls"]) * int(h["fastpath_ns_per_call_x1000"]) / 1e12
         records += int(h["records"])
         dropped += int(h["dropped"])
-    return {"runtime_s": rt, "records": records, "dropped": dropped}
+    return {"runtime_s": rt, "thread_time_s": thread_s, "records": records, "dropped": dropped}
 
 
 def run_info(run: RunDir) -> dict:

@@ -15,9 +15,6 @@ LOCUS_TLS struct locus_comm_tls locus_ct;
 
 static struct locus_stream sample_stream, event_stream, thread_stream;
 static struct locus_comm_backend_ops *ops;
-/* Thread records are written once per thread, at its end: one shared cursor, locked. */
-static struct locus_cursor thread_cursor;
-static atomic_flag thread_cursor_lock = ATOMIC_FLAG_INIT;
 
 static uint64_t env_u64(const char *name, uint64_t dflt) {
   const char *v = getenv(name);
@@ -69,10 +66,11 @@ void locus_comm_write_thread(void) {
   locus_ct.st.backend = (uint32_t)locus_comm_cfg.backend;
   /* The backend writes the period it really used (a floor may have raised it). */
   if (!locus_ct.st.period_ns) locus_ct.st.period_ns = locus_comm_cfg.period_ns;
-  while (atomic_flag_test_and_set_explicit(&thread_cursor_lock, memory_order_acquire)) {
-  }
-  locus_cursor_put(&thread_stream, &thread_cursor, &locus_ct.st, sizeof locus_ct.st);
-  atomic_flag_clear_explicit(&thread_cursor_lock, memory_order_release);
+  /* Slot `serial - 1` of the file: no lock (thousands of threads may end at once, and a
+   * spinning writer preempted on 2 cores stalled them all), one pwrite per thread. */
+  if (locus_me.serial && thread_stream.fd >= 0)
+    (void)!pwrite(thread_stream.fd, &locus_ct.st, sizeof locus_ct.st,
+                  (off_t)(locus_me.serial - 1) * (off_t)sizeof locus_ct.st);
   locus_ct.started = 0;
 }
 
@@ -170,8 +168,6 @@ static void after_fork(void) {
   locus_stream_reset_after_fork(&sample_stream);
   locus_stream_reset_after_fork(&event_stream);
   locus_stream_reset_after_fork(&thread_stream);
-  memset(&thread_cursor, 0, sizeof thread_cursor);
-  atomic_flag_clear(&thread_cursor_lock);
   if (open_streams() != 0) return;
   if (ops && ops->after_fork) ops->after_fork();
 }

@@ -66,6 +66,7 @@ struct detect_tls {
   uint64_t rng;
   pid_t pid; /* process that opened the fds (fork check) */
   int nwp;   /* watchpoints opened */
+  int want;  /* watchpoints to open at the first arming (0 once tried) */
   int fds[MAX_WP];
   int armed; /* watchpoints armed on `on` */
   uint64_t chunk[MAX_WP];
@@ -254,6 +255,8 @@ static void consider_arming(uint64_t now) {
   if (rnd() % dt.seen == 0) arm(&c);
 }
 
+static void open_watchpoints(void);
+
 void locus_comm_detect(const struct locus_comm_access *a) {
   if (atomic_load_explicit(&board_state, memory_order_acquire) != 2 || !a->len) return;
   uint64_t line = a->addr & ~((uint64_t)locus_comm_cfg.line - 1);
@@ -264,6 +267,7 @@ void locus_comm_detect(const struct locus_comm_access *a) {
     write_event(&e, a->t, a->addr, a->len, a->ip, a->flags, a->cpu, 0, 1.0);
     detected = 1;
   }
+  if (!detected && LOCUS_UNLIKELY(dt.want > 0)) open_watchpoints();
   if (!detected && dt.nwp > 0) consider_arming(a->t);
   if (a->flags & LOCUS_AC_STORE) publish(a, line);
   dt.t_prev = a->t;
@@ -345,6 +349,17 @@ void locus_comm_detect_thread_init(void) {
   int want = locus_comm_cfg.watchpoints;
   if (want > MAX_WP) want = MAX_WP;
   if (want > 0 && locus_comm_trap_install() != 0) want = 0;
+  /* The debug registers are opened when the thread first arms them: most short-lived
+   * threads never do, and four perf_event_open calls per thread made programs that create
+   * threads by the thousand (stress-ng --pthread) several times slower. */
+  dt.want = want;
+  locus_ct.st.watchpoints = (uint32_t)want;
+}
+
+/* Open the thread's watchpoints (signal handler; perf_event_open is a plain syscall). */
+static void open_watchpoints(void) {
+  int want = dt.want;
+  dt.want = 0;
   for (int i = 0; i < want; i++) {
     struct perf_event_attr attr;
     bp_attr(&attr, (uint64_t)&wp_parking, i, 1);

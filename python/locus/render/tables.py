@@ -119,7 +119,8 @@ def summary_lines(report: dict) -> list[str]:
         f"run       {seconds(dur)}, {run['threads']} threads in {len(run['pids'])} process(es),"
         f" {state}, exit {run['exit_status']}",
         f"overhead  {seconds(ov['runtime_s'])} in the runtime"
-        f" ({percent(_pct(ov['runtime_s'], dur))} of run), {count(ov['records'])} records,"
+        f" ({percent(_pct(ov['runtime_s'], ov.get('thread_time_s') or dur))} of thread time),"
+        f" {count(ov['records'])} records,"
         f" {count(ov['dropped'])} dropped",
     ]
     lk = report["lenses"].get("locks")

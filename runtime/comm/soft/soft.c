@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <stddef.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
 #include <sched.h>
@@ -216,7 +217,29 @@ static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
 }
 
 /* Normal context only: snapshot the loaded objects (new ones appended, gone ones dead). */
+struct dl_counts {
+  unsigned long long adds, subs;
+};
+
+static int first_object_counts(struct dl_phdr_info *info, size_t size, void *arg) {
+  struct dl_counts *c = arg;
+  if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+    c->adds = info->dlpi_adds;
+    c->subs = info->dlpi_subs;
+  }
+  return 1; /* the counters are global: one object is enough */
+}
+
+/* Loads and unloads the loader has counted when the snapshot was last taken. */
+static unsigned long long mods_adds = ~0ull, mods_subs = ~0ull;
+
 static void refresh_modules(void) {
+  /* Thread starts are frequent and dlopen rare: skip the walk when nothing changed. */
+  struct dl_counts c = {~0ull - 1, ~0ull - 1};
+  dl_iterate_phdr(first_object_counts, &c);
+  if (c.adds == __atomic_load_n(&mods_adds, __ATOMIC_ACQUIRE) &&
+      c.subs == __atomic_load_n(&mods_subs, __ATOMIC_ACQUIRE))
+    return;
   int expect = 0;
   if (!atomic_compare_exchange_strong(&mods_busy, &expect, 1)) return;
   struct seen seen;
@@ -234,6 +257,8 @@ static void refresh_modules(void) {
       madvise((void *)pc_cache, CACHE_SLOTS * sizeof(uint64_t), MADV_DONTNEED) != 0)
     for (uint32_t i = 0; i < CACHE_SLOTS; i++)
       atomic_store_explicit(&pc_cache[i], 0, memory_order_relaxed);
+  __atomic_store_n(&mods_adds, c.adds, __ATOMIC_RELEASE);
+  __atomic_store_n(&mods_subs, c.subs, __ATOMIC_RELEASE);
   atomic_store(&mods_busy, 0);
 }
 
