@@ -527,6 +527,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         # anyway is buggy): dropped everywhere, so every table adds up to the matrices.
         notes.append(f"{int(self_ev.sum())} event(s) from a thread to itself were ignored")
         ev = Events(**{k: getattr(ev, k)[~self_ev] for k in Events.__dataclass_fields__})
+    threads_total = len(th)
+    if len(th) > LIST_ALL_THREADS:
+        th, ev = _compact_threads(th, ev, ct_list, notes)
     cfg = _config(run, ct, ev, notes)
     sc = scaling(cfg)
     w = weights(ev, sc["scale"])
@@ -641,6 +644,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "counters": counters,
         "overhead_s": counters["self_ns"] / 1e9,
         "threads": threads,
+        "threads_total": threads_total,
         "cpus": ncpu,
         "cpu_node": node_of.tolist(),
         "matrices": {by: {k: m.tolist() for k, m in mk.items()} for by, mk in matrices.items()},
@@ -651,6 +655,38 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "advice": advice,
         "notes": notes,
     }
+
+
+LIST_ALL_THREADS = 64
+
+
+def _compact_threads(th: _Threads, ev: Events, ct_list: list, notes: list):
+    """Above LIST_ALL_THREADS threads, list only the main threads and the threads that took
+    a sample or appear in an event: a thread that did neither is an all-zero row and column,
+    and N x N matrices of thousands of short-lived threads would be hundreds of megabytes."""
+    keep = np.zeros(len(th), dtype=bool)
+    keep[np.asarray(th.main, dtype=bool)] = True
+    keep[ev.src] = True
+    keep[ev.dst] = True
+    for i, c in enumerate(ct_list):
+        busy = c[c["samples"] > 0]
+        if len(busy):
+            idx = np.array([th.index.get((i, int(t)), -1) for t in busy["tid"].tolist()])
+            keep[idx[idx >= 0]] = True
+    if keep.all():
+        return th, ev
+    new = _Threads.__new__(_Threads)
+    new.proc, new.tid, new.routine, new.main, new.index = [], [], [], [], {}
+    remap = np.full(len(th), -1, dtype=np.int64)
+    for k in np.flatnonzero(keep).tolist():
+        remap[k] = new.add(th.proc[k], th.tid[k], th.routine[k], th.main[k])
+    fields = {f: getattr(ev, f) for f in Events.__dataclass_fields__}
+    fields["src"], fields["dst"] = remap[ev.src], remap[ev.dst]
+    notes.append(
+        f"{int((~keep).sum())} of {len(th)} threads took no sample and exchanged nothing: "
+        "they are left out of `threads` and the matrices (`threads_total` counts them)"
+    )
+    return new, Events(**fields)
 
 
 def _thread_rows(run: RunDir, th: _Threads, names: _Names) -> list[dict]:

@@ -192,6 +192,23 @@ def test_advice_for_false_sharing(tmp_path):
     assert not any(k.startswith("_") for k in o)
 
 
+def test_many_threads_listed_only_when_they_took_part(tmp_path):
+    """Above 64 threads, `threads` keeps the main thread and those in events; the matrices
+    follow it; `threads_total` counts every thread."""
+    run = SynthCommRun(cpus=2)
+    p = run.proc(pid=700)
+    for i in range(100):
+        p.thread(700 + i, 0.0, 1.0, parent=0 if i == 0 else 700)
+    c = run.comm(p)
+    c.event(src=750, dst=760, line=0x601000, count=3)
+    res = analyze(RunDir.open(run.write(str(tmp_path / "r"))), FAKE)
+    assert res["threads_total"] == 100
+    assert [t["tid"] for t in res["threads"]] == [700, 750, 760]
+    m = res["matrices"]["thread"]["all"]
+    assert len(m) == 3 and m[1][2] == m[2][1] > 0 and m[0] == [0, 0, 0]
+    assert any("left out of `threads`" in n for n in res["notes"])
+
+
 def test_no_advice_from_a_few_samples(tmp_path):
     """Two sampled detections are too few to advise on (the object is still listed)."""
     path = false_sharing_run(str(tmp_path / "fs"), threads=2, n=1)
