@@ -207,9 +207,11 @@ int locus_lock_slow(struct locus_self *me, void *obj, uint16_t kind, uint64_t si
   }
   /* Any answer but "busy" (a deadlock check, a bad lock) comes from the real call. */
   uint32_t w = r == EBUSY ? locus_sample_hit(&lt.cs) : 0;
+  /* Find (or make) the count entry before taking the lock: a new thread's first lookup
+   * maps its table (system calls), which must not happen inside the critical section. */
+  struct locus_lock_count *e = locus_count_entry(me, lock, site, kind);
   uint64_t t0 = w ? locus_ticks() : 0;
   r = block_fn(obj, arg);
-  struct locus_lock_count *e = locus_count_entry(me, lock, site, kind);
   if (r != 0 && r != EOWNERDEAD) {
     if (e) e->failed++;
     if (w) {
@@ -235,6 +237,10 @@ int locus_lock_slow(struct locus_self *me, void *obj, uint16_t kind, uint64_t si
 
 int locus_lock_acquire(struct locus_self *me, void *obj, uint16_t kind, uint64_t site,
                        locus_try_fn try_fn, locus_block_fn block_fn, const void *arg) {
+  /* The entry is made before the lock is taken (a new table is a system call: a thread
+   * must not make it while it holds, say, a spinlock others spin on); the lookup after
+   * the lock is then a hit in the thread's direct-mapped cache. */
+  locus_count_entry(me, (uint64_t)(uintptr_t)obj, site, kind);
   int r = try_fn(obj);
   if (LOCUS_LIKELY(r == 0)) {
     locus_lock_fast(me, obj, kind, site);
@@ -246,8 +252,8 @@ int locus_lock_acquire(struct locus_self *me, void *obj, uint16_t kind, uint64_t
 int locus_lock_try(struct locus_self *me, void *obj, uint16_t kind, uint64_t site,
                    locus_try_fn try_fn) {
   uint64_t lock = (uint64_t)(uintptr_t)obj;
+  struct locus_lock_count *e = locus_count_entry(me, lock, site, kind); /* before the lock */
   int r = try_fn(obj);
-  struct locus_lock_count *e = locus_count_entry(me, lock, site, kind);
   if (r != 0 && r != EOWNERDEAD) {
     if (e) e->failed++;
     return r;
