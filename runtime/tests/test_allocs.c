@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../include/locus_format.h"
+#include "harness.h"
 
 /* ---- the workloads, run in the preloaded child ---- */
 static FILE *addrs_file(void) {
@@ -119,24 +120,6 @@ static int case_fork(void) {
 }
 
 /* ---- the driver ---- */
-static int failures, passes;
-#define CHECK(cond, ...)                \
-  do {                                  \
-    if (!(cond)) {                      \
-      printf("  not ok: " __VA_ARGS__); \
-      printf("\n");                     \
-      ok = 0;                           \
-    }                                   \
-  } while (0)
-
-static void finish(const char *name, int ok) {
-  printf("%s %s\n", ok ? "ok" : "FAILED", name);
-  if (ok)
-    passes++;
-  else
-    failures++;
-}
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../include/locus_format.h"
+#include "harness.h"
 
 /* ---- the workloads, run in the preloaded child ---- */
 #define RUN_NS 700000000ull
@@ -106,37 +107,6 @@ static int run_pair(void *(*fn)(void *), const char *dir) {
 }
 
 /* ---- checks, in the driver ---- */
-static char *slurp(const char *dir, const char *name, size_t *len) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "rb");
-  *len = 0;
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  *len = fread(b, 1, (size_t)n, f);
-  fclose(f);
-  return b;
-}
-
-static int proc_dir(const char *run, char *out, size_t n) {
-  char procs[4096];
-  snprintf(procs, sizeof procs, "%s/procs", run);
-  DIR *d = opendir(procs);
-  if (!d) return -1;
-  struct dirent *e;
-  int found = -1;
-  while ((e = readdir(d)))
-    if (e->d_name[0] != '.') {
-      snprintf(out, n, "%s/%s", procs, e->d_name);
-      found = 0;
-    }
-  closedir(d);
-  return found;
-}
-
 struct result {
   uint32_t tid[2];
   uint64_t line;
@@ -219,24 +189,6 @@ static void show(const char *name, const struct result *r) {
       (unsigned long)r->skid, (unsigned long)r->signals, (unsigned long)r->used,
       (unsigned long)r->skipped, (unsigned long)r->published, (unsigned long)r->armed,
       (unsigned long)r->trap_ct, r->signals ? (double)r->self_ns / 1000.0 / (double)r->signals : 0);
-}
-
-static int failures, passes;
-#define CHECK(cond, ...)                \
-  do {                                  \
-    if (!(cond)) {                      \
-      printf("  not ok: " __VA_ARGS__); \
-      printf("\n");                     \
-      ok = 0;                           \
-    }                                   \
-  } while (0)
-
-static void finish(const char *name, int ok) {
-  printf("%s %s\n", ok ? "ok" : "FAILED", name);
-  if (ok)
-    passes++;
-  else
-    failures++;
 }
 
 static int run_case(const char *self, const char *lib, const char *name, const char *run) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../include/locus_format.h"
+#include "harness.h"
 
 /* ---- the workloads, run in the preloaded child ---- */
 static pthread_mutex_t m_a = PTHREAD_MUTEX_INITIALIZER, m_b = PTHREAD_MUTEX_INITIALIZER;
@@ -112,37 +113,6 @@ static int case_unreleased(void) {
 }
 
 /* ---- checks, in the driver ---- */
-static char *slurp(const char *dir, const char *name, size_t *len) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  *len = fread(b, 1, (size_t)n, f);
-  fclose(f);
-  return b;
-}
-
-/* The single procs/<pid> directory of a run. */
-static int proc_dir(const char *run, char *out, size_t n) {
-  char procs[4096];
-  snprintf(procs, sizeof procs, "%s/procs", run);
-  DIR *d = opendir(procs);
-  if (!d) return -1;
-  struct dirent *e;
-  int found = -1;
-  while ((e = readdir(d)))
-    if (e->d_name[0] != '.') {
-      snprintf(out, n, "%s/%s", procs, e->d_name);
-      found = 0;
-    }
-  closedir(d);
-  return found;
-}
-
 struct totals {
   uint64_t acq, contended, failed, timed, events, weight, unreleased, tables;
   uint64_t max_gen_entries;
@@ -197,16 +167,6 @@ static struct locus_proc read_proc(const char *pd) {
   return p;
 }
 
-static int failures, passes;
-#define CHECK(cond, ...)                \
-  do {                                  \
-    if (!(cond)) {                      \
-      printf("  not ok: " __VA_ARGS__); \
-      printf("\n");                     \
-      ok = 0;                           \
-    }                                   \
-  } while (0)
-
 static int run_case(const char *self, const char *lib, const char *name, const char *run,
                     int time_all, int *status) {
   pid_t pid = fork();
@@ -218,14 +178,6 @@ static int run_case(const char *self, const char *lib, const char *name, const c
     _exit(127);
   }
   return waitpid(pid, status, 0) == pid ? 0 : -1;
-}
-
-static void finish(const char *name, int ok) {
-  printf("%s %s\n", ok ? "ok" : "FAILED", name);
-  if (ok)
-    passes++;
-  else
-    failures++;
 }
 
 /* Addresses differ between the driver and the (randomised) child: the child says them. */
