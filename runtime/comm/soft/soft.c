@@ -17,6 +17,7 @@
 #include "soft.h"
 
 #include <Zydis/Zydis.h>
+#include <dlfcn.h>
 #include <asm/prctl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +34,35 @@
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
+
+/* Zydis is opened when the soft backend starts, not linked: a recording without it (the
+ * locks lens alone) must not carry the decoder's pages in the program's memory. */
+static struct {
+  ZyanStatus (*init)(ZydisDecoder *, ZydisMachineMode, ZydisStackWidth);
+  ZyanStatus (*decode_full)(const ZydisDecoder *, const void *, ZyanUSize,
+                            ZydisDecodedInstruction *, ZydisDecodedOperand *);
+  ZyanStatus (*decode_instruction)(const ZydisDecoder *, ZydisDecoderContext *, const void *,
+                                   ZyanUSize, ZydisDecodedInstruction *);
+  ZydisRegister (*largest_enclosing)(ZydisMachineMode, ZydisRegister);
+} zy;
+
+static int zydis_open(void) {
+  if (zy.init) return 0;
+  void *h = dlopen("libZydis.so.4.0", RTLD_NOW | RTLD_LOCAL);
+  if (!h) h = dlopen("libZydis.so", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return -1;
+  zy.decode_full = (__typeof__(zy.decode_full))dlsym(h, "ZydisDecoderDecodeFull");
+  zy.decode_instruction =
+      (__typeof__(zy.decode_instruction))dlsym(h, "ZydisDecoderDecodeInstruction");
+  zy.largest_enclosing =
+      (__typeof__(zy.largest_enclosing))dlsym(h, "ZydisRegisterGetLargestEnclosing");
+  zy.init = (__typeof__(zy.init))dlsym(h, "ZydisDecoderInit");
+  return zy.init && zy.decode_full && zy.decode_instruction && zy.largest_enclosing ? 0 : -1;
+}
+#define ZydisDecoderInit zy.init
+#define ZydisDecoderDecodeFull zy.decode_full
+#define ZydisDecoderDecodeInstruction zy.decode_instruction
+#define ZydisRegisterGetLargestEnclosing zy.largest_enclosing
 
 #ifndef TRAP_PERF
 #define TRAP_PERF 6
@@ -602,7 +632,8 @@ int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_acces
 int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len, uint32_t *flags) {
   static int init;
   if (!init)
-    init = ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64));
+    init = zydis_open() == 0 &&
+           ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64));
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
   int rc = access_of(ip, ZYDIS_MAX_INSTRUCTION_LENGTH, uc, 0, &a);
@@ -860,6 +891,11 @@ static void soft_after_fork(void) {
 }
 
 static int soft_proc_init(void) {
+  if (zydis_open() != 0) {
+    locus_warn(
+        "comm: libZydis.so.4.0 not found (apt-get install libzydis4.0); the comm lens is off");
+    return -1;
+  }
   if (!ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64))) {
     locus_warn("comm: the Zydis decoder cannot start; the comm lens is off");
     return -1;
@@ -874,7 +910,7 @@ static int soft_proc_init(void) {
     return -1;
   }
   pc_cache = cache;
-  trim_object((const void *)ZydisDecoderDecodeFull);
+  trim_object((const void *)zy.decode_full);
   trim_object((const void *)soft_proc_init);
   atomic_store(&nmods, 0);
   refresh_modules();
