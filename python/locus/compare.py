@@ -57,10 +57,21 @@ def _trips(op: str, x: float, limit: float) -> bool:
     return {">": x > limit, "<": x < limit, ">=": x >= limit, "<=": x <= limit}[op]
 
 
+def lens_summary(lens: str, res: dict) -> dict:
+    """The numbers of a lens that compare across runs: its `summary`, or for the comm lens
+    its totals and sampling counters (comm.totals.false, comm.samples, ...)."""
+    if "summary" in res:
+        return res["summary"]
+    if lens == "comm":
+        keep = ("samples", "skipped", "overhead_s")
+        return {"totals": res.get("totals", {}), **{k: res.get(k) for k in keep}}
+    return {}
+
+
 def metrics(report: dict) -> dict[str, float | None]:
     out = {}
     for lens, res in report["lenses"].items():
-        out.update(flatten(res["summary"], f"{lens}."))
+        out.update(flatten(lens_summary(lens, res), f"{lens}."))
     out["run.duration_s"] = report["run"]["duration_s"]
     out["overhead.runtime_s"] = report["overhead"]["runtime_s"]
     return out

@@ -308,3 +308,14 @@ def test_run_without_comm(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "lens 'comm' was not recorded" in err and "Traceback" not in err
     assert err.count("\n") == 1
+
+
+def test_compare_comm_runs_and_gate_on_false_sharing(tmp_path, capsys):
+    """`locus compare` on comm runs: totals side by side; --fail-if on comm.totals.false."""
+    a = false_sharing_run(str(tmp_path / "a"), threads=4, n=20)
+    b = false_sharing_run(str(tmp_path / "b"), threads=4, n=40)
+    assert main(["compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "comm.totals.false" in out and "+100%" in out
+    assert main(["compare", a, b, "--fail-if", "comm.totals.false>+50%"]) == 1
+    assert main(["compare", a, b, "--fail-if", "comm.totals.false>+150%"]) == 0
