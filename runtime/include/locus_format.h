@@ -136,8 +136,8 @@ struct locus_lock_count { /* 64 bytes */
   uint64_t timed;         /* how many of them were timed (written as events) */
   uint32_t tid;
   uint32_t serial; /* thread serial (locus_thread.serial) */
-  uint32_t reserved;
-  uint16_t kind; /* enum locus_lock_kind, or LOCUS_LC_HEADER */
+  uint32_t hint;   /* runtime's own: the thread's last acquisition here was contended */
+  uint16_t kind;   /* enum locus_lock_kind, or LOCUS_LC_HEADER */
   uint16_t flags;
 };
 

@@ -176,12 +176,13 @@ void locus_lock_timed_fast(struct locus_self *me, struct locus_lock_count *e, ui
 
 void locus_lock_timed_done(struct locus_self *me, void *obj, uint16_t kind, uint64_t site,
                            struct locus_lock_count *e, uint32_t w, uint64_t t0, uint64_t t1,
-                           int contended) {
-  locus_sample_adapt(&lt.us, t1);
+                           int contended, struct sampler *smp) {
+  locus_sample_adapt(smp, t1);
   if (e) {
     e->acquisitions++;
     e->timed++;
     if (contended) e->contended++;
+    e->hint = (uint32_t)(contended != 0);
   }
   /* An uncontended acquisition's few nanoseconds in the real lock are not waiting. */
   push_held(me, (uint64_t)(uintptr_t)obj, kind, site, contended ? t0 : t1, t1,

@@ -85,13 +85,18 @@ static inline void locus_lock_fast(struct locus_self *me, void *obj, uint16_t ki
 typedef int (*locus_contended_fn)(void *obj);
 void locus_lock_timed_done(struct locus_self *me, void *obj, uint16_t kind, uint64_t site,
                            struct locus_lock_count *e, uint32_t w, uint64_t t0, uint64_t t1,
-                           int contended);
+                           int contended, struct sampler *smp);
 void locus_lock_failed(struct locus_self *me, void *obj, uint16_t kind, uint64_t site);
 static inline int locus_lock_block(struct locus_self *me, void *obj, uint16_t kind, uint64_t site,
                                    locus_block_fn block_fn, const void *arg,
                                    locus_contended_fn contended_fn) {
   struct locus_lock_count *e = locus_count_entry(me, (uint64_t)(uintptr_t)obj, site, kind);
-  uint32_t w = locus_sample_hit(&locus_lt.us);
+  /* Contention comes in runs: after a contended acquisition of this lock at this site, the
+   * thread times with the contended sampler (shorter period), so that waits, rare among
+   * acquisitions, are timed often enough to estimate; each event's weight is the period it
+   * was timed with, and the analysis weights its means by it. */
+  struct sampler *smp = LOCUS_UNLIKELY(e && e->hint) ? &locus_lt.cs : &locus_lt.us;
+  uint32_t w = locus_sample_hit(smp);
   if (LOCUS_UNLIKELY(w)) {
     uint64_t t0 = locus_ticks();
     int r = block_fn(obj, arg);
@@ -99,7 +104,7 @@ static inline int locus_lock_block(struct locus_self *me, void *obj, uint16_t ki
     if (r != 0 && r != EOWNERDEAD)
       locus_lock_failed(me, obj, kind, site);
     else
-      locus_lock_timed_done(me, obj, kind, site, e, w, t0, t1, contended_fn(obj));
+      locus_lock_timed_done(me, obj, kind, site, e, w, t0, t1, contended_fn(obj), smp);
     return r;
   }
   if (LOCUS_LIKELY(e != NULL)) e->acquisitions++;
@@ -107,8 +112,10 @@ static inline int locus_lock_block(struct locus_self *me, void *obj, uint16_t ki
   if (LOCUS_UNLIKELY(r != 0 && r != EOWNERDEAD)) {
     if (e) e->acquisitions--;
     locus_lock_failed(me, obj, kind, site);
-  } else if (LOCUS_UNLIKELY(contended_fn(obj)) && e) {
-    e->contended++;
+  } else if (LOCUS_LIKELY(e != NULL)) {
+    uint32_t c = (uint32_t)contended_fn(obj);
+    if (LOCUS_UNLIKELY(c)) e->contended++;
+    if (LOCUS_UNLIKELY(c != e->hint)) e->hint = c;
   }
   return r;
 }

@@ -586,32 +586,52 @@ def _ratio_weights(ev, e_sid, c_sid, is_hold, sampled, wait, counts):
     g_sampled = np.bincount(g_ev, weights=sampled.astype(float), minlength=ng) > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         r_hold = np.where(n_hold > 0, acq / n_hold, 0.0)
-        r_cont = np.where(n_cont > 0, cont / n_cont, 0.0)
     use = g_sampled[g_ev] & is_hold & (acq[g_ev] > 0)
     w_hold = np.where(use, r_hold[g_ev], w)
-    cw = np.where(contended & use, wait, 0.0)
-    s1 = np.bincount(g_ev, weights=cw, minlength=ng)
-    s2 = np.bincount(g_ev, weights=cw * cw, minlength=ng)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        var_mean = np.where(n_cont > 1, (s2 - s1 * s1 / n_cont) / (n_cont - 1) / n_cont, 0.0)
     # A group with few timed contended waits borrows the mean (and spread) of all the timed
     # contended waits of its lock: one preempted holder's 5 ms wait among 2 samples would
-    # otherwise stand for thousands of contended acquisitions.
+    # otherwise stand for thousands of contended acquisitions. Means are weighted by each
+    # event's weight (the period it was timed with: the runtime times more often after a
+    # contended acquisition), and so are their variances: var(mean) = sum w^2 (x - m)^2 / W^2.
     g_lock = np.zeros(ng, dtype=np.int64)
     g_lock[g_ev] = ev.lock_id
     nl = int(ev.lock_id.max()) + 1 if n else 1
     lc = contended & use
-    p_n = np.bincount(ev.lock_id[lc], minlength=nl).astype(float)
-    p_s1 = np.bincount(ev.lock_id[lc], weights=wait[lc], minlength=nl)
-    p_s2 = np.bincount(ev.lock_id[lc], weights=wait[lc] ** 2, minlength=nl)
+    om = np.where(lc, w, 0.0)
+
+    def sums(key, size):
+        k = key[lc]
+        wl, xl = w[lc], wait[lc]
+        return (
+            np.bincount(k, minlength=size).astype(float),
+            np.bincount(k, weights=wl, minlength=size),
+            np.bincount(k, weights=wl * xl, minlength=size),
+            np.bincount(k, weights=wl * wl, minlength=size),
+            np.bincount(k, weights=wl * wl * xl, minlength=size),
+            np.bincount(k, weights=wl * wl * xl * xl, minlength=size),
+        )
+
+    def mean_var(N, W, S, Q, QX, QXX):
+        # n/(n-1): the small-sample correction, so equal weights give s^2/n.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            m = np.where(W > 0, S / W, 0.0)
+            v = np.where(
+                (W > 0) & (N > 1), N / (N - 1) * (QXX - 2 * m * QX + m * m * Q) / (W * W), 0.0
+            )
+        return m, np.maximum(v, 0.0)
+
+    _n, W, S, *q = sums(g_ev, ng)
+    g_mean, g_vm = mean_var(_n, W, S, *q)
+    p_mean, p_vm = mean_var(*sums(ev.lock_id, nl))
+    small = n_cont < MIN_GROUP_SAMPLES
     with np.errstate(divide="ignore", invalid="ignore"):
-        p_mean = np.where(p_n > 0, p_s1 / p_n, 0.0)
-        p_var_mean = np.where(p_n > 1, (p_s2 - p_s1 * p_s1 / p_n) / (p_n - 1) / p_n, 0.0)
-        small = n_cont < MIN_GROUP_SAMPLES
         pooled_total = cont * p_mean[g_lock]
-        scale = np.where(small & (s1 > 0), pooled_total / s1, r_cont)
-    var_mean = np.where(small, p_var_mean[g_lock], var_mean)
-    w_wait = np.where(use, np.where(contended, scale[g_ev], 0.0), w)
+        # per unit of an event's weight: cont x pooled mean / S (small) or cont / W
+        per_w = np.where(small & (S > 0), pooled_total / S, np.where(W > 0, cont / W, 0.0))
+    scale_ev = per_w[g_ev] * np.where(lc, w, 0.0)
+    var_mean = np.where(small, p_vm[g_lock], g_vm)
+    del om, g_mean
+    w_wait = np.where(use, np.where(contended, scale_ev, 0.0), w)
     g_var = np.maximum(var_mean, 0.0) * cont * cont
     carrier = np.zeros(n, bool)
     idx = np.flatnonzero(contended & use)

@@ -179,3 +179,19 @@ def test_group_with_few_timed_waits_borrows_the_lock_mean(tmp_path):
     pooled = (20 * 0.001 + 0.01) / 21
     assert by_tid[2]["wait_s"] == pytest.approx(1000 * pooled)  # not 1000 x 10 ms
     assert _lock(res, L)["wait_s"] == pytest.approx(0.2 + 1000 * pooled)
+
+
+def test_contended_means_weighted_by_sampling_period(tmp_path):
+    """After a contended acquisition the runtime times with a shorter period: each timed
+    wait stands for its event's weight, so the mean is a weighted one."""
+    run = SynthRun(duration_s=2.0)
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 2.0)
+    for i in range(20):
+        wait, weight = (0.001, 1) if i < 10 else (0.003, 4)
+        t = 0.05 + 0.05 * i
+        p.event("mutex", tid=1, lock=L, t_req=t, t_acq=t + wait, t_rel=t + wait, weight=weight)
+    p.count(1, L, 0x401000, "mutex", acquisitions=100, contended=100, timed=20)
+    lk = _lock(_res(tmp_path, run), L)
+    mean = (10 * 1 * 0.001 + 10 * 4 * 0.003) / (10 * 1 + 10 * 4)
+    assert lk["wait_s"] == pytest.approx(100 * mean)
