@@ -144,6 +144,15 @@ static inline void cw_join_threads(pthread_t *t, int n) {
   for (int i = 0; i < n; i++) WL_CHECK(pthread_join(t[i], NULL));
 }
 
+/* Runs `n` threads of `fn` to their end; returns the wall seconds it took. */
+static inline double cw_run_threads(int n, void *(*fn)(void *)) {
+  pthread_t t[CW_MAX_THREADS];
+  uint64_t t0 = wl_now_ns();
+  cw_start_threads(t, n, fn);
+  cw_join_threads(t, n);
+  return (double)(wl_now_ns() - t0) / 1e9;
+}
+
 /* ---- Free-running mode (--free) ----
  * No turns: every thread hammers its data continuously for about one second (or a given
  * number of iterations), as ComDetective's listings do. The transfers then depend on the

@@ -67,11 +67,7 @@ static void *worker_free(void *arg) {
 }
 
 static int main_free(long n, long ppm, long burst, int truth) {
-  pthread_t t[CW_MAX_THREADS];
-  uint64_t t0 = wl_now_ns();
-  cw_start_threads(t, (int)n, worker_free);
-  cw_join_threads(t, (int)n);
-  double secs = (double)(wl_now_ns() - t0) / 1e9;
+  double secs = cw_run_threads((int)n, worker_free);
   long fa = cw_load(&free_adds[1]), ta = cw_load(&free_adds[0]), sum_false = 0;
   for (long i = 0; i < n; i++) sum_false += cw_load(&data.false_line.c[i]);
   int ok = sum_false == fa && cw_load(&data.true_line.c[0]) == ta;
@@ -113,11 +109,7 @@ int main(int argc, char **argv) {
   cw_store(&cfg_ppm, ppm);
   cw_store(&cfg_burst, burst);
   if (free_mode) return main_free(n, ppm, burst, truth);
-  pthread_t t[CW_MAX_THREADS];
-  uint64_t t0 = wl_now_ns();
-  cw_start_threads(t, (int)n, worker);
-  cw_join_threads(t, (int)n);
-  double secs = (double)(wl_now_ns() - t0) / 1e9;
+  double secs = cw_run_threads((int)n, worker);
   rounds = cw_load(&cfg_rounds);
 
   long f = cw_selected_count(rounds, ppm), tr = rounds - f;

@@ -104,11 +104,7 @@ static void *worker_free(void *arg) {
 }
 
 static int main_free(long n, long nlines, int truth) {
-  pthread_t t[CW_MAX_THREADS];
-  uint64_t t0 = wl_now_ns();
-  cw_start_threads(t, (int)n, worker_free);
-  cw_join_threads(t, (int)n);
-  double secs = (double)(wl_now_ns() - t0) / 1e9;
+  double secs = cw_run_threads((int)n, worker_free);
   printf("comm_p2p --free: %ld threads in %.3f s\n", n, secs);
   if (truth) {
     fprintf(stderr,
@@ -150,11 +146,7 @@ int main(int argc, char **argv) {
   cw_store(&cfg_lines, nlines);
   cw_store(&free_limit, rounds);
   if (free_mode) return main_free(n, nlines, truth);
-  pthread_t t[CW_MAX_THREADS];
-  uint64_t t0 = wl_now_ns();
-  cw_start_threads(t, (int)n, worker);
-  cw_join_threads(t, (int)n);
-  double secs = (double)(wl_now_ns() - t0) / 1e9;
+  double secs = cw_run_threads((int)n, worker);
   long bad = cw_load(&bad_reads);
   rounds = 0; /* the pairs' rounds, summed */
   for (long p = 0; p < n / 2; p++) rounds += cw_load(&pair_rounds[p]);

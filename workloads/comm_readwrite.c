@@ -99,11 +99,7 @@ static void *worker_free(void *arg) {
 }
 
 static int main_free(long n, long ppm, long nlines, int truth) {
-  pthread_t t[CW_MAX_THREADS];
-  uint64_t t0 = wl_now_ns();
-  cw_start_threads(t, (int)n, worker_free);
-  cw_join_threads(t, (int)n);
-  double secs = (double)(wl_now_ns() - t0) / 1e9;
+  double secs = cw_run_threads((int)n, worker_free);
   printf("comm_readwrite --free: %ld readers in %.3f s\n", n - 1, secs);
   if (truth) {
     fprintf(stderr,
@@ -145,11 +141,7 @@ int main(int argc, char **argv) {
   cw_store(&cfg_ppm, ppm);
   cw_store(&cfg_lines, nlines);
   if (free_mode) return main_free(n, ppm, nlines, truth);
-  pthread_t t[CW_MAX_THREADS];
-  uint64_t t0 = wl_now_ns();
-  cw_start_threads(t, (int)n, worker);
-  cw_join_threads(t, (int)n);
-  double secs = (double)(wl_now_ns() - t0) / 1e9;
+  double secs = cw_run_threads((int)n, worker);
   rounds = cw_load(&cfg_rounds);
   long bad = cw_load(&bad_reads);
   printf("comm_readwrite: %ld readers, %ld rounds in %.3f s%s\n", readers, rounds, secs,

@@ -71,11 +71,7 @@ static void *worker_free(void *arg) {
 }
 
 static int main_free(long n, long ppm, long nlines, int truth) {
-  pthread_t t[CW_MAX_THREADS];
-  uint64_t t0 = wl_now_ns();
-  cw_start_threads(t, (int)n, worker_free);
-  cw_join_threads(t, (int)n);
-  double secs = (double)(wl_now_ns() - t0) / 1e9;
+  double secs = cw_run_threads((int)n, worker_free);
   long its = 0, sh = cw_load(&free_shared);
   for (int i = 0; i < n; i++) its += cw_load(&cw_iters[i]);
   printf("comm_writevol --free: %ld threads in %.3f s\n", n, secs);
@@ -115,11 +111,7 @@ int main(int argc, char **argv) {
   cw_store(&cfg_ppm, ppm);
   cw_store(&cfg_lines, nlines);
   if (free_mode) return main_free(n, ppm, nlines, truth);
-  pthread_t t[CW_MAX_THREADS];
-  uint64_t t0 = wl_now_ns();
-  cw_start_threads(t, (int)n, worker);
-  cw_join_threads(t, (int)n);
-  double secs = (double)(wl_now_ns() - t0) / 1e9;
+  double secs = cw_run_threads((int)n, worker);
   rounds = cw_load(&cfg_rounds);
   printf("comm_writevol: %ld threads, %ld rounds in %.3f s\n", n, rounds, secs);
   if (truth) {
