@@ -59,6 +59,22 @@ int locus_comm_put_event(const struct locus_comm_event *e) {
   return -1;
 }
 
+void locus_comm_take(const struct locus_comm_access *a) {
+  struct locus_comm_sample s;
+  memset(&s, 0, sizeof s);
+  s.t = a->t;
+  s.addr = a->addr;
+  s.ip = a->ip;
+  s.tid = locus_me.tid;
+  s.cpu = a->cpu;
+  s.flags = a->flags;
+  s.len = (uint16_t)a->len;
+  s.kind = 1;
+  locus_ct.st.samples++;
+  locus_comm_put_sample(&s);
+  locus_comm_detect(a);
+}
+
 void locus_comm_write_thread(void) {
   if (!locus_ct.started) return;
   locus_ct.st.kind = 1;

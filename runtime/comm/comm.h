@@ -66,6 +66,10 @@ void locus_comm_detect(const struct locus_comm_access *a);
 void locus_comm_detect_thread_init(void);
 void locus_comm_detect_thread_fini(void);
 
+/* A sampling backend's usable access: write its sample record, count it, run the detector.
+ * Async-signal-safe. */
+void locus_comm_take(const struct locus_comm_access *a);
+
 /* Append a record; 0, or -1 when dropped (counted in st.dropped). Async-signal-safe. */
 int locus_comm_put_sample(const struct locus_comm_sample *s);
 int locus_comm_put_event(const struct locus_comm_event *e);

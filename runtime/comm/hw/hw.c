@@ -23,11 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* detect.c may be absent from a build (or still being written): samples are then written
- * without the sharing lookup. */
-#pragma weak locus_comm_detect
-#pragma weak locus_comm_detect_thread_init
-#pragma weak locus_comm_detect_thread_fini
 
 #define EVENTS_DIR "/sys/bus/event_source/devices/"
 #define SAMPLE_TYPE                                                                           \
@@ -182,19 +177,7 @@ static void on_access(const struct locus_comm_access *a, void *arg) {
   /* The record's time is CLOCK_MONOTONIC ns (use_clockid); samples carry runtime ticks. */
   uint64_t age = x.t && x.t <= c->now_ns ? c->now_ns - x.t : 0;
   x.t = c->now_ticks - (uint64_t)((double)age * locus_ticks_per_us / 1000.0);
-  struct locus_comm_sample s;
-  memset(&s, 0, sizeof s);
-  s.t = x.t;
-  s.addr = x.addr;
-  s.ip = x.ip;
-  s.tid = locus_me.tid;
-  s.cpu = x.cpu;
-  s.flags = x.flags;
-  s.len = (uint16_t)x.len;
-  s.kind = 1;
-  locus_ct.st.samples++;
-  locus_comm_put_sample(&s);
-  if (locus_comm_detect) locus_comm_detect(&x);
+  locus_comm_take(&x);
 }
 
 static void drain(struct hw_event *e, int use) {
@@ -289,7 +272,7 @@ static void hw_thread_init(void) {
     locus_warn(strerror(-err));
   }
   for (int i = 0; i < ht.n; i++) ioctl(ht.ev[i].fd, PERF_EVENT_IOC_ENABLE, 0);
-  if (locus_comm_detect_thread_init) locus_comm_detect_thread_init();
+  locus_comm_detect_thread_init();
 }
 
 static void hw_thread_fini(void) {
@@ -304,7 +287,7 @@ static void hw_thread_fini(void) {
     close_event(&ht.ev[i]);
   }
   ht.n = 0;
-  if (locus_comm_detect_thread_fini) locus_comm_detect_thread_fini();
+  locus_comm_detect_thread_fini();
   /* A signal queued before the disable is discarded by the handler's empty rings. */
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }

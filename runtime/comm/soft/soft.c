@@ -669,19 +669,7 @@ static void take_sample(ucontext_t *uc) {
     } else {
       a.t = t0;
       a.cpu = sched_getcpu();
-      struct locus_comm_sample s;
-      memset(&s, 0, sizeof s);
-      s.t = a.t;
-      s.addr = a.addr;
-      s.ip = a.ip;
-      s.tid = locus_me.tid;
-      s.cpu = a.cpu;
-      s.flags = a.flags;
-      s.len = (uint16_t)a.len;
-      s.kind = 1;
-      st->samples++;
-      locus_comm_put_sample(&s);
-      locus_comm_detect(&a);
+      locus_comm_take(&a);
     }
   }
   uint64_t dt = locus_ticks() - t0;
