@@ -23,7 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #define EVENTS_DIR "/sys/bus/event_source/devices/"
 #define SAMPLE_TYPE                                                                           \
   (PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR | PERF_SAMPLE_CPU | \
