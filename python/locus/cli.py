@@ -14,8 +14,8 @@ import sys
 from locus import __version__
 from locus.errors import LocusError
 
-LENSES = ("locks", "comm")
-PLANNED_LENSES = ("numa", "memtrace", "mpi", "scale", "monitor")
+LENSES = ("locks", "comm", "numa")
+PLANNED_LENSES = ("memtrace", "mpi", "scale", "monitor")
 COMM_BACKENDS = ("auto", "hw", "soft", "exact")
 BIND_POLICIES = ("compact", "scatter", "none")
 TIME_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="time every lock operation instead of sampling the uncontended ones",
     )
-    c = r.add_argument_group("comm lens (with --lens comm)")
+    c = r.add_argument_group("comm and numa lenses (address sampling)")
     c.add_argument(
         "--backend",
         choices=COMM_BACKENDS,
@@ -193,6 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="POLICY",
         help="pin threads in creation order: compact, scatter, none (default) or a CPU list",
     )
+    nm = r.add_argument_group("numa lens (with --lens numa)")
+    nm.add_argument(
+        "--fake-numa",
+        type=positive_int,
+        metavar="N",
+        help="emulate N NUMA nodes (CPUs split into N equal blocks; pages placed on the node "
+        "of the CPU that first touched them); reports say 'emulated'",
+    )
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
     r.set_defaults(handler=cmd_record, parser=r)
 
@@ -219,9 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--site", metavar="FUNC|FILE:LINE", help="only this call site")
     rep.add_argument(
         "--by",
-        default="thread",
-        choices=("thread", "core", "node"),
-        help="comm: communication matrix by thread, core (CPU) or NUMA node",
+        default=None,
+        choices=("thread", "core", "node", "site", "alloc"),
+        help="comm: communication matrix by thread (default), core (CPU) or NUMA node; "
+        "numa: rows by code site (default), allocation site or thread",
     )
     rep.add_argument(
         "--kind",
@@ -307,7 +316,7 @@ def cmd_record(ns: argparse.Namespace) -> int:
         )
         if v is not None
     ]
-    if "comm" in lenses:
+    if "comm" in lenses or "numa" in lenses:
         period_ns, period_n = ns.period if ns.period else (None, None)
         comm = {
             "backend": ns.backend,
@@ -318,7 +327,9 @@ def cmd_record(ns: argparse.Namespace) -> int:
             "bind": ns.bind,
         }
     elif comm_given:
-        ns.parser.error(f"{comm_given[0]} applies to the comm lens: add --lens comm")
+        ns.parser.error(f"{comm_given[0]} applies to the comm and numa lenses: add --lens comm")
+    if ns.fake_numa is not None and "numa" not in lenses:
+        ns.parser.error("--fake-numa applies to the numa lens: add --lens numa")
     return launcher.record(
         cmd,
         out=ns.output,
@@ -327,6 +338,7 @@ def cmd_record(ns: argparse.Namespace) -> int:
         sample_interval_ms=ns.sample_interval,
         time_all=ns.time_all,
         **({"comm": comm} if comm is not None else {}),
+        **({"numa": {"fake": ns.fake_numa}} if "numa" in lenses else {}),
     )
 
 

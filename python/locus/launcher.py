@@ -26,8 +26,8 @@ from locus import FORMAT_VERSION, __version__
 from locus.errors import LocusError
 from locus.sampler import PROC_EXECED, PROC_EXITED, Sampler, proc_flags
 
-KNOWN_LENSES = ("locks", "comm")
-BACKENDS = {"locks": "interpose", "comm": "auto"}
+KNOWN_LENSES = ("locks", "comm", "numa")
+BACKENDS = {"locks": "interpose", "comm": "auto", "numa": "auto"}
 COMM_BACKENDS = ("auto", "hw", "soft", "exact")
 COMM_DEFAULTS = {
     "backend": "auto",
@@ -291,6 +291,122 @@ def comm_env(comm: dict) -> dict[str, str]:
     }
 
 
+# -- the numa lens -------------------------------------------------------------------------
+
+NODE_DIR = "/sys/devices/system/node"
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """ "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        a, _, b = part.partition("-")
+        out += range(int(a), int(b or a) + 1)
+    return out
+
+
+def numa_topology(root: str = NODE_DIR) -> list[dict]:
+    """The machine's nodes from sysfs: id, cpus, mem_kb, distances, memory_only."""
+    nodes = []
+    for path in glob.glob(os.path.join(root, "node[0-9]*")):
+        nid = int(os.path.basename(path)[4:])
+        try:
+            with open(os.path.join(path, "cpulist")) as f:
+                cpus = parse_cpulist(f.read())
+        except (OSError, ValueError):
+            cpus = []
+        mem_kb = 0
+        try:
+            with open(os.path.join(path, "meminfo")) as f:
+                for line in f:
+                    if "MemTotal:" in line:
+                        mem_kb = int(line.split()[-2])
+        except (OSError, ValueError, IndexError):
+            pass
+        try:
+            with open(os.path.join(path, "distance")) as f:
+                distances = [int(x) for x in f.read().split()]
+        except (OSError, ValueError):
+            distances = []
+        nodes.append(
+            {
+                "id": nid,
+                "cpus": cpus,
+                "mem_kb": mem_kb,
+                "distances": distances,
+                "memory_only": not cpus,
+            }
+        )
+    nodes.sort(key=lambda n: n["id"])
+    if not nodes:
+        ncpu = os.cpu_count() or 1
+        nodes = [
+            {
+                "id": 0,
+                "cpus": list(range(ncpu)),
+                "mem_kb": 0,
+                "distances": [10],
+                "memory_only": False,
+            }
+        ]
+    return nodes
+
+
+def fake_topology(n: int, ncpus: int) -> list[dict]:
+    """--fake-numa N: CPUs split into N equal contiguous blocks, node distances 10/20."""
+    if n < 1:
+        raise LocusError("--fake-numa needs at least 1 node", 2)
+    if n > ncpus:
+        raise LocusError(f"--fake-numa {n}: this machine has only {ncpus} CPUs (one per node)", 2)
+    return [
+        {
+            "id": k,
+            "cpus": [c for c in range(ncpus) if c * n // ncpus == k],
+            "mem_kb": 0,
+            "distances": [10 if j == k else 20 for j in range(n)],
+            "memory_only": False,
+        }
+        for k in range(n)
+    ]
+
+
+def resolve_numa(options: dict | None, comm_settings: dict) -> dict:
+    """The numa lens settings: the sampling backend it shares with comm, and the topology."""
+    o = options or {}
+    fake = o.get("fake")
+    if comm_settings["backend"] == "exact":
+        raise LocusError(
+            "--lens numa --backend exact is not implemented yet: use the soft (or hw) "
+            "backend; first touches are exact in every backend",
+            2,
+        )
+    ncpus = os.cpu_count() or 1
+    nodes = fake_topology(int(fake), ncpus) if fake else numa_topology()
+    cpu_node = [0] * (max((c for n in nodes for c in n["cpus"]), default=ncpus - 1) + 1)
+    for n in nodes:
+        for c in n["cpus"]:
+            cpu_node[c] = n["id"]
+    return {
+        "backend": comm_settings["backend"],
+        "period_ns": comm_settings["period_ns"],
+        "period_n": comm_settings["period_n"],
+        "emulated": bool(fake),
+        "fake": int(fake) if fake else None,
+        "page_size": os.sysconf("SC_PAGE_SIZE"),
+        "nodes": nodes,
+        "cpu_node": cpu_node,
+    }
+
+
+def numa_env(numa: dict) -> dict[str, str]:
+    return {
+        "LOCUS_NUMA_CPUNODE": ",".join(str(x) for x in numa["cpu_node"]),
+        "LOCUS_NUMA_FAKE": "1" if numa["emulated"] else "0",
+    }
+
+
 # -- the run directory ---------------------------------------------------------------------
 
 
@@ -517,10 +633,12 @@ def record(
     sample_interval_ms: float = 10.0,
     time_all: bool = False,
     comm: dict | None = None,
+    numa: dict | None = None,
 ) -> int:
     """Run `command` under locus; return the exit code the launcher should exit with.
 
-    `comm`: the comm lens options (keys of COMM_DEFAULTS; None or missing = default)."""
+    `comm`: the address-sampling options shared by the comm and numa lenses (keys of
+    COMM_DEFAULTS; None or missing = default). `numa`: {"fake": N or None}."""
     if not command:
         raise LocusError("no command given (locus record -- CMD ARGS...)", 2)
     lenses = list(lenses or ["locks"])
@@ -537,7 +655,9 @@ def record(
             "calls; relink it dynamically",
             2,
         )
-    comm_settings = resolve_comm(comm, exe, command) if "comm" in lenses else None
+    sampling = "comm" in lenses or "numa" in lenses
+    comm_settings = resolve_comm(comm, exe, command) if sampling else None
+    numa_settings = resolve_numa(numa, comm_settings) if "numa" in lenses else None
     runtime = find_runtime()
 
     now = datetime.datetime.now().astimezone()
@@ -548,11 +668,17 @@ def record(
     preload = env.get("LD_PRELOAD", "").strip()
     env["LD_PRELOAD"] = runtime + (":" + preload if preload else "")
     env["LOCUS_DIR"] = run_dir
-    env["LOCUS_LENSES"] = ",".join(lenses)
+    # The numa lens takes its samples from the comm lens's samplers: the runtime runs comm
+    # too, without the communication detector when comm was not asked for.
+    runtime_lenses = lenses + (["comm"] if "numa" in lenses and "comm" not in lenses else [])
+    env["LOCUS_LENSES"] = ",".join(runtime_lenses)
     env["LOCUS_CALL_STACK"] = "1" if call_stack else "0"
     env["LOCUS_TIME_ALL"] = "1" if time_all else "0"
     if comm_settings is not None:
         env.update(comm_env(comm_settings))
+        env["LOCUS_COMM_DETECT"] = "1" if "comm" in lenses else "0"
+    if numa_settings is not None:
+        env.update(numa_env(numa_settings))
 
     meta = {
         "format_version": FORMAT_VERSION,
@@ -572,7 +698,9 @@ def record(
         "host": host_info(),
         "lenses": lenses,
         "backends": {
-            lens: comm_settings["backend"] if lens == "comm" and comm_settings else BACKENDS[lens]
+            lens: comm_settings["backend"]
+            if lens in ("comm", "numa") and comm_settings
+            else BACKENDS[lens]
             for lens in lenses
         },
         "options": {
@@ -582,8 +710,10 @@ def record(
         },
         "sampler": {"interval_ms": sample_interval_ms},
     }
-    if comm_settings is not None:
+    if comm_settings is not None and "comm" in lenses:
         meta["comm"] = dict(comm_settings)
+    if numa_settings is not None:
+        meta["numa"] = numa_settings
     write_json_atomic(meta_path, meta)
 
     meta["start_ns"] = time.monotonic_ns()

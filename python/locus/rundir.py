@@ -148,7 +148,9 @@ COMM_SAMPLE_DTYPE = np.dtype(
         ("t", "<u8"),
         ("addr", "<u8"),
         ("ip", "<u8"),
-        ("reserved", "<u8", (2,)),
+        ("node", "<i4"),
+        ("reserved0", "<u4"),
+        ("reserved1", "<u8"),
         ("tid", "<u4"),
         ("cpu", "<i4"),
         ("flags", "<u4"),
@@ -230,6 +232,43 @@ assert LOCK_COUNT_DTYPE.itemsize == 64
 assert LOCK_OBJECT_DTYPE.itemsize == 64
 assert STACK_DTYPE.itemsize == 256
 assert SCHED_DTYPE.itemsize == 32
+# numa lens (struct locus_numa_touch, struct locus_numa_pin)
+NUMA_TOUCH_DTYPE = np.dtype(
+    [
+        ("t", "<u8"),
+        ("addr", "<u8"),
+        ("ip", "<u8"),
+        ("region", "<u8"),
+        ("nodes", "<u8"),
+        ("tid", "<u4"),
+        ("pages", "<u4"),
+        ("node", "<i2"),
+        ("cpu", "<i2"),
+        ("flags", "<u2"),
+        ("kind", "<u2"),
+        ("reserved", "<u8"),
+    ]
+)
+
+NUMA_PIN_DTYPE = np.dtype(
+    [
+        ("kind", "<u2"),
+        ("what", "u1"),
+        ("mode", "u1"),
+        ("tid", "<u4"),
+        ("caller", "<u4"),
+        ("ncpus", "<u4"),
+        ("t", "<u8"),
+        ("nodes", "<u8"),
+        ("ip", "<u8"),
+        ("policy_nodes", "<u8"),
+        ("addr", "<u8"),
+        ("len", "<u8"),
+    ]
+)
+
+assert NUMA_TOUCH_DTYPE.itemsize == 64
+assert NUMA_PIN_DTYPE.itemsize == 64
 assert COMM_SAMPLE_DTYPE.itemsize == 64
 assert COMM_EVENT_DTYPE.itemsize == 64
 assert COMM_THREAD_DTYPE.itemsize == 128

@@ -16,6 +16,7 @@
 #define LOCUS_ALLOC_RESOLVED 1 /* the real functions are resolved */
 #define LOCUS_ALLOC_TRACKING 2 /* the comm lens records allocations */
 #define LOCUS_ALLOC_BOOT 4     /* the bootstrap arena handed out blocks (frees check it) */
+#define LOCUS_ALLOC_NUMA 8     /* the numa lens tracks first touches of fresh blocks */
 extern int locus_alloc_state;
 
 /* Record one allocation event of the calling thread (kind: enum locus_alloc_kind).

@@ -4,6 +4,7 @@
 #include "comm.h"
 
 #include "allocs.h"
+#include "../numa/numa.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ static void read_config(void) {
   if (c->watchpoints > 4) c->watchpoints = 4;
   c->bulletin = (uint32_t)env_u64("LOCUS_COMM_BULLETIN", 4096);
   c->line = (uint32_t)env_u64("LOCUS_LINE_SIZE", 64);
+  c->detect = (int)env_u64("LOCUS_COMM_DETECT", 1) != 0;
   if (c->line == 0 || (c->line & (c->line - 1))) c->line = 64;
   const char *bind = getenv("LOCUS_BIND");
   strncpy(c->bind, bind ? bind : "none", sizeof c->bind - 1);
@@ -70,9 +72,10 @@ void locus_comm_take(const struct locus_comm_access *a) {
   s.flags = a->flags;
   s.len = (uint16_t)a->len;
   s.kind = 1;
+  s.node = locus_numa.on ? locus_numa_sample_node(a->addr, a->flags) : -1;
   locus_ct.st.samples++;
   locus_comm_put_sample(&s);
-  locus_comm_detect(a);
+  if (locus_comm_cfg.detect) locus_comm_detect(a);
 }
 
 void locus_comm_write_thread(void) {

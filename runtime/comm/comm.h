@@ -17,6 +17,7 @@ struct locus_comm_config {
   int watchpoints;    /* LOCUS_COMM_WATCHPOINTS: debug registers per thread, 0-4 */
   uint32_t bulletin;  /* LOCUS_COMM_BULLETIN: bulletin-board entries (power of two) */
   uint32_t line;      /* LOCUS_LINE_SIZE: cache line size in bytes (64) */
+  int detect;         /* LOCUS_COMM_DETECT=0: samples only (the numa lens without comm) */
   char bind[256];     /* LOCUS_BIND: compact | scatter | none | CPU list ("0-3,8") */
 };
 extern struct locus_comm_config locus_comm_cfg;

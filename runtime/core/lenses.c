@@ -4,9 +4,10 @@
 
 #include "runtime.h"
 
-extern struct locus_lens locus_lens_locks, locus_lens_comm;
+extern struct locus_lens locus_lens_locks, locus_lens_comm, locus_lens_numa;
 
-struct locus_lens *locus_lenses[] = {&locus_lens_locks, &locus_lens_comm, NULL};
+/* numa after comm: its samples come from comm's samplers. */
+struct locus_lens *locus_lenses[] = {&locus_lens_locks, &locus_lens_comm, &locus_lens_numa, NULL};
 
 static int wanted(const char *name) {
   const char *p = locus_cfg.lenses;

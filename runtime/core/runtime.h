@@ -90,6 +90,8 @@ void locus_threads_after_fork(void);
 uint32_t locus_thread_count(void);
 void locus_join_map_put(unsigned long pthread, uint32_t tid);
 uint32_t locus_join_map_take(unsigned long pthread);
+/* The tid of a live pthread_t (0 if unknown), without removing it. */
+uint32_t locus_join_map_peek(unsigned long pthread);
 
 /* ---- stack.c ---- */
 /* Capture the caller's stack into stacks.bin; returns its id or 0. */

@@ -173,6 +173,15 @@ uint32_t locus_join_map_take(unsigned long pthread) {
   return 0;
 }
 
+uint32_t locus_join_map_peek(unsigned long pthread) {
+  uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u) % JOIN_SLOTS;
+  for (uint32_t i = 0; i < 64; i++) {
+    uint32_t k = (h + i) % JOIN_SLOTS;
+    if (atomic_load(&join_map[k].key) == pthread) return join_map[k].tid;
+  }
+  return 0;
+}
+
 static void on_thread_exit(void *arg) {
   (void)arg;
   locus_thread_finish();

@@ -18,7 +18,9 @@
  *   RUN/procs/<pid>/comm.samples.bin  struct locus_comm_sample (comm lens)
  *   RUN/procs/<pid>/comm.events.bin   struct locus_comm_event (comm lens)
  *   RUN/procs/<pid>/comm.threads.bin  struct locus_comm_thread (comm lens, one per thread)
- *   RUN/procs/<pid>/allocs.bin        struct locus_alloc (comm lens: heap objects, stacks)
+ *   RUN/procs/<pid>/allocs.bin        struct locus_alloc (comm, numa: heap objects, stacks)
+ *   RUN/procs/<pid>/numa.touch.bin    struct locus_numa_touch (numa lens: first touches)
+ *   RUN/procs/<pid>/numa.pins.bin     struct locus_numa_pin (numa lens: binding changes)
  *   RUN/procs/<pid>/maps, maps.exit   copies of /proc/self/maps at start and at exit
  */
 #ifndef LOCUS_FORMAT_H
@@ -185,7 +187,10 @@ struct locus_comm_sample { /* 64 bytes */
   uint64_t t;              /* ticks */
   uint64_t addr;           /* effective address of the access */
   uint64_t ip;             /* address of the accessing instruction (after skid correction) */
-  uint64_t reserved[2];
+  int32_t node;            /* numa lens: memory node of the page (move_pages), -1 unknown or
+                              not asked, -2 page not present, -3 stack (not asked) */
+  uint32_t reserved0;
+  uint64_t reserved1;
   uint32_t tid;
   int32_t cpu;    /* sched_getcpu() when sampled, -1 unknown */
   uint32_t flags; /* LOCUS_AC_* */
@@ -258,6 +263,63 @@ struct locus_alloc { /* 64 bytes */
   uint16_t kind;  /* enum locus_alloc_kind; 0 = unused record */
   uint16_t flags;
   uint32_t pad;
+};
+
+/* ---- numa lens ----
+ * One touch record per first touch of a page of fresh anonymous memory that the runtime kept
+ * inaccessible (mmap'd allocations, anonymous mmap): the faulting thread records itself, opens
+ * the page and places it (a write of nothing: an atomic or of 0), then asks move_pages where it
+ * landed. A read places nothing (the kernel maps its shared zero page): its record has node -2
+ * and the page stays read-only until its first write, recorded with LOCUS_NT_PLACE. Under
+ * --fake-numa the node is the emulated node of the touching CPU. */
+#define LOCUS_NT_UNPINNED 1u /* the touching thread was allowed on more than one node */
+#define LOCUS_NT_RANGE 2u    /* fallback: `pages` pages opened at once (map count budget) */
+#define LOCUS_NT_WRITE 4u    /* the faulting access was a write (from the page-fault error code) */
+#define LOCUS_NT_EXACT 8u    /* exact backend: first access seen by the instrumentation */
+#define LOCUS_NT_PLACE                                                   \
+  16u /* not a first touch: the first write to a page first touched by a \
+         read (node -2 then: the zero page), where the page landed */
+
+struct locus_numa_touch { /* 64 bytes */
+  uint64_t t;             /* ticks */
+  uint64_t addr;          /* page address */
+  uint64_t ip;            /* faulting instruction */
+  uint64_t region; /* start of the protected region (allocation) holding the page, 0 unknown */
+  uint64_t nodes;  /* nodes the touching thread was allowed to run on (bit per node) */
+  uint32_t tid;
+  uint32_t pages; /* pages this record stands for (1; more with LOCUS_NT_RANGE) */
+  int16_t node;   /* memory node the page landed on; -1 unknown */
+  int16_t cpu;    /* CPU of the touching thread, -1 unknown */
+  uint16_t flags; /* LOCUS_NT_* */
+  uint16_t kind;  /* 1 = record; 0 = unused */
+  uint64_t reserved;
+};
+
+/* A thread's binding: at thread start, at its end, and after every successful call that
+ * changes a CPU affinity or a memory policy. */
+enum locus_numa_pin_what {
+  LOCUS_NP_START = 1,             /* thread start (or adoption): its initial binding */
+  LOCUS_NP_SCHED_SETAFFINITY = 2, /* sched_setaffinity (tid = the thread it applies to) */
+  LOCUS_NP_PTHREAD_SETAFFINITY = 3,
+  LOCUS_NP_SET_MEMPOLICY = 4, /* thread's memory policy: mode, policy_nodes */
+  LOCUS_NP_MBIND = 5,         /* range [addr, addr + len): mode, policy_nodes */
+  LOCUS_NP_MOVE_PAGES = 6,    /* move_pages with nodes: len = pages moved, policy_nodes */
+  LOCUS_NP_END = 7            /* thread end */
+};
+
+struct locus_numa_pin {  /* 64 bytes */
+  uint16_t kind;         /* 1 = record; 0 = unused */
+  uint8_t what;          /* enum locus_numa_pin_what */
+  uint8_t mode;          /* memory policy mode (MPOL_*; 0xff = not a policy record) */
+  uint32_t tid;          /* thread the binding applies to */
+  uint32_t caller;       /* thread that made the call */
+  uint32_t ncpus;        /* CPUs in the thread's affinity mask */
+  uint64_t t;            /* ticks */
+  uint64_t nodes;        /* nodes the thread may run on (bit per node), after the call */
+  uint64_t ip;           /* call site (return address) */
+  uint64_t policy_nodes; /* the policy's node mask */
+  uint64_t addr;         /* mbind / move_pages: start of the range */
+  uint64_t len;          /* mbind: bytes; move_pages: pages */
 };
 
 /* Written by the launcher, not the runtime. */

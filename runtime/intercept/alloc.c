@@ -20,6 +20,7 @@
 
 #include "../comm/allocs.h"
 #include "../core/runtime.h"
+#include "../numa/numa.h"
 
 #define SITE ((uint64_t)(uintptr_t)__builtin_return_address(0))
 
@@ -102,6 +103,12 @@ static __attribute__((noinline)) int resolve(void) {
   return state();
 }
 
+/* The numa lens: an mmap'd chunk is fresh memory whose first touches it tracks. */
+static inline void numa_fresh(int s, void *p, size_t n, uint64_t site) {
+  if ((s & LOCUS_ALLOC_NUMA) && p && n >= 16 * 4096 && locus_ft_chunk_mmapped(p))
+    locus_ft_track(p, n, p, PROT_READ | PROT_WRITE, site);
+}
+
 /* ---- the slow paths (tracking on, not resolved yet, or bootstrap blocks exist) ---- */
 static __attribute__((noinline)) void *malloc_slow(size_t n, uint64_t site) {
   int s = state();
@@ -109,6 +116,7 @@ static __attribute__((noinline)) void *malloc_slow(size_t n, uint64_t site) {
     return boot_alloc(n, 16);
   void *p = real.malloc(n);
   if ((s & LOCUS_ALLOC_TRACKING) && p) locus_allocs_record(LOCUS_AL_MALLOC, p, n, site);
+  numa_fresh(s, p, n, site);
   return p;
 }
 
@@ -124,6 +132,7 @@ static __attribute__((noinline)) void *calloc_slow(size_t k, size_t n, uint64_t 
   }
   void *p = real.calloc(k, n);
   if ((s & LOCUS_ALLOC_TRACKING) && p) locus_allocs_record(LOCUS_AL_MALLOC, p, k * n, site);
+  numa_fresh(s, p, k * n, site);
   return p;
 }
 
@@ -134,6 +143,7 @@ static __attribute__((noinline)) void free_slow(void *p, uint64_t site) {
   /* A real block while nothing is resolved cannot happen (it came from the real malloc). */
   if (!(s & LOCUS_ALLOC_RESOLVED)) return;
   if (s & LOCUS_ALLOC_TRACKING) locus_allocs_record(LOCUS_AL_FREE, p, 0, site);
+  if (s & LOCUS_ALLOC_NUMA) locus_ft_release(p, 0);
   real.free(p);
 }
 
@@ -150,6 +160,7 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t n, uint64_t 
     return q;
   }
   if (!(s & LOCUS_ALLOC_RESOLVED)) return p ? NULL : boot_alloc(n, 16);
+  if ((s & LOCUS_ALLOC_NUMA) && p) locus_ft_release(p, 0); /* mremap would carry PROT_NONE */
   void *q = real.realloc(p, n);
   if (s & LOCUS_ALLOC_TRACKING) {
     if (q) {
@@ -183,6 +194,7 @@ static __attribute__((noinline)) void *align_slow(int which, size_t align, size_
       p = real.pvalloc ? real.pvalloc(n) : NULL;
   }
   if ((s & LOCUS_ALLOC_TRACKING) && p) locus_allocs_record(LOCUS_AL_MALLOC, p, n, site);
+  numa_fresh(s, p, n, site);
   return p;
 }
 
@@ -198,6 +210,7 @@ static __attribute__((noinline)) int posix_memalign_slow(void **out, size_t alig
   }
   int rc = real.posix_memalign ? real.posix_memalign(out, align, n) : ENOMEM;
   if ((s & LOCUS_ALLOC_TRACKING) && rc == 0) locus_allocs_record(LOCUS_AL_MALLOC, *out, n, site);
+  if (rc == 0) numa_fresh(s, *out, n, site);
   return rc;
 }
 
@@ -205,16 +218,23 @@ static __attribute__((noinline)) void *mmap_slow(void *a, size_t n, int prot, in
                                                  off_t off, uint64_t site) {
   int s = state();
   if (!(s & LOCUS_ALLOC_RESOLVED)) s = resolve();
+  if ((s & LOCUS_ALLOC_NUMA) && (flags & MAP_FIXED)) locus_ft_release(a, n);
   void *p = (s & LOCUS_ALLOC_RESOLVED) ? real.mmap(a, n, prot, flags, fd, off)
                                        : (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
   if ((s & LOCUS_ALLOC_TRACKING) && p != MAP_FAILED && (flags & MAP_ANONYMOUS))
     locus_allocs_record(LOCUS_AL_MMAP, p, n, site);
+  /* Fresh private anonymous memory that the kernel places at first touch. */
+  if ((s & LOCUS_ALLOC_NUMA) && p != MAP_FAILED && (flags & MAP_ANONYMOUS) &&
+      (flags & MAP_PRIVATE) &&
+      !(flags & (MAP_POPULATE | MAP_LOCKED | MAP_HUGETLB | MAP_STACK | MAP_GROWSDOWN)))
+    locus_ft_track(p, n, p, prot, site);
   return p;
 }
 
 static __attribute__((noinline)) int munmap_slow(void *a, size_t n, uint64_t site) {
   int s = state();
   if (!(s & LOCUS_ALLOC_RESOLVED)) s = resolve();
+  if (s & LOCUS_ALLOC_NUMA) locus_ft_release(a, n);
   int rc = (s & LOCUS_ALLOC_RESOLVED) ? real.munmap(a, n) : (int)syscall(SYS_munmap, a, n);
   if ((s & LOCUS_ALLOC_TRACKING) && rc == 0) locus_allocs_record(LOCUS_AL_MUNMAP, a, n, site);
   return rc;

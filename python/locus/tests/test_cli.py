@@ -77,7 +77,7 @@ def test_unknown_lens_lists_known(capsys):
 
 def test_planned_lens_says_planned(capsys):
     with pytest.raises(SystemExit):
-        cli.main(["record", "--lens", "numa", "--", "true"])
+        cli.main(["record", "--lens", "memtrace", "--", "true"])
     assert "planned" in capsys.readouterr().err
 
 

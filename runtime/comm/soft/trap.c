@@ -95,13 +95,16 @@ int locus_comm_trap_install(void) {
   return 0;
 }
 
-/* ---- interposers: SIGTRAP only, everything else forwards ---- */
+/* ---- interposers: SIGTRAP (and SIGSEGV for the numa lens), everything else forwards ---- */
+int locus_ft_sigaction(const struct sigaction *act, struct sigaction *old);
+
 LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   sigaction_fn real = get_real();
   if (!real) {
     errno = ENOSYS;
     return -1;
   }
+  if (sig == SIGSEGV && locus_ft_sigaction(act, old)) return 0;
   if (sig != SIGTRAP || !atomic_load(&installed)) return real(sig, act, old);
   if (old) *old = app_action;
   if (act) app_action = *act;
@@ -109,6 +112,13 @@ LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigactio
 }
 
 LOCUS_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
+  if (sig == SIGSEGV) {
+    struct sigaction a, old;
+    memset(&a, 0, sizeof a);
+    a.sa_handler = handler;
+    a.sa_flags = SA_RESTART;
+    if (locus_ft_sigaction(&a, &old)) return old.sa_handler;
+  }
   if (sig != SIGTRAP || !atomic_load(&installed)) {
     static sighandler_t (*real_signal)(int, sighandler_t);
     if (!real_signal) real_signal = (sighandler_t(*)(int, sighandler_t))dlsym(RTLD_NEXT, "signal");

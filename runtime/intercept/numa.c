@@ -1,0 +1,203 @@
+/* Interposers of the numa lens. They forward, and only when the lens is on:
+ *   - binding: sched_setaffinity, pthread_setaffinity_np, set_mempolicy, mbind, move_pages
+ *     (libnuma's, or the raw system call when no library defines them) write a pinning-log
+ *     record after a successful call;
+ *   - first touch: mprotect and mremap of a tracked region end its tracking first (they
+ *     would carry or override our protection); read-like calls open the pages of their
+ *     buffer first, since the kernel cannot fault a protected page in for them (EFAULT). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "../numa/numa.h"
+
+#define SITE ((uint64_t)(uintptr_t)__builtin_return_address(0))
+#define NEXT(var, name) (var ? var : (var = (__typeof__(var))dlsym(RTLD_NEXT, name)))
+#define FT_ON (LOCUS_UNLIKELY(atomic_load_explicit(&locus_ft_live, memory_order_relaxed)))
+
+static uint64_t first_word(const unsigned long *mask, unsigned long maxnode) {
+  if (!mask || maxnode == 0) return 0;
+  uint64_t m = mask[0];
+  if (maxnode < 64) m &= (1ull << maxnode) - 1;
+  return m;
+}
+
+/* ---- binding ---- */
+
+LOCUS_EXPORT int sched_setaffinity(pid_t pid, size_t size, const cpu_set_t *set) {
+  static int (*next)(pid_t, size_t, const cpu_set_t *);
+  int rc = NEXT(next, "sched_setaffinity") ? next(pid, size, set)
+                                           : (int)syscall(SYS_sched_setaffinity, pid, size, set);
+  if (rc == 0 && locus_numa.on) {
+    uint32_t n = 0;
+    uint64_t nodes = locus_numa_mask_nodes(set, size, &n);
+    uint32_t tid = pid ? (uint32_t)pid : locus_me.tid;
+    locus_numa_pin(LOCUS_NP_SCHED_SETAFFINITY, tid, nodes, n, 0xff, 0, 0, 0, SITE);
+  }
+  return rc;
+}
+
+LOCUS_EXPORT int pthread_setaffinity_np(pthread_t th, size_t size, const cpu_set_t *set) {
+  static int (*next)(pthread_t, size_t, const cpu_set_t *);
+  if (!NEXT(next, "pthread_setaffinity_np")) return ENOSYS;
+  int rc = next(th, size, set);
+  if (rc == 0 && locus_numa.on) {
+    uint32_t n = 0;
+    uint64_t nodes = locus_numa_mask_nodes(set, size, &n);
+    uint32_t tid =
+        pthread_equal(th, pthread_self()) ? locus_me.tid : locus_join_map_peek((unsigned long)th);
+    locus_numa_pin(LOCUS_NP_PTHREAD_SETAFFINITY, tid, nodes, n, 0xff, 0, 0, 0, SITE);
+  }
+  return rc;
+}
+
+LOCUS_EXPORT long set_mempolicy(int mode, const unsigned long *mask, unsigned long maxnode) {
+  static long (*next)(int, const unsigned long *, unsigned long);
+  long rc = NEXT(next, "set_mempolicy") ? next(mode, mask, maxnode)
+                                        : syscall(SYS_set_mempolicy, mode, mask, maxnode);
+  if (rc == 0 && locus_numa.on) {
+    uint32_t n = 0;
+    uint64_t nodes = locus_numa_self_nodes(&n);
+    locus_numa_pin(LOCUS_NP_SET_MEMPOLICY, locus_me.tid, nodes, n, (uint8_t)(mode & 0xff),
+                   first_word(mask, maxnode), 0, 0, SITE);
+  }
+  return rc;
+}
+
+LOCUS_EXPORT long mbind(void *addr, unsigned long len, int mode, const unsigned long *mask,
+                        unsigned long maxnode, unsigned flags) {
+  static long (*next)(void *, unsigned long, int, const unsigned long *, unsigned long, unsigned);
+  long rc = NEXT(next, "mbind") ? next(addr, len, mode, mask, maxnode, flags)
+                                : syscall(SYS_mbind, addr, len, mode, mask, maxnode, flags);
+  if (rc == 0 && locus_numa.on) {
+    uint32_t n = 0;
+    uint64_t nodes = locus_numa_self_nodes(&n);
+    locus_numa_pin(LOCUS_NP_MBIND, locus_me.tid, nodes, n, (uint8_t)(mode & 0xff),
+                   first_word(mask, maxnode), (uint64_t)(uintptr_t)addr, len, SITE);
+  }
+  return rc;
+}
+
+LOCUS_EXPORT long move_pages(int pid, unsigned long count, void **pages, const int *nodes,
+                             int *status, int flags) {
+  static long (*next)(int, unsigned long, void **, const int *, int *, int);
+  long rc = NEXT(next, "move_pages")
+                ? next(pid, count, pages, nodes, status, flags)
+                : syscall(SYS_move_pages, pid, count, pages, nodes, status, flags);
+  if (rc >= 0 && nodes && count && locus_numa.on) {
+    uint64_t targets = 0;
+    for (unsigned long i = 0; i < count; i++)
+      if (nodes[i] >= 0 && nodes[i] < 64) targets |= 1ull << nodes[i];
+    uint32_t n = 0;
+    uint64_t allowed = locus_numa_self_nodes(&n);
+    locus_numa_pin(LOCUS_NP_MOVE_PAGES, locus_me.tid, allowed, n, 0xff, targets,
+                   (uint64_t)(uintptr_t)pages[0], count, SITE);
+  }
+  return rc;
+}
+
+/* ---- protection changes of tracked regions ---- */
+
+LOCUS_EXPORT int mprotect(void *a, size_t n, int prot) {
+  static int (*next)(void *, size_t, int);
+  if (FT_ON) locus_ft_release(a, n);
+  return NEXT(next, "mprotect") ? next(a, n, prot) : (int)syscall(SYS_mprotect, a, n, prot);
+}
+
+LOCUS_EXPORT void *mremap(void *old, size_t old_n, size_t new_n, int flags, ...) {
+  static void *(*next)(void *, size_t, size_t, int, ...);
+  void *fixed = NULL;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    fixed = va_arg(ap, void *);
+    va_end(ap);
+  }
+  if (FT_ON) {
+    locus_ft_release(old, old_n);
+    if (fixed) locus_ft_release(fixed, new_n);
+  }
+  if (!NEXT(next, "mremap")) return (void *)syscall(SYS_mremap, old, old_n, new_n, flags, fixed);
+  return (flags & MREMAP_FIXED) ? next(old, old_n, new_n, flags, fixed)
+                                : next(old, old_n, new_n, flags);
+}
+
+/* ---- calls the kernel writes into: open the buffer's pages first ---- */
+
+static void prepare_iov(const struct iovec *iov, int n, uint64_t site) {
+  for (int i = 0; i < n; i++) locus_ft_prepare((uintptr_t)iov[i].iov_base, iov[i].iov_len, site);
+}
+
+LOCUS_EXPORT ssize_t read(int fd, void *buf, size_t n) {
+  static ssize_t (*next)(int, void *, size_t);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE);
+  return NEXT(next, "read") ? next(fd, buf, n) : syscall(SYS_read, fd, buf, n);
+}
+
+LOCUS_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+  static ssize_t (*next)(int, void *, size_t, off_t);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE);
+  return NEXT(next, "pread") ? next(fd, buf, n, off) : syscall(SYS_pread64, fd, buf, n, off);
+}
+
+LOCUS_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off_t off) {
+  static ssize_t (*next)(int, void *, size_t, off_t);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE);
+  return NEXT(next, "pread64") ? next(fd, buf, n, off) : syscall(SYS_pread64, fd, buf, n, off);
+}
+
+LOCUS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n) {
+  static ssize_t (*next)(int, const struct iovec *, int);
+  if (FT_ON) prepare_iov(iov, n, SITE);
+  return NEXT(next, "readv") ? next(fd, iov, n) : syscall(SYS_readv, fd, iov, n);
+}
+
+LOCUS_EXPORT ssize_t preadv(int fd, const struct iovec *iov, int n, off_t off) {
+  static ssize_t (*next)(int, const struct iovec *, int, off_t);
+  if (FT_ON) prepare_iov(iov, n, SITE);
+  return NEXT(next, "preadv") ? next(fd, iov, n, off) : syscall(SYS_preadv, fd, iov, n, off, 0);
+}
+
+LOCUS_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags) {
+  static ssize_t (*next)(int, void *, size_t, int);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE);
+  return NEXT(next, "recv") ? next(fd, buf, n, flags)
+                            : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
+}
+
+LOCUS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
+                              socklen_t *len) {
+  static ssize_t (*next)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE);
+  return NEXT(next, "recvfrom") ? next(fd, buf, n, flags, from, len)
+                                : syscall(SYS_recvfrom, fd, buf, n, flags, from, len);
+}
+
+LOCUS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
+  static ssize_t (*next)(int, struct msghdr *, int);
+  if (FT_ON && msg) prepare_iov(msg->msg_iov, (int)msg->msg_iovlen, SITE);
+  return NEXT(next, "recvmsg") ? next(fd, msg, flags) : syscall(SYS_recvmsg, fd, msg, flags);
+}
+
+LOCUS_EXPORT size_t fread(void *buf, size_t size, size_t n, FILE *f) {
+  static size_t (*next)(void *, size_t, size_t, FILE *);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE);
+  return NEXT(next, "fread") ? next(buf, size, n, f) : 0;
+}
+
+#undef fread_unlocked
+LOCUS_EXPORT size_t fread_unlocked(void *buf, size_t size, size_t n, FILE *f) {
+  static size_t (*next)(void *, size_t, size_t, FILE *);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE);
+  return NEXT(next, "fread_unlocked") ? next(buf, size, n, f) : 0;
+}

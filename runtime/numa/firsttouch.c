@@ -1,0 +1,373 @@
+/* First touch without Pin: fresh anonymous memory is kept inaccessible until its first
+ * access, which faults in the touching thread.
+ *
+ * Regions: a tracked block (an mmap'd malloc chunk, an anonymous private read-write mmap of
+ * at least FT_MIN_PAGES pages) has its whole pages set PROT_NONE and an entry here, with two
+ * bits per page: `seen` (its first touch is recorded) and `open` (it has the region's
+ * protection back). The SIGSEGV handler, on an access fault inside a region:
+ *   - a write to an unseen page: record a first touch (LOCUS_NT_WRITE), open the page, place
+ *     it now (an atomic or of 0: a write fault in this thread, under its memory policy, as
+ *     the faulting instruction would have done), ask move_pages where it landed;
+ *   - a read of an unseen page: record the first touch (node -2: a read maps the shared zero
+ *     page, nothing is placed yet) and make the page read-only, so that
+ *   - the first write to a seen page that is not open faults again: open and place it, and
+ *     record where it landed (LOCUS_NT_PLACE: the page's placement, not a new first touch).
+ * Then it returns and the access runs again. Two threads faulting on one page: the first to
+ * set a bit records; the other returns and retries until the page is open.
+ *
+ * Limits: each open page may split a mapping (vm.max_map_count); past a budget of mappings
+ * this file opens 64 pages at once (LOCUS_NT_RANGE: the faulting thread stands for all of
+ * them). Protected pages cannot back THP until they are all open. The kernel writing into a
+ * protected page fails with EFAULT, so the interposers of read-like calls open the buffer
+ * first (locus_ft_prepare); calls made with syscall() directly are not seen. Not tracked:
+ * the brk heap and the arenas glibc maps itself, static data, stacks, shared mappings. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "numa.h"
+
+#define FT_MAX 4096
+#define FT_MIN_PAGES 4
+#define PAGE 4096ul
+
+struct ft_region {
+  _Atomic int state; /* FREE, BUSY (being set up or released), LIVE */
+  uintptr_t start, end;
+  uintptr_t alloc; /* start of the allocation (the `region` of touch records) */
+  int prot;
+  _Atomic uint64_t *seen, *open; /* bit per page; never unmapped, reused by the slot */
+  size_t words_cap;              /* words available in each of seen/open */
+};
+enum { FT_FREE = 0, FT_BUSY = 1, FT_LIVE = 2 };
+
+static struct ft_region regions[FT_MAX];
+static _Atomic uint32_t regions_hi;
+_Atomic int locus_ft_live;
+static _Atomic long vma_estimate, vma_budget;
+static _Atomic uint64_t untracked; /* regions not tracked: table full */
+
+static struct locus_stream touch_stream;
+static LOCUS_TLS struct locus_cursor touch_cursor;
+static LOCUS_TLS uintptr_t retry_addr;
+static LOCUS_TLS unsigned retry_n;
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+static struct sigaction app_segv;
+static _Atomic int installed;
+
+static long sys_mprotect(uintptr_t a, size_t n, int prot) {
+  return syscall(SYS_mprotect, (void *)a, n, prot);
+}
+
+/* ---- records ---- */
+
+static void put_touch(uintptr_t page, uint64_t ip, uintptr_t alloc, uint32_t pages, int node,
+                      uint16_t flags) {
+  struct locus_numa_touch r;
+  memset(&r, 0, sizeof r);
+  r.kind = 1;
+  r.t = locus_ticks();
+  r.addr = page;
+  r.ip = ip;
+  r.region = alloc;
+  uint32_t ncpus = 0;
+  r.nodes = locus_numa_self_nodes(&ncpus);
+  if (__builtin_popcountll(r.nodes) > 1) flags |= LOCUS_NT_UNPINNED;
+  r.tid = locus_me.tid ? locus_me.tid : (uint32_t)syscall(SYS_gettid);
+  r.pages = pages;
+  int cpu = sched_getcpu();
+  r.cpu = (int16_t)cpu;
+  if (locus_numa.emulated && node != -2) node = locus_numa_cpu_node(cpu);
+  r.node = (int16_t)node;
+  r.flags = flags;
+  locus_cursor_put(&touch_stream, &touch_cursor, &r, sizeof r);
+}
+
+/* Write-fault the page in this thread and return its node (move_pages), -1 if unknown. */
+static int place(uintptr_t page) {
+  __atomic_fetch_or((volatile unsigned char *)page, (unsigned char)0, __ATOMIC_RELAXED);
+  if (locus_numa.emulated) return -1;
+  void *p = (void *)page;
+  int status = -1;
+  if (syscall(SYS_move_pages, 0, 1ul, &p, NULL, &status, 0) != 0 || status < 0) return -1;
+  return status;
+}
+
+/* ---- regions ---- */
+
+static struct ft_region *find(uintptr_t a) {
+  uint32_t hi = atomic_load_explicit(&regions_hi, memory_order_acquire);
+  for (uint32_t i = 0; i < hi; i++) {
+    struct ft_region *r = &regions[i];
+    if (atomic_load_explicit(&r->state, memory_order_acquire) == FT_LIVE && a >= r->start &&
+        a < r->end)
+      return r;
+  }
+  return NULL;
+}
+
+/* Mapping-count change when page idx opens: -2 .. +2 from its neighbours' state. */
+static long vma_delta(struct ft_region *r, size_t idx, size_t npages) {
+  int l = idx > 0 && (atomic_load(&r->open[(idx - 1) >> 6]) >> ((idx - 1) & 63) & 1);
+  int rr = idx + 1 < npages && (atomic_load(&r->open[(idx + 1) >> 6]) >> ((idx + 1) & 63) & 1);
+  return l && rr ? -2 : (l || rr) ? 0 : 2;
+}
+
+/* Handle an access fault at `a` (write: from the fault's error code); 1 if it was ours. */
+static int on_fault(uintptr_t a, int write, uint64_t ip, uint16_t extra) {
+  struct ft_region *r = find(a);
+  if (!r) return 0;
+  uintptr_t page = a & ~(PAGE - 1);
+  size_t idx = (page - r->start) / PAGE, npages = (r->end - r->start) / PAGE;
+  size_t w = idx >> 6;
+  uint64_t bit = 1ull << (idx & 63);
+  if (atomic_load(&vma_estimate) > atomic_load(&vma_budget)) {
+    /* Range mode: the 64 pages of this bitmap word at once. */
+    uint64_t mask = ~0ull;
+    size_t first = w << 6;
+    if (npages - first < 64) mask = (1ull << (npages - first)) - 1;
+    uint64_t was_open = atomic_fetch_or(&r->open[w], mask);
+    uint64_t was_seen = atomic_fetch_or(&r->seen[w], mask);
+    if (!(mask & ~was_open)) return 1;
+    uintptr_t lo = r->start + first * PAGE, n = (size_t)__builtin_popcountll(mask) * PAGE;
+    sys_mprotect(lo, n, r->prot);
+    int node = place(page);
+    uint32_t fresh = (uint32_t)__builtin_popcountll(mask & ~was_seen);
+    if (fresh)
+      put_touch(page, ip, r->alloc, fresh, node,
+                (uint16_t)(LOCUS_NT_RANGE | (write ? LOCUS_NT_WRITE : 0) | extra));
+    return 1;
+  }
+  uint64_t was_seen = atomic_fetch_or(&r->seen[w], bit) & bit;
+  if (!write) {
+    if (was_seen) return 1; /* another thread is opening it: retry */
+    sys_mprotect(page, PAGE, PROT_READ);
+    atomic_fetch_add(&vma_estimate, vma_delta(r, idx, npages));
+    put_touch(page, ip, r->alloc, 1, -2, extra);
+    return 1;
+  }
+  uint64_t was_open = atomic_fetch_or(&r->open[w], bit) & bit;
+  if (was_open) return 1;
+  sys_mprotect(page, PAGE, r->prot);
+  if (!was_seen) atomic_fetch_add(&vma_estimate, vma_delta(r, idx, npages));
+  int node = place(page);
+  put_touch(page, ip, r->alloc, 1, node,
+            (uint16_t)(LOCUS_NT_WRITE | (was_seen ? LOCUS_NT_PLACE : 0) | extra));
+  return 1;
+}
+
+static void chain(int sig, siginfo_t *si, void *uc) {
+  struct sigaction a = app_segv;
+  if (!(a.sa_flags & SA_SIGINFO) && (a.sa_handler == SIG_DFL || a.sa_handler == SIG_IGN)) {
+    /* Default action: restore it and return; the access faults again and ends the process
+     * as it would have without us. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction_fn real = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+    if (real) real(SIGSEGV, &dfl, NULL);
+    return;
+  }
+  if (a.sa_flags & SA_SIGINFO)
+    a.sa_sigaction(sig, si, uc);
+  else
+    a.sa_handler(sig);
+}
+
+static void on_segv(int sig, siginfo_t *si, void *ucv) {
+  int saved = errno;
+  ucontext_t *uc = ucv;
+  uintptr_t a = (uintptr_t)si->si_addr;
+  if (si->si_code == SEGV_ACCERR && atomic_load_explicit(&locus_ft_live, memory_order_relaxed)) {
+    int write = (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+    uint64_t ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    /* The same address faulting over and over is not a first touch any more (a protection
+     * the program set itself): let it through to the program's handler. */
+    if (a == retry_addr) {
+      if (++retry_n > 10000) goto not_ours;
+    } else {
+      retry_addr = a;
+      retry_n = 0;
+    }
+    if (on_fault(a, write, ip, 0)) {
+      errno = saved;
+      return;
+    }
+  }
+not_ours:
+  retry_addr = 0;
+  errno = saved;
+  chain(sig, si, ucv);
+}
+
+/* Called by the sigaction() interposer (comm/soft/trap.c) for SIGSEGV: 1 if handled. */
+int locus_ft_sigaction(const struct sigaction *act, struct sigaction *old) {
+  if (!atomic_load(&installed)) return 0;
+  if (old) *old = app_segv;
+  if (act) app_segv = *act;
+  return 1;
+}
+
+static void take_slot_words(struct ft_region *r, size_t words) {
+  if (r->words_cap >= words) {
+    memset((void *)r->seen, 0, words * 8);
+    memset((void *)r->open, 0, words * 8);
+    return;
+  }
+  size_t bytes = (words * 16 + PAGE - 1) & ~(PAGE - 1);
+  void *m = (void *)syscall(SYS_mmap, NULL, bytes, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    r->words_cap = 0;
+    return;
+  }
+  r->seen = m;
+  r->open = (_Atomic uint64_t *)m + bytes / 16;
+  r->words_cap = bytes / 16;
+}
+
+/* The runtime's own code: its mmaps (alternate signal stacks, tables) are never tracked. */
+static uintptr_t self_lo, self_hi;
+
+static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  if (info->dlpi_addr != (uintptr_t)arg) return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (!self_lo || lo < self_lo) self_lo = lo;
+    if (hi > self_hi) self_hi = hi;
+  }
+  return 1;
+}
+
+void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site) {
+  if (!locus_numa.on || !atomic_load(&installed)) return;
+  if (site >= self_lo && site < self_hi) return;
+  if ((prot & (PROT_READ | PROT_WRITE)) != (PROT_READ | PROT_WRITE) || (prot & PROT_EXEC)) return;
+  uintptr_t lo = ((uintptr_t)from + PAGE - 1) & ~(PAGE - 1);
+  uintptr_t hi = ((uintptr_t)p + n) & ~(PAGE - 1);
+  if (hi <= lo || (hi - lo) / PAGE < FT_MIN_PAGES) return;
+  size_t words = ((hi - lo) / PAGE + 63) / 64;
+  for (uint32_t i = 0; i < FT_MAX; i++) {
+    struct ft_region *r = &regions[i];
+    int expect = FT_FREE;
+    if (!atomic_compare_exchange_strong(&r->state, &expect, FT_BUSY)) continue;
+    take_slot_words(r, words);
+    if (r->words_cap < words) {
+      atomic_store(&r->state, FT_FREE);
+      break;
+    }
+    r->start = lo;
+    r->end = hi;
+    r->alloc = (uintptr_t)p;
+    r->prot = prot;
+    if (sys_mprotect(lo, hi - lo, PROT_NONE) != 0) {
+      atomic_store(&r->state, FT_FREE);
+      return;
+    }
+    atomic_fetch_add(&vma_estimate, 1);
+    uint32_t h = atomic_load(&regions_hi);
+    while (h < i + 1 && !atomic_compare_exchange_weak(&regions_hi, &h, i + 1)) {
+    }
+    atomic_fetch_add(&locus_ft_live, 1);
+    atomic_store_explicit(&r->state, FT_LIVE, memory_order_release);
+    return;
+  }
+  atomic_fetch_add(&untracked, 1);
+}
+
+void locus_ft_release(const void *p, size_t n) {
+  if (!atomic_load_explicit(&locus_ft_live, memory_order_relaxed)) return;
+  uintptr_t lo = (uintptr_t)p, hi = n ? lo + n : lo + 1;
+  uint32_t top = atomic_load(&regions_hi);
+  for (uint32_t i = 0; i < top; i++) {
+    struct ft_region *r = &regions[i];
+    if (atomic_load(&r->state) != FT_LIVE) continue;
+    int hit = n ? (r->start < hi && lo < r->end) : (r->alloc == lo);
+    if (!hit) continue;
+    int expect = FT_LIVE;
+    if (!atomic_compare_exchange_strong(&r->state, &expect, FT_BUSY)) continue;
+    /* Whatever is still protected gets the region's protection back (untouched pages stay
+     * unpopulated: nothing is placed). */
+    sys_mprotect(r->start, r->end - r->start, r->prot);
+    atomic_fetch_sub(&locus_ft_live, 1);
+    atomic_store(&r->state, FT_FREE);
+  }
+}
+
+void locus_ft_prepare(uintptr_t p, size_t n, uint64_t ip) {
+  if (!n || !atomic_load_explicit(&locus_ft_live, memory_order_relaxed)) return;
+  uintptr_t a = p & ~(PAGE - 1), end = p + n;
+  for (; a < end && a + PAGE > p; a += PAGE) {
+    struct ft_region *r = find(a);
+    if (!r) continue;
+    size_t idx = (a - r->start) / PAGE;
+    if (atomic_load(&r->open[idx >> 6]) >> (idx & 63) & 1) continue;
+    on_fault(a, 1, ip, 0);
+  }
+}
+
+int locus_ft_chunk_mmapped(const void *p) {
+  /* glibc: the size word before the block; bit 1 = IS_MMAPPED. */
+  return p && (((const size_t *)p)[-1] & 2) != 0;
+}
+
+int locus_ft_init(void) {
+  if (locus_stream_open(&touch_stream, locus_proc_dirfd, "numa.touch.bin") != 0) {
+    locus_warn("numa: cannot create numa.touch.bin; the numa lens is off");
+    return -1;
+  }
+  long maxmap = 65530;
+  int fd = (int)syscall(SYS_open, "/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char b[32];
+    long k = read(fd, b, sizeof b - 1);
+    if (k > 0) {
+      b[k] = 0;
+      maxmap = strtol(b, NULL, 10);
+    }
+    close(fd);
+  }
+  /* Half of the map count for our splits, less what a program typically maps itself. */
+  atomic_store(&vma_budget, maxmap / 2 - 2000 > 64 ? maxmap / 2 - 2000 : 64);
+  Dl_info di;
+  if (dladdr((void *)locus_ft_init, &di) && di.dli_fbase) dl_iterate_phdr(find_self, di.dli_fbase);
+  const char *off = getenv("LOCUS_NUMA_FIRST_TOUCH");
+  if (off && *off == '0') return 0;
+  sigaction_fn real = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+  if (!real) return 0;
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_segv;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (real(SIGSEGV, NULL, &old) != 0) return 0;
+  app_segv = old;
+  if (real(SIGSEGV, &sa, NULL) != 0) return 0;
+  atomic_store(&installed, 1);
+  return 0;
+}
+
+void locus_ft_after_fork(void) {
+  memset(&touch_cursor, 0, sizeof touch_cursor);
+  locus_stream_reset_after_fork(&touch_stream);
+  if (locus_stream_open(&touch_stream, locus_proc_dirfd, "numa.touch.bin") != 0)
+    atomic_store(&installed, 0);
+}
+
+/* Per-thread end: the numa lens closes the cursor through this. */
+void locus_ft_thread_fini(void) { locus_cursor_close(&touch_cursor); }

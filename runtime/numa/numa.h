@@ -1,0 +1,64 @@
+/* The numa lens (NUMAPROF without Pin): where each thread may run, where each page lives,
+ * who touched a page first.
+ *
+ * - Topology: LOCUS_NUMA_CPUNODE ("0,0,1,1": the node of each CPU, written by the launcher
+ *   from sysfs, or its emulation under --fake-numa, then LOCUS_NUMA_FAKE=1).
+ * - Binding (numa.c): a struct locus_numa_pin at thread start and end, and after every
+ *   successful sched_setaffinity, pthread_setaffinity_np, set_mempolicy, mbind and
+ *   move_pages (interposers in intercept/numa.c).
+ * - First touch (firsttouch.c): fresh anonymous memory (mmap'd malloc chunks, anonymous
+ *   private mmaps) is kept PROT_NONE; the first access faults in the touching thread, which
+ *   records itself, opens the page, places it and asks where it landed.
+ * - Accesses: the comm lens's samplers (soft, hw) take the samples; with this lens on,
+ *   locus_comm_take asks locus_numa_sample_node for the page's node of every sample. */
+#ifndef LOCUS_NUMA_H
+#define LOCUS_NUMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/runtime.h"
+
+#define LOCUS_NUMA_MAX_CPUS 4096
+#define LOCUS_NUMA_MAX_NODES 64
+
+struct locus_numa_state {
+  int on;       /* the lens is enabled */
+  int emulated; /* LOCUS_NUMA_FAKE=1: node of a page = emulated node of its first toucher */
+  int ncpus;    /* CPUs in the map */
+  int nnodes;
+  int16_t cpu_node[LOCUS_NUMA_MAX_CPUS];
+};
+extern struct locus_numa_state locus_numa;
+
+/* Node of the page holding `addr` now (move_pages query): >= 0, -1 unknown or emulated,
+ * -2 not present, -3 a stack access (LOCUS_AC_STACK in flags, not asked). Async-signal-safe. */
+int locus_numa_sample_node(uint64_t addr, uint32_t flags);
+
+/* Node bitmask of the CPUs the calling thread may run on (sched_getaffinity). */
+uint64_t locus_numa_self_nodes(uint32_t *ncpus);
+int locus_numa_cpu_node(int cpu);
+
+/* Pinning log (numa.c). `tid` is the thread the binding applies to. */
+void locus_numa_pin(uint8_t what, uint32_t tid, uint64_t nodes, uint32_t ncpus, uint8_t mode,
+                    uint64_t policy_nodes, uint64_t addr, uint64_t len, uint64_t ip);
+/* Node mask and CPU count of a cpu_set_t of `size` bytes. */
+uint64_t locus_numa_mask_nodes(const void *set, size_t size, uint32_t *ncpus);
+
+/* ---- first touch (firsttouch.c) ---- */
+/* Nonzero while some region is protected: the interposers' fast-path test. */
+extern _Atomic int locus_ft_live;
+int locus_ft_init(void);
+/* A fresh anonymous block [p, p + n) with protection `prot`, allocated at `site`:
+ * keep its whole pages from `from` on inaccessible until first touched. */
+void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site);
+/* The program is about to free, unmap, remap or reprotect [p, p + n) (n = 0: the region
+ * starting at p): open what is still protected there and forget the region. */
+void locus_ft_release(const void *p, size_t n);
+/* A system call is about to write into [p, p + n): open (first-touch) its pages now, or the
+ * kernel would return EFAULT. */
+void locus_ft_prepare(uintptr_t p, size_t n, uint64_t ip);
+/* Is p the start of an mmap'd malloc chunk (glibc: IS_MMAPPED in the size word)? */
+int locus_ft_chunk_mmapped(const void *p);
+
+#endif
