@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -130,6 +131,37 @@ LOCUS_EXPORT void *mremap(void *old, size_t old_n, size_t new_n, int flags, ...)
   if (!NEXT(next, "mremap")) return (void *)syscall(SYS_mremap, old, old_n, new_n, flags, fixed);
   return (flags & MREMAP_FIXED) ? next(old, old_n, new_n, flags, fixed)
                                 : next(old, old_n, new_n, flags);
+}
+
+/* SIGSEGV stays unblocked while first touches are tracked: blocked, the first touch of a
+ * fresh page would kill the thread (a synchronous fault cannot wait). */
+static const sigset_t *without_segv(int how, const sigset_t *set, sigset_t *copy) {
+  if (!set || how == SIG_UNBLOCK || !locus_ft_installed() || !sigismember(set, SIGSEGV)) return set;
+  *copy = *set;
+  sigdelset(copy, SIGSEGV);
+  return copy;
+}
+
+LOCUS_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
+  static int (*next)(int, const sigset_t *, sigset_t *);
+  sigset_t copy;
+  set = without_segv(how, set, &copy);
+  return NEXT(next, "sigprocmask") ? next(how, set, old)
+                                   : (int)syscall(SYS_rt_sigprocmask, how, set, old, 8);
+}
+
+LOCUS_EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) {
+  static int (*next)(int, const sigset_t *, sigset_t *);
+  sigset_t copy;
+  set = without_segv(how, set, &copy);
+  return NEXT(next, "pthread_sigmask") ? next(how, set, old) : ENOSYS;
+}
+
+/* An alternate signal stack the kernel writes signal frames to: never kept protected. */
+LOCUS_EXPORT int sigaltstack(const stack_t *ss, stack_t *old) {
+  static int (*next)(const stack_t *, stack_t *);
+  if (FT_ON && ss && !(ss->ss_flags & SS_DISABLE)) locus_ft_release(ss->ss_sp, ss->ss_size);
+  return NEXT(next, "sigaltstack") ? next(ss, old) : (int)syscall(SYS_sigaltstack, ss, old);
 }
 
 /* ---- calls the kernel writes into: open the buffer's pages first ---- */

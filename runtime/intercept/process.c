@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "../numa/numa.h"
 #include "../core/real.h"
 #include "../locks/locks.h"
 
@@ -29,6 +30,13 @@ static void *trampoline(void *p) {
 
 LOCUS_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
                                 void *arg) {
+  /* A stack the program allocated itself must be writable before the thread runs: the
+   * kernel cannot deliver the first-touch fault on a stack it cannot write. */
+  if (attr && atomic_load_explicit(&locus_ft_live, memory_order_relaxed)) {
+    void *sa = NULL;
+    size_t ss = 0;
+    if (pthread_attr_getstack(attr, &sa, &ss) == 0 && sa && ss) locus_ft_release(sa, ss);
+  }
   struct locus_self *me = locus_enabled && !locus_me.guard ? locus_self_get() : NULL;
   struct tramp *t = me ? malloc(sizeof *t) : NULL;
   if (!t) return REAL(create, "pthread_create")(th, attr, fn, arg);

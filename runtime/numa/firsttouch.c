@@ -212,6 +212,8 @@ not_ours:
   chain(sig, si, ucv);
 }
 
+int locus_ft_installed(void) { return atomic_load_explicit(&installed, memory_order_relaxed); }
+
 /* Called by the sigaction() interposer (comm/soft/trap.c) for SIGSEGV: 1 if handled. */
 int locus_ft_sigaction(const struct sigaction *act, struct sigaction *old) {
   if (!atomic_load(&installed)) return 0;

@@ -58,6 +58,9 @@ void locus_ft_release(const void *p, size_t n);
 /* A system call is about to write into [p, p + n): open (first-touch) its pages now, or the
  * kernel would return EFAULT. */
 void locus_ft_prepare(uintptr_t p, size_t n, uint64_t ip);
+/* The SIGSEGV handler is installed: a blocked SIGSEGV would kill a thread at its first
+ * touch, so the signal-mask interposers never let the program block it. */
+int locus_ft_installed(void);
 /* Is p the start of an mmap'd malloc chunk (glibc: IS_MMAPPED in the size word)? */
 int locus_ft_chunk_mmapped(const void *p);
 

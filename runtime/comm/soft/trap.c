@@ -97,12 +97,20 @@ int locus_comm_trap_install(void) {
 
 /* ---- interposers: SIGTRAP (and SIGSEGV for the numa lens), everything else forwards ---- */
 int locus_ft_sigaction(const struct sigaction *act, struct sigaction *old);
+int locus_ft_installed(void);
 
 LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   sigaction_fn real = get_real();
   if (!real) {
     errno = ENOSYS;
     return -1;
+  }
+  struct sigaction unblocked;
+  if (act && locus_ft_installed() && sigismember(&act->sa_mask, SIGSEGV)) {
+    /* A handler that blocks SIGSEGV would die at its first touch of a fresh page. */
+    unblocked = *act;
+    sigdelset(&unblocked.sa_mask, SIGSEGV);
+    act = &unblocked;
   }
   if (sig == SIGSEGV && locus_ft_sigaction(act, old)) return 0;
   if (sig != SIGTRAP || !atomic_load(&installed)) return real(sig, act, old);

@@ -1,0 +1,300 @@
+/* The numa lens's runtime: first touches of tracked memory (who, which pages, read then
+ * write), system calls writing into protected buffers, the program's own SIGSEGV handler,
+ * blocked signals and alternate signal stacks in protected memory, and the pinning log.
+ * Each case runs this program again under LD_PRELOAD with a fresh LOCUS_DIR.
+ * Usage: test_numa LIBLOCUS */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../include/locus_format.h"
+#include "harness.h"
+
+#define MB (1ul << 20)
+#define PAGE 4096ul
+
+/* ---- the workloads, run in the preloaded child ---- */
+static FILE *out_file(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/addrs", getenv("LOCUS_DIR"));
+  return fopen(path, "w");
+}
+
+static char *block;
+
+static void *write_second_half(void *arg) {
+  (void)arg;
+  for (size_t i = 4 * MB; i < 8 * MB; i += PAGE) block[i] = 1;
+  return NULL;
+}
+
+/* An 8 MiB malloc block (mmap'd by glibc): main writes the first half, a thread the
+ * second; a 1 MiB mmap is read everywhere, then written on even pages. */
+static int case_firsttouch(void) {
+  FILE *f = out_file();
+  block = malloc(8 * MB);
+  char *m = mmap(NULL, MB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (!block || m == MAP_FAILED) return 1;
+  for (size_t i = 0; i < 4 * MB; i += PAGE) block[i] = 1;
+  pthread_t t;
+  pthread_create(&t, NULL, write_second_half, NULL);
+  pthread_join(t, NULL);
+  long sum = 0;
+  for (size_t i = 0; i < MB; i += PAGE) sum += m[i];
+  for (size_t i = 0; i < MB; i += 2 * PAGE) m[i] = 2;
+  for (size_t i = 0; i < MB; i += PAGE) sum += m[i];
+  fprintf(f, "%d %lx %lx %ld\n", gettid(), (unsigned long)block, (unsigned long)m, sum);
+  fclose(f);
+  free(block);
+  munmap(m, MB);
+  return sum == 2 * (long)(MB / PAGE / 2) ? 0 : 2;
+}
+
+/* The kernel writes into protected pages: read, readv, fread, pread. */
+static int case_syscalls(void) {
+  char *b = mmap(NULL, MB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  char *c = malloc(4 * MB);
+  if (b == MAP_FAILED || !c) return 1;
+  int fd = open("/proc/self/exe", O_RDONLY);
+  if (fd < 0) return 2;
+  if (read(fd, b + 5 * PAGE + 100, 3 * PAGE) != (ssize_t)(3 * PAGE)) return 3;
+  if (memcmp(b + 5 * PAGE + 101, "ELF", 3) != 0) return 4;
+  struct iovec iov[2] = {{b + 20 * PAGE, 100}, {c + MB, 2 * PAGE}};
+  if (pread(fd, c + 2 * MB, PAGE, 0) != (ssize_t)PAGE) return 5;
+  lseek(fd, 0, SEEK_SET);
+  if (readv(fd, iov, 2) != (ssize_t)(100 + 2 * PAGE)) return 6;
+  close(fd);
+  FILE *f = fopen("/proc/self/exe", "rb");
+  if (!f || fread(c + 3 * MB + 7, 1, 3 * PAGE, f) != 3 * PAGE) return 7;
+  fclose(f);
+  if (memcmp(c + 3 * MB + 8, "ELF", 3) != 0 || memcmp(c + 2 * MB + 1, "ELF", 3) != 0) return 8;
+  free(c);
+  return 0;
+}
+
+static sigjmp_buf jb;
+static volatile int app_faults;
+static void app_handler(int sig, siginfo_t *si, void *uc) {
+  (void)sig, (void)si, (void)uc;
+  app_faults++;
+  siglongjmp(jb, 1);
+}
+
+/* The program's own SIGSEGV handler still gets its own faults; a fresh page touched with
+ * every signal blocked and from a handler on an alternate stack in fresh memory works. */
+static volatile int alt_ran;
+static void alt_handler(int sig) {
+  (void)sig;
+  char local[256];
+  memset(local, 1, sizeof local);
+  alt_ran = local[10];
+}
+
+static void *blocked_thread(void *arg) {
+  char *p = arg;
+  for (size_t i = 0; i < MB; i += PAGE) p[i] = 3;
+  return NULL;
+}
+
+static int case_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = app_handler;
+  sa.sa_flags = SA_SIGINFO;
+  sigfillset(&sa.sa_mask);
+  if (sigaction(SIGSEGV, &sa, NULL) != 0) return 1;
+  char *guard = mmap(NULL, PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (sigsetjmp(jb, 1) == 0) guard[0] = 1;
+  if (app_faults != 1) return 2;
+  /* All signals blocked, in a thread too, then fresh memory touched. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  char *p = malloc(2 * MB);
+  pthread_t t;
+  pthread_create(&t, NULL, blocked_thread, p);
+  pthread_join(t, NULL);
+  for (size_t i = MB; i < 2 * MB; i += PAGE) p[i] = 4;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  /* An alternate signal stack in fresh memory. */
+  char *alt = mmap(NULL, 64 * 1024, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  stack_t ss = {.ss_sp = alt, .ss_size = 64 * 1024, .ss_flags = 0};
+  if (sigaltstack(&ss, NULL) != 0) return 3;
+  struct sigaction su;
+  memset(&su, 0, sizeof su);
+  su.sa_handler = alt_handler;
+  su.sa_flags = SA_ONSTACK;
+  sigaction(SIGUSR1, &su, NULL);
+  raise(SIGUSR1);
+  if (alt_ran != 1) return 4;
+  free(p);
+  return 0;
+}
+
+/* Pinning: this thread to CPU 0, then to every CPU. */
+static int case_pins(void) {
+  FILE *f = out_file();
+  cpu_set_t one, all;
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  sched_getaffinity(0, sizeof all, &all);
+  if (sched_setaffinity(0, sizeof one, &one) != 0) return 1;
+  if (pthread_setaffinity_np(pthread_self(), sizeof all, &all) != 0) return 2;
+  fprintf(f, "%d %d\n", gettid(), CPU_COUNT(&all));
+  fclose(f);
+  return 0;
+}
+
+/* ---- the driver ---- */
+static int run_case(const char *self, const char *lib, const char *name, const char *run) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("LD_PRELOAD", lib, 1);
+    setenv("LOCUS_LENSES", "numa,comm", 1);
+    setenv("LOCUS_COMM_DETECT", "0", 1);
+    setenv("LOCUS_COMM_BACKEND", "soft", 1);
+    setenv("LOCUS_COMM_PERIOD_NS", "1000000", 1);
+    setenv("LOCUS_DIR", run, 1);
+    execl(self, self, name, (char *)NULL);
+    _exit(127);
+  }
+  int st;
+  if (waitpid(pid, &st, 0) != pid) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static char *fresh_run(const char *name) {
+  static char path[4096];
+  snprintf(path, sizeof path, "/tmp/locus-test-numa-%d-%s", getpid(), name);
+  char cmd[8400];
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", path, path);
+  if (system(cmd) != 0) return NULL;
+  return path;
+}
+
+static size_t records(const char *run, const char *file, size_t size, char **buf) {
+  char pd[4096];
+  size_t len = 0;
+  *buf = NULL;
+  if (proc_dir(run, pd, sizeof pd) != 0) return 0;
+  *buf = slurp(pd, file, &len);
+  return len / size;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && !strcmp(argv[1], "firsttouch")) return case_firsttouch();
+  if (argc == 2 && !strcmp(argv[1], "syscalls")) return case_syscalls();
+  if (argc == 2 && !strcmp(argv[1], "signals")) return case_signals();
+  if (argc == 2 && !strcmp(argv[1], "pins")) return case_pins();
+  if (argc != 2) {
+    fprintf(stderr, "usage: test_numa LIBLOCUS\n");
+    return 2;
+  }
+  const char *lib = argv[1], *self = "/proc/self/exe";
+  char exe[4096];
+  ssize_t k = readlink(self, exe, sizeof exe - 1);
+  if (k <= 0) return 2;
+  exe[k] = 0;
+
+  {
+    int ok = 1;
+    char *run = fresh_run("ft");
+    int rc = run_case(exe, lib, "firsttouch", run);
+    CHECK(rc == 0, "firsttouch exited %d", rc);
+    size_t n;
+    char *a = slurp(run, "addrs", &n);
+    int main_tid = 0;
+    unsigned long blk = 0, m = 0;
+    long sum = 0;
+    CHECK(a && sscanf(a, "%d %lx %lx %ld", &main_tid, &blk, &m, &sum) == 4, "no addrs");
+    char *buf;
+    size_t nt = records(run, "numa.touch.bin", sizeof(struct locus_numa_touch), &buf);
+    const struct locus_numa_touch *t = (const void *)buf;
+    size_t main_pages = 0, other_pages = 0, m_read = 0, m_place = 0, bad = 0;
+    for (size_t i = 0; i < nt; i++) {
+      if (t[i].kind != 1) continue;
+      if (t[i].addr >= blk && t[i].addr < blk + 8 * MB) {
+        int second = t[i].addr >= ((blk + 4 * MB) & ~(PAGE - 1));
+        if (!(t[i].flags & LOCUS_NT_WRITE) || t[i].region != blk || t[i].node < 0) bad++;
+        if ((int)t[i].tid == main_tid && !second) main_pages += t[i].pages;
+        if ((int)t[i].tid != main_tid && second) other_pages += t[i].pages;
+      } else if (t[i].addr >= m && t[i].addr < m + MB) {
+        if (t[i].flags & LOCUS_NT_PLACE) {
+          m_place++;
+          if (t[i].node < 0) bad++;
+        } else {
+          m_read++;
+          if (t[i].node != -2 || (t[i].flags & LOCUS_NT_WRITE)) bad++;
+        }
+      }
+    }
+    /* The block's first page holds glibc's chunk header (touched by malloc itself). */
+    CHECK(main_pages + other_pages >= 8 * MB / PAGE - 2, "block pages %zu + %zu", main_pages,
+          other_pages);
+    CHECK(other_pages >= 4 * MB / PAGE - 1, "second half by the thread: %zu", other_pages);
+    CHECK(m_read == MB / PAGE, "mmap read touches %zu", m_read);
+    CHECK(m_place == MB / PAGE / 2, "mmap placements %zu", m_place);
+    CHECK(bad == 0, "%zu inconsistent records", bad);
+    finish("first touch: who, which pages, read then write (zero page, then placed)", ok);
+    free(a);
+    free(buf);
+  }
+  {
+    int ok = 1;
+    char *run = fresh_run("sys");
+    int rc = run_case(exe, lib, "syscalls", run);
+    CHECK(rc == 0, "syscalls exited %d", rc);
+    finish("read, pread, readv, fread into protected pages return the data", ok);
+  }
+  {
+    int ok = 1;
+    char *run = fresh_run("sig");
+    int rc = run_case(exe, lib, "signals", run);
+    CHECK(rc == 0, "signals exited %d", rc);
+    finish("own SIGSEGV handler, all signals blocked, altstack in fresh memory", ok);
+  }
+  {
+    int ok = 1;
+    char *run = fresh_run("pins");
+    int rc = run_case(exe, lib, "pins", run);
+    CHECK(rc == 0, "pins exited %d", rc);
+    size_t n;
+    char *a = slurp(run, "addrs", &n);
+    int tid = 0, ncpu = 0;
+    CHECK(a && sscanf(a, "%d %d", &tid, &ncpu) == 2, "no addrs");
+    char *buf;
+    size_t np = records(run, "numa.pins.bin", sizeof(struct locus_numa_pin), &buf);
+    const struct locus_numa_pin *p = (const void *)buf;
+    int seq[8], k2 = 0;
+    for (size_t i = 0; i < np && k2 < 8; i++)
+      if (p[i].kind == 1 && (int)p[i].tid == tid) {
+        seq[k2++] = p[i].what;
+        if (p[i].what == LOCUS_NP_SCHED_SETAFFINITY) CHECK(p[i].ncpus == 1, "ncpus");
+        if (p[i].what == LOCUS_NP_PTHREAD_SETAFFINITY)
+          CHECK((int)p[i].ncpus == ncpu, "ncpus %u", p[i].ncpus);
+      }
+    CHECK(k2 == 4 && seq[0] == LOCUS_NP_START && seq[1] == LOCUS_NP_SCHED_SETAFFINITY &&
+              seq[2] == LOCUS_NP_PTHREAD_SETAFFINITY && seq[3] == LOCUS_NP_END,
+          "pin sequence of %d records", k2);
+    finish("pinning log: start, sched_setaffinity, pthread_setaffinity_np, end", ok);
+    free(a);
+    free(buf);
+  }
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "rm -rf /tmp/locus-test-numa-%d-*", getpid());
+  if (system(cmd) != 0) return 1;
+  printf("%d passed, %d failed\n", passes, failures);
+  return failures != 0;
+}
