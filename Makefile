@@ -9,8 +9,12 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 LOCUS := $(VENV)/bin/locus
 
-APT_PACKAGES := build-essential python3-venv python3-pip libunwind-dev clang-format llvm \
+APT_PACKAGES := build-essential python3-venv python3-pip libunwind-dev libnuma-dev clang-format llvm \
 	binutils pigz sysbench stress-ng libgomp1 procps libzydis-dev
+
+# The real-NUMA VM tier (tests/vm, scripts/numavm): QEMU (TCG) + busybox initramfs. The
+# guest kernel is not an apt install: scripts/numavm setup downloads and unpacks it.
+VM_APT_PACKAGES := qemu-system-x86 busybox-static kmod xz-utils
 
 SUDO := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
@@ -20,7 +24,7 @@ DEMO_DIR ?= /tmp/locus-demo
 DEMO_CMD ?= workloads/build/sharequeue 1
 DEMO_COMM_CMD ?= workloads/build/comm_falseshare 2 - 0.9 --free
 
-.PHONY: all deps apt-deps build lint format test demo bench clean
+.PHONY: all deps apt-deps vm-setup build lint format test demo bench clean
 
 all: build
 
@@ -37,6 +41,21 @@ apt-deps:
 	  $(SUDO) apt-get update && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends $$missing; \
 	fi
+
+# One-off and cached (~/.cache/locus/numavm); a second run is a no-op. LOCUS_SKIP_VM=1 skips
+# it (and tests/vm skips its tests).
+vm-setup:
+	@if [ "$$LOCUS_SKIP_VM" = 1 ]; then echo "LOCUS_SKIP_VM=1: no VM setup"; exit 0; fi; \
+	missing=""; \
+	for p in $(VM_APT_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends $$missing; \
+	fi && \
+	$(PYTHON) scripts/numavm setup
 
 $(VENV)/.installed: pyproject.toml
 	@[ -x $(VPY) ] || $(PYTHON) -m venv $(VENV)
@@ -62,7 +81,8 @@ format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix .
 	@files="$(C_SOURCES)"; if [ -n "$$files" ]; then clang-format -i $$files; fi
 
-test: deps build lint
+# tests/ includes tests/vm (the NUMA guest tier, one boot for all of it).
+test: deps build lint vm-setup
 	@if $(MAKE) -s -C runtime -n check >/dev/null 2>&1; then $(MAKE) -C runtime check; fi
 	$(VENV)/bin/pytest -q python tests
 
