@@ -616,20 +616,20 @@ def lens_verdicts(f: Findings) -> list[Verdict]:
     out.append(comm_verdict(f))
 
     if not (hw_addr or x86):
-        out.append(Verdict("numa", False, "unavailable", "no address sampling on this machine"))
+        out.append(Verdict("numa", True, "unavailable", "no address sampling on this machine"))
     elif f.numa_nodes < 2:
         out.append(
             Verdict(
                 "numa",
-                False,
+                True,
                 "degraded",
-                "one NUMA node: every access is local",
-                "multi-socket machine or the QEMU guest (recipes/numavm.md)",
+                "one NUMA node: every access is local (--fake-numa N emulates nodes)",
+                "a multi-socket machine, or scripts/numavm -- locus record --lens numa ...",
             )
         )
     else:
         backend = f.addr_sampling if hw_addr else "soft"
-        out.append(Verdict("numa", False, "ok", f"{f.numa_nodes} nodes, {backend} sampling"))
+        out.append(Verdict("numa", True, "ok", f"{f.numa_nodes} nodes, {backend} sampling"))
 
     out.append(Verdict("memtrace", False, "ok", "page protection and faults need no privilege"))
 

@@ -376,12 +376,6 @@ def resolve_numa(options: dict | None, comm_settings: dict) -> dict:
     """The numa lens settings: the sampling backend it shares with comm, and the topology."""
     o = options or {}
     fake = o.get("fake")
-    if comm_settings["backend"] == "exact":
-        raise LocusError(
-            "--lens numa --backend exact is not implemented yet: use the soft (or hw) "
-            "backend; first touches are exact in every backend",
-            2,
-        )
     ncpus = os.cpu_count() or 1
     nodes = fake_topology(int(fake), ncpus) if fake else numa_topology()
     cpu_node = [0] * (max((c for n in nodes for c in n["cpus"]), default=ncpus - 1) + 1)
@@ -404,6 +398,8 @@ def numa_env(numa: dict) -> dict[str, str]:
     return {
         "LOCUS_NUMA_CPUNODE": ",".join(str(x) for x in numa["cpu_node"]),
         "LOCUS_NUMA_FAKE": "1" if numa["emulated"] else "0",
+        # exact: the first instrumented access to a page is its first touch (no protection).
+        "LOCUS_NUMA_FIRST_TOUCH": "0" if numa["backend"] == "exact" else "1",
     }
 
 

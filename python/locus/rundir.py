@@ -267,6 +267,24 @@ NUMA_PIN_DTYPE = np.dtype(
     ]
 )
 
+NUMA_COUNT_DTYPE = np.dtype(
+    [
+        ("t", "<u8"),
+        ("addr", "<u8"),
+        ("ip", "<u8"),
+        ("nodes", "<u8"),
+        ("count", "<u8"),
+        ("tid", "<u4"),
+        ("node", "<i2"),
+        ("flags", "<u2"),
+        ("kind", "<u2"),
+        ("pad16", "<u2"),
+        ("pad32", "<u4"),
+        ("reserved", "<u8"),
+    ]
+)
+
+assert NUMA_COUNT_DTYPE.itemsize == 64
 assert NUMA_TOUCH_DTYPE.itemsize == 64
 assert NUMA_PIN_DTYPE.itemsize == 64
 assert COMM_SAMPLE_DTYPE.itemsize == 64

@@ -21,6 +21,7 @@
  *   RUN/procs/<pid>/allocs.bin        struct locus_alloc (comm, numa: heap objects, stacks)
  *   RUN/procs/<pid>/numa.touch.bin    struct locus_numa_touch (numa lens: first touches)
  *   RUN/procs/<pid>/numa.pins.bin     struct locus_numa_pin (numa lens: binding changes)
+ *   RUN/procs/<pid>/numa.counts.bin   struct locus_numa_count (numa lens, exact backend)
  *   RUN/procs/<pid>/maps, maps.exit   copies of /proc/self/maps at start and at exit
  */
 #ifndef LOCUS_FORMAT_H
@@ -320,6 +321,25 @@ struct locus_numa_pin {  /* 64 bytes */
   uint64_t policy_nodes; /* the policy's node mask */
   uint64_t addr;         /* mbind / move_pages: start of the range */
   uint64_t len;          /* mbind: bytes; move_pages: pages */
+};
+
+/* Exact backend (a program built with `locus cc`): every instrumented access counted, one
+ * record per (thread, instruction, page, page node, thread's nodes, flags), written when the
+ * thread ends (or at exit for the threads still running). */
+#define LOCUS_NC_UNPINNED_PAGE 0x100u /* the page's first toucher was unpinned */
+struct locus_numa_count {             /* 64 bytes */
+  uint64_t t;                         /* ticks of the last access */
+  uint64_t addr;                      /* page address */
+  uint64_t ip;                        /* accessing instruction */
+  uint64_t nodes;                     /* nodes the thread was allowed to run on (bit per node) */
+  uint64_t count;                     /* accesses */
+  uint32_t tid;
+  int16_t node;   /* memory node of the page; -1 unknown, -2 not placed yet, -3 stack */
+  uint16_t flags; /* LOCUS_AC_STORE, LOCUS_AC_STACK, LOCUS_NC_UNPINNED_PAGE */
+  uint16_t kind;  /* 1 = record; 0 = unused */
+  uint16_t pad16;
+  uint32_t pad32;
+  uint64_t reserved;
 };
 
 /* Written by the launcher, not the runtime. */

@@ -94,6 +94,10 @@ static void put_touch(uintptr_t page, uint64_t ip, uintptr_t alloc, uint32_t pag
   locus_cursor_put(&touch_stream, &touch_cursor, &r, sizeof r);
 }
 
+void locus_ft_put_touch(const struct locus_numa_touch *r) {
+  locus_cursor_put(&touch_stream, &touch_cursor, r, sizeof *r);
+}
+
 /* Write-fault the page in this thread and return its node (move_pages), -1 if unknown. */
 static int place(uintptr_t page) {
   __atomic_fetch_or((volatile unsigned char *)page, (unsigned char)0, __ATOMIC_RELAXED);
@@ -261,7 +265,8 @@ void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site) {
   if (site >= self_lo && site < self_hi) return;
   if ((prot & (PROT_READ | PROT_WRITE)) != (PROT_READ | PROT_WRITE) || (prot & PROT_EXEC)) return;
   uintptr_t lo = ((uintptr_t)from + PAGE - 1) & ~(PAGE - 1);
-  uintptr_t hi = ((uintptr_t)p + n) & ~(PAGE - 1);
+  /* The tail page is the block's own too (mmap and mmap'd chunks end on a page). */
+  uintptr_t hi = ((uintptr_t)p + n + PAGE - 1) & ~(PAGE - 1);
   if (hi <= lo || (hi - lo) / PAGE < FT_MIN_PAGES) return;
   size_t words = ((hi - lo) / PAGE + 63) / 64;
   for (uint32_t i = 0; i < FT_MAX; i++) {

@@ -3,6 +3,7 @@
 #include "numa.h"
 
 #include "../comm/allocs.h"
+#include "../comm/comm.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -78,6 +79,10 @@ void locus_numa_pin(uint8_t what, uint32_t tid, uint64_t nodes, uint32_t ncpus, 
   r.addr = addr;
   r.len = len;
   locus_cursor_put(&pin_stream, &pin_cursor, &r, sizeof r);
+  if (what == LOCUS_NP_SCHED_SETAFFINITY || what == LOCUS_NP_PTHREAD_SETAFFINITY)
+    atomic_fetch_add(&locus_numa_aff_epoch, 1);
+  if (what == LOCUS_NP_MBIND || what == LOCUS_NP_MOVE_PAGES)
+    atomic_fetch_add(&locus_numa_page_epoch, 1);
   pin_busy = 0;
 }
 
@@ -129,6 +134,11 @@ static int proc_init(void) {
     return -1;
   }
   locus_numa.on = 1;
+  if (locus_comm_cfg.backend == LOCUS_BK_EXACT && locus_numa_exact_init() != 0) {
+    locus_warn("numa: cannot set up the exact backend's page table; the numa lens is off");
+    locus_numa.on = 0;
+    return -1;
+  }
   if (locus_ft_init() != 0) {
     locus_numa.on = 0;
     return -1;
@@ -146,12 +156,14 @@ void locus_ft_after_fork(void);
 void locus_ft_thread_fini(void);
 
 static void thread_fini(void) {
+  locus_numa_exact_thread_fini();
   pin_self(LOCUS_NP_END);
   locus_cursor_close(&pin_cursor);
   locus_ft_thread_fini();
 }
 
 static void proc_fini(void) {
+  locus_numa_exact_proc_fini();
   pin_self(LOCUS_NP_END);
   locus_cursor_close(&pin_cursor);
   locus_ft_thread_fini();
@@ -165,6 +177,7 @@ static void after_fork(void) {
     return;
   }
   locus_ft_after_fork();
+  if (atomic_load(&locus_numa_exact_on)) locus_numa_exact_after_fork();
   pin_self(LOCUS_NP_START);
 }
 

@@ -64,4 +64,17 @@ int locus_ft_installed(void);
 /* Is p the start of an mmap'd malloc chunk (glibc: IS_MMAPPED in the size word)? */
 int locus_ft_chunk_mmapped(const void *p);
 
+/* Append a touch record for the calling thread (first touch or exact backend). */
+void locus_ft_put_touch(const struct locus_numa_touch *r);
+
+/* ---- exact backend (exact.c) ---- */
+extern _Atomic int locus_numa_exact_on;        /* the comm exact hooks call the access below */
+extern _Atomic uint32_t locus_numa_page_epoch; /* bumped by mbind, move_pages: nodes asked again */
+extern _Atomic uint32_t locus_numa_aff_epoch;  /* bumped by affinity changes */
+void locus_numa_exact_access(uintptr_t a, uint32_t len, uint32_t fl, uint64_t ip);
+int locus_numa_exact_init(void);
+void locus_numa_exact_thread_fini(void);
+void locus_numa_exact_proc_fini(void);
+void locus_numa_exact_after_fork(void);
+
 #endif

@@ -43,6 +43,7 @@
 #include <sys/mman.h>
 
 #include "../comm.h"
+#include "../../numa/numa.h"
 
 #define L2_BITS 16 /* lines per second-level block: 2^16 (4 MiB of memory with 64-byte lines) */
 #define ADDR_BITS 47
@@ -425,6 +426,8 @@ static INLINE void x_access(const volatile void *p, uint32_t len, uint32_t fl, u
   int on = g.on;
   struct xthread *x = &xt;
   uintptr_t a = (uintptr_t)p;
+  if (LOCUS_UNLIKELY(atomic_load_explicit(&locus_numa_exact_on, memory_order_relaxed)))
+    locus_numa_exact_access(a, len, fl, ip);
   if (LOCUS_LIKELY(on == X_ON64)) {
     /* In the cached block (so a tracked, not busy thread and a valid address), not spanning
      * lines. */
@@ -741,7 +744,8 @@ static int proc_init(void) {
   if (setup_shadow() != 0) return -1;
   memset(slots, 0, sizeof slots);
   atomic_store(&slots_hi, 0);
-  g.on = g.line == 64 ? X_ON64 : X_ON;
+  /* The numa lens alone (no detection asked): its own hook only, no cache-line model. */
+  g.on = !locus_comm_cfg.detect ? X_OFF : g.line == 64 ? X_ON64 : X_ON;
   return 0;
 }
 
