@@ -273,13 +273,22 @@ struct locus_alloc { /* 64 bytes */
  * landed. A read places nothing (the kernel maps its shared zero page): its record has node -2
  * and the page stays read-only until its first write, recorded with LOCUS_NT_PLACE. Under
  * --fake-numa the node is the emulated node of the touching CPU. */
-#define LOCUS_NT_UNPINNED 1u /* the touching thread was allowed on more than one node */
-#define LOCUS_NT_RANGE 2u    /* fallback: `pages` pages opened at once (map count budget) */
-#define LOCUS_NT_WRITE 4u    /* the faulting access was a write (from the page-fault error code) */
-#define LOCUS_NT_EXACT 8u    /* exact backend: first access seen by the instrumentation */
-#define LOCUS_NT_PLACE                                                   \
-  16u /* not a first touch: the first write to a page first touched by a \
-         read (node -2 then: the zero page), where the page landed */
+/* flags: */
+/* the touching thread was allowed on more than one node */
+#define LOCUS_NT_UNPINNED 1u
+/* `pages` pages opened at once, attributed to this thread: a thread touching page after
+ * page (a growing block ahead of it), or the map-count budget reached */
+#define LOCUS_NT_RANGE 2u
+/* the faulting access was a write (from the page-fault error code) */
+#define LOCUS_NT_WRITE 4u
+/* exact backend: the first instrumented access to a page not present yet */
+#define LOCUS_NT_EXACT 8u
+/* not a first touch: the first write to a page first touched by a read (node -2 then: the
+ * zero page), and where the page landed */
+#define LOCUS_NT_PLACE 16u
+/* not a first touch: `pages` pages of the allocation at `region` were on `node` (-2: never
+ * placed) when it was freed, or at exit (move_pages) */
+#define LOCUS_NT_FINAL 32u
 
 struct locus_numa_touch { /* 64 bytes */
   uint64_t t;             /* ticks */

@@ -61,6 +61,13 @@ static struct locus_stream touch_stream;
 static LOCUS_TLS struct locus_cursor touch_cursor;
 static LOCUS_TLS uintptr_t retry_addr;
 static LOCUS_TLS unsigned retry_n;
+static LOCUS_TLS uint32_t my_aff_epoch; /* my_nodes is valid for this affinity epoch */
+static LOCUS_TLS uint64_t my_nodes;
+/* Sequential first touches: the page this thread's next fault would be, in which region, and
+ * how many faults in a row were sequential. */
+static LOCUS_TLS uintptr_t streak_next;
+static LOCUS_TLS const void *streak_region;
+static LOCUS_TLS unsigned streak;
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 static struct sigaction app_segv;
@@ -81,8 +88,12 @@ static void put_touch(uintptr_t page, uint64_t ip, uintptr_t alloc, uint32_t pag
   r.addr = page;
   r.ip = ip;
   r.region = alloc;
-  uint32_t ncpus = 0;
-  r.nodes = locus_numa_self_nodes(&ncpus);
+  uint32_t ae = atomic_load_explicit(&locus_numa_aff_epoch, memory_order_relaxed);
+  if (ae != my_aff_epoch) {
+    my_aff_epoch = ae;
+    my_nodes = locus_numa_self_nodes(NULL);
+  }
+  r.nodes = my_nodes;
   if (__builtin_popcountll(r.nodes) > 1) flags |= LOCUS_NT_UNPINNED;
   r.tid = locus_me.tid ? locus_me.tid : (uint32_t)syscall(SYS_gettid);
   r.pages = pages;
@@ -153,7 +164,38 @@ static int on_fault(uintptr_t a, int write, uint64_t ip, uint16_t extra) {
                 (uint16_t)(LOCUS_NT_RANGE | (write ? LOCUS_NT_WRITE : 0) | extra));
     return 1;
   }
+  /* A thread touching page after page (a serial or chunked initialisation) opens growing
+   * blocks ahead of it: 2, 4, ... 64 pages (never past its bitmap word), one fault each. The
+   * block is attributed to this thread (LOCUS_NT_RANGE); pages in it are placed by whoever
+   * writes them first, as without locus. */
+  unsigned run = (page == streak_next && streak_region == r) ? streak + 1 : 0;
+  size_t block = run >= 2 ? (size_t)1 << (run - 1 < 6 ? run - 1 : 6) : 1;
+  size_t room = 64 - (idx & 63);
+  if (block > room) block = room;
+  if (block > npages - idx) block = npages - idx;
+  if (block > 1) {
+    uint64_t mask = (block == 64 ? ~0ull : ((1ull << block) - 1)) << (idx & 63);
+    uint64_t was_open = atomic_fetch_or(&r->open[w], mask);
+    uint64_t was_seen = atomic_fetch_or(&r->seen[w], mask);
+    if (was_open & bit) return 1; /* opened by another thread meanwhile: retry */
+    sys_mprotect(page, block * PAGE, r->prot);
+    atomic_fetch_add(&vma_estimate, vma_delta(r, idx, npages));
+    int node = write ? place(page) : -2;
+    uint32_t fresh = (uint32_t)__builtin_popcountll(mask & ~was_seen);
+    if (fresh)
+      put_touch(page, ip, r->alloc, fresh, node,
+                (uint16_t)(LOCUS_NT_RANGE | (write ? LOCUS_NT_WRITE : 0) | extra));
+    streak = run;
+    streak_next = page + block * PAGE;
+    streak_region = r;
+    return 1;
+  }
   uint64_t was_seen = atomic_fetch_or(&r->seen[w], bit) & bit;
+  if (!was_seen) {
+    streak = run;
+    streak_next = page + PAGE;
+    streak_region = r;
+  }
   if (!write) {
     if (was_seen) return 1; /* another thread is opening it: retry */
     sys_mprotect(page, PAGE, PROT_READ);
@@ -297,6 +339,38 @@ void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site) {
   atomic_fetch_add(&untracked, 1);
 }
 
+/* Where the region's pages are now (move_pages, in batches): one LOCUS_NT_FINAL record per
+ * node (node -2: pages never placed). */
+#define FINAL_BATCH 512
+static void final_placement(struct ft_region *r) {
+  if (locus_numa.emulated) return;
+  uint32_t counts[LOCUS_NUMA_MAX_NODES + 1] = {0};
+  void *pages[FINAL_BATCH];
+  int status[FINAL_BATCH];
+  for (uintptr_t a = r->start; a < r->end;) {
+    unsigned n = 0;
+    for (; n < FINAL_BATCH && a < r->end; n++, a += PAGE) pages[n] = (void *)a;
+    if (syscall(SYS_move_pages, 0, (unsigned long)n, pages, NULL, status, 0) != 0) return;
+    for (unsigned i = 0; i < n; i++) {
+      int s = status[i];
+      counts[s >= 0 && s < LOCUS_NUMA_MAX_NODES ? s + 1 : 0]++;
+    }
+  }
+  for (int k = 0; k <= LOCUS_NUMA_MAX_NODES; k++)
+    if (counts[k]) put_touch(r->alloc, 0, r->alloc, counts[k], k ? k - 1 : -2, LOCUS_NT_FINAL);
+}
+
+void locus_ft_proc_fini(void) {
+  uint32_t top = atomic_load(&regions_hi);
+  for (uint32_t i = 0; i < top; i++) {
+    struct ft_region *r = &regions[i];
+    int expect = FT_LIVE;
+    if (!atomic_compare_exchange_strong(&r->state, &expect, FT_BUSY)) continue;
+    final_placement(r);
+    atomic_store(&r->state, FT_LIVE);
+  }
+}
+
 void locus_ft_release(const void *p, size_t n) {
   if (!atomic_load_explicit(&locus_ft_live, memory_order_relaxed)) return;
   uintptr_t lo = (uintptr_t)p, hi = n ? lo + n : lo + 1;
@@ -310,6 +384,7 @@ void locus_ft_release(const void *p, size_t n) {
     if (!atomic_compare_exchange_strong(&r->state, &expect, FT_BUSY)) continue;
     /* Whatever is still protected gets the region's protection back (untouched pages stay
      * unpopulated: nothing is placed). */
+    final_placement(r);
     sys_mprotect(r->start, r->end - r->start, r->prot);
     atomic_fetch_sub(&locus_ft_live, 1);
     atomic_store(&r->state, FT_FREE);

@@ -164,6 +164,7 @@ static void thread_fini(void) {
 
 static void proc_fini(void) {
   locus_numa_exact_proc_fini();
+  locus_ft_proc_fini();
   pin_self(LOCUS_NP_END);
   locus_cursor_close(&pin_cursor);
   locus_ft_thread_fini();

@@ -49,6 +49,8 @@ uint64_t locus_numa_mask_nodes(const void *set, size_t size, uint32_t *ncpus);
 /* Nonzero while some region is protected: the interposers' fast-path test. */
 extern _Atomic int locus_ft_live;
 int locus_ft_init(void);
+/* The process ends: write the final placement of the regions still tracked. */
+void locus_ft_proc_fini(void);
 /* A fresh anonymous block [p, p + n) with protection `prot`, allocated at `site`:
  * keep its whole pages from `from` on inaccessible until first touched. */
 void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site);
