@@ -58,13 +58,15 @@ def _trips(op: str, x: float, limit: float) -> bool:
 
 
 def lens_summary(lens: str, res: dict) -> dict:
-    """The numbers of a lens that compare across runs: its `summary`, or for the comm lens
-    its totals and sampling counters (comm.totals.false, comm.samples, ...)."""
+    """The numbers of a lens that compare across runs: its `summary`, or for the comm and
+    numa lenses their totals and sampling counters (comm.totals.false, numa.totals.remote,
+    comm.samples, ...)."""
     if "summary" in res:
         return res["summary"]
-    if lens == "comm":
+    if lens in ("comm", "numa"):
         keep = ("samples", "skipped", "overhead_s")
-        return {"totals": res.get("totals", {}), **{k: res.get(k) for k in keep}}
+        totals = {k: v for k, v in res.get("totals", {}).items() if not isinstance(v, str)}
+        return {"totals": totals, **{k: res.get(k) for k in keep}}
     return {}
 
 

@@ -23,7 +23,7 @@ class Filters:
     min_hold: float | None = None
     lock: str | None = None
     site: str | None = None
-    by: str = "thread"  # comm: which matrix (thread, core, node)
+    by: str | None = None  # comm: matrix (thread, core, node); numa: table (site, alloc, thread)
     kind: str = "all"  # comm: all, true or false sharing
 
 
@@ -146,6 +146,44 @@ def filter_comm(c: dict, f: Filters) -> dict:
     return out
 
 
+NUMA_LOG_KEEP = ("start", "end")  # pinning-log entries shown only when room is left
+
+
+def filter_numa(c: dict, f: Filters) -> dict:
+    """Apply --by/--site/--top to the numa lens: `view.by` names the main table (site,
+    alloc or thread); --top keeps the first rows of every table, and of the pinning log the
+    binding changes first (thread starts and ends fill what room is left)."""
+    by = f.by if f.by in ("site", "alloc", "thread") else "site"
+    n = f.top or None
+    out = dict(c)
+    sites, alloc_sites = c["sites"], c["alloc_sites"]
+    if f.site:
+        sites = [r for r in sites if _match_site(r, f.site)]
+        alloc_sites = [r for r in alloc_sites if _match_site(r, f.site)]
+        if not sites and not alloc_sites:
+            raise LocusError(
+                f"no code or allocation site matches '{f.site}' (give FUNC or FILE:LINE)"
+            )
+    out["sites"], out["alloc_sites"] = sites[:n], alloc_sites[:n]
+    # Every thread in creation order for machines; the busiest first when cut to --top.
+    out["threads"] = sorted(c["threads"], key=lambda r: -r["accesses"])[:n] if n else c["threads"]
+    out["allocations"] = c["allocations"][:n]
+    log = c["pinning_log"]
+    if n and len(log) > n:
+        changes = [i for i, r in enumerate(log) if r["what"] not in NUMA_LOG_KEEP]
+        rest = [i for i, r in enumerate(log) if r["what"] == "start"]
+        keep = sorted(changes[:n] + rest[: max(n - len(changes), 0)])
+        log = [log[i] for i in keep]
+    out["pinning_log"] = log
+    out["view"] = {"by": by}
+    if f.by and f.by not in ("site", "alloc", "thread"):
+        out["notes"] = [*c["notes"], f"--by {f.by} applies to the comm lens; numa shows by site"]
+    keys = ("sites", "alloc_sites", "threads", "allocations", "pinning_log")
+    out["shown"] = {k: len(out[k]) for k in keys}
+    out["total"] = {k: len(c[k]) for k in keys}
+    return out
+
+
 def build(run: RunDir, lenses: list[str] | None = None, filters: Filters | None = None) -> dict:
     recorded = run.lenses
     lenses = lenses or recorded
@@ -164,6 +202,8 @@ def build(run: RunDir, lenses: list[str] | None = None, filters: Filters | None 
             res = filter_locks(res, filters)
         elif lens == "comm":
             res = filter_comm(res, filters)
+        elif lens == "numa":
+            res = filter_numa(res, filters)
         out_lenses[lens] = res
     return {
         "locus_version": __version__,
@@ -172,6 +212,17 @@ def build(run: RunDir, lenses: list[str] | None = None, filters: Filters | None 
         "overhead": overhead(run),
         "lenses": out_lenses,
     }
+
+
+def plot(report: dict, outdir: str) -> list[str]:
+    """--plot DIR: the heat maps of every lens in the report that draws one."""
+    from locus.render import comm, numa
+
+    plotters = {"comm": comm.plot, "numa": numa.plot}
+    lenses = [lens for lens in report["lenses"] if lens in plotters]
+    if not lenses:
+        raise LocusError("--plot draws the comm and numa lenses: add --lens comm or --lens numa")
+    return [p for lens in lenses for p in plotters[lens](report, outdir)]
 
 
 def cmd_report(ns) -> int:
@@ -190,14 +241,12 @@ def cmd_report(ns) -> int:
         min_hold=getattr(ns, "min_hold", None),
         lock=getattr(ns, "lock", None),
         site=getattr(ns, "site", None),
-        by=getattr(ns, "by", None) or "thread",
+        by=getattr(ns, "by", None),
         kind=getattr(ns, "kind", None) or "all",
     )
     report = build(run, lenses, f)
     plot_dir = getattr(ns, "plot", None)
     if plot_dir:
-        from locus.render.comm import plot
-
         paths = plot(report, plot_dir)
     sys.stdout.write(render(report, fmt))
     if plot_dir:

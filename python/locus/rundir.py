@@ -484,6 +484,7 @@ class RunDir:
         for lens, files in (
             ("locks", ("locks.events.bin", "locks.counts.bin")),
             ("comm", ("comm.events.bin", "comm.threads.bin")),
+            ("numa", ("numa.touch.bin", "numa.pins.bin")),
         ):
             if any(os.path.exists(p.file(f)) for p in self.procs for f in files):
                 found.append(lens)

@@ -334,6 +334,16 @@ void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site) {
     }
     atomic_fetch_add(&locus_ft_live, 1);
     atomic_store_explicit(&r->state, FT_LIVE, memory_order_release);
+    /* The block's first partial page (malloc's chunk header) was touched by the allocator,
+     * in this thread: its first touch. */
+    uintptr_t head = (uintptr_t)p & ~(PAGE - 1);
+    if (head < lo) {
+      void *hp = (void *)head;
+      int status = -1;
+      if (locus_numa.emulated || syscall(SYS_move_pages, 0, 1ul, &hp, NULL, &status, 0) != 0)
+        status = -1;
+      put_touch(head, site, (uintptr_t)p, 1, status >= 0 ? status : -1, LOCUS_NT_WRITE);
+    }
     return;
   }
   atomic_fetch_add(&untracked, 1);
@@ -347,7 +357,8 @@ static void final_placement(struct ft_region *r) {
   uint32_t counts[LOCUS_NUMA_MAX_NODES + 1] = {0};
   void *pages[FINAL_BATCH];
   int status[FINAL_BATCH];
-  for (uintptr_t a = r->start; a < r->end;) {
+  /* From the allocation's first page (a malloc chunk's header page is its own too). */
+  for (uintptr_t a = r->alloc & ~(PAGE - 1); a < r->end;) {
     unsigned n = 0;
     for (; n < FINAL_BATCH && a < r->end; n++, a += PAGE) pages[n] = (void *)a;
     if (syscall(SYS_move_pages, 0, (unsigned long)n, pages, NULL, status, 0) != 0) return;

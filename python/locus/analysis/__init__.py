@@ -1,5 +1,5 @@
 """Analyses, one module per lens. LENSES is the one table that knows them."""
 
-from locus.analysis import comm, locks
+from locus.analysis import comm, locks, numa
 
-LENSES = {"locks": locks.analyze, "comm": comm.analyze}
+LENSES = {"locks": locks.analyze, "comm": comm.analyze, "numa": numa.analyze}

@@ -15,7 +15,6 @@ Matrices are symmetrised (M + M^T) with a zero diagonal, as ComDetective's are.
 
 from __future__ import annotations
 
-import glob
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -23,21 +22,21 @@ from typing import Callable
 
 import numpy as np
 
+from locus.analysis.common import Names as _Names
+from locus.analysis.common import Threads as _Threads
+from locus.analysis.common import cpu_nodes, heap_blocks, live_blocks, thread_rows
+from locus.analysis.common import ranges as _ranges
+from locus.analysis.common import site_str as _site_str
 from locus.analysis.locks import group
 from locus.errors import LocusError
 from locus.rundir import (
     AC_STORE,
-    AL_FREE,
-    AL_MALLOC,
-    AL_MMAP,
-    AL_MUNMAP,
     AL_STACK,
     BK_EXACT,
     BK_HW,
     BK_SOFT,
     CE_EXACT,
     CE_TRUE,
-    THREAD_MAIN,
     RunDir,
 )
 
@@ -79,110 +78,6 @@ class Events:
     dst_len: np.ndarray
     flags: np.ndarray
     dst_flags: np.ndarray
-
-
-class _Threads:
-    """Threads in creation order (process order, then serial); index 0 is the main thread
-    of the first process. Threads seen only in events are appended."""
-
-    def __init__(self, run: RunDir):
-        self.proc: list[int] = []
-        self.tid: list[int] = []
-        self.routine: list[int] = []
-        self.main: list[bool] = []
-        self.index: dict[tuple[int, int], int] = {}
-        for i, p in enumerate(run.procs):
-            t = p.threads
-            for tid, fl, rt in zip(
-                t["tid"].tolist(), t["flags"].tolist(), t["start_routine"].tolist()
-            ):
-                self.add(i, tid, rt, bool(fl & THREAD_MAIN))
-
-    def add(self, proc: int, tid: int, routine: int = 0, main: bool = False) -> int:
-        key = (proc, tid)
-        if key not in self.index:
-            self.index[key] = len(self.tid)
-            self.proc.append(proc)
-            self.tid.append(tid)
-            self.routine.append(routine)
-            self.main.append(main)
-        return self.index[key]
-
-    def lookup(self, proc: np.ndarray, tid: np.ndarray) -> np.ndarray:
-        """Thread index of each (proc, tid); unknown threads are added in first-seen order."""
-        if len(tid) == 0:
-            return np.zeros(0, dtype=np.int64)
-        key = (proc.astype(np.uint64) << np.uint64(32)) | tid.astype(np.uint64)
-        uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        for j in np.argsort(first, kind="stable"):
-            k = int(uk[j])
-            self.add(k >> 32, k & 0xFFFFFFFF)
-        idx = np.array([self.index[(int(k) >> 32, int(k) & 0xFFFFFFFF)] for k in uk])
-        return idx[inv.reshape(-1)].astype(np.int64)
-
-    def __len__(self) -> int:
-        return len(self.tid)
-
-
-class _Names:
-    """Code and data symbols, one symbolizer per process, batched."""
-
-    def __init__(self, run: RunDir, opts: Options):
-        self.run = run
-        self.opts = opts
-        self.syms: dict[int, object] = {}
-        self.code_cache: dict[tuple[int, int], object] = {}
-
-    def sym(self, proc: int):
-        if not self.opts.symbols:
-            return None
-        if proc not in self.syms:
-            if self.opts.symbolizer is not None:
-                self.syms[proc] = self.opts.symbolizer(self.run.procs[proc])
-            else:
-                from locus.symbolize import Symbolizer
-
-                self.syms[proc] = Symbolizer(self.run.procs[proc].maps_text())
-        return self.syms[proc]
-
-    def data(self, proc: int, addrs: list[int]) -> dict[int, str | None]:
-        s = self.sym(proc)
-        return s.data(addrs) if s is not None and addrs else {}
-
-    def code(self, keys: list[tuple[int, int]], return_addresses: bool = False) -> list:
-        """CodeLoc (or None) of each (proc, ip). Sampled and trapped instruction addresses
-        are the accessing instructions themselves, not return addresses."""
-        by_proc: dict[int, list[int]] = {}
-        for p, a in keys:
-            if (p, a) not in self.code_cache and a:
-                by_proc.setdefault(p, []).append(a)
-        for p, addrs in by_proc.items():
-            s = self.sym(p)
-            res = s.code(addrs, return_addresses=return_addresses) if s is not None else {}
-            for a in addrs:
-                self.code_cache[(p, a)] = res.get(a)
-        return [self.code_cache.get(k) for k in keys]
-
-    def site(self, proc: int, ip: int) -> dict:
-        """{function, file, line, address} of an instruction; module+offset when stripped."""
-        loc = self.code_cache.get((proc, ip))
-        fn = loc.function if loc is not None and loc.function else ""
-        if not fn and ip:
-            s = self.sym(proc)
-            where = s.module_offset(ip) if s is not None and hasattr(s, "module_offset") else None
-            fn = where or f"{ip:#x}"
-        return {
-            "function": fn or "?",
-            "file": loc.file if loc is not None else "",
-            "line": loc.line if loc is not None else 0,
-        }
-
-
-def _site_str(s: dict) -> str:
-    where = s["function"]
-    if s["file"]:
-        where += f" {os.path.basename(s['file'])}:{s['line']}"
-    return where
 
 
 def recorded(run: RunDir) -> bool:
@@ -307,44 +202,6 @@ def symmetric(n: int, a: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray
     return m
 
 
-def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:
-    """NUMA node of each CPU 0..ncpu-1: meta host info, else this machine's sysfs."""
-    host = run.host
-    for key in ("cpu_node", "cpu_nodes"):
-        v = host.get(key)
-        if isinstance(v, list) and all(isinstance(x, int) for x in v):
-            out = np.zeros(ncpu, dtype=np.int64)
-            k = min(len(v), ncpu)
-            out[:k] = np.maximum(np.asarray(v[:k], dtype=np.int64), 0)
-            return out
-    if host.get("numa_nodes") == 1:
-        return np.zeros(ncpu, dtype=np.int64)
-    out = np.zeros(ncpu, dtype=np.int64)
-    found = False
-    for d in glob.glob("/sys/devices/system/node/node[0-9]*"):
-        try:
-            node = int(os.path.basename(d)[4:])
-            with open(os.path.join(d, "cpulist")) as f:
-                text = f.read().strip()
-        except (OSError, ValueError):
-            continue
-        for part in filter(None, text.split(",")):
-            lo, _, hi = part.partition("-")
-            try:
-                for c in range(int(lo), int(hi or lo) + 1):
-                    if c < ncpu:
-                        out[c] = node
-                        found = True
-            except ValueError:
-                continue
-    if found and out.max() > 0:
-        notes.append(
-            "the run does not record which NUMA node each CPU belongs to: the node matrix "
-            "uses this machine's topology (/sys/devices/system/node)"
-        )
-    return out
-
-
 # ---- objects ----
 
 
@@ -360,22 +217,6 @@ class _Objects:
             self.ids[key] = len(self.info)
             self.info.append(info)
         return self.ids[key]
-
-
-def _blocks(al: np.ndarray):
-    """Heap blocks (malloc, mmap) with their lifetime [t, end) in ticks: a block ends at the
-    next free, munmap or allocation at the same address."""
-    ends = np.isin(al["kind"], [AL_MALLOC, AL_MMAP, AL_FREE, AL_MUNMAP])
-    rows = al[ends]
-    o = np.lexsort((rows["t"], rows["addr"]))
-    rows = rows[o]
-    is_live = np.isin(rows["kind"], [AL_MALLOC, AL_MMAP]) & (rows["size"] > 0)
-    end = np.full(len(rows), np.iinfo(np.uint64).max, dtype=np.uint64)
-    if len(rows) > 1:
-        same = rows["addr"][1:] == rows["addr"][:-1]
-        end[:-1][same] = rows["t"][1:][same]
-    b = rows[is_live]
-    return b, end[is_live]
 
 
 def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Objects):
@@ -401,34 +242,11 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
             oid = objs.get(("stack", pi, tid), kind="stack", proc=pi, thread=k, tid=tid, size=size)
             obj[m[hit]] = oid
             off[m[hit]] = (a[hit] - np.uint64(lo)).astype(np.int64)
-        # Heap blocks: the block with the highest start <= a, if it holds a and is alive.
-        b, bend = _blocks(al)
+        # Heap blocks: the block alive at the event's time that holds the address.
+        b, bend = heap_blocks(al)
         if len(b):
             todo = np.flatnonzero(obj[m] < 0)
-            o = np.lexsort((b["t"], b["addr"]))
-            b, bend = b[o], bend[o]
-            lo = b["addr"]
-            hi = lo + b["size"]
-            j = np.searchsorted(lo, a[todo], side="right") - 1
-            jj = np.maximum(j, 0)
-            ok = (j >= 0) & (a[todo] < hi[jj]) & (t[todo] >= b["t"][jj]) & (t[todo] < bend[jj])
-            bidx = np.where(ok, jj, -1)
-            # Misses may still lie in an older, larger block (address reuse): slow path
-            # over the distinct missed addresses only.
-            miss_pos = np.flatnonzero(~ok)
-            if len(miss_pos):
-                miss = todo[miss_pos]
-                ua, uinv = np.unique(a[miss], return_inverse=True)
-                uinv = uinv.reshape(-1)
-                for u, av in enumerate(ua.tolist()):
-                    cand = np.flatnonzero((lo <= av) & (hi > av))
-                    if not len(cand):
-                        continue
-                    for e in np.flatnonzero(uinv == u):
-                        te = t[miss[e]]
-                        alive = cand[(b["t"][cand] <= te) & (bend[cand] > te)]
-                        if len(alive):
-                            bidx[miss_pos[e]] = alive[-1]
+            bidx = live_blocks(b, bend, a[todo], t[todo])
             got = bidx >= 0
             for bi in np.unique(bidx[got]).tolist():
                 r = b[bi]
@@ -476,20 +294,6 @@ def unique_rows(a: np.ndarray) -> np.ndarray:
         return a.reshape(0, a.shape[1] if a.ndim == 2 else 0)
     _inv, first = group(*(a[:, k] for k in range(a.shape[1])))
     return a[np.sort(first)] if len(first) else a[:0]
-
-
-def _ranges(idx: list[int]) -> str:
-    """[0,1,2,3,5] -> '0-3,5'."""
-    idx = sorted(set(idx))
-    out = []
-    i = 0
-    while i < len(idx):
-        j = i
-        while j + 1 < len(idx) and idx[j + 1] == idx[j] + 1:
-            j += 1
-        out.append(f"{idx[i]}" if i == j else f"{idx[i]}-{idx[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def _union(spans: list[tuple[int, int]]) -> list[list[int]]:
@@ -595,7 +399,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     objs = _Objects()
     obj, obj_off = _attribute(run, ev, th, names, objs)
 
-    threads = _thread_rows(run, th, names)
+    threads = thread_rows(run, th, names)
     objects = _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
     lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
     sites = _site_rows(ev, wk, names, opts)
@@ -687,23 +491,6 @@ def _compact_threads(th: _Threads, ev: Events, ct_list: list, notes: list):
         "they are left out of `threads` and the matrices (`threads_total` counts them)"
     )
     return new, Events(**fields)
-
-
-def _thread_rows(run: RunDir, th: _Threads, names: _Names) -> list[dict]:
-    keys = [(p, r) for p, r in zip(th.proc, th.routine) if r]
-    locs = dict(zip(keys, names.code(keys))) if keys else {}
-    out = []
-    for i in range(len(th)):
-        p, tid = th.proc[i], th.tid[i]
-        if th.main[i] or (i == 0):
-            name = "main"
-        else:
-            loc = locs.get((p, th.routine[i]))
-            name = loc.function if loc is not None and loc.function else ""
-            name = name or (f"{th.routine[i]:#x}" if th.routine[i] else "")
-        pid = run.procs[p].pid if p < len(run.procs) else 0
-        out.append({"index": i, "tid": tid, "pid": pid, "name": name})
-    return out
 
 
 def _sums(ids: np.ndarray, n: int, wk: dict) -> dict:

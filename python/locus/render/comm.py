@@ -9,7 +9,7 @@ import os
 from locus.analysis.comm import _ranges
 from locus.errors import LocusError
 from locus.render.tables import Table
-from locus.render.units import count, percent, seconds
+from locus.render.units import count, nbytes, percent, seconds
 
 MATRIX_TABLE = "comm_matrix"  # CSV only: text and Markdown show the heat map instead
 # Shades of the terminal heat map, from "no communication" to the maximum cell.
@@ -40,15 +40,6 @@ def volume(v: float | None, unit: str) -> str:
     if unit == "lines":
         return f"{count(round(v))} lines"
     return count(round(v))
-
-
-def nbytes(v: float | None) -> str:
-    if v is None:
-        return "n/a"
-    for scale, u in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if v >= scale:
-            return f"{v / scale:.1f} {u}"
-    return f"{v:.0f} B"
 
 
 def _pct(v, d):

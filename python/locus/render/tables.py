@@ -1,6 +1,7 @@
 """The tables of a report, shared by the text, CSV and Markdown renderers.
 
-A column is (header, unit, key); units: "s" seconds, "%" percent, "n" a count, "" text.
+A column is (header, unit, key); units: "s" seconds, "%" percent, "n" a count, "B" bytes,
+"" text.
 CSV prints raw values (seconds as plain numbers, `_s` in the header), text and Markdown
 format them with units.
 """

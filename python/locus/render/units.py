@@ -48,7 +48,18 @@ def threads(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2f} thr"
 
 
+def nbytes(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    for scale, u in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if v >= scale:
+            return f"{v / scale:.1f} {u}"
+    return f"{v:.0f} B"
+
+
 def fmt(v, unit: str) -> str:
+    if unit == "B":
+        return nbytes(v)
     if unit == "s":
         return seconds(v)
     if unit == "%":

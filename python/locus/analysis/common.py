@@ -1,0 +1,240 @@
+"""Helpers the address-sampling lenses (comm, numa) share: the thread registry in creation
+order, batched symbolization of code and data addresses, the heap blocks of allocs.bin and
+the lookup of the block alive at an address and a time, and the CPU -> NUMA node map."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+
+from locus.rundir import AL_FREE, AL_MALLOC, AL_MMAP, AL_MUNMAP, THREAD_MAIN, RunDir
+
+
+class Threads:
+    """Threads in creation order (process order, then serial); index 0 is the main thread
+    of the first process. Threads seen only in events are appended."""
+
+    def __init__(self, run: RunDir):
+        self.proc: list[int] = []
+        self.tid: list[int] = []
+        self.routine: list[int] = []
+        self.main: list[bool] = []
+        self.index: dict[tuple[int, int], int] = {}
+        for i, p in enumerate(run.procs):
+            t = p.threads
+            for tid, fl, rt in zip(
+                t["tid"].tolist(), t["flags"].tolist(), t["start_routine"].tolist()
+            ):
+                self.add(i, tid, rt, bool(fl & THREAD_MAIN))
+
+    def add(self, proc: int, tid: int, routine: int = 0, main: bool = False) -> int:
+        key = (proc, tid)
+        if key not in self.index:
+            self.index[key] = len(self.tid)
+            self.proc.append(proc)
+            self.tid.append(tid)
+            self.routine.append(routine)
+            self.main.append(main)
+        return self.index[key]
+
+    def lookup(self, proc: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        """Thread index of each (proc, tid); unknown threads are added in first-seen order."""
+        if len(tid) == 0:
+            return np.zeros(0, dtype=np.int64)
+        key = (proc.astype(np.uint64) << np.uint64(32)) | tid.astype(np.uint64)
+        uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        for j in np.argsort(first, kind="stable"):
+            k = int(uk[j])
+            self.add(k >> 32, k & 0xFFFFFFFF)
+        idx = np.array([self.index[(int(k) >> 32, int(k) & 0xFFFFFFFF)] for k in uk])
+        return idx[inv.reshape(-1)].astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.tid)
+
+
+class Names:
+    """Code and data symbols, one symbolizer per process, batched."""
+
+    def __init__(self, run: RunDir, opts):
+        self.run = run
+        self.opts = opts
+        self.syms: dict[int, object] = {}
+        self.code_cache: dict[tuple[int, int], object] = {}
+
+    def sym(self, proc: int):
+        if not self.opts.symbols:
+            return None
+        if proc not in self.syms:
+            if self.opts.symbolizer is not None:
+                self.syms[proc] = self.opts.symbolizer(self.run.procs[proc])
+            else:
+                from locus.symbolize import Symbolizer
+
+                self.syms[proc] = Symbolizer(self.run.procs[proc].maps_text())
+        return self.syms[proc]
+
+    def data(self, proc: int, addrs: list[int]) -> dict[int, str | None]:
+        s = self.sym(proc)
+        return s.data(addrs) if s is not None and addrs else {}
+
+    def code(self, keys: list[tuple[int, int]], return_addresses: bool = False) -> list:
+        """CodeLoc (or None) of each (proc, ip). Sampled and trapped instruction addresses
+        are the accessing instructions themselves, not return addresses."""
+        by_proc: dict[int, list[int]] = {}
+        for p, a in keys:
+            if (p, a) not in self.code_cache and a:
+                by_proc.setdefault(p, []).append(a)
+        for p, addrs in by_proc.items():
+            s = self.sym(p)
+            res = s.code(addrs, return_addresses=return_addresses) if s is not None else {}
+            for a in addrs:
+                self.code_cache[(p, a)] = res.get(a)
+        return [self.code_cache.get(k) for k in keys]
+
+    def site(self, proc: int, ip: int) -> dict:
+        """{function, file, line, address} of an instruction; module+offset when stripped."""
+        loc = self.code_cache.get((proc, ip))
+        fn = loc.function if loc is not None and loc.function else ""
+        if not fn and ip:
+            s = self.sym(proc)
+            where = s.module_offset(ip) if s is not None and hasattr(s, "module_offset") else None
+            fn = where or f"{ip:#x}"
+        return {
+            "function": fn or "?",
+            "file": loc.file if loc is not None else "",
+            "line": loc.line if loc is not None else 0,
+        }
+
+
+def site_str(s: dict) -> str:
+    where = s["function"]
+    if s["file"]:
+        where += f" {os.path.basename(s['file'])}:{s['line']}"
+    return where
+
+
+def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:
+    """NUMA node of each CPU 0..ncpu-1: meta host info, else this machine's sysfs."""
+    host = run.host
+    for key in ("cpu_node", "cpu_nodes"):
+        v = host.get(key)
+        if isinstance(v, list) and all(isinstance(x, int) for x in v):
+            out = np.zeros(ncpu, dtype=np.int64)
+            k = min(len(v), ncpu)
+            out[:k] = np.maximum(np.asarray(v[:k], dtype=np.int64), 0)
+            return out
+    if host.get("numa_nodes") == 1:
+        return np.zeros(ncpu, dtype=np.int64)
+    out = np.zeros(ncpu, dtype=np.int64)
+    found = False
+    for d in glob.glob("/sys/devices/system/node/node[0-9]*"):
+        try:
+            node = int(os.path.basename(d)[4:])
+            with open(os.path.join(d, "cpulist")) as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            try:
+                for c in range(int(lo), int(hi or lo) + 1):
+                    if c < ncpu:
+                        out[c] = node
+                        found = True
+            except ValueError:
+                continue
+    if found and out.max() > 0:
+        notes.append(
+            "the run does not record which NUMA node each CPU belongs to: the node matrix "
+            "uses this machine's topology (/sys/devices/system/node)"
+        )
+    return out
+
+
+def heap_blocks(al: np.ndarray):
+    """Heap blocks (malloc, mmap) with their lifetime [t, end) in ticks: a block ends at the
+    next free, munmap or allocation at the same address."""
+    ends = np.isin(al["kind"], [AL_MALLOC, AL_MMAP, AL_FREE, AL_MUNMAP])
+    rows = al[ends]
+    o = np.lexsort((rows["t"], rows["addr"]))
+    rows = rows[o]
+    is_live = np.isin(rows["kind"], [AL_MALLOC, AL_MMAP]) & (rows["size"] > 0)
+    end = np.full(len(rows), np.iinfo(np.uint64).max, dtype=np.uint64)
+    if len(rows) > 1:
+        same = rows["addr"][1:] == rows["addr"][:-1]
+        end[:-1][same] = rows["t"][1:][same]
+    b = rows[is_live]
+    return b, end[is_live]
+
+
+def live_blocks(b: np.ndarray, bend: np.ndarray, addr: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Index into `b` (heap_blocks, sorted by address then time) of the block holding each
+    address at each time (ticks), -1 for none: the block with the highest start <= addr if
+    it holds it and is alive, else (address reuse) an older, larger block that does."""
+    n = len(addr)
+    if n == 0 or len(b) == 0:
+        return np.full(n, -1, dtype=np.int64)
+    a = np.asarray(addr, dtype=np.uint64)
+    t = np.asarray(t, dtype=np.uint64)
+    lo = b["addr"]
+    hi = lo + b["size"]
+    j = np.searchsorted(lo, a, side="right") - 1
+    jj = np.maximum(j, 0)
+    ok = (j >= 0) & (a < hi[jj]) & (t >= b["t"][jj]) & (t < bend[jj])
+    bidx = np.where(ok, jj, -1).astype(np.int64)
+    # Misses may still lie in an older, larger block: slow path over the distinct missed
+    # addresses that some block covers at all.
+    miss = np.flatnonzero(~ok)
+    if len(miss):
+        # Blocks cover a miss only if a block starting at or below it reaches past it.
+        reach = np.maximum.accumulate(hi)
+        cand_miss = miss[(j[miss] >= 0) & (a[miss] < reach[jj[miss]])]
+        if len(cand_miss):
+            ua, uinv = np.unique(a[cand_miss], return_inverse=True)
+            uinv = uinv.reshape(-1)
+            by_u = np.argsort(uinv, kind="stable")
+            cuts = np.searchsorted(uinv[by_u], np.arange(len(ua) + 1))
+            for u, av in enumerate(ua.tolist()):
+                cand = np.flatnonzero((lo <= av) & (hi > av))
+                if not len(cand):
+                    continue
+                for e in cand_miss[by_u[cuts[u] : cuts[u + 1]]]:
+                    te = t[e]
+                    alive = cand[(b["t"][cand] <= te) & (bend[cand] > te)]
+                    if len(alive):
+                        bidx[e] = alive[-1]
+    return bidx
+
+
+def thread_rows(run: RunDir, th: Threads, names: Names) -> list[dict]:
+    keys = [(p, r) for p, r in zip(th.proc, th.routine) if r]
+    locs = dict(zip(keys, names.code(keys))) if keys else {}
+    out = []
+    for i in range(len(th)):
+        p, tid = th.proc[i], th.tid[i]
+        if th.main[i] or (i == 0):
+            name = "main"
+        else:
+            loc = locs.get((p, th.routine[i]))
+            name = loc.function if loc is not None and loc.function else ""
+            name = name or (f"{th.routine[i]:#x}" if th.routine[i] else "")
+        pid = run.procs[p].pid if p < len(run.procs) else 0
+        out.append({"index": i, "tid": tid, "pid": pid, "name": name})
+    return out
+
+
+def ranges(idx: list[int]) -> str:
+    """[0,1,2,3,5] -> '0-3,5'."""
+    idx = sorted(set(idx))
+    out = []
+    i = 0
+    while i < len(idx):
+        j = i
+        while j + 1 < len(idx) and idx[j + 1] == idx[j] + 1:
+            j += 1
+        out.append(f"{idx[i]}" if i == j else f"{idx[i]}-{idx[j]}")
+        i = j + 1
+    return ",".join(out)
