@@ -49,7 +49,8 @@ struct ft_region {
   _Atomic uint64_t *seen, *open; /* bit per page; never unmapped, reused by the slot */
   size_t words_cap;              /* words available in each of seen/open */
 };
-enum { FT_FREE = 0, FT_BUSY = 1, FT_LIVE = 2 };
+/* FT_CENSUS: tracked for its final placement only (exact backend: no protection). */
+enum { FT_FREE = 0, FT_BUSY = 1, FT_LIVE = 2, FT_CENSUS = 3 };
 
 static struct ft_region regions[FT_MAX];
 static _Atomic uint32_t regions_hi;
@@ -72,6 +73,8 @@ static LOCUS_TLS unsigned streak;
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 static struct sigaction app_segv;
 static _Atomic int installed;
+static int census_only;         /* LOCUS_NUMA_FIRST_TOUCH=0: regions for the census only */
+static _Atomic int census_live; /* FT_CENSUS regions */
 
 static long sys_mprotect(uintptr_t a, size_t n, int prot) {
   return syscall(SYS_mprotect, (void *)a, n, prot);
@@ -303,7 +306,7 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
 }
 
 void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site) {
-  if (!locus_numa.on || !atomic_load(&installed)) return;
+  if (!locus_numa.on || !(census_only || atomic_load(&installed))) return;
   if (site >= self_lo && site < self_hi) return;
   if ((prot & (PROT_READ | PROT_WRITE)) != (PROT_READ | PROT_WRITE) || (prot & PROT_EXEC)) return;
   uintptr_t lo = ((uintptr_t)from + PAGE - 1) & ~(PAGE - 1);
@@ -324,6 +327,14 @@ void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site) {
     r->end = hi;
     r->alloc = (uintptr_t)p;
     r->prot = prot;
+    if (census_only) {
+      uint32_t h = atomic_load(&regions_hi);
+      while (h < i + 1 && !atomic_compare_exchange_weak(&regions_hi, &h, i + 1)) {
+      }
+      atomic_fetch_add(&census_live, 1);
+      atomic_store_explicit(&r->state, FT_CENSUS, memory_order_release);
+      return;
+    }
     if (sys_mprotect(lo, hi - lo, PROT_NONE) != 0) {
       atomic_store(&r->state, FT_FREE);
       return;
@@ -375,24 +386,34 @@ void locus_ft_proc_fini(void) {
   uint32_t top = atomic_load(&regions_hi);
   for (uint32_t i = 0; i < top; i++) {
     struct ft_region *r = &regions[i];
-    int expect = FT_LIVE;
-    if (!atomic_compare_exchange_strong(&r->state, &expect, FT_BUSY)) continue;
+    int was = atomic_load(&r->state);
+    if ((was != FT_LIVE && was != FT_CENSUS) ||
+        !atomic_compare_exchange_strong(&r->state, &was, FT_BUSY))
+      continue;
     final_placement(r);
-    atomic_store(&r->state, FT_LIVE);
+    atomic_store(&r->state, was);
   }
 }
 
 void locus_ft_release(const void *p, size_t n) {
-  if (!atomic_load_explicit(&locus_ft_live, memory_order_relaxed)) return;
+  if (!atomic_load_explicit(&locus_ft_live, memory_order_relaxed) &&
+      !atomic_load_explicit(&census_live, memory_order_relaxed))
+    return;
   uintptr_t lo = (uintptr_t)p, hi = n ? lo + n : lo + 1;
   uint32_t top = atomic_load(&regions_hi);
   for (uint32_t i = 0; i < top; i++) {
     struct ft_region *r = &regions[i];
-    if (atomic_load(&r->state) != FT_LIVE) continue;
+    int was = atomic_load(&r->state);
+    if (was != FT_LIVE && was != FT_CENSUS) continue;
     int hit = n ? (r->start < hi && lo < r->end) : (r->alloc == lo);
     if (!hit) continue;
-    int expect = FT_LIVE;
-    if (!atomic_compare_exchange_strong(&r->state, &expect, FT_BUSY)) continue;
+    if (!atomic_compare_exchange_strong(&r->state, &was, FT_BUSY)) continue;
+    if (was == FT_CENSUS) {
+      final_placement(r);
+      atomic_fetch_sub(&census_live, 1);
+      atomic_store(&r->state, FT_FREE);
+      continue;
+    }
     /* Whatever is still protected gets the region's protection back (untouched pages stay
      * unpopulated: nothing is placed). */
     final_placement(r);
@@ -440,7 +461,10 @@ int locus_ft_init(void) {
   Dl_info di;
   if (dladdr((void *)locus_ft_init, &di) && di.dli_fbase) dl_iterate_phdr(find_self, di.dli_fbase);
   const char *off = getenv("LOCUS_NUMA_FIRST_TOUCH");
-  if (off && *off == '0') return 0;
+  if (off && *off == '0') {
+    census_only = 1;
+    return 0;
+  }
   sigaction_fn real = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
   if (!real) return 0;
   struct sigaction sa, old;
