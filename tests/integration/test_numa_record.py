@@ -1,0 +1,170 @@
+"""`locus record --lens numa` on this one-node machine: emulated nodes (--fake-numa) against
+the workloads' truth, real Debian programs recorded without harm (their output unchanged),
+and the refusals a user meets. Real NUMA nodes are tested in tests/vm/."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+def need(program: str) -> str:
+    path = shutil.which(program)
+    if path is None:
+        pytest.skip(f"{program} is not installed (apt-get install {program}; `make deps`)")
+    return path
+
+
+def one_error_line(proc) -> str:
+    err = proc.stderr.decode(errors="replace")
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("locus")]
+    assert lines, err
+    return lines[-1]
+
+
+def two_cpus() -> None:
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("--fake-numa 2 needs 2 CPUs")
+
+
+def test_fake_numa_serial_first_touch(locus):
+    """Emulated 2 nodes: worker k is pinned to CPU k, i.e. emulated node k; the serial
+    initialisation by worker 0 puts every page on node 0, so worker 1's accesses are
+    remote and the advice names the first-touch site."""
+    two_cpus()
+    cmd = [locus.workload("numa_firsttouch"), "2", "8", "--init", "serial", "--iters", "600"]
+    proc, run = locus.record([*cmd, "--truth"], ("--lens", "numa", "--fake-numa", "2"))
+    truth = locus.truth(proc.stderr)
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["numa"]["emulated"] is True and meta["numa"]["fake"] == 2
+    assert meta["numa"]["cpu_node"][:2] == [0, 1]
+    numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+    assert numa["emulated"] is True
+    assert [n["id"] for n in numa["nodes"]] == [0, 1]
+    lo, hi = truth["chunks"][0]["lo"], truth["chunks"][-1]["hi"]
+    alloc = next(
+        a
+        for a in numa["allocations"]
+        if int(str(a["address"]), 0) <= lo and hi <= int(str(a["address"]), 0) + a["size"] + 4096
+    )
+    assert alloc["pages_per_node"].get("0", alloc["pages_per_node"].get(0)) >= truth["pages"] - 1
+    init_tid = truth["chunks"][0]["init_tid"]
+    top = max(alloc["first_touch_threads"], key=lambda t: t["pages"])
+    assert top["tid"] == init_tid and top["pages"] >= truth["pages"] - 1
+    m = numa["access_matrix"]
+    row1 = m["values"][m["rows"].index(1)]
+    assert row1[m["columns"].index(0)] > 0 and row1[m["columns"].index(1)] == 0
+    assert any(a["kind"] == "serial_first_touch" for a in numa["advice"]), numa["advice"]
+    text = locus.run("report", str(run), "--lens", "numa").stdout.decode()
+    assert "EMULATED" in text.splitlines()[0] or "EMULATED" in text[:2000]
+
+
+def test_fake_numa_pinning_log(locus):
+    two_cpus()
+    cmd = [locus.workload("numa_pinning"), "0.2", "--truth"]
+    proc, run = locus.record(cmd, ("--lens", "numa", "--fake-numa", "2"))
+    truth = locus.truth(proc.stderr)
+    numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+    roles = {t["role"]: t["tid"] for t in truth["thread_list"]}
+    threads = {t["tid"]: t for t in numa["threads"]}
+    assert threads[roles["unpinned"]]["pinned"] is False
+    assert threads[roles["pinned"]]["pinned"] is True
+    rep = [e for e in numa["pinning_log"] if e["tid"] == roles["repinned"]]
+    assert [e["what"] for e in rep].count("sched_setaffinity") == 2
+    assert any(
+        e["what"] == "set_mempolicy" and e["tid"] == roles["pinned"]
+        for e in rep + [e for e in numa["pinning_log"]]
+    )
+
+
+def digest(cmd: list[str], **kw) -> str:
+    out = subprocess.run(cmd, capture_output=True, check=True, timeout=300, **kw).stdout
+    return hashlib.sha256(out).hexdigest()
+
+
+def test_real_programs_under_numa(locus, tmp_path):
+    """pigz and xz (threads, big malloc'd buffers, read() into fresh memory) give
+    byte-identical output under the lens; stress-ng --vm and sysbench memory run clean."""
+    data = tmp_path / "input.bin"
+    libs = sorted(
+        (p for p in os.scandir("/usr/lib/x86_64-linux-gnu") if p.is_file()), key=lambda p: p.name
+    )
+    with open(data, "wb") as f:
+        size = 0
+        for p in libs:
+            if size > 8 << 20:
+                break
+            b = open(p.path, "rb").read()
+            f.write(b)
+            size += len(b)
+    for cmd in (
+        [need("pigz"), "-p", "2", "-c", str(data)],
+        [need("xz"), "-T2", "-3", "-c", str(data)],
+    ):
+        plain = digest(cmd)
+        out = tmp_path / f"rec-{os.path.basename(cmd[0])}"
+        traced = digest(
+            [*locus.argv, "record", "-o", str(out), "--lens", "numa", "--", *cmd], env=locus.env
+        )
+        assert traced == plain, cmd
+        numa = locus.report(out, "--lens", "numa")["lenses"]["numa"]
+        assert numa["totals"]["first_touch"] + numa["totals"]["unpinned_first_touch"] > 0
+        assert numa["samples"] > 0
+    for cmd in (
+        [need("stress-ng"), "--vm", "2", "--vm-bytes", "16M", "--timeout", "1s", "-q"],
+        [need("sysbench"), "memory", "--threads=2", "--memory-total-size=512M", "run"],
+    ):
+        proc, run = locus.record(cmd, ("--lens", "numa"))
+        numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+        vals = numa["access_matrix"]["values"]
+        assert len(vals) == 2 and all(v >= 0 for r in vals for v in r)  # unpinned + node 0
+
+
+def test_numa_exact_backend_counts(locus, tmp_path):
+    """`locus cc` build of numa_firsttouch: every access counted; on one node all pinned
+    accesses are local and the compute loop's count is exactly its element accesses."""
+    exe = tmp_path / "numa_firsttouch"
+    src = os.path.join(os.path.dirname(locus.workload("x")), "..", "numa_firsttouch.c")
+    cc = locus.run(
+        "cc", "-O2", "-g", "-std=c11", "-D_GNU_SOURCE", "-pthread", "-o", str(exe), src, "-ldl"
+    )
+    assert cc.returncode == 0, cc.stderr
+    proc, run = locus.record(
+        [str(exe), "2", "2", "--init", "parallel", "--iters", "3", "--truth"],
+        ("--lens", "numa", "--backend", "exact"),
+    )
+    truth = locus.truth(proc.stderr)
+    numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+    assert numa["backend"] == "exact" and numa["unit"] == "accesses"
+    site = next(s for s in numa["sites"] if s["function"] == truth["compute_site"])
+    want = sum(w["reads"] + w["writes"] for w in truth["workers"])
+    assert site["accesses"] == want, (site, want)
+    assert site["remote"] == 0
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--fake-numa", "2"), "applies to the numa lens"),
+        (("--lens", "numa", "--fake-numa", "0"), "fake-numa"),
+        (("--lens", "numa", "--fake-numa", "4096"), "CPUs"),
+    ],
+)
+def test_bad_numa_options(locus, args, needle):
+    proc = locus.run("record", *args, "--", "true")
+    assert proc.returncode == 2
+    assert needle in one_error_line(proc) or needle in proc.stderr.decode()
+
+
+def test_report_numa_on_a_run_without_it(locus):
+    proc, run = locus.record(["true"])
+    r = locus.run("report", str(run), "--lens", "numa")
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr.decode()
+    assert "numa" in r.stderr.decode()
