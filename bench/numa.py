@@ -221,7 +221,10 @@ def accuracy() -> dict:
     script.write_text(guest_script(work, exact_dir))
     t0 = time.monotonic()
     p = subprocess.run(
-        [sys.executable, str(NUMAVM), "--share", str(work), "--script", str(script)],
+        [
+            *(sys.executable, str(NUMAVM), "--share", str(work), "--share", str(common.REPO)),
+            *("--script", str(script)),
+        ],
         capture_output=True,
         text=True,
     )

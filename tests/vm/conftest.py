@@ -159,7 +159,9 @@ def numavm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     try:
         proc = subprocess.run(
             [sys.executable, str(NUMAVM), "--timing", "--timeout", str(timeout)]
-            + ["--share", str(shared), "--script", str(script)],
+            # The checkout too: the guest's /tmp (and /run, /dev/shm) are its own, so a
+            # checkout there (CI clones anywhere) is only visible when shared.
+            + ["--share", str(shared), "--share", str(REPO), "--script", str(script)],
             cwd=shared,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
