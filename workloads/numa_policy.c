@@ -1,4 +1,4 @@
-/* numa_policy [mb=16] [--truth]
+/* numa_policy [mb=16] [--target NODE] [--truth]
  *
  * Explicit placement. Three regions of `mb` MiB, each its own anonymous mmap, handled by one
  * "toucher" thread pinned (pthread_setaffinity_np) to the first CPU of the first node:
@@ -11,6 +11,8 @@
  * Then the toucher reads every region `passes` (2) times (read_region), so each region's
  * accesses are local or remote as its pages are. "Last node" and "all nodes" are among the
  * nodes with CPUs: with 1 node the policies still apply, to node 0, and everything is local.
+ * --target NODE replaces the last node as the target of bind_last and moved: any node, also
+ * one without CPUs (HBM, CXL memory: the numa lens's memory-only classes).
  *
  * Truth: per region the range [lo, hi), pages, the policy (what call, mode, node set, the
  * mode get_mempolicy(MPOL_F_ADDR) reports afterwards), the expected placement, the pages per
@@ -21,7 +23,7 @@
  */
 #include "numa_common.h"
 
-#define USAGE "numa_policy [mb=16] [--truth]"
+#define USAGE "numa_policy [mb=16] [--target NODE] [--truth]"
 #define PASSES 2
 #define NREGIONS 3
 
@@ -43,6 +45,7 @@ static struct {
 } region[NREGIONS];
 
 static int toucher_cpu;
+static int target = -1; /* --target, else the last node with CPUs */
 
 /* Not inlined: the first touches and the reads each have one code site. */
 __attribute__((noinline)) static void touch_region(char *p, size_t len, char v) {
@@ -59,7 +62,7 @@ static void *toucher(void *arg) {
   (void)arg;
   nm_register_thread(1);
   nm_pin_pthread(1, toucher_cpu);
-  unsigned long last = 1ul << nm_last_node();
+  unsigned long last = 1ul << target;
   region[BIND_LAST].mode = MPOL_BIND;
   region[BIND_LAST].nodes = last;
   region[BIND_LAST].mbind_rc =
@@ -77,7 +80,7 @@ static void *toucher(void *arg) {
   touch_region(region[MOVED].lo, region[MOVED].len, 3);
   nm_placement(region[MOVED].lo, region[MOVED].lo + region[MOVED].len, &region[MOVED].before);
   nm_query_or_move((uintptr_t)region[MOVED].lo, (uintptr_t)region[MOVED].lo + region[MOVED].len,
-                   nm_last_node(), &region[MOVED].move);
+                   target, &region[MOVED].move);
 
   for (int r = 0; r < NREGIONS; r++) {
     region[r].policy_seen = nm_policy_of(region[r].lo);
@@ -95,11 +98,12 @@ static void print_truth(long mb) {
   nm_json_begin(&j, "numa_policy");
   FILE *f = j.f;
   int tnode = nm_node_of_cpu(toucher_cpu);
-  fprintf(f,
-          ",\"mb\":%ld,\"passes\":%d,\"last_node\":%d,\"touch_site\":\"touch_region\","
-          "\"read_site\":\"read_region\",\"toucher\":{\"tid\":%u,\"index\":1,\"cpu\":%d,"
-          "\"node\":%d,\"pinned\":true,\"bindings\":",
-          mb, PASSES, nm_last_node(), nm_tids[1], toucher_cpu, tnode);
+  fprintf(
+      f,
+      ",\"mb\":%ld,\"passes\":%d,\"last_node\":%d,\"target\":%d,\"touch_site\":\"touch_region\","
+      "\"read_site\":\"read_region\",\"toucher\":{\"tid\":%u,\"index\":1,\"cpu\":%d,"
+      "\"node\":%d,\"pinned\":true,\"bindings\":",
+      mb, PASSES, nm_last_node(), target, nm_tids[1], toucher_cpu, tnode);
   nm_json_bindings(f, 1);
   fprintf(f, "},\"main\":{\"tid\":%u,\"index\":0,\"bindings\":", nm_tids[0]);
   nm_json_bindings(f, 0);
@@ -131,19 +135,19 @@ static void print_truth(long mb) {
         want.pages[nm_topo.node_ids[i]] = pages / nm_topo.nnodes;
       fprintf(f, ",\"expected_node\":null");
     } else {
-      want.pages[nm_last_node()] = pages;
-      fprintf(f, ",\"expected_node\":%d", nm_last_node());
+      want.pages[target] = pages;
+      fprintf(f, ",\"expected_node\":%d", target);
     }
     fprintf(f, ",\"expected_pages_per_node\":");
     nm_json_counts(f, &want, 0);
     if (r == INTERLEAVE) fprintf(f, ",\"expected_tolerance_pages\":1");
     if (r == MOVED) {
       nm_json_place(f, "pages_per_node_before", &region[r].before);
-      fprintf(f, ",\"move_target\":%d,\"move_ok\":%s,\"moved_pages\":", nm_last_node(),
+      fprintf(f, ",\"move_target\":%d,\"move_ok\":%s,\"moved_pages\":", target,
               region[r].move.ok ? "true" : "false");
       if (region[r].move.ok)
         fprintf(f, "%ld,\"move_failed_pages\":%ld,\"move_pages_calls\":%ld",
-                region[r].move.pages[nm_last_node()], pages - region[r].move.pages[nm_last_node()],
+                region[r].move.pages[target], pages - region[r].move.pages[target],
                 region[r].move.calls);
       else
         fprintf(f, "null,\"move_failed_pages\":null,\"move_errno\":%d", region[r].move.err);
@@ -167,6 +171,21 @@ static void print_truth(long mb) {
 
 int main(int argc, char **argv) {
   int truth = wl_take_truth_flag(&argc, argv);
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--target") != 0) continue;
+    if (i + 1 >= argc) {
+      fprintf(stderr, "usage: %s\n", USAGE);
+      return 2;
+    }
+    target = (int)wl_arg_long(argv[i + 1], USAGE);
+    if (target >= 64) {
+      fprintf(stderr, "numa_policy: --target must be below 64\n");
+      return 2;
+    }
+    for (int k = i; k + 2 <= argc; k++) argv[k] = argv[k + 2];
+    argc -= 2;
+    break;
+  }
   if (argc > 2) {
     fprintf(stderr, "usage: %s\n", USAGE);
     return 2;
@@ -177,6 +196,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   nm_init();
+  if (target < 0) target = nm_last_node();
   toucher_cpu = nm_first_cpu_of_node(nm_first_node());
   for (int r = 0; r < NREGIONS; r++) {
     region[r].len = (size_t)mb << 20;

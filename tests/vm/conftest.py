@@ -14,7 +14,8 @@ session fixture `numavm`:
         assert out.strip() == "0-1"
 
 The fixture gathers VM_JOBS (and vm_prepare) from every module whose selected tests use
-`numavm`, writes one script, boots the guest ONCE with scripts/numavm (2 nodes, 2 vCPUs,
+`numavm`, writes one script, boots the guest ONCE with scripts/numavm (2 nodes with a vCPU
+each and a third, memory-only node attached to node 1,
 host paths, see docs/numavm.md) and returns a VMRun mapping each job name to
 VMResult(rc, stdout, stderr, job_dir). In the guest, each job runs `sh -c COMMAND` with
 its own directory as the working directory and in $JOB_DIR (on the host afterwards: write
@@ -158,7 +159,10 @@ def numavm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     t0 = time.time()
     try:
         proc = subprocess.run(
+            # Nodes 0 and 1 with a CPU each, node 2 with memory only (a CXL-like expander
+            # attached to node 1: distances 14 from node 1, 30 from node 0).
             [sys.executable, str(NUMAVM), "--timing", "--timeout", str(timeout)]
+            + ["--memory-nodes", "1"]
             # The checkout too: the guest's /tmp (and /run, /dev/shm) are its own, so a
             # checkout there (CI clones anywhere) is only visible when shared.
             + ["--share", str(shared), "--share", str(REPO), "--script", str(script)],

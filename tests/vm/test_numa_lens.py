@@ -2,8 +2,8 @@
 whose truth comes from the construction and from the kernel (move_pages in the workload),
 and of a real Debian program. Recorded in the guest, reported on the host.
 
-Node 0 has CPU 0, node 1 has CPU 1; the workloads pin worker k to CPU k, so worker 1 runs on
-node 1."""
+Node 0 has CPU 0, node 1 has CPU 1, node 2 has memory only (attached to node 1: distance 14
+from it, 30 from node 0); the workloads pin worker k to CPU k, so worker 1 runs on node 1."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ VM_JOBS = {
     "numa_ft_serial": rec("", "numa_firsttouch 2 8 --init serial --iters 20"),
     "numa_ft_parallel": rec("", "numa_firsttouch 2 8 --init parallel --iters 20"),
     "numa_policy": rec("", "numa_policy 2"),
+    "numa_memory_only": rec("", "numa_policy 8 --target 2"),
     "numa_pinning": rec("", "numa_pinning 0.3"),
     "numa_hydro": rec("", "numa_hydro 2 8 --iters 20"),
     "numa_ft_exact": rec(
@@ -101,9 +102,10 @@ def by_node(d: dict) -> dict[str, int]:
 def test_topology_is_real(numavm):
     numa, _ = run_of(numavm, "numa_ft_serial")
     assert numa["emulated"] is False
-    assert [n["id"] for n in numa["nodes"]] == [0, 1]
+    assert [n["id"] for n in numa["nodes"]] == [0, 1, 2]
+    assert [n["memory_only"] for n in numa["nodes"]] == [False, False, True]
+    assert numa["access_matrix"]["columns"] == [0, 1, 2]
     assert numa["access_matrix"]["rows"] == ["unpinned", 0, 1]
-    assert numa["access_matrix"]["columns"] == [0, 1]
 
 
 @pytest.mark.parametrize("job", ["numa_ft_serial", "numa_ft_parallel"])
@@ -156,6 +158,21 @@ def test_policies_show_in_log_and_placement(numavm):
         assert by_node(a["pages_per_node"]) == by_node(reg["pages_per_node_at_end"]), reg["name"]
 
 
+def test_memory_only_node_is_remote_from_the_other_socket(numavm):
+    """Pages bound (and moved) to node 2, which has no CPU and is attached to node 1, read
+    by a thread pinned on node 0: memory_only_remote, and the placement says node 2."""
+    numa, t = run_of(numavm, "numa_memory_only")
+    assert t["target"] == 2
+    tot = numa["totals"]
+    assert tot["memory_only_remote"] > 0 and tot["memory_only_local"] == 0, tot
+    for reg in t["regions"]:
+        a = alloc_of(numa, reg["lo"], reg["hi"])
+        assert by_node(a["pages_per_node"]) == by_node(reg["pages_per_node_at_end"]), reg["name"]
+    m = numa["access_matrix"]
+    row0 = m["values"][m["rows"].index(0)]
+    assert row0[m["columns"].index(2)] > 0
+
+
 def test_pinning_log_and_threads(numavm):
     numa, t = run_of(numavm, "numa_pinning")
     th = {x["tid"]: x for x in numa["threads"]}
@@ -185,7 +202,7 @@ def test_real_program_sysbench_memory(numavm):
     numa = report(res.job_dir)
     assert numa["samples"] > 0
     vals = numa["access_matrix"]["values"]
-    assert len(vals) == 3 and all(len(r) == 2 for r in vals)
+    assert len(vals) == 3 and all(len(r) == 3 for r in vals)
     assert all(v >= 0 for r in vals for v in r)
     assert numa["totals"]["first_touch"] + numa["totals"]["unpinned_first_touch"] > 0
     assert any(s["function"] for s in numa["sites"])

@@ -105,17 +105,18 @@ def parse_kv(line: str) -> dict[str, str]:
     return dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
 
 
-def test_guest_has_two_nodes_with_cpus(numavm):
+def test_guest_has_two_nodes_with_cpus_and_one_memory_only(numavm):
     out = numavm.ok("smoke_topology").stdout
     nodes = {}
     for line in out.splitlines():
         name, *rest = line.split()
         nodes[name] = parse_kv(" ".join(rest))
-    assert sorted(nodes) == ["node0", "node1"], out
+    assert sorted(nodes) == ["node0", "node1", "node2"], out
     assert nodes["node0"]["cpus"] == "0", out
     assert nodes["node1"]["cpus"] == "1", out
-    assert nodes["node0"]["dist"] == "10,20", out
-    assert nodes["node1"]["dist"] == "20,10", out
+    assert nodes["node2"].get("cpus", "") == "", out
+    assert nodes["node0"]["dist"] == "10,20,30", out
+    assert nodes["node1"]["dist"] == "20,10,14", out
 
 
 @pytest.mark.parametrize("cpu,node", [(0, 0), (1, 1)])

@@ -16,8 +16,8 @@ left out, as NUMAPROF does):
   when an mbind binds it to one node, when move_pages moved it, or when no touch of it was
   recorded (static data, brk heap, memory touched before the runtime started);
 - both pinned: `local` when P's node is T's node, else `remote`; when P is on a memory-only
-  node (no CPUs: HBM, CXL), `memory_only_local` if that node is the nearest memory-only node
-  of T's node, else `memory_only_remote`;
+  node (no CPUs: HBM, CXL), `memory_only_local` if that node is attached to T's node (no
+  CPU node is nearer to it), else `memory_only_remote`;
 - T pinned, P not: `unpinned_page`; T not, P pinned: `unpinned_thread`; neither:
   `unpinned_both`; P's node unknown: `unknown`.
 
@@ -304,13 +304,14 @@ class Topology:
             elif len(dl) >= n:
                 d[i, :] = dl[:n]
         self.distance = d
-        # mo_local[t, p]: memory-only node p is the nearest memory-only node of CPU node t.
+        # mo_local[t, p]: memory-only node p is attached to CPU node t, i.e. no CPU node is
+        # nearer to p than t (HBM of a KNL quadrant, a CXL expander behind one socket).
         mo = np.flatnonzero(self.memory_only)
-        self.mo_local = np.zeros((n, n), dtype=bool)
-        if len(mo):
-            near = d[:, mo].min(axis=1)
-            self.mo_local[:, mo] = d[:, mo] == near[:, None]
         cpu = [i for i in self.ids if not self.info[i]["memory_only"]]
+        self.mo_local = np.zeros((n, n), dtype=bool)
+        if len(mo) and cpu:
+            near = d[np.ix_(cpu, mo)].min(axis=0)
+            self.mo_local[:, mo] = d[:, mo] == near[None, :]
         self.cpu_nodes_mask = sum(1 << i for i in cpu if i < 64)
 
     @property
@@ -745,10 +746,13 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     row = np.where(tp, 1 + topo.pos[tnc], 0)[cl]
     col = topo.pos[pnc][cl]
     vals = np.bincount(row * nid + col, weights=a.w[cl], minlength=(nid + 1) * nid)
+    # Rows: threads run on CPU nodes only; memory-only nodes are columns, never rows.
+    cpu_ids = [i for i in topo.ids if not topo.info[i]["memory_only"]]
+    keep = [0, *(1 + int(topo.pos[i]) for i in cpu_ids)]
     access_matrix = {
-        "rows": ["unpinned", *topo.ids],
+        "rows": ["unpinned", *cpu_ids],
         "columns": list(topo.ids),
-        "values": [[_num(v) for v in r] for r in vals.reshape(nid + 1, nid)],
+        "values": [[_num(v) for v in r] for r in vals.reshape(nid + 1, nid)[keep]],
     }
     # Where the threads really ran: the node of the sample's CPU.
     cpu_ok = (a.cpu >= 0) & (a.cpu < len(topo.cpu_node))
@@ -758,9 +762,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     r2 = topo.pos[np.where(ok_cpu, cn, 0)][ok_cpu]
     v2 = np.bincount(r2 * nid + topo.pos[pnc][ok_cpu], weights=a.w[ok_cpu], minlength=nid * nid)
     cpu_matrix = {
-        "rows": list(topo.ids),
+        "rows": cpu_ids,
         "columns": list(topo.ids),
-        "values": [[_num(v) for v in r] for r in v2.reshape(nid, nid)],
+        "values": [[_num(v) for v in r] for r in v2.reshape(nid, nid)[[k - 1 for k in keep[1:]]]],
     }
 
     names = Names(run, opts)

@@ -140,10 +140,25 @@ def test_memory_only_nodes_by_distance(tmp_path):
                              "unpinned_thread": 1}  # fmt: skip
     assert [x["memory_only"] for x in res["nodes"]] == [False, False, True, True]
     assert res["nodes"][2]["cpus"] == [] and res["nodes"][0]["distances"] == dist[0]
-    assert res["access_matrix"]["values"] == [[0, 0, 1, 0], [0, 0, 3, 2], [0, 0, 1, 4],
-                                              [0, 0, 0, 0], [0, 0, 0, 0]]  # fmt: skip
+    # Rows: unpinned and the CPU nodes only (no thread runs on a memory-only node).
+    assert res["access_matrix"]["rows"] == ["unpinned", 0, 1]
+    assert res["access_matrix"]["values"] == [[0, 0, 1, 0], [0, 0, 3, 2],
+                                              [0, 0, 1, 4]]  # fmt: skip
     text = render(build(RunDir.open(str(tmp_path / "run")), ["numa"], Filters()), "text")
     assert "memory_only_local" in text and "no CPU (memory only)" in text
+
+
+def test_one_cxl_node_is_local_to_its_socket_only(tmp_path):
+    """One memory-only node (a CXL expander behind socket 1): local from node 1, remote
+    from node 0, although it is node 0's nearest (only) memory-only node."""
+    dist = [[10, 20, 30], [20, 10, 14], [30, 14, 10]]
+    run, _p, n = _run(threads=2, nodes=[[0, 1], [2, 3], []], distances=dist)
+    n.start(10, nodes=[0])
+    n.start(11, nodes=[1])
+    n.sample(10, STATIC, node=2, count=3)
+    n.sample(11, STATIC, node=2, count=5)
+    res = _res(tmp_path, run)
+    assert _classes(res) == {"memory_only_local": 5, "memory_only_remote": 3}
 
 
 def test_thread_repinned_mid_run(tmp_path):
