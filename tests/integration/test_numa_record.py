@@ -38,7 +38,7 @@ def test_fake_numa_serial_first_touch(locus):
     initialisation by worker 0 puts every page on node 0, so worker 1's accesses are
     remote and the advice names the first-touch site."""
     two_cpus()
-    cmd = [locus.workload("numa_firsttouch"), "2", "8", "--init", "serial", "--iters", "1500"]
+    cmd = [locus.workload("numa_firsttouch"), "2", "64", "--init", "serial", "--iters", "200"]
     proc, run = locus.record([*cmd, "--truth"], ("--lens", "numa", "--fake-numa", "2"))
     truth = locus.truth(proc.stderr)
     meta = json.loads((run / "meta.json").read_text())
