@@ -1,4 +1,4 @@
-"""The `locus` command line (perf-like): record, report, compare, doctor.
+"""The `locus` command line (perf-like): record, report, compare, monitor, doctor.
 
 Each subcommand parses its options here and hands an argparse namespace (or plain arguments)
 to the module that does the work. Modules with heavy imports (numpy) are imported inside
@@ -14,8 +14,8 @@ import sys
 from locus import __version__
 from locus.errors import LocusError
 
-LENSES = ("locks", "comm", "numa")
-PLANNED_LENSES = ("memtrace", "mpi", "scale", "monitor")
+LENSES = ("locks", "comm", "numa", "monitor")
+PLANNED_LENSES = ("memtrace", "mpi", "scale")
 COMM_BACKENDS = ("auto", "hw", "soft", "exact")
 BIND_POLICIES = ("compact", "scatter", "none")
 TIME_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -117,6 +117,100 @@ def parse_bind(value: str) -> str:
     )
 
 
+def parse_interval(value: str) -> float:
+    """`--interval`: 100ms, 1s, 500us, or a plain number of milliseconds -> seconds."""
+    from locus.monitor.engine import parse_interval as parse
+
+    try:
+        return parse(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def parse_events(value: str) -> list[str]:
+    """`--events a,b`: event ids, globs or sensor names (checked when the monitor starts)."""
+    out = [x.strip() for x in value.split(",") if x.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError("empty event list")
+    return out
+
+
+def add_monitor_parser(sub) -> None:
+    mon = sub.add_parser(
+        "monitor",
+        help="system counters over time: stat, record, live",
+        description="Sample system counters (vmstat, per-node NUMA, CPU, PSI, perf software "
+        "events, PMU where present) over time. See docs/monitor.md.",
+    )
+    msub = mon.add_subparsers(dest="monitor_command", metavar="stat|record|live")
+    msub.required = True
+
+    def common(p, default_interval: str) -> None:
+        p.add_argument(
+            "--interval",
+            type=parse_interval,
+            default={"1s": 1.0, "100ms": 0.1}[default_interval],
+            metavar="TIME",
+            help=f"sampling interval: 100ms, 1s, 500us, or a number of ms (default "
+            f"{default_interval})",
+        )
+        p.add_argument(
+            "--events",
+            type=parse_events,
+            metavar="LIST",
+            help="comma-separated event ids or globs (vmstat::numa_*, numastat:*:numa_miss) "
+            "or sensor names (their default events); `locus monitor stat --list` lists them",
+        )
+
+    st = msub.add_parser(
+        "stat",
+        help="print rates as columns, one line per interval",
+        description="vmstat-like columns of per-second rates, one line per interval.",
+    )
+    common(st, "1s")
+    st.add_argument("--count", type=positive_int, metavar="N", help="stop after N lines")
+    st.add_argument(
+        "--discrete",
+        action="store_true",
+        help="print each counter's change over the interval instead of its rate per second",
+    )
+    st.add_argument(
+        "--list",
+        action="store_true",
+        help="list every event (and every absent sensor with the reason) and exit",
+    )
+    st.set_defaults(handler=cmd_monitor_stat)
+
+    rec = msub.add_parser(
+        "record",
+        help="record the counters to a file",
+        description="Record the counters to a JSON-lines file until interrupted, or while "
+        "CMD runs (then exit with its status).",
+        usage="locus monitor record -o FILE [--interval TIME] [--events LIST] [-- CMD ARGS...]",
+    )
+    rec.add_argument("-o", "--output", required=True, metavar="FILE", help="the recording")
+    common(rec, "100ms")
+    rec.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
+    rec.set_defaults(handler=cmd_monitor_record)
+
+    live = msub.add_parser(
+        "live",
+        help="serve a live plot of the counters in the browser",
+        description="Serve the web UI with the counters streamed live.",
+    )
+    live.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address to listen on (default 127.0.0.1; any other needs the printed token)",
+    )
+    live.add_argument(
+        "--port", type=int, default=0, metavar="N", help="TCP port (default 0: any free one)"
+    )
+    common(live, "100ms")
+    live.set_defaults(handler=cmd_monitor_live)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="locus",
@@ -193,6 +287,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="POLICY",
         help="pin threads in creation order: compact, scatter, none (default) or a CPU list",
     )
+    mo = r.add_argument_group("monitor lens (with --lens monitor)")
+    mo.add_argument(
+        "--monitor-interval",
+        type=parse_interval,
+        metavar="TIME",
+        help="sampling interval of the system counters (default 100ms)",
+    )
+    mo.add_argument(
+        "--monitor-events",
+        type=parse_events,
+        metavar="LIST",
+        help="events to record (default: every sensor's defaults; see locus monitor stat --list)",
+    )
     nm = r.add_argument_group("numa lens (with --lens numa)")
     nm.add_argument(
         "--fake-numa",
@@ -200,6 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="emulate N NUMA nodes (CPUs split into N equal blocks; pages placed on the node "
         "of the CPU that first touched them); reports say 'emulated'",
+    )
+    nm.add_argument(
+        "--no-first-touch",
+        action="store_true",
+        help="do not keep fresh memory inaccessible to catch first touches (for programs "
+        "that install their own SIGSEGV handler with a raw system call); placement is still "
+        "counted at free and exit",
     )
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
     r.set_defaults(handler=cmd_record, parser=r)
@@ -257,6 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit non-zero when EXPR holds (repeatable)",
     )
     cmp_.set_defaults(handler=cmd_compare, parser=cmp_)
+
+    add_monitor_parser(sub)
 
     doc = sub.add_parser(
         "doctor",
@@ -330,6 +446,14 @@ def cmd_record(ns: argparse.Namespace) -> int:
         ns.parser.error(f"{comm_given[0]} applies to the comm and numa lenses: add --lens comm")
     if ns.fake_numa is not None and "numa" not in lenses:
         ns.parser.error("--fake-numa applies to the numa lens: add --lens numa")
+    if ns.no_first_touch and "numa" not in lenses:
+        ns.parser.error("--no-first-touch applies to the numa lens: add --lens numa")
+    monitor = None
+    if "monitor" in lenses:
+        monitor = {"interval_s": ns.monitor_interval, "events": ns.monitor_events}
+    elif ns.monitor_interval is not None or ns.monitor_events is not None:
+        opt = "--monitor-interval" if ns.monitor_interval is not None else "--monitor-events"
+        ns.parser.error(f"{opt} applies to the monitor lens: add --lens monitor")
     return launcher.record(
         cmd,
         out=ns.output,
@@ -338,7 +462,12 @@ def cmd_record(ns: argparse.Namespace) -> int:
         sample_interval_ms=ns.sample_interval,
         time_all=ns.time_all,
         **({"comm": comm} if comm is not None else {}),
-        **({"numa": {"fake": ns.fake_numa}} if "numa" in lenses else {}),
+        **(
+            {"numa": {"fake": ns.fake_numa, "first_touch": not ns.no_first_touch}}
+            if "numa" in lenses
+            else {}
+        ),
+        **({"monitor": monitor} if monitor is not None else {}),
     )
 
 
@@ -378,6 +507,23 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         check_run(r)
     compare = lazy_import("locus.compare", "compare")
     return compare.cmd_compare(ns)
+
+
+def cmd_monitor_stat(ns: argparse.Namespace) -> int:
+    from locus.monitor import stat
+
+    return stat.cmd_stat(ns)
+
+
+def cmd_monitor_record(ns: argparse.Namespace) -> int:
+    from locus.monitor import record
+
+    return record.cmd_record(ns)
+
+
+def cmd_monitor_live(ns: argparse.Namespace) -> int:
+    live = lazy_import("locus.monitor.live", "monitor live")
+    return live.main(ns)
 
 
 def cmd_doctor(ns: argparse.Namespace) -> int:

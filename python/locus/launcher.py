@@ -2,8 +2,10 @@
 
 The launcher lives outside the target. It checks the command, creates the run directory,
 writes meta.json (complete: false) before the program starts, runs it with LD_PRELOAD and
-the LOCUS_* configuration, samples service time (sampler.py) while it runs, forwards the
-signals a user sends to it, and rewrites meta.json when the program has ended.
+the LOCUS_* configuration, samples service time (sampler.py) while it runs — and with the
+monitor lens the system counters (locus.monitor) into monitor.jsonl, with a control FIFO
+whose path the program gets in LOCUS_MONITOR_FIFO — forwards the signals a user sends to
+it, and rewrites meta.json when the program has ended.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from locus import FORMAT_VERSION, __version__
 from locus.errors import LocusError
 from locus.sampler import PROC_EXECED, PROC_EXITED, Sampler, proc_flags
 
-KNOWN_LENSES = ("locks", "comm", "numa")
-BACKENDS = {"locks": "interpose", "comm": "auto", "numa": "auto"}
+KNOWN_LENSES = ("locks", "comm", "numa", "monitor")
+BACKENDS = {"locks": "interpose", "comm": "auto", "numa": "auto", "monitor": "sensors"}
+MONITOR_INTERVAL_S = 0.1
+MONITOR_FILE = "monitor.jsonl"
 COMM_BACKENDS = ("auto", "hw", "soft", "exact")
 COMM_DEFAULTS = {
     "backend": "auto",
@@ -386,6 +390,8 @@ def resolve_numa(options: dict | None, comm_settings: dict) -> dict:
         "backend": comm_settings["backend"],
         "period_ns": comm_settings["period_ns"],
         "period_n": comm_settings["period_n"],
+        # exact: the first instrumented access to a page is its first touch (no protection).
+        "first_touch": bool(o.get("first_touch", True)) and comm_settings["backend"] != "exact",
         "emulated": bool(fake),
         "fake": int(fake) if fake else None,
         "page_size": os.sysconf("SC_PAGE_SIZE"),
@@ -398,8 +404,7 @@ def numa_env(numa: dict) -> dict[str, str]:
     return {
         "LOCUS_NUMA_CPUNODE": ",".join(str(x) for x in numa["cpu_node"]),
         "LOCUS_NUMA_FAKE": "1" if numa["emulated"] else "0",
-        # exact: the first instrumented access to a page is its first touch (no protection).
-        "LOCUS_NUMA_FIRST_TOUCH": "0" if numa["backend"] == "exact" else "1",
+        "LOCUS_NUMA_FIRST_TOUCH": "1" if numa["first_touch"] else "0",
     }
 
 
@@ -630,11 +635,13 @@ def record(
     time_all: bool = False,
     comm: dict | None = None,
     numa: dict | None = None,
+    monitor: dict | None = None,
 ) -> int:
     """Run `command` under locus; return the exit code the launcher should exit with.
 
     `comm`: the address-sampling options shared by the comm and numa lenses (keys of
-    COMM_DEFAULTS; None or missing = default). `numa`: {"fake": N or None}."""
+    COMM_DEFAULTS; None or missing = default). `numa`: {"fake": N or None}. `monitor`:
+    {"interval_s": seconds or None, "events": [ids or globs] or None}."""
     if not command:
         raise LocusError("no command given (locus record -- CMD ARGS...)", 2)
     lenses = list(lenses or ["locks"])
@@ -655,6 +662,13 @@ def record(
     comm_settings = resolve_comm(comm, exe, command) if sampling else None
     numa_settings = resolve_numa(numa, comm_settings) if "numa" in lenses else None
     runtime = find_runtime()
+    engine = None
+    if "monitor" in lenses:
+        # Built before the run directory: unknown events fail without leaving one behind.
+        from locus.monitor.engine import Monitor
+
+        mo = monitor or {}
+        engine = Monitor(mo.get("interval_s") or MONITOR_INTERVAL_S, mo.get("events"))
 
     now = datetime.datetime.now().astimezone()
     run_dir = create_run_dir(out, command, now)
@@ -710,13 +724,19 @@ def record(
         meta["comm"] = dict(comm_settings)
     if numa_settings is not None:
         meta["numa"] = numa_settings
+    fifo = None
+    if engine is not None:
+        fifo = start_monitor(engine, run_dir, env, meta)
     write_json_atomic(meta_path, meta)
 
     meta["start_ns"] = time.monotonic_ns()
+    if engine is not None:
+        engine.start()
     try:
         child = subprocess.Popen([exe, *command[1:]], env=env)
     except OSError as e:
         # Raced with a file change, or exec failed (bad interpreter, wrong architecture).
+        stop_monitor(engine, fifo, meta)
         meta["error"] = f"exec failed: {e.strerror}"
         write_json_atomic(meta_path, meta)
         raise LocusError(f"{command[0]}: {e.strerror}", 126) from None
@@ -734,6 +754,7 @@ def record(
             child.wait()
         if sampler is not None:
             sampler.stop()
+        stop_monitor(engine, fifo, meta)
         status, signame = exit_status(child.returncode)
         entries = proc_entries(run_dir)
         finished = [proc_flags(os.path.join(e, "proc.bin")) for e in entries]
@@ -776,6 +797,41 @@ def record(
         file=sys.stderr,
     )
     return status
+
+
+def start_monitor(engine, run_dir: str, env: dict, meta: dict):
+    """The monitor lens: the recording in the run directory, the control FIFO (its path for
+    the program in LOCUS_MONITOR_FIFO, for `locus_label()`), and meta.json's monitor key."""
+    from locus.monitor.engine import interval_ms
+    from locus.monitor.fifo import ControlFifo
+
+    try:
+        engine.record_to(os.path.join(run_dir, MONITOR_FILE))
+    except OSError as e:
+        raise LocusError(f"{MONITOR_FILE}: {e.strerror}") from None
+    fifo = ControlFifo(engine)
+    env["LOCUS_MONITOR_FIFO"] = fifo.path
+    meta["env"]["LOCUS_MONITOR_FIFO"] = fifo.path
+    meta["monitor"] = {
+        "interval_ms": interval_ms(engine.interval_s),
+        "events": [e.id for e in engine.events],
+        "file": MONITOR_FILE,
+        "fifo": fifo.path,
+        "absent": dict(engine.absent),
+    }
+    print(f"locus: control FIFO: {fifo.path}", file=sys.stderr)
+    return fifo
+
+
+def stop_monitor(engine, fifo, meta: dict) -> None:
+    """Stop the monitor after one last sample (the program's final moments), close the
+    FIFO. Safe to call twice."""
+    if engine is None or "samples" in meta.get("monitor", {"samples": 0}):
+        return
+    engine.stop(final_sample=True)
+    if fifo is not None:
+        fifo.close()
+    meta["monitor"]["samples"] = engine.samples
 
 
 def display_path(path: str) -> str:

@@ -166,3 +166,18 @@ def test_report_numa_on_a_run_without_it(locus):
     assert r.returncode != 0
     assert "Traceback" not in r.stderr.decode()
     assert "numa" in r.stderr.decode()
+
+
+def test_no_first_touch_still_counts_placement(locus):
+    """--no-first-touch: nothing is protected (no touch records), the census still gives
+    each allocation's placement at free or exit."""
+    cmd = [locus.workload("numa_firsttouch"), "2", "8", "--init", "serial", "--truth"]
+    proc, run = locus.record(cmd, ("--lens", "numa", "--no-first-touch"))
+    truth = locus.truth(proc.stderr)
+    assert json.loads((run / "meta.json").read_text())["numa"]["first_touch"] is False
+    numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+    assert numa["totals"]["first_touch"] == 0 and numa["totals"]["unpinned_first_touch"] == 0
+    lo = truth["chunks"][0]["lo"]
+    alloc = next(a for a in numa["allocations"] if int(str(a["address"]), 0) <= lo)
+    assert alloc["placement"] == "final"
+    assert sum(alloc["pages_per_node"].values()) == truth["pages"]

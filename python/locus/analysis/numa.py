@@ -1036,12 +1036,15 @@ def _census(FIN: _Cols, blocks: _Blocks) -> dict[int, dict[int, float]]:
 def _allocation_rows(
     run, th, names, opts, ev, blocks, acc: dict, tch: dict, census: dict
 ) -> list[dict]:
-    """One row per heap block that was touched or sampled: where its pages are, who
-    first-touched them (and where in the code), who accesses them from which node."""
+    """One row per heap block that was touched, sampled or counted by the census: where its
+    pages are, who first-touched them (and where in the code), who accesses them from which
+    node."""
     has = ev["block"] >= 0
-    if not has.any():
+    census_blocks = np.array(sorted(census), dtype=np.int64)
+    if not has.any() and not len(census_blocks):
         return []
-    used, inv = np.unique(ev["block"][has], return_inverse=True)
+    used = np.union1d(np.unique(ev["block"][has]), census_blocks).astype(np.int64)
+    inv = np.searchsorted(used, ev["block"][has])
     m = _grouped(inv.reshape(-1), len(used), ev, sel=has)
     order = _order(m)[: opts.top_allocations]
     pos = np.full(len(blocks.proc), -1, dtype=np.int64)
