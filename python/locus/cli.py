@@ -135,6 +135,13 @@ def parse_events(value: str) -> list[str]:
     return out
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """`locus monitor ...`: a usage error is one `locus: error: ...` line, exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"locus: error: {self.prog}: {message}\n")
+
+
 def add_monitor_parser(sub) -> None:
     mon = sub.add_parser(
         "monitor",
@@ -142,7 +149,10 @@ def add_monitor_parser(sub) -> None:
         description="Sample system counters (vmstat, per-node NUMA, CPU, PSI, perf software "
         "events, PMU where present) over time. See docs/monitor.md.",
     )
-    msub = mon.add_subparsers(dest="monitor_command", metavar="stat|record|live")
+    mon.__class__ = OneLineParser  # created by the top-level parser's subparsers action
+    msub = mon.add_subparsers(
+        dest="monitor_command", metavar="stat|record|live", parser_class=OneLineParser
+    )
     msub.required = True
 
     def common(p, default_interval: str) -> None:

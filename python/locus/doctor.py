@@ -660,16 +660,26 @@ def lens_verdicts(f: Findings) -> list[Verdict]:
             )
         )
 
-    if pmu and perf_ok:
-        out.append(Verdict("monitor", False, "ok", "vmstat, NUMA, scheduler and PMU counters"))
+    # monitor: its perf sensors count for the whole system, which needs more than perf_ok.
+    system_wide = priv or (f.paranoid is not None and f.paranoid <= 0)
+    missing = []
+    if not system_wide:
+        missing.append(f"no perf software events (perf_event_paranoid={f.paranoid})")
+    if not pmu:
+        missing.append("no PMU")
+    if not missing:
+        out.append(
+            Verdict("monitor", True, "ok", "vmstat, NUMA, CPU, PSI, perf events, PMU counters")
+        )
     else:
+        fix = "" if system_wide else "sysctl kernel.perf_event_paranoid=0 (or CAP_PERFMON)"
         out.append(
             Verdict(
                 "monitor",
-                False,
+                True,
                 "degraded",
-                "vmstat, NUMA, scheduler; no PMU",
-                perf_fix if f.pmu and not perf_ok else "",
+                "vmstat, NUMA, CPU, PSI; " + ", ".join(missing),
+                fix,
             )
         )
     return out

@@ -662,16 +662,23 @@ def record(
     comm_settings = resolve_comm(comm, exe, command) if sampling else None
     numa_settings = resolve_numa(numa, comm_settings) if "numa" in lenses else None
     runtime = find_runtime()
-    engine = None
+    engine = fifo = None
     if "monitor" in lenses:
-        # Built before the run directory: unknown events fail without leaving one behind.
+        # Built before the run directory: unknown events or a FIFO that cannot be created
+        # fail without leaving one behind.
         from locus.monitor.engine import Monitor
+        from locus.monitor.fifo import ControlFifo
 
         mo = monitor or {}
         engine = Monitor(mo.get("interval_s") or MONITOR_INTERVAL_S, mo.get("events"))
+        fifo = ControlFifo(engine)
 
     now = datetime.datetime.now().astimezone()
-    run_dir = create_run_dir(out, command, now)
+    try:
+        run_dir = create_run_dir(out, command, now)
+    except BaseException:
+        stop_monitor(engine, fifo, {})
+        raise
     meta_path = os.path.join(run_dir, "meta.json")
 
     env = dict(os.environ)
@@ -724,9 +731,8 @@ def record(
         meta["comm"] = dict(comm_settings)
     if numa_settings is not None:
         meta["numa"] = numa_settings
-    fifo = None
     if engine is not None:
-        fifo = start_monitor(engine, run_dir, env, meta)
+        start_monitor(engine, fifo, run_dir, env, meta)
     write_json_atomic(meta_path, meta)
 
     meta["start_ns"] = time.monotonic_ns()
@@ -799,17 +805,16 @@ def record(
     return status
 
 
-def start_monitor(engine, run_dir: str, env: dict, meta: dict):
-    """The monitor lens: the recording in the run directory, the control FIFO (its path for
-    the program in LOCUS_MONITOR_FIFO, for `locus_label()`), and meta.json's monitor key."""
+def start_monitor(engine, fifo, run_dir: str, env: dict, meta: dict) -> None:
+    """The monitor lens: the recording in the run directory, the control FIFO's path for
+    the program (LOCUS_MONITOR_FIFO, for `locus_label()`), and meta.json's monitor key."""
     from locus.monitor.engine import interval_ms
-    from locus.monitor.fifo import ControlFifo
 
     try:
         engine.record_to(os.path.join(run_dir, MONITOR_FILE))
     except OSError as e:
+        stop_monitor(engine, fifo, {})
         raise LocusError(f"{MONITOR_FILE}: {e.strerror}") from None
-    fifo = ControlFifo(engine)
     env["LOCUS_MONITOR_FIFO"] = fifo.path
     meta["env"]["LOCUS_MONITOR_FIFO"] = fifo.path
     meta["monitor"] = {
@@ -820,18 +825,20 @@ def start_monitor(engine, run_dir: str, env: dict, meta: dict):
         "absent": dict(engine.absent),
     }
     print(f"locus: control FIFO: {fifo.path}", file=sys.stderr)
-    return fifo
+    for line in engine.absent_lines():
+        print(line, file=sys.stderr)
 
 
 def stop_monitor(engine, fifo, meta: dict) -> None:
     """Stop the monitor after one last sample (the program's final moments), close the
-    FIFO. Safe to call twice."""
-    if engine is None or "samples" in meta.get("monitor", {"samples": 0}):
+    FIFO, count the samples in meta.json. Safe to call twice."""
+    if engine is None:
         return
     engine.stop(final_sample=True)
     if fifo is not None:
         fifo.close()
-    meta["monitor"]["samples"] = engine.samples
+    if "monitor" in meta:
+        meta["monitor"]["samples"] = engine.samples
 
 
 def display_path(path: str) -> str:

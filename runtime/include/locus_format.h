@@ -9,6 +9,7 @@
  * Layout:
  *   RUN/meta.json                     launcher: command, host, lenses, clock, sampler
  *   RUN/sched.bin                     launcher: struct locus_sched_sample per task per tick
+ *   RUN/monitor.jsonl                 launcher: monitor lens, JSON lines (docs/monitor.md)
  *   RUN/procs/<pid>/proc.bin          one struct locus_proc (updated in place)
  *   RUN/procs/<pid>/threads.bin       struct locus_thread, one per thread
  *   RUN/procs/<pid>/locks.events.bin  struct locus_lock_event

@@ -1,5 +1,10 @@
 """Analyses, one module per lens. LENSES is the one table that knows them."""
 
-from locus.analysis import comm, locks, numa
+from locus.analysis import comm, locks, monitor, numa
 
-LENSES = {"locks": locks.analyze, "comm": comm.analyze, "numa": numa.analyze}
+LENSES = {
+    "locks": locks.analyze,
+    "comm": comm.analyze,
+    "numa": numa.analyze,
+    "monitor": monitor.analyze,
+}

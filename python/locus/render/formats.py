@@ -8,14 +8,23 @@ import json
 import shutil
 import sys
 
-from locus.render import comm, numa
+from locus.render import comm, monitor, numa
 from locus.render.tables import Table, locks_tables, summary_lines
 from locus.render.units import fmt
 
-TABLES = {"locks": locks_tables, "comm": comm.comm_tables, "numa": numa.numa_tables}
+TABLES = {
+    "locks": locks_tables,
+    "comm": comm.comm_tables,
+    "numa": numa.numa_tables,
+    "monitor": monitor.monitor_tables,
+}
 # Per-lens header lines after the run's, and text drawn after the lens's tables (heat
 # maps); tables named in PICTURED are drawn that way in text and Markdown (CSV keeps them).
-SUMMARY = {"comm": comm.summary_lines, "numa": numa.summary_lines}
+SUMMARY = {
+    "comm": comm.summary_lines,
+    "numa": numa.summary_lines,
+    "monitor": monitor.summary_lines,
+}
 PICTURES = {"comm": comm.heatmap_lines, "numa": numa.heatmap_lines}
 PICTURED = {comm.MATRIX_TABLE, numa.MATRIX_TABLE, numa.CPU_MATRIX_TABLE}
 # code of comm lines: see the sites table; numa's unpinned classes: their sum `unpinned`

@@ -57,6 +57,19 @@ def nbytes(v: float | None) -> str:
     return f"{v:.0f} B"
 
 
+def number(v: float | None) -> str:
+    """A measurement in its own unit (given beside it): 3 significant digits, k/M/G."""
+    if v is None:
+        return "n/a"
+    a = abs(v)
+    for scale, suffix in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if a >= scale:
+            return f"{'-' if v < 0 else ''}{_sig3(a / scale)}{suffix}"
+    if a == 0:
+        return "0"
+    return f"{'-' if v < 0 else ''}{_sig3(a)}"
+
+
 def fmt(v, unit: str) -> str:
     if unit == "B":
         return nbytes(v)
@@ -68,4 +81,6 @@ def fmt(v, unit: str) -> str:
         return count(v)
     if unit == "thr":
         return threads(v)
+    if unit == "num":
+        return number(v)
     return "" if v is None else str(v)

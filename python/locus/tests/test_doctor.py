@@ -83,3 +83,13 @@ def test_cli_json_and_text():
     p = subprocess.run([sys.executable, "-m", "locus", "doctor"],
                        capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
     assert p.returncode == 0 and "locks" in p.stdout
+
+
+def test_monitor_verdict():
+    v = by_lens(findings(root=True, pmu="cpu", cycles_error=None))["monitor"]
+    assert v.implemented and v.status == "ok"
+    v = by_lens(findings(root=True, pmu=None))["monitor"]
+    assert v.status == "degraded" and v.reason == "vmstat, NUMA, CPU, PSI; no PMU" and not v.fix
+    v = by_lens(findings(paranoid=2, pmu=None))["monitor"]
+    assert "no perf software events (perf_event_paranoid=2)" in v.reason
+    assert "perf_event_paranoid=0" in v.fix
