@@ -356,8 +356,10 @@ int main(int argc, char **argv) {
     CHECK(r.undecoded * 10 < r.signals, "undecoded %lu of %lu signals", (unsigned long)r.undecoded,
           (unsigned long)r.signals);
     /* How many are used depends on the memset variant the CPU selects (its share of
-     * instructions without a memory operand): only require that libc samples are used. */
-    CHECK(r.used * 10 > r.signals, "used %lu of %lu signals", (unsigned long)r.used,
+     * instructions without a memory operand) and on where the timer lands in it: 8-70 % of
+     * the signals were seen on this VM from run to run. Only require that libc samples are
+     * used (a decoder that cannot read libc uses none). */
+    CHECK(r.used * 30 > r.signals, "used %lu of %lu signals", (unsigned long)r.used,
           (unsigned long)r.signals);
     CHECK(r.events == 0, "%lu events on private data", (unsigned long)r.events);
   }

@@ -94,7 +94,8 @@ static _Atomic int nmods;
  * Not a pthread mutex: that would go through the locks lens' interposer. */
 static _Atomic int mods_busy;
 /* Cache word: bit 63 valid, bits 0-46 pc, 48-51 length of the previous instruction (0: none
- * usable), bit 52 pc is a direct-branch target or a function start, bit 53 no answer. */
+ * usable), bit 52 pc is a direct-branch target or a function start, bit 53 no answer, bit 54
+ * pc is a rep-prefixed string instruction (interrupted in the middle, it is not skid). */
 static _Atomic uint64_t *pc_cache;
 static ZydisDecoder dec;
 static int proc_ok;
@@ -444,6 +445,7 @@ static int is_branch(const ZydisDecodedInstruction *in) {
 #define PC_VALID (1ull << 63)
 #define PC_TARGET (1ull << 52)
 #define PC_NONE (1ull << 53)
+#define PC_REP (1ull << 54)
 #define PC_MASK ((1ull << 47) - 1)
 
 /* Decode the function holding pc from its start: the instruction before pc (when it falls
@@ -464,7 +466,11 @@ static uint64_t skid_info(const struct module *m, uint64_t pc) {
       if (ip < pc) return PC_NONE; /* lost the instruction stream before pc */
       break;
     }
-    if (ip == pc) at_pc = 1;
+    if (ip == pc) {
+      at_pc = 1;
+      if (in.attributes & (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE | ZYDIS_ATTRIB_HAS_REPNE))
+        info |= PC_REP;
+    }
     if (ip < pc && ip + in.length > pc) return PC_NONE; /* pc is inside an instruction */
     if (ip + in.length == pc && !is_branch(&in)) prev = in.length;
     if (in.raw.imm[0].is_relative && is_branch(&in) &&
@@ -609,7 +615,10 @@ static int sampled_access(uint64_t pc, const ucontext_t *uc, struct locus_comm_a
   uint64_t w = lookup(m, pc);
   if (w & PC_NONE) return DEC_UNDECODED;
   uint64_t prevlen = (w >> 48) & 0xf;
-  if (!(w & PC_TARGET) && prevlen) {
+  /* A rep string instruction (memset, memcpy) with iterations left was interrupted in its
+   * middle: the access is its own, not the previous instruction's. */
+  int mid_rep = (w & PC_REP) && uc->uc_mcontext.gregs[REG_RCX] != 0;
+  if (!(w & PC_TARGET) && prevlen && !mid_rep) {
     uint64_t prev = pc - prevlen;
     int rc = access_of(prev, avail_in(m, prev), uc, 1, a);
     if (rc != DEC_CLOBBERED) {
