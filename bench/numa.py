@@ -266,7 +266,7 @@ def main() -> int:
             )
         )
     path = common.write_result("numa" + (f"-{a.only}" if a.only else "") + ".json", res)
-    common.append_history(f"numa: {'; '.join(parts)}")
+    common.append_history(f"- {res['date']} `{res['git_rev']}` numa: " + "; ".join(parts))
     print(f"results: {path}")
     return 0
 
