@@ -313,10 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
     nm = r.add_argument_group("numa lens (with --lens numa)")
     nm.add_argument(
         "--fake-numa",
-        type=positive_int,
-        metavar="N",
-        help="emulate N NUMA nodes (CPUs split into N equal blocks; pages placed on the node "
-        "of the CPU that first touched them); reports say 'emulated'",
+        metavar="N|FILE",
+        help="emulate N NUMA nodes (CPUs split into N equal blocks), or the topology of a JSON "
+        'file ({"nodes": [{"id": 0, "cpus": [0, 1], "distances": [10, 20]}, ...]}; '
+        "a node without CPUs is memory-only); pages are placed on the node of the CPU that "
+        "first touched them; reports say 'emulated'",
     )
     nm.add_argument(
         "--no-first-touch",

@@ -376,12 +376,67 @@ def fake_topology(n: int, ncpus: int) -> list[dict]:
     ]
 
 
+def topology_file(path: str, ncpus: int) -> list[dict]:
+    """--fake-numa FILE: {"nodes": [{"id", "cpus", "distances", "mem_kb"?}, ...]}; a node
+    without CPUs is memory-only; every CPU of this machine belongs to exactly one node."""
+    what = f"--fake-numa {path}"
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise LocusError(f"{what}: {e.strerror}", 2) from None
+    except ValueError as e:
+        raise LocusError(f"{what}: not JSON ({e})", 2) from None
+    raw = doc.get("nodes") if isinstance(doc, dict) else None
+    if not isinstance(raw, list) or not raw:
+        raise LocusError(f'{what}: expected {{"nodes": [{{"id": 0, "cpus": [0]}}, ...]}}', 2)
+    nodes, owner = [], {}
+    for i, n in enumerate(raw):
+        if not isinstance(n, dict):
+            raise LocusError(f"{what}: node {i} is not an object", 2)
+        nid, cpus = n.get("id", i), n.get("cpus", [])
+        if not isinstance(nid, int) or not 0 <= nid < 64:
+            raise LocusError(f"{what}: node id {nid!r} is not an integer in 0-63", 2)
+        if not isinstance(cpus, list) or not all(isinstance(c, int) for c in cpus):
+            raise LocusError(f"{what}: node {nid}: cpus must be a list of CPU numbers", 2)
+        for c in cpus:
+            if not 0 <= c < ncpus:
+                raise LocusError(f"{what}: node {nid}: CPU {c} does not exist (0-{ncpus - 1})", 2)
+            if c in owner:
+                raise LocusError(f"{what}: CPU {c} is in nodes {owner[c]} and {nid}", 2)
+            owner[c] = nid
+        nodes.append({"id": nid, "cpus": sorted(cpus), "mem_kb": int(n.get("mem_kb", 0))})
+    ids = [n["id"] for n in nodes]
+    if len(set(ids)) != len(ids):
+        raise LocusError(f"{what}: node ids repeat", 2)
+    missing = [c for c in range(ncpus) if c not in owner]
+    if missing:
+        raise LocusError(f"{what}: CPUs {missing} belong to no node", 2)
+    for n, r in zip(nodes, raw):
+        d = r.get("distances")
+        if d is None:
+            d = [10 if m == n["id"] else 20 for m in sorted(ids)]
+        if not isinstance(d, list) or len(d) != len(ids):
+            raise LocusError(f"{what}: node {n['id']}: distances need {len(ids)} numbers", 2)
+        n["distances"] = d
+        n["memory_only"] = not n["cpus"]
+    return sorted(nodes, key=lambda n: n["id"])
+
+
 def resolve_numa(options: dict | None, comm_settings: dict) -> dict:
     """The numa lens settings: the sampling backend it shares with comm, and the topology."""
     o = options or {}
     fake = o.get("fake")
     ncpus = os.cpu_count() or 1
-    nodes = fake_topology(int(fake), ncpus) if fake else numa_topology()
+    fake_file = None
+    if fake is not None and not str(fake).lstrip("-").isdigit():
+        fake_file = os.path.abspath(str(fake))
+        nodes = topology_file(str(fake), ncpus)
+        fake = len(nodes)
+    elif fake is not None:
+        nodes = fake_topology(int(fake), ncpus)
+    else:
+        nodes = numa_topology()
     cpu_node = [0] * (max((c for n in nodes for c in n["cpus"]), default=ncpus - 1) + 1)
     for n in nodes:
         for c in n["cpus"]:
@@ -392,8 +447,9 @@ def resolve_numa(options: dict | None, comm_settings: dict) -> dict:
         "period_n": comm_settings["period_n"],
         # exact: the first instrumented access to a page is its first touch (no protection).
         "first_touch": bool(o.get("first_touch", True)) and comm_settings["backend"] != "exact",
-        "emulated": bool(fake),
-        "fake": int(fake) if fake else None,
+        "emulated": fake is not None,
+        "fake": int(fake) if fake is not None else None,
+        "fake_file": fake_file,
         "page_size": os.sysconf("SC_PAGE_SIZE"),
         "nodes": nodes,
         "cpu_node": cpu_node,

@@ -181,3 +181,37 @@ def test_no_first_touch_still_counts_placement(locus):
     alloc = next(a for a in numa["allocations"] if int(str(a["address"]), 0) <= lo)
     assert alloc["placement"] == "final"
     assert sum(alloc["pages_per_node"].values()) == truth["pages"]
+
+
+def test_fake_numa_topology_file(locus, tmp_path):
+    """--fake-numa FILE: the file's nodes (one of them memory-only) and distances are the
+    run's topology; a bad file is one error line and exit 2."""
+    two_cpus()
+    topo = tmp_path / "topo.json"
+    topo.write_text(
+        json.dumps(
+            {
+                "nodes": [
+                    {"id": 0, "cpus": [0], "distances": [10, 20, 30]},
+                    {
+                        "id": 1,
+                        "cpus": list(range(1, os.cpu_count() or 2)),
+                        "distances": [20, 10, 14],
+                    },
+                    {"id": 2, "cpus": [], "distances": [30, 14, 10]},
+                ]
+            }
+        )
+    )
+    proc, run = locus.record(
+        [locus.workload("numa_firsttouch"), "2", "8"], ("--lens", "numa", "--fake-numa", str(topo))
+    )
+    numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+    assert numa["emulated"] is True and numa["fake"] == 3 and numa["fake_file"] == str(topo)
+    assert [n["memory_only"] for n in numa["nodes"]] == [False, False, True]
+    assert numa["nodes"][1]["distances"] == [20, 10, 14]
+    assert numa["access_matrix"]["rows"] == ["unpinned", 0, 1]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"nodes": [{"id": 0, "cpus": [0]}]}))
+    p = locus.run("record", "--lens", "numa", "--fake-numa", str(bad), "--", "true")
+    assert p.returncode == 2 and "belong to no node" in one_error_line(p)

@@ -358,6 +358,7 @@ def _config(run: RunDir, ct: np.ndarray, notes: list[str]) -> dict:
         "period_n": num("period_n"),
         "emulated": bool(cfg.get("emulated", False)),
         "fake": fake if isinstance(fake, int) and not isinstance(fake, bool) else None,
+        "fake_file": cfg.get("fake_file") if isinstance(cfg.get("fake_file"), str) else None,
         "page_size": page,
     }
 
@@ -820,6 +821,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "unit": sc["unit"],
         "emulated": cfg["emulated"],
         "fake": cfg["fake"],
+        "fake_file": cfg["fake_file"],
         "page_size": ps,
         "nodes": nodes,
         "cpu_node": topo.cpu_node.tolist(),
@@ -1365,13 +1367,16 @@ def _notes(
 ) -> None:
     n, stack, s_node = len(a.t), a.stack, a.node
     if cfg["emulated"]:
-        k = f" {cfg['fake']}" if cfg["fake"] else ""
+        if cfg["fake_file"]:
+            how = f"--fake-numa {cfg['fake_file']}): the file's {len(topo.ids)} nodes play"
+        else:
+            k = f" {cfg['fake']}" if cfg["fake"] else ""
+            how = f"--fake-numa{k}): the CPUs are split into {len(topo.ids)} blocks that play"
         notes.insert(
             0,
-            f"EMULATED topology (--fake-numa{k}): the CPUs are split into {len(topo.ids)} "
-            "blocks that play the nodes, and a page's node is the emulated node of the CPU "
-            "that first touched it; placement and pinning are analysed as on a real NUMA "
-            "machine, but no access is really remote (no latency difference)",
+            f"EMULATED topology ({how} the nodes, and a page's node is the emulated node of "
+            "the CPU that first touched it; placement and pinning are analysed as on a real "
+            "NUMA machine, but no access is really remote (no latency difference)",
         )
     if sc["unit"] == "samples" and sc["period_unit"] == "ns":
         notes.append(

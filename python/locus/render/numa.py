@@ -255,11 +255,12 @@ def summary_lines(report: dict) -> list[str]:
     dur = report["run"]["duration_s"] or 0.0
     lines = []
     if c["emulated"]:
-        k = f" {c['fake']}" if c.get("fake") else ""
-        lines.append(
-            f"numa      EMULATED topology (--fake-numa{k}): CPUs split into "
-            f"{len(c['nodes'])} pretend nodes, no access is really remote"
-        )
+        if c.get("fake_file"):
+            how = f"--fake-numa {c['fake_file']}): {len(c['nodes'])} pretend nodes"
+        else:
+            k = f" {c['fake']}" if c.get("fake") else ""
+            how = f"--fake-numa{k}): CPUs split into {len(c['nodes'])} pretend nodes"
+        lines.append(f"numa      EMULATED topology ({how}, no access is really remote")
     if c["backend"] == "exact":
         how = "exact (every access instrumented): counts are accesses"
     elif c["period_unit"] == "ns":
