@@ -23,6 +23,8 @@ C_SOURCES = $(shell find runtime workloads python -name '*.[ch]' -not -path '*/b
 DEMO_DIR ?= /tmp/locus-demo
 DEMO_CMD ?= workloads/build/sharequeue 1
 DEMO_COMM_CMD ?= workloads/build/comm_falseshare 2 - 0.9 --free
+# Serial first touch, then both threads compute: on 2 emulated nodes one of them is remote.
+DEMO_NUMA_CMD ?= workloads/build/numa_firsttouch 2 64 --init serial --iters 150
 
 .PHONY: all deps apt-deps vm-setup build lint format test demo bench clean
 
@@ -91,6 +93,10 @@ demo: deps build
 	$(LOCUS) report $(DEMO_DIR)
 	$(LOCUS) record --lens comm -o $(DEMO_DIR)-comm -- $(DEMO_COMM_CMD)
 	$(LOCUS) report $(DEMO_DIR)-comm
+	@if [ "$$(nproc)" -ge 2 ]; then \
+	  $(LOCUS) record --lens numa --fake-numa 2 --period 200us -o $(DEMO_DIR)-numa -- $(DEMO_NUMA_CMD) && \
+	  $(LOCUS) report $(DEMO_DIR)-numa --lens numa --top 8; \
+	else echo "numa demo skipped: --fake-numa 2 needs 2 CPUs"; fi
 
 bench: deps build
 	@if [ -x bench/run.sh ]; then bench/run.sh; \
