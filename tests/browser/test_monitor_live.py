@@ -137,6 +137,8 @@ def test_zoom_reset_legend_and_grouping(start_live, open_page):
     page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=5)
     page.mouse.up()
     assert not page.is_checked("#follow-toggle")  # a zoomed window stops following
+    # uPlot applies the selected window on the next frame: read it once it is drawn.
+    page.wait_for_timeout(200)
     lo, hi = page.evaluate("window.locus.monitor.plots.visibleRange()")
     page.wait_for_timeout(500)
     assert page.evaluate("window.locus.monitor.plots.visibleRange()") == [lo, hi]
