@@ -570,4 +570,28 @@ static inline void nm_json_bindings(FILE *f, int thread) {
   fprintf(f, "]");
 }
 
+/* {"a":{"b":n,...},...}: element accesses from thread node a to memory node b, for every
+ * node with CPUs and every node that appears in the matrix. */
+static inline void nm_json_matrix(FILE *f, long m[NM_MAX_NODES][NM_MAX_NODES]) {
+  unsigned long show = nm_all_nodes_mask();
+  for (int a = 0; a < NM_MAX_NODES; a++)
+    for (int b = 0; b < NM_MAX_NODES; b++)
+      if (m[a][b]) show |= 1ul << a | 1ul << b;
+  fputc('{', f);
+  int first_a = 1;
+  for (int a = 0; a < NM_MAX_NODES; a++) {
+    if (!(show & (1ul << a))) continue;
+    fprintf(f, "%s\"%d\":{", first_a ? "" : ",", a);
+    first_a = 0;
+    int first_b = 1;
+    for (int b = 0; b < NM_MAX_NODES; b++) {
+      if (!(show & (1ul << b))) continue;
+      fprintf(f, "%s\"%d\":%ld", first_b ? "" : ",", b, m[a][b]);
+      first_b = 0;
+    }
+    fputc('}', f);
+  }
+  fputc('}', f);
+}
+
 #endif

@@ -125,25 +125,8 @@ static void print_truth(long mb, double init_s, double compute_s) {
   }
   int stable = 1;
   for (int a = 0; a < nthreads; a++) stable &= nm_same_place(&after_init[a], &after_compute[a]);
-  fprintf(f, "],\"placement_stable\":%s,\"compute_matrix\":{", stable ? "true" : "false");
-  unsigned long show = nm_all_nodes_mask();
-  for (int a = 0; a < NM_MAX_NODES; a++)
-    for (int b = 0; b < NM_MAX_NODES; b++)
-      if (matrix[a][b]) show |= 1ul << a | 1ul << b;
-  int first_a = 1;
-  for (int a = 0; a < NM_MAX_NODES; a++) {
-    if (!(show & (1ul << a))) continue;
-    fprintf(f, "%s\"%d\":{", first_a ? "" : ",", a);
-    first_a = 0;
-    int first_b = 1;
-    for (int b = 0; b < NM_MAX_NODES; b++) {
-      if (!(show & (1ul << b))) continue;
-      fprintf(f, "%s\"%d\":%ld", first_b ? "" : ",", b, matrix[a][b]);
-      first_b = 0;
-    }
-    fprintf(f, "}");
-  }
-  fprintf(f, "}");
+  fprintf(f, "],\"placement_stable\":%s,\"compute_matrix\":", stable ? "true" : "false");
+  nm_json_matrix(f, matrix);
   nm_json_end(&j);
 }
 

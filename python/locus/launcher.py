@@ -27,6 +27,7 @@ import time
 from locus import FORMAT_VERSION, __version__
 from locus.errors import LocusError
 from locus.sampler import PROC_EXECED, PROC_EXITED, Sampler, proc_flags
+from locus.sysfs import parse_cpulist
 
 KNOWN_LENSES = ("locks", "comm", "numa", "monitor")
 BACKENDS = {"locks": "interpose", "comm": "auto", "numa": "auto", "monitor": "sensors"}
@@ -298,17 +299,6 @@ def comm_env(comm: dict) -> dict[str, str]:
 # -- the numa lens -------------------------------------------------------------------------
 
 NODE_DIR = "/sys/devices/system/node"
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """ "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]."""
-    out: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        a, _, b = part.partition("-")
-        out += range(int(a), int(b or a) + 1)
-    return out
 
 
 def numa_topology(root: str = NODE_DIR) -> list[dict]:

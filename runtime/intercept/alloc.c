@@ -143,7 +143,8 @@ static __attribute__((noinline)) void free_slow(void *p, uint64_t site) {
   /* A real block while nothing is resolved cannot happen (it came from the real malloc). */
   if (!(s & LOCUS_ALLOC_RESOLVED)) return;
   if (s & LOCUS_ALLOC_TRACKING) locus_allocs_record(LOCUS_AL_FREE, p, 0, site);
-  if (s & LOCUS_ALLOC_NUMA) locus_ft_release(p, 0);
+  /* Only an mmap'd chunk can be a tracked region: no region scan for heap blocks. */
+  if ((s & LOCUS_ALLOC_NUMA) && locus_ft_chunk_mmapped(p)) locus_ft_release(p, 0);
   real.free(p);
 }
 
@@ -160,7 +161,8 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t n, uint64_t 
     return q;
   }
   if (!(s & LOCUS_ALLOC_RESOLVED)) return p ? NULL : boot_alloc(n, 16);
-  if ((s & LOCUS_ALLOC_NUMA) && p) locus_ft_release(p, 0); /* mremap would carry PROT_NONE */
+  /* mremap would carry PROT_NONE along; only an mmap'd chunk can be a tracked region. */
+  if ((s & LOCUS_ALLOC_NUMA) && p && locus_ft_chunk_mmapped(p)) locus_ft_release(p, 0);
   void *q = real.realloc(p, n);
   if (s & LOCUS_ALLOC_TRACKING) {
     if (q) {

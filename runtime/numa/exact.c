@@ -86,29 +86,8 @@ static _Atomic uint32_t *ps_entry(uintptr_t a) {
 }
 
 static int query_node(uintptr_t page) {
-  void *p = (void *)page;
-  int status = -1;
-  if (syscall(SYS_move_pages, 0, 1ul, &p, NULL, &status, 0) != 0) return -1;
+  int status = locus_numa_page_status(page);
   return status >= 0 ? status : (status == -ENOENT || status == -EFAULT) ? -2 : -1;
-}
-
-static void put_touch(struct nthread *nt, uintptr_t page, uint64_t ip, int node, uint16_t flags) {
-  struct locus_numa_touch r;
-  memset(&r, 0, sizeof r);
-  r.kind = 1;
-  r.t = locus_ticks();
-  r.addr = page;
-  r.ip = ip;
-  r.nodes = nt->nodes;
-  if (__builtin_popcountll(nt->nodes) > 1) flags |= LOCUS_NT_UNPINNED;
-  r.tid = locus_me.tid;
-  r.pages = 1;
-  int cpu = sched_getcpu();
-  r.cpu = (int16_t)cpu;
-  if (locus_numa.emulated && node != -2) node = locus_numa_cpu_node(cpu);
-  r.node = (int16_t)node;
-  r.flags = (uint16_t)(flags | LOCUS_NT_EXACT);
-  locus_ft_put_touch(&r);
 }
 
 /* The page node for this access (first touch recorded when it is one). */
@@ -137,7 +116,8 @@ static int page_node(struct nthread *nt, uintptr_t a, uint32_t fl, uint64_t ip, 
           __atomic_fetch_or((volatile unsigned char *)page, (unsigned char)0, __ATOMIC_RELAXED);
           node = query_node(page);
         }
-        put_touch(nt, page, ip, node, (fl & LOCUS_AC_STORE) ? LOCUS_NT_WRITE : 0);
+        locus_ft_touch(page, ip, 0, 1, node, nt->nodes,
+                       (uint16_t)(LOCUS_NT_EXACT | ((fl & LOCUS_AC_STORE) ? LOCUS_NT_WRITE : 0)));
       }
     } else {
       node = query_node(page);

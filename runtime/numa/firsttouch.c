@@ -82,22 +82,17 @@ static long sys_mprotect(uintptr_t a, size_t n, int prot) {
 
 /* ---- records ---- */
 
-static void put_touch(uintptr_t page, uint64_t ip, uintptr_t alloc, uint32_t pages, int node,
-                      uint16_t flags) {
+void locus_ft_touch(uintptr_t page, uint64_t ip, uintptr_t region, uint32_t pages, int node,
+                    uint64_t nodes, uint16_t flags) {
   struct locus_numa_touch r;
   memset(&r, 0, sizeof r);
   r.kind = 1;
   r.t = locus_ticks();
   r.addr = page;
   r.ip = ip;
-  r.region = alloc;
-  uint32_t ae = atomic_load_explicit(&locus_numa_aff_epoch, memory_order_relaxed);
-  if (ae != my_aff_epoch) {
-    my_aff_epoch = ae;
-    my_nodes = locus_numa_self_nodes(NULL);
-  }
-  r.nodes = my_nodes;
-  if (__builtin_popcountll(r.nodes) > 1) flags |= LOCUS_NT_UNPINNED;
+  r.region = region;
+  r.nodes = nodes;
+  if (__builtin_popcountll(nodes) > 1) flags |= LOCUS_NT_UNPINNED;
   r.tid = locus_me.tid ? locus_me.tid : (uint32_t)syscall(SYS_gettid);
   r.pages = pages;
   int cpu = sched_getcpu();
@@ -108,18 +103,23 @@ static void put_touch(uintptr_t page, uint64_t ip, uintptr_t alloc, uint32_t pag
   locus_cursor_put(&touch_stream, &touch_cursor, &r, sizeof r);
 }
 
-void locus_ft_put_touch(const struct locus_numa_touch *r) {
-  locus_cursor_put(&touch_stream, &touch_cursor, r, sizeof *r);
+/* A touch record of the faulting thread (its nodes cached per affinity epoch). */
+static void put_touch(uintptr_t page, uint64_t ip, uintptr_t alloc, uint32_t pages, int node,
+                      uint16_t flags) {
+  uint32_t ae = atomic_load_explicit(&locus_numa_aff_epoch, memory_order_relaxed);
+  if (ae != my_aff_epoch) {
+    my_aff_epoch = ae;
+    my_nodes = locus_numa_self_nodes(NULL);
+  }
+  locus_ft_touch(page, ip, alloc, pages, node, my_nodes, flags);
 }
 
 /* Write-fault the page in this thread and return its node (move_pages), -1 if unknown. */
 static int place(uintptr_t page) {
   __atomic_fetch_or((volatile unsigned char *)page, (unsigned char)0, __ATOMIC_RELAXED);
   if (locus_numa.emulated) return -1;
-  void *p = (void *)page;
-  int status = -1;
-  if (syscall(SYS_move_pages, 0, 1ul, &p, NULL, &status, 0) != 0 || status < 0) return -1;
-  return status;
+  int status = locus_numa_page_status(page);
+  return status >= 0 ? status : -1;
 }
 
 /* ---- regions ---- */
@@ -349,10 +349,7 @@ void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site) {
      * in this thread: its first touch. */
     uintptr_t head = (uintptr_t)p & ~(PAGE - 1);
     if (head < lo) {
-      void *hp = (void *)head;
-      int status = -1;
-      if (locus_numa.emulated || syscall(SYS_move_pages, 0, 1ul, &hp, NULL, &status, 0) != 0)
-        status = -1;
+      int status = locus_numa.emulated ? -1 : locus_numa_page_status(head);
       put_touch(head, site, (uintptr_t)p, 1, status >= 0 ? status : -1, LOCUS_NT_WRITE);
     }
     return;

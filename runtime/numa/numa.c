@@ -50,12 +50,17 @@ uint64_t locus_numa_self_nodes(uint32_t *ncpus) {
   return locus_numa_mask_nodes(set, (size_t)n, ncpus);
 }
 
+int locus_numa_page_status(uint64_t addr) {
+  void *page = (void *)(uintptr_t)(addr & ~(uint64_t)4095);
+  int status = -EINVAL;
+  if (syscall(SYS_move_pages, 0, 1ul, &page, NULL, &status, 0) != 0) return -errno;
+  return status;
+}
+
 int locus_numa_sample_node(uint64_t addr, uint32_t flags) {
   if (flags & LOCUS_AC_STACK) return -3;
   if (locus_numa.emulated) return -1;
-  void *page = (void *)(uintptr_t)(addr & ~(uint64_t)4095);
-  int status = -1;
-  if (syscall(SYS_move_pages, 0, 1ul, &page, NULL, &status, 0) != 0) return -1;
+  int status = locus_numa_page_status(addr);
   if (status >= 0) return status;
   return status == -ENOENT ? -2 : -1;
 }

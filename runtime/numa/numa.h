@@ -34,6 +34,9 @@ extern struct locus_numa_state locus_numa;
 /* Node of the page holding `addr` now (move_pages query): >= 0, -1 unknown or emulated,
  * -2 not present, -3 a stack access (LOCUS_AC_STACK in flags, not asked). Async-signal-safe. */
 int locus_numa_sample_node(uint64_t addr, uint32_t flags);
+/* move_pages' answer for the page holding addr: its node (>= 0) or -errno (-ENOENT: not
+ * present, -EFAULT: the zero page or no mapping). Async-signal-safe. */
+int locus_numa_page_status(uint64_t addr);
 
 /* Node bitmask of the CPUs the calling thread may run on (sched_getaffinity). */
 uint64_t locus_numa_self_nodes(uint32_t *ncpus);
@@ -66,8 +69,11 @@ int locus_ft_installed(void);
 /* Is p the start of an mmap'd malloc chunk (glibc: IS_MMAPPED in the size word)? */
 int locus_ft_chunk_mmapped(const void *p);
 
-/* Append a touch record for the calling thread (first touch or exact backend). */
-void locus_ft_put_touch(const struct locus_numa_touch *r);
+/* Append a touch record of the calling thread, allowed on `nodes` (first touch, or the
+ * exact backend with LOCUS_NT_EXACT in flags); under emulation a placed page's node is the
+ * emulated node of this thread's CPU. Async-signal-safe. */
+void locus_ft_touch(uintptr_t page, uint64_t ip, uintptr_t region, uint32_t pages, int node,
+                    uint64_t nodes, uint16_t flags);
 
 /* ---- exact backend (exact.c) ---- */
 extern _Atomic int locus_numa_exact_on;        /* the comm exact hooks call the access below */

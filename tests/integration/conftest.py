@@ -51,6 +51,15 @@ def no_traceback(proc: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in err, err
 
 
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    """The last `locus...` line of stderr (a refusal is one such line), no traceback."""
+    err = proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode(errors="replace")
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("locus")]
+    assert lines, err
+    return lines[-1]
+
+
 def parse_truth(stderr: str | bytes) -> dict:
     """The workload's ground truth: the last stderr line that is a JSON object with a
     'workload' key (locus's own lines on stderr are ignored)."""
@@ -89,6 +98,7 @@ class Locus:
     lock_rows = staticmethod(lock_rows)
     lock_acquisitions = staticmethod(lock_acquisitions)
     no_traceback = staticmethod(no_traceback)
+    one_error_line = staticmethod(one_error_line)
 
     def __init__(self, tmp_path: Path):
         self.tmp = tmp_path

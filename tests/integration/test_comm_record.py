@@ -38,14 +38,6 @@ def hw_available() -> bool:
     return launcher.hw_backend_status()[0]
 
 
-def one_error_line(proc) -> str:
-    err = proc.stderr.decode(errors="replace")
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("locus")]
-    assert lines, err
-    return lines[-1]
-
-
 def test_sysbench_comm_run_writes_meta_and_files(locus):
     proc, run = locus.record(sysbench_cmd(), ("--lens", "comm"))
     assert proc.returncode == 0
@@ -119,7 +111,7 @@ def test_hw_backend_without_pmu_names_the_fix(locus):
     out = locus.new_dir()
     proc = locus.run("record", "-o", str(out), "--lens", "comm", "--backend", "hw", "--", "true")
     assert proc.returncode == 2
-    line = one_error_line(proc)
+    line = locus.one_error_line(proc)
     assert line.startswith("locus: error: --backend hw:")
     assert "--backend soft" in line or "perf_event_paranoid" in line
     assert not out.exists()
@@ -132,7 +124,7 @@ def test_soft_period_floor(locus):
         "--", "true",
     )  # fmt: skip
     assert proc.returncode == 2
-    line = one_error_line(proc)
+    line = locus.one_error_line(proc)
     assert "10us" in line and "100us" in line
     assert not out.exists()
 
@@ -142,14 +134,14 @@ def test_count_period_needs_hw(locus):
         pytest.skip("this machine has PEBS/IBS address sampling")
     proc = locus.run("record", "--lens", "comm", "--period", "10000", "--", "true")
     assert proc.returncode == 2
-    assert "needs the hw backend" in one_error_line(proc)
+    assert "needs the hw backend" in locus.one_error_line(proc)
 
 
 def test_exact_needs_locus_cc(locus):
     out = locus.new_dir()
     proc = locus.run("record", "-o", str(out), "--lens", "comm", "--backend", "exact", "--", "true")
     assert proc.returncode == 2
-    line = one_error_line(proc)
+    line = locus.one_error_line(proc)
     assert "locus cc" in line and "true" in line
     assert not out.exists()
 

@@ -20,14 +20,6 @@ def need(program: str) -> str:
     return path
 
 
-def one_error_line(proc) -> str:
-    err = proc.stderr.decode(errors="replace")
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("locus")]
-    assert lines, err
-    return lines[-1]
-
-
 def two_cpus() -> None:
     if (os.cpu_count() or 1) < 2:
         pytest.skip("--fake-numa 2 needs 2 CPUs")
@@ -157,7 +149,7 @@ def test_numa_exact_backend_counts(locus, tmp_path):
 def test_bad_numa_options(locus, args, needle):
     proc = locus.run("record", *args, "--", "true")
     assert proc.returncode == 2
-    assert needle in one_error_line(proc) or needle in proc.stderr.decode()
+    assert needle in locus.one_error_line(proc) or needle in proc.stderr.decode()
 
 
 def test_report_numa_on_a_run_without_it(locus):
@@ -214,4 +206,4 @@ def test_fake_numa_topology_file(locus, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"nodes": [{"id": 0, "cpus": [0]}]}))
     p = locus.run("record", "--lens", "numa", "--fake-numa", str(bad), "--", "true")
-    assert p.returncode == 2 and "belong to no node" in one_error_line(p)
+    assert p.returncode == 2 and "belong to no node" in locus.one_error_line(p)

@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 from locus.rundir import AL_FREE, AL_MALLOC, AL_MMAP, AL_MUNMAP, THREAD_MAIN, RunDir
+from locus.sysfs import parse_cpulist
 
 
 class Threads:
@@ -137,15 +138,14 @@ def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:
                 text = f.read().strip()
         except (OSError, ValueError):
             continue
-        for part in filter(None, text.split(",")):
-            lo, _, hi = part.partition("-")
-            try:
-                for c in range(int(lo), int(hi or lo) + 1):
-                    if c < ncpu:
-                        out[c] = node
-                        found = True
-            except ValueError:
-                continue
+        try:
+            cpus = parse_cpulist(text)
+        except ValueError:
+            continue
+        for c in cpus:
+            if c < ncpu:
+                out[c] = node
+                found = True
     if found and out.max() > 0:
         notes.append(
             "the run does not record which NUMA node each CPU belongs to: the node matrix "

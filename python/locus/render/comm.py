@@ -4,16 +4,15 @@ summary lines, the terminal heat map and the matplotlib heat maps (--plot DIR)."
 from __future__ import annotations
 
 import math
-import os
 
 from locus.analysis.comm import _ranges
 from locus.errors import LocusError
+from locus.render.heat import pyplot, save, shade, shade_legend
 from locus.render.tables import Table
 from locus.render.units import count, nbytes, percent, seconds
 
 MATRIX_TABLE = "comm_matrix"  # CSV only: text and Markdown show the heat map instead
 # Shades of the terminal heat map, from "no communication" to the maximum cell.
-SHADES = "·░▒▓█"
 MAX_CELLS = 32  # larger matrices are aggregated into blocks of consecutive indices
 AXIS = {"thread": "thread", "core": "CPU", "node": "node"}
 
@@ -168,13 +167,6 @@ def aggregate(m: list[list[float]]) -> tuple[list[list[float]], list[tuple[int, 
     return out, blocks
 
 
-def shade(v: float, vmax: float) -> str:
-    if v <= 0 or vmax <= 0:
-        return SHADES[0]
-    k = min(len(SHADES) - 1, 1 + int((len(SHADES) - 1) * v / vmax * 0.999999))
-    return SHADES[k]
-
-
 def heatmap_lines(report: dict) -> list[str]:
     """The selected matrix as block characters, 2 columns per cell, with its legend."""
     c = _comm(report)
@@ -190,10 +182,7 @@ def heatmap_lines(report: dict) -> list[str]:
     out.append("      " + "".join(f"{lo % 100:>2}" for lo, _hi in blocks))
     for (lo, _hi), row in zip(blocks, m):
         out.append(f"{lo:>5} " + "".join(shade(v, vmax) * 2 for v in row))
-    step = 100 // (len(SHADES) - 1)
-    legend = [f"{SHADES[0]} 0"] + [f"{SHADES[k]} ≤{k * step}%" for k in range(1, len(SHADES) - 1)]
-    legend.append(f"{SHADES[-1]} ≤100% of max {volume(vmax, c['unit'])}")
-    out.append("      " + "  ".join(legend))
+    out.append("      " + "  ".join(shade_legend(f"max {volume(vmax, c['unit'])}")))
     out.append("      symmetric (M + Mᵀ): row i, column j = volume exchanged by i and j")
     return out
 
@@ -203,17 +192,7 @@ def plot(report: dict, outdir: str) -> list[str]:
     (one colour scale), as in the ComDetective paper's figures. Returns the paths."""
     if "comm" not in report["lenses"]:
         raise LocusError("--plot draws the comm lens: add --lens comm")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ModuleNotFoundError:
-        raise LocusError("--plot needs the Python module 'matplotlib': run `make deps`") from None
-    try:
-        os.makedirs(outdir, exist_ok=True)
-    except OSError as e:
-        raise LocusError(f"cannot create {outdir}: {e.strerror or e}") from None
+    plt = pyplot(outdir)
     c = _comm(report)
     by, _kind = _view(c)
     mats = c["matrices"][by]
@@ -232,14 +211,4 @@ def plot(report: dict, outdir: str) -> list[str]:
     fig.colorbar(im, ax=list(axes), shrink=0.8, label=f"volume ({unit})")
     cmd = " ".join(report["run"].get("command") or [])
     fig.suptitle(f"locus comm: {cmd}" if cmd else "locus comm")
-    paths = []
-    for ext in ("png", "svg"):
-        p = os.path.join(outdir, f"comm-{by}.{ext}")
-        try:
-            fig.savefig(p, dpi=120)
-        except OSError as e:
-            plt.close(fig)
-            raise LocusError(f"cannot write {p}: {e.strerror or e}") from None
-        paths.append(p)
-    plt.close(fig)
-    return paths
+    return save(plt, fig, outdir, f"comm-{by}")

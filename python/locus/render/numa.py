@@ -4,11 +4,9 @@ terminal and the matplotlib heat maps (--plot DIR)."""
 
 from __future__ import annotations
 
-import os
-
 from locus.analysis.common import ranges
 from locus.errors import LocusError
-from locus.render.comm import SHADES, shade
+from locus.render.heat import pyplot, save, shade, shade_legend
 from locus.render.tables import Table
 from locus.render.units import count, nbytes, percent, seconds
 
@@ -338,10 +336,7 @@ def _matrix_lines(title: str, row_label: str, m: dict, unit: str) -> list[str]:
         out.append(" " * w + "".join(f"{j % 100:>2}" for j in m["columns"]))
         for lab, r in zip(labels, vals):
             out.append(f"{lab:<{w}}" + "".join(shade(v, vmax) * 2 for v in r))
-    step = 100 // (len(SHADES) - 1)
-    legend = [f"{SHADES[0]} 0"] + [f"{SHADES[k]} ≤{k * step}%" for k in range(1, len(SHADES) - 1)]
-    legend.append(f"{SHADES[-1]} ≤100% of the largest cell ({count(vmax)} {unit})")
-    out.append("  " + "  ".join(legend))
+    out.append("  " + "  ".join(shade_legend(f"the largest cell ({count(vmax)} {unit})")))
     return out
 
 
@@ -370,17 +365,7 @@ def plot(report: dict, outdir: str) -> list[str]:
     cell annotated with its share. Returns the paths."""
     if "numa" not in report["lenses"]:
         raise LocusError("--plot draws the numa lens: add --lens numa")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ModuleNotFoundError:
-        raise LocusError("--plot needs the Python module 'matplotlib': run `make deps`") from None
-    try:
-        os.makedirs(outdir, exist_ok=True)
-    except OSError as e:
-        raise LocusError(f"cannot create {outdir}: {e.strerror or e}") from None
+    plt = pyplot(outdir)
     c = _numa(report)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), constrained_layout=True)
     for ax, key, title, ylabel in (
@@ -418,14 +403,4 @@ def plot(report: dict, outdir: str) -> list[str]:
         cmd = cmd[:69] + "…"
     emu = " [EMULATED topology]" if c["emulated"] else ""
     fig.suptitle((f"locus numa: {cmd}" if cmd else "locus numa") + emu)
-    paths = []
-    for ext in ("png", "svg"):
-        p = os.path.join(outdir, f"numa-matrix.{ext}")
-        try:
-            fig.savefig(p, dpi=120)
-        except OSError as e:
-            plt.close(fig)
-            raise LocusError(f"cannot write {p}: {e.strerror or e}") from None
-        paths.append(p)
-    plt.close(fig)
-    return paths
+    return save(plt, fig, outdir, "numa-matrix")

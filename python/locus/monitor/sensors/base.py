@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
+from locus.sysfs import parse_cpulist  # noqa: F401  (the sensors import it from here)
+
 
 @dataclass
 class EventInfo:
@@ -65,16 +67,6 @@ def read_text(path: str) -> str | None:
             return f.read()
     except OSError:
         return None
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """ "0-3,8" -> [0, 1, 2, 3, 8]."""
-    out: list[int] = []
-    for part in text.strip().split(","):
-        if part:
-            a, _, b = part.partition("-")
-            out += range(int(a), int(b or a) + 1)
-    return out
 
 
 class Sensor:
