@@ -30,7 +30,7 @@ def test_fake_numa_serial_first_touch(locus):
     initialisation by worker 0 puts every page on node 0, so worker 1's accesses are
     remote and the advice names the first-touch site."""
     two_cpus()
-    cmd = [locus.workload("numa_firsttouch"), "2", "64", "--init", "serial", "--iters", "200"]
+    cmd = [locus.workload("numa_firsttouch"), "2", "64", "--init", "serial", "--iters", "1000"]
     proc, run = locus.record([*cmd, "--truth"], ("--lens", "numa", "--fake-numa", "2"))
     truth = locus.truth(proc.stderr)
     meta = json.loads((run / "meta.json").read_text())
@@ -52,7 +52,11 @@ def test_fake_numa_serial_first_touch(locus):
     m = numa["access_matrix"]
     row1 = m["values"][m["rows"].index(1)]
     assert row1[m["columns"].index(0)] > 0 and row1[m["columns"].index(1)] == 0
-    assert any(a["kind"] == "serial_first_touch" for a in numa["advice"]), numa["advice"]
+    assert any(a["kind"] == "serial_first_touch" for a in numa["advice"]), (
+        numa["advice"],
+        alloc["accesses"],
+        alloc["accesses_from_nodes"],
+    )
     text = locus.run("report", str(run), "--lens", "numa").stdout.decode()
     assert "EMULATED" in text.splitlines()[0] or "EMULATED" in text[:2000]
 
