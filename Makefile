@@ -9,7 +9,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 LOCUS := $(VENV)/bin/locus
 
-APT_PACKAGES := build-essential python3-venv python3-pip libunwind-dev clang-format llvm \
+APT_PACKAGES := build-essential python3-venv python3-pip libunwind-dev clang-format llvm clang \
 	binutils pigz sysbench stress-ng libgomp1 procps libzydis-dev chromium
 
 # The real-NUMA VM tier (tests/vm, scripts/numavm): QEMU (TCG) + busybox initramfs. The

@@ -11,11 +11,18 @@ The real compiler is $LOCUS_CC / $CC (cc) for `locus cc` and $LOCUS_CXX / $CXX (
 - gcc: `-fsanitize=thread --param=tsan-instrument-func-entry-exit=0` at compile time only.
   A compile-and-link invocation gets them through a specs file that hands them to cc1 /
   cc1plus, so the driver never links libtsan: liblocus.so provides the __tsan_* hooks.
-- clang: `-fsanitize-coverage=func,trace-loads,trace-stores` (trace-loads alone emits
-  nothing), and `-fno-sanitize-link-runtime` when linking (else clang links its ubsan
-  runtime).
+- clang: the same hooks, `-fsanitize=thread -mllvm -tsan-instrument-func-entry-exit=0`, and
+  `-fno-sanitize-link-runtime` when linking (else clang links libtsan). (clang's other
+  option, -fsanitize-coverage=trace-loads,trace-stores, does not see atomics.)
 - when linking: `-L<dir> -llocus -Wl,-rpath,<dir>`, <dir> being where liblocus.so is
   ($LOCUS_LIB, a file or a directory, else build/ of this checkout).
+
+With clang, `LOCUS_CC_LTO=1` (or an -flto option of your own) also inlines the hooks' hit
+test into the program: the objects are compiled with -flto, and the link adds
+runtime/cc/lto_hooks.c compiled by the same clang, so LLVM's link-time inliner puts the
+model's fast path (runtime/comm/exact/fast.h) in the program's loops instead of a call per
+access. It needs clang's linker plugin (LLVMgold, Debian's llvm package) or lld; gcc's
+-fsanitize=thread hooks are builtins that cannot be inlined, so with gcc it is refused.
 
 The program runs normally without locus (the hooks return at once); recorded with
 `locus record --lens comm` and LOCUS_COMM_BACKEND=exact it reports every transfer.
@@ -34,7 +41,7 @@ from pathlib import Path
 
 # -fno-plt: each access calls a hook in liblocus.so; through the GOT directly, not a PLT stub.
 GCC_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-fno-plt"]
-CLANG_FLAGS = ["-fsanitize-coverage=func,trace-loads,trace-stores"]
+CLANG_FLAGS = ["-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=0"]
 # Any of these: the invocation does not link.
 NO_LINK = {"-c", "-S", "-E", "-M", "-MM", "-fsyntax-only"}
 
@@ -84,19 +91,36 @@ def links(argv: list[str]) -> bool:
     return not any(a in NO_LINK for a in argv)
 
 
+def lto_flag(argv: list[str]) -> str | None:
+    """The -flto option in effect: the user's own, else -flto when LOCUS_CC_LTO=1."""
+    for a in reversed(argv):
+        if a == "-fno-lto":
+            return None
+        if a == "-flto" or a.startswith("-flto="):
+            return a
+    return "-flto" if os.environ.get("LOCUS_CC_LTO") == "1" else None
+
+
+def lto_hooks_source() -> Path:
+    return Path(__file__).resolve().parents[2] / "runtime" / "cc" / "lto_hooks.c"
+
+
 def build_command(
-    argv: list[str], cxx: bool, specs: Path | None = None
+    argv: list[str], cxx: bool, specs: Path | None = None, hooks: Path | None = None
 ) -> tuple[list[str], str | None]:
     """The compiler command for `argv`, and the specs text to write to `specs` (gcc
-    compile-and-link) or None."""
+    compile-and-link) or None. `hooks`: the compiled lto_hooks object to link (clang LTO)."""
     cmd = compiler(cxx)
     kind = family(cmd)
     link = links(argv)
     extra: list[str] = []
     specs_text = None
     if kind == "clang":
-        # Without -fno-sanitize-link-runtime clang links its ubsan runtime for sancov.
+        # Without -fno-sanitize-link-runtime clang links libtsan.
         extra += CLANG_FLAGS + (["-fno-sanitize-link-runtime"] if link else [])
+        lto = lto_flag(argv)
+        if lto is not None and lto not in argv:
+            extra.append(lto)
     elif not link:
         extra += GCC_FLAGS
     else:
@@ -109,8 +133,31 @@ def build_command(
     tail: list[str] = []
     if link:
         lib = library_dir()
-        tail = [f"-L{lib}", "-llocus", f"-Wl,-rpath,{lib}"]
+        tail = [*([str(hooks)] if hooks is not None else []), f"-L{lib}", "-llocus"]
+        tail.append(f"-Wl,-rpath,{lib}")
     return [*cmd, *extra, *argv, *tail], specs_text
+
+
+def compile_lto_hooks(cmd: list[str], lto: str, out: Path, name: str) -> int:
+    """Compiles runtime/cc/lto_hooks.c with the program's clang into `out` (bitcode)."""
+    src = lto_hooks_source()
+    if not src.exists():
+        print(f"{name}: {src} not found: LTO inlining needs the locus source tree", file=sys.stderr)
+        return 2
+    # As C whatever the driver (clang++ would read a .c file as C++): -x c, no debug info (the
+    # inlined hooks then carry the line of the access they serve), no instrumentation.
+    hook_cmd = [*cmd, "-x", "c", "-std=gnu11", "-O2", "-fPIC", lto, "-c", str(src), "-o", str(out)]
+    if os.environ.get("LOCUS_CC_VERBOSE") == "1":
+        print(f"{name}: {shlex.join(hook_cmd)}", file=sys.stderr)
+    try:
+        p = subprocess.run(hook_cmd, capture_output=True, text=True)
+    except OSError as e:
+        print(f"{name}: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+    if p.returncode != 0:
+        print(f"{name}: compiling the LTO hooks failed:\n{p.stderr.strip()}", file=sys.stderr)
+        return p.returncode if p.returncode > 0 else 1
+    return 0
 
 
 def main(argv: list[str], cxx: bool = False) -> int:
@@ -127,10 +174,26 @@ def main(argv: list[str], cxx: bool = False) -> int:
             file=sys.stderr,
         )
         return 2
+    lto = lto_flag(argv)
+    if lto is not None and family(compiler(cxx)) != "clang":
+        if os.environ.get("LOCUS_CC_LTO") == "1":
+            print(
+                f"{name}: LOCUS_CC_LTO=1 needs clang (gcc's -fsanitize=thread hooks are "
+                "builtins that cannot be inlined): set CC=clang, or unset LOCUS_CC_LTO",
+                file=sys.stderr,
+            )
+            return 2
+        lto = None  # the user's own -flto with gcc: the hooks stay calls into liblocus.so
     tmpdir = tempfile.mkdtemp(prefix="locus-cc-")
     try:
         specs = Path(tmpdir) / "exact.specs"
-        cmd, specs_text = build_command(argv, cxx, specs)
+        hooks = None
+        if lto is not None and links(argv):
+            hooks = Path(tmpdir) / "locus_lto_hooks.o"
+            rc = compile_lto_hooks(compiler(cxx), lto, hooks, name)
+            if rc != 0:
+                return rc
+        cmd, specs_text = build_command(argv, cxx, specs, hooks)
         if specs_text is not None:
             specs.write_text(specs_text)
         if os.environ.get("LOCUS_CC_VERBOSE") == "1":

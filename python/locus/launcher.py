@@ -43,8 +43,9 @@ COMM_DEFAULTS = {
     "bind": "none",
 }
 SOFT_FLOOR_NS = 100_000  # below this a soft sample's ~20 us cost dominates (sampling.md)
-# Symbols a program built with `locus cc` references (gcc: tsan hooks; clang: sancov).
-EXACT_SYMBOL_PREFIXES = (b"__tsan_read", b"__tsan_write", b"__sanitizer_cov_load")
+# Symbols a program built with `locus cc` references: the tsan hooks, or with the hooks
+# inlined (clang LTO, runtime/cc/lto_hooks.c) the model's slow path.
+EXACT_SYMBOL_PREFIXES = (b"__tsan_read", b"__tsan_write", b"locus_x_slow")
 LINE_SIZE_FILE = "/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size"
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 ENV_PREFIXES = ("LD_", "OMP_", "GOMP_", "KMP_", "LOCUS_")
@@ -251,7 +252,7 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
         if built is False:
             raise LocusError(
                 f"--backend exact: {command[0]} is not instrumented (no __tsan_read*/"
-                "__sanitizer_cov_load* symbols); rebuild it with `locus cc` / `locus c++`",
+                "locus_x_slow symbols); rebuild it with `locus cc` / `locus c++`",
                 2,
             )
         if period_given:

@@ -29,7 +29,7 @@
 #define E_SEEN 0x100u
 #define E_UNPINNED 0x200u
 
-_Atomic int locus_numa_exact_on;
+LOCUS_EXPORT _Atomic int locus_numa_exact_on;
 _Atomic uint32_t locus_numa_page_epoch = 1;
 _Atomic uint32_t locus_numa_aff_epoch = 1;
 
@@ -200,7 +200,7 @@ static void thread_start(void) {
   nt_state = 1;
 }
 
-void locus_numa_exact_access(uintptr_t a, uint32_t len, uint32_t fl, uint64_t ip) {
+LOCUS_EXPORT void locus_numa_exact_access(uintptr_t a, uint32_t len, uint32_t fl, uint64_t ip) {
   (void)len;
   if (LOCUS_UNLIKELY(nt_state != 1)) {
     if (nt_state == 2 || locus_me.guard || locus_me.state == 2) return;

@@ -76,10 +76,11 @@ void locus_ft_touch(uintptr_t page, uint64_t ip, uintptr_t region, uint32_t page
                     uint64_t nodes, uint16_t flags);
 
 /* ---- exact backend (exact.c) ---- */
-extern _Atomic int locus_numa_exact_on;        /* the comm exact hooks call the access below */
+extern LOCUS_EXPORT _Atomic int
+    locus_numa_exact_on;                       /* the comm exact hooks call the access below */
 extern _Atomic uint32_t locus_numa_page_epoch; /* bumped by mbind, move_pages: nodes asked again */
 extern _Atomic uint32_t locus_numa_aff_epoch;  /* bumped by affinity changes */
-void locus_numa_exact_access(uintptr_t a, uint32_t len, uint32_t fl, uint64_t ip);
+LOCUS_EXPORT void locus_numa_exact_access(uintptr_t a, uint32_t len, uint32_t fl, uint64_t ip);
 int locus_numa_exact_init(void);
 void locus_numa_exact_thread_fini(void);
 void locus_numa_exact_proc_fini(void);

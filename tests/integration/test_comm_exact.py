@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -33,21 +34,44 @@ CE_TRUE, CE_EXACT = 1, 4
 EVENT, THREAD = COMM_EVENT_DTYPE, COMM_THREAD_DTYPE
 
 
-@pytest.fixture(scope="module")
-def exact_bins(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=["cc", "clang-lto"])
+def exact_bins(request, tmp_path_factory) -> Path:
+    """The workloads built by `locus cc` with the default compiler (hooks called in
+    liblocus.so), and with clang and LOCUS_CC_LTO=1 (the hit test inlined at link time)."""
     if not LIBLOCUS.exists():
         pytest.skip("build/liblocus.so is not built: run `make build`")
-    out = tmp_path_factory.mktemp("exact")
-    for name in ("comm_writevol", "comm_falseshare", "comm_readwrite", "comm_p2p"):
-        argv = ["-O2", "-g", "-std=c11", "-D_GNU_SOURCE", "-pthread", "-Wall"]
-        argv += ["-o", str(out / name), str(WORKLOADS / f"{name}.c")]
-        assert cc.main(argv) == 0, name
+    env = {"CC": "cc", "LOCUS_CC_LTO": "0"}
+    if request.param == "clang-lto":
+        if shutil.which("clang") is None:
+            pytest.skip("clang is not installed (apt-get install clang; `make deps`)")
+        env = {"CC": "clang", "LOCUS_CC_LTO": "1"}
+    out = tmp_path_factory.mktemp(f"exact-{request.param}")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        for name in ("comm_writevol", "comm_falseshare", "comm_readwrite", "comm_p2p"):
+            argv = ["-O2", "-g", "-std=c11", "-D_GNU_SOURCE", "-pthread", "-Wall"]
+            argv += ["-o", str(out / name), str(WORKLOADS / f"{name}.c")]
+            assert cc.main(argv) == 0, name
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if request.param == "clang-lto":
+        # Inlined: the program calls no hook of liblocus.so.
+        nm = subprocess.run(
+            ["nm", "-u", str(out / "comm_writevol")], capture_output=True, text=True
+        )
+        assert "__tsan_" not in nm.stdout and "locus_x_slow" in nm.stdout
     return out
 
 
 class Run:
     def __init__(self, proc: subprocess.CompletedProcess, run_dir: Path):
         self.proc = proc
+        self.dir = run_dir
         self.truth = next(
             json.loads(line)
             for line in reversed(proc.stderr.splitlines())
@@ -79,6 +103,16 @@ class Run:
                 if n:
                     m[(p["src_tid"], p["dst_tid"], kind == "true")] += n
         return m
+
+
+def code_lines(run_dir: Path, exe: Path, ips) -> set[str]:
+    """file:line of the instruction addresses `ips` of the PIE `exe` (its load address read
+    from the run's maps)."""
+    maps = next((run_dir / "procs").glob("*/maps")).read_text().splitlines()
+    base = min(int(m.split("-")[0], 16) for m in maps if m.endswith(str(exe)))
+    addrs = [f"{ip - base:#x}" for ip in sorted(set(ips))]
+    out = subprocess.run(["addr2line", "-e", str(exe), *addrs], capture_output=True, text=True)
+    return {os.path.basename(x.split(" ")[0]) for x in out.stdout.splitlines()}
 
 
 def run_exact(bins: Path, tmp_path: Path, name: str, *args: str) -> Run:
@@ -160,6 +194,15 @@ def test_writevol_volume_grows_with_share_fraction(exact_bins, tmp_path):
         volumes.append(sum(m.values()))
     assert volumes[0] < volumes[1] < volumes[2]
     assert volumes[2] == 2 * (3 * 1800 - 1)
+    # Both ends of every transfer are the one store line of write_lines (an inlined hook
+    # names the instruction it serves, not its caller).
+    exe = exact_bins / "comm_writevol"
+    ev = run.events[run.inside]
+    # Exact pcs are return addresses (or, inlined, the address after the hook's lea).
+    lines = code_lines(run.dir, exe, [int(a) - 1 for a in [*ev["src_ip"], *ev["dst_ip"]]])
+    src = (WORKLOADS / "comm_writevol.c").read_text().splitlines()
+    store = next(i + 1 for i, t in enumerate(src) if "l[k].w[w] = v;" in t)
+    assert lines == {f"comm_writevol.c:{store}"}, lines
 
 
 def test_p2p_timed_default_with_lone_thread(exact_bins, tmp_path):

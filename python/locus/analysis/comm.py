@@ -695,34 +695,51 @@ def _obj_label(info: dict, threads, names) -> str:
 
 
 def _site_rows(ev, wk, names, opts) -> list:
-    """Volume per code site: an event counts for its writer's and its detector's
-    instruction (once when they are the same site)."""
+    """Volume per code site (function, file, line): an event counts for its writer's and its
+    detector's instruction, once when both are the same site (an unrolled or inlined loop
+    has several instructions on one line)."""
     n = len(ev.proc)
     if n == 0:
         return []
-    both = ev.src_ip != ev.dst_ip
-    e_idx = np.concatenate([np.arange(n), np.flatnonzero(both & (ev.src_ip != 0))])
-    ip = np.concatenate([ev.dst_ip, ev.src_ip[both & (ev.src_ip != 0)]])
-    ok = ip != 0
-    e_idx, ip = e_idx[ok], ip[ok]
-    if not len(ip):
-        return []
-    inv, first = group(ev.proc[e_idx], ip)
+    procs = np.concatenate([ev.proc, ev.proc])
+    ips = np.concatenate([ev.dst_ip, ev.src_ip])
+    inv, first = group(procs, ips)
     m = len(first)
-    S = {k: np.bincount(inv, weights=v[e_idx], minlength=m) for k, v in wk.items()}
-    order = np.argsort(-S["all"], kind="stable")[: opts.top_sites]
-    keys = [(int(ev.proc[e_idx[first[j]]]), int(ip[first[j]])) for j in order]
-    names.code(keys)
-    merged: dict[tuple, dict] = {}
-    for j, (p, a) in zip(order.tolist(), keys):
-        s = names.site(p, a)
-        row = merged.setdefault(
-            (s["function"], s["file"], s["line"]),
-            dict(s, all=0.0, true=0.0, false=0.0, address=f"{a:#x}"),
-        )
-        for k in KINDS:
-            row[k] += float(S[k][j])
-    return sorted(merged.values(), key=lambda r: (-r["all"], -r["false"]))
+    # Symbolize the instructions by volume, the busiest first; the long tail keeps its
+    # address as its site.
+    vol = np.bincount(inv, weights=np.concatenate([wk["all"], wk["all"]]), minlength=m)
+    named = set(np.argsort(-vol, kind="stable")[: max(4 * opts.top_sites, 2000)].tolist())
+    keys = [(int(procs[f]), int(ips[f])) for f in first]
+    names.code([k for j, k in enumerate(keys) if k[1] and j in named])
+    site_id = np.full(m, -1, dtype=np.int64)
+    ids: dict[tuple, int] = {}
+    rows: list[dict] = []
+    for j, (p, a) in enumerate(keys):
+        if not a:
+            continue
+        if j in named:
+            s = names.site(p, a)
+            key: tuple = (s["function"], s["file"], s["line"])
+        else:
+            s = {"function": f"{a:#x}", "file": "", "line": 0}
+            key = ("ip", p, a)
+        if key not in ids:
+            ids[key] = len(rows)
+            rows.append(dict(s, all=0.0, true=0.0, false=0.0, address=f"{a:#x}"))
+        site_id[j] = ids[key]
+    dst, src = site_id[inv[:n]], site_id[inv[n:]]
+    own = dst >= 0
+    extra = (src >= 0) & (src != dst)
+    e_idx = np.concatenate([np.flatnonzero(own), np.flatnonzero(extra)])
+    sid = np.concatenate([dst[own], src[extra]])
+    for k, v in wk.items():
+        if k not in KINDS:
+            continue
+        tot = np.bincount(sid, weights=v[e_idx], minlength=len(rows))
+        for r, x in zip(rows, tot.tolist()):
+            r[k] = float(x)
+    rows.sort(key=lambda r: (-r["all"], -r["false"]))
+    return rows[: opts.top_sites]
 
 
 ADVICE_MIN_DETECTIONS = 10

@@ -62,10 +62,32 @@ def test_gcc_flags_compile_only_and_link(monkeypatch):
 
 def test_clang_flags(monkeypatch):
     monkeypatch.setenv("CC", "clang-14")
+    monkeypatch.delenv("LOCUS_CC_LTO", raising=False)
     cmd, specs = cc.build_command(["-c", "a.c"], cxx=False)
-    assert specs is None and any("trace-loads,trace-stores" in a for a in cmd)
+    assert specs is None and "-fsanitize=thread" in cmd and "-flto" not in cmd
+    assert "-tsan-instrument-func-entry-exit=0" in cmd
     cmd, _ = cc.build_command(["a.o", "-o", "a"], cxx=False)
     assert "-fno-sanitize-link-runtime" in cmd and "-llocus" in cmd
+
+
+def test_lto_flag(monkeypatch):
+    monkeypatch.delenv("LOCUS_CC_LTO", raising=False)
+    assert cc.lto_flag(["-O2", "-c", "a.c"]) is None
+    assert cc.lto_flag(["-flto=thin", "-c", "a.c"]) == "-flto=thin"
+    monkeypatch.setenv("LOCUS_CC_LTO", "1")
+    assert cc.lto_flag(["-c", "a.c"]) == "-flto"
+    assert cc.lto_flag(["-flto", "-fno-lto", "-c", "a.c"]) is None
+    monkeypatch.setenv("CC", "clang-14")
+    cmd, _ = cc.build_command(["a.o", "-o", "a"], cxx=False, hooks=Path("/t/h.o"))
+    assert "-flto" in cmd and cmd.index("/t/h.o") < cmd.index("-llocus")
+
+
+def test_lto_with_gcc_is_refused(monkeypatch, capsys):
+    needs_lib()
+    monkeypatch.setenv("CC", "gcc")
+    monkeypatch.setenv("LOCUS_CC_LTO", "1")
+    assert cc.main(["-O2", "-o", "x", "x.c"]) == 2
+    assert "needs clang" in capsys.readouterr().err
 
 
 def test_never_wraps_itself(monkeypatch):
@@ -115,14 +137,33 @@ def test_compiler_status_is_returned(tmp_path, monkeypatch):
     assert cc.main(["-c", "-o", str(tmp_path / "bad.o"), str(bad)]) != 0
 
 
-@pytest.mark.skipif(shutil.which("clang-14") is None, reason="clang-14 is not installed")
+@pytest.mark.skipif(shutil.which("clang") is None, reason="clang is not installed")
 def test_clang_builds_and_runs(src, tmp_path, monkeypatch):
     needs_lib()
-    monkeypatch.setenv("CC", "clang-14")
+    monkeypatch.setenv("CC", "clang")
+    monkeypatch.delenv("LOCUS_CC_LTO", raising=False)
     exe = tmp_path / "prog_clang"
     assert cc.main(["-O2", "-o", str(exe), str(src)]) == 0
-    assert "__sanitizer_cov_store4" in undefined(exe)
-    assert subprocess.run([str(exe)], capture_output=True, timeout=60).returncode == 0
+    assert "__tsan_write4" in undefined(exe)
+    assert not any("tsan" in line for line in _ldd(exe)), "libtsan must not be linked"
+    p = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == "120\n"
+
+
+@pytest.mark.skipif(shutil.which("clang") is None, reason="clang is not installed")
+def test_clang_lto_inlines_the_hooks(src, tmp_path, monkeypatch):
+    """LOCUS_CC_LTO=1: compiled and linked with -flto and lto_hooks.c, the program calls no
+    hook in liblocus.so (all inlined); it runs normally without locus."""
+    needs_lib()
+    monkeypatch.setenv("CC", "clang")
+    monkeypatch.setenv("LOCUS_CC_LTO", "1")
+    obj, exe = tmp_path / "prog.o", tmp_path / "prog_lto"
+    assert cc.main(["-O2", "-c", "-o", str(obj), str(src)]) == 0
+    assert cc.main(["-o", str(exe), str(obj)]) == 0
+    assert not {u for u in undefined(exe) if u.startswith("__tsan_")}, undefined(exe)
+    assert "locus_x_slow" in undefined(exe)
+    p = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == "120\n"
 
 
 def _ldd(exe: Path) -> list[str]:
