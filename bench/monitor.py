@@ -9,7 +9,10 @@ path), and the floor of this machine: a Python thread that only wakes up 1000 ti
 second with the engine's own wait (no sensor, no file).
 
 Per-sensor read cost: each sensor alone at 100 Hz in this process, CPU time of the sampling
-thread per read (system calls + parsing, as the engine does it).
+thread per read (system calls + parsing, as the engine does it); and the system calls alone,
+2000 back-to-back fetches with hot caches: what the kernel spends producing the files, a
+cost no sampler avoids. Their sum over the sensors plus the wake-up floor is the least CPU
+any 1 kHz sampler of every sensor can use on this machine.
 
 Record overhead: wall time of a ~2 s CPU-bound program (stress-ng --cpu 1, a fixed number
 of bogo ops) under `locus record --lens locks` and `--lens locks,monitor` (4n runs each,
@@ -145,10 +148,22 @@ def sensor_costs(seconds: float = 3.0) -> dict:
         time.sleep(seconds)
         n = m.samples - n0
         m.stop()
+        # The system calls alone, back to back (hot caches, no wake-up, no parsing): the
+        # least a read of this sensor costs, whatever the language of the sampler.
+        hot = cls()
+        hot.enable(hot.defaults())
+        for _ in range(100):
+            hot.fetch()
+        c, reps = time.thread_time_ns(), 2000
+        for _ in range(reps):
+            hot.fetch()
+        syscall_us = (time.thread_time_ns() - c) / reps / 1000
+        hot.close()
         out[s.name] = {
             "present": True,
             "events": len(m.events),
             "us_per_read": round(spent[0] / max(1, n) / 1000, 1),
+            "syscall_us_per_read": round(syscall_us, 1),
         }
     return out
 
@@ -228,12 +243,34 @@ def main() -> None:
     if a.only in (None, "sensors"):
         res["sensors"] = s = sensor_costs()
         rows = [
-            [k, str(v.get("events", "-")), f"{v['us_per_read']}" if v["present"] else "absent"]
+            [
+                k,
+                str(v.get("events", "-")),
+                f"{v['us_per_read']}" if v["present"] else "absent",
+                f"{v['syscall_us_per_read']}" if v["present"] else "",
+            ]
             for k, v in s.items()
         ]
-        print(common.table(["sensor", "events", "us per read (100 Hz)"], rows))
+        print(
+            common.table(
+                ["sensor", "events", "us per read (100 Hz)", "system calls alone, us"], rows
+            )
+        )
+        sys_us = sum(v["syscall_us_per_read"] for v in s.values() if v["present"])
+        s["all_syscall_us_per_read"] = round(sys_us, 1)
+        line = f"all sensors' system calls alone: {sys_us:.1f} us per tick = {sys_us / 10:.2f} %"
+        if "cpu" in res:
+            floor = res["cpu"]["floor_1kHz"]["cpu_pct"] + sys_us / 10
+            res["cpu"]["floor_1kHz_all_sensors_pct"] = round(floor, 2)
+            line += f" of a core at 1 kHz; with the wake-ups, a floor of {floor:.2f} %"
+        print(line)
         parts.append(
-            "read us " + ", ".join(f"{k} {v['us_per_read']}" for k, v in s.items() if v["present"])
+            "read us "
+            + ", ".join(
+                f"{k} {v['us_per_read']} (syscalls {v['syscall_us_per_read']})"
+                for k, v in s.items()
+                if isinstance(v, dict) and v["present"]
+            )
         )
     if a.only in (None, "record"):
         res["record"] = r = record_overhead(a.n)

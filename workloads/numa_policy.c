@@ -1,4 +1,4 @@
-/* numa_policy [mb=16] [--target NODE] [--truth]
+/* numa_policy [mb=16] [--target NODE] [--passes N] [--truth]
  *
  * Explicit placement. Three regions of `mb` MiB, each its own anonymous mmap, handled by one
  * "toucher" thread pinned (pthread_setaffinity_np) to the first CPU of the first node:
@@ -8,8 +8,8 @@
  *               the nodes (per node: pages / nodes, +-1);
  *   moved:      written by the toucher (first touch: the first node), then move_pages of
  *               every page to the last node (MPOL_MF_MOVE).
- * Then the toucher reads every region `passes` (2) times (read_region), so each region's
- * accesses are local or remote as its pages are. "Last node" and "all nodes" are among the
+ * Then the toucher reads every region `passes` (--passes, default 2) times (read_region), so each
+ * region's accesses are local or remote as its pages are. "Last node" and "all nodes" are among the
  * nodes with CPUs: with 1 node the policies still apply, to node 0, and everything is local.
  * --target NODE replaces the last node as the target of bind_last and moved: any node, also
  * one without CPUs (HBM, CXL memory: the numa lens's memory-only classes).
@@ -23,8 +23,7 @@
  */
 #include "numa_common.h"
 
-#define USAGE "numa_policy [mb=16] [--target NODE] [--truth]"
-#define PASSES 2
+#define USAGE "numa_policy [mb=16] [--target NODE] [--passes N] [--truth]"
 #define NREGIONS 3
 
 enum { BIND_LAST, INTERLEAVE, MOVED };
@@ -46,6 +45,7 @@ static struct {
 
 static int toucher_cpu;
 static int target = -1; /* --target, else the last node with CPUs */
+static long PASSES = 2; /* --passes: reads of every region */
 
 /* Not inlined: the first touches and the reads each have one code site. */
 __attribute__((noinline)) static void touch_region(char *p, size_t len, char v) {
@@ -100,7 +100,7 @@ static void print_truth(long mb) {
   int tnode = nm_node_of_cpu(toucher_cpu);
   fprintf(
       f,
-      ",\"mb\":%ld,\"passes\":%d,\"last_node\":%d,\"target\":%d,\"touch_site\":\"touch_region\","
+      ",\"mb\":%ld,\"passes\":%ld,\"last_node\":%d,\"target\":%d,\"touch_site\":\"touch_region\","
       "\"read_site\":\"read_region\",\"toucher\":{\"tid\":%u,\"index\":1,\"cpu\":%d,"
       "\"node\":%d,\"pinned\":true,\"bindings\":",
       mb, PASSES, nm_last_node(), target, nm_tids[1], toucher_cpu, tnode);
@@ -161,7 +161,7 @@ static void print_truth(long mb) {
     } else {
       fprintf(f, ",\"local_pages\":null,\"remote_pages\":null");
     }
-    fprintf(f, ",\"reads\":%zu}", PASSES * region[r].len / 64);
+    fprintf(f, ",\"reads\":%zu}", (size_t)PASSES * region[r].len / 64);
   }
   int stable = 1;
   for (int r = 0; r < NREGIONS; r++) stable &= nm_same_place(&region[r].after, &region[r].at_end);
@@ -171,20 +171,31 @@ static void print_truth(long mb) {
 
 int main(int argc, char **argv) {
   int truth = wl_take_truth_flag(&argc, argv);
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--target") != 0) continue;
+  for (int i = 1; i < argc;) {
+    int is_target = strcmp(argv[i], "--target") == 0, is_passes = strcmp(argv[i], "--passes") == 0;
+    if (!is_target && !is_passes) {
+      i++;
+      continue;
+    }
     if (i + 1 >= argc) {
       fprintf(stderr, "usage: %s\n", USAGE);
       return 2;
     }
-    target = (int)wl_arg_long(argv[i + 1], USAGE);
-    if (target >= 64) {
+    long v = wl_arg_long(argv[i + 1], USAGE);
+    if (is_target && v >= 64) {
       fprintf(stderr, "numa_policy: --target must be below 64\n");
       return 2;
     }
+    if (is_passes && (v < 1 || v > 1000000)) {
+      fprintf(stderr, "numa_policy: --passes must be 1..1000000\n");
+      return 2;
+    }
+    if (is_target)
+      target = (int)v;
+    else
+      PASSES = v;
     for (int k = i; k + 2 <= argc; k++) argv[k] = argv[k + 2];
     argc -= 2;
-    break;
   }
   if (argc > 2) {
     fprintf(stderr, "usage: %s\n", USAGE);

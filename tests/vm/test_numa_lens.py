@@ -29,7 +29,7 @@ VM_JOBS = {
     "numa_ft_serial": rec("", "numa_firsttouch 2 8 --init serial --iters 20"),
     "numa_ft_parallel": rec("", "numa_firsttouch 2 8 --init parallel --iters 20"),
     "numa_policy": rec("", "numa_policy 2"),
-    "numa_memory_only": rec("", "numa_policy 8 --target 2"),
+    "numa_memory_only": rec("", "numa_policy 8 --target 2 --passes 8"),
     "numa_pinning": rec("", "numa_pinning 0.3"),
     "numa_hydro": rec("", "numa_hydro 2 8 --iters 20"),
     "numa_ft_exact": rec(
