@@ -291,8 +291,14 @@ LOCUS_EXPORT COLD void locus_x_read_miss(struct locus_xthread *x, struct locus_x
   atomic_fetch_or_explicit(&e->copies, x->bit, memory_order_relaxed);
 }
 
-static COLD void write_miss(struct locus_xthread *x, struct locus_xshadow *e, uint64_t ln,
-                            uint32_t off, uint32_t len, uint32_t fl, uint64_t ip) {
+/* A store to a line this thread did not write last or does not hold alone: a write miss. */
+LOCUS_EXPORT COLD void locus_x_write_other(struct locus_xthread *x, struct locus_xshadow *e,
+                                           uint64_t ln, uint32_t off, uint32_t len, uint32_t fl,
+                                           uint64_t ip) {
+  if (LOCUS_UNLIKELY(!locus_xg.on)) { /* the process is ending: the model is off */
+    x->key = 0;
+    return;
+  }
   uint64_t mine = locus_x_granules(off, len);
   uint64_t w = atomic_load_explicit(&e->wip, memory_order_relaxed);
   uint64_t c = atomic_load_explicit(&e->copies, memory_order_relaxed);
@@ -304,17 +310,6 @@ static COLD void write_miss(struct locus_xthread *x, struct locus_xshadow *e, ui
   atomic_store_explicit(&e->copies, x->bit, memory_order_relaxed);
   atomic_store_explicit(&e->bytes, mine, memory_order_relaxed);
   atomic_store_explicit(&e->wip, x->token | (ip & IP_MASK), memory_order_relaxed);
-}
-
-/* A store to a line this thread did not write last or does not hold alone: a write miss. */
-LOCUS_EXPORT COLD void locus_x_write_other(struct locus_xthread *x, struct locus_xshadow *e,
-                                           uint64_t ln, uint32_t off, uint32_t len, uint32_t fl,
-                                           uint64_t ip) {
-  if (LOCUS_UNLIKELY(!locus_xg.on)) { /* the process is ending: the model is off */
-    x->key = 0;
-    return;
-  }
-  write_miss(x, e, ln, off, len, fl, ip);
 }
 
 static int thread_enter(struct locus_xthread *x);

@@ -138,6 +138,14 @@ LOCUS_X_INLINE void locus_x_access(const volatile void *p, uint32_t len, uint32_
   API void __tsan_unaligned_read##n(void *p) { locus_x_access(p, n, 0, PC); } \
   API void __tsan_unaligned_write##n(void *p) { locus_x_access(p, n, LOCUS_X_STORE, PC); }
 
+/* One atomic read-modify-write hook, __tsan_atomic<n>_fetch_<op>. */
+#define LOCUS_X_TSAN_RMW(API, PC, n, T, op)                           \
+  API T __tsan_atomic##n##_fetch_##op(volatile T *a, T v, int mo) {   \
+    (void)mo;                                                         \
+    locus_x_access(a, sizeof(T), LOCUS_X_STORE | LOCUS_X_ATOMIC, PC); \
+    return __atomic_fetch_##op(a, v, __ATOMIC_SEQ_CST);               \
+  }
+
 #define LOCUS_X_TSAN_ATOMIC(API, PC, n, T)                                                        \
   API T __tsan_atomic##n##_load(const volatile T *a, int mo) {                                    \
     (void)mo;                                                                                     \
@@ -154,36 +162,12 @@ LOCUS_X_INLINE void locus_x_access(const volatile void *p, uint32_t len, uint32_
     locus_x_access(a, sizeof(T), LOCUS_X_STORE | LOCUS_X_ATOMIC, PC);                             \
     return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                           \
   }                                                                                               \
-  API T __tsan_atomic##n##_fetch_add(volatile T *a, T v, int mo) {                                \
-    (void)mo;                                                                                     \
-    locus_x_access(a, sizeof(T), LOCUS_X_STORE | LOCUS_X_ATOMIC, PC);                             \
-    return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                            \
-  }                                                                                               \
-  API T __tsan_atomic##n##_fetch_sub(volatile T *a, T v, int mo) {                                \
-    (void)mo;                                                                                     \
-    locus_x_access(a, sizeof(T), LOCUS_X_STORE | LOCUS_X_ATOMIC, PC);                             \
-    return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                            \
-  }                                                                                               \
-  API T __tsan_atomic##n##_fetch_and(volatile T *a, T v, int mo) {                                \
-    (void)mo;                                                                                     \
-    locus_x_access(a, sizeof(T), LOCUS_X_STORE | LOCUS_X_ATOMIC, PC);                             \
-    return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST);                                            \
-  }                                                                                               \
-  API T __tsan_atomic##n##_fetch_or(volatile T *a, T v, int mo) {                                 \
-    (void)mo;                                                                                     \
-    locus_x_access(a, sizeof(T), LOCUS_X_STORE | LOCUS_X_ATOMIC, PC);                             \
-    return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);                                             \
-  }                                                                                               \
-  API T __tsan_atomic##n##_fetch_xor(volatile T *a, T v, int mo) {                                \
-    (void)mo;                                                                                     \
-    locus_x_access(a, sizeof(T), LOCUS_X_STORE | LOCUS_X_ATOMIC, PC);                             \
-    return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST);                                            \
-  }                                                                                               \
-  API T __tsan_atomic##n##_fetch_nand(volatile T *a, T v, int mo) {                               \
-    (void)mo;                                                                                     \
-    locus_x_access(a, sizeof(T), LOCUS_X_STORE | LOCUS_X_ATOMIC, PC);                             \
-    return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST);                                           \
-  }                                                                                               \
+  LOCUS_X_TSAN_RMW(API, PC, n, T, add)                                                            \
+  LOCUS_X_TSAN_RMW(API, PC, n, T, sub)                                                            \
+  LOCUS_X_TSAN_RMW(API, PC, n, T, and)                                                            \
+  LOCUS_X_TSAN_RMW(API, PC, n, T, or)                                                             \
+  LOCUS_X_TSAN_RMW(API, PC, n, T, xor)                                                            \
+  LOCUS_X_TSAN_RMW(API, PC, n, T, nand)                                                           \
   API int __tsan_atomic##n##_compare_exchange_strong(volatile T *a, T *c, T v, int mo, int fmo) { \
     (void)mo;                                                                                     \
     (void)fmo;                                                                                    \
