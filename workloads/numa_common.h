@@ -319,6 +319,25 @@ static inline uintptr_t nm_page_down(uintptr_t a) {
   return a & ~(uintptr_t)(nm_topo.page_size - 1);
 }
 static inline uintptr_t nm_page_up(uintptr_t a) { return nm_page_down(a + nm_topo.page_size - 1); }
+
+/* AnonHugePages (kB) of the mappings overlapping [lo, hi), from /proc/self/smaps; -1 if
+ * unreadable. */
+static inline long nm_anon_huge_kb(uintptr_t lo, uintptr_t hi) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[512];
+  unsigned long a, b;
+  long kb = 0, v;
+  int inside = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' '))
+      inside = a < hi && lo < b;
+    else if (inside && sscanf(line, "AnonHugePages: %ld kB", &v) == 1)
+      kb += v;
+  }
+  fclose(f);
+  return kb;
+}
 static inline long nm_pages(uintptr_t lo, uintptr_t hi) {
   return hi > lo ? (long)((nm_page_up(hi) - nm_page_down(lo)) / nm_topo.page_size) : 0;
 }

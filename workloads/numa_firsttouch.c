@@ -1,4 +1,4 @@
-/* numa_firsttouch [threads=2] [mb=64] [--init serial|parallel] [--iters N=5] [--truth]
+/* numa_firsttouch [threads=2] [mb=64] [--init serial|parallel] [--iters N=5] [--thp] [--truth]
  *
  * First touch (NUMAPROF's motivating case). The main thread allocates one array of `mb` MiB
  * of doubles with malloc (large, so glibc mmaps it: only the page holding malloc's chunk
@@ -25,14 +25,22 @@
  * chunk's pages and bytes per node, the element reads and writes of the compute phase and
  * the expected local fraction of them; and the compute-phase access matrix (accesses by
  * thread node x memory node). Exit status 1 if a chunk does not hold the expected values.
+ *
+ * --thp: the array may use transparent huge pages (THP is disabled otherwise, so that page
+ * counts do not depend on the kernel's mood): madvise(MADV_HUGEPAGE) right after malloc.
+ * The truth then gives `huge_pages`, the 2 MiB-aligned blocks inside the array's whole pages
+ * (each first-touched as one huge page), and `anon_huge_kb` after the init phase
+ * (/proc/self/smaps: what the kernel really backed with huge pages).
  */
 #include "numa_common.h"
 
-#define USAGE "numa_firsttouch [threads=2] [mb=64] [--init serial|parallel] [--iters N] [--truth]"
+#define USAGE \
+  "numa_firsttouch [threads=2] [mb=64] [--init serial|parallel] [--iters N] [--thp] [--truth]"
 
 static double *array;
 static long nthreads, iters;
-static int parallel_init;
+static int parallel_init, thp;
+static long huge_pages, anon_huge_kb = -1;
 static size_t bound[NM_MAX_THREADS + 1]; /* chunk c = elements [bound[c], bound[c + 1]) */
 static pthread_barrier_t init_done, placed;
 static double checksum[NM_MAX_THREADS];
@@ -82,10 +90,11 @@ static void print_truth(long mb, double init_s, double compute_s) {
           ",\"threads\":%ld,\"mb\":%ld,\"init\":\"%s\",\"iters\":%ld,\"array\":[%lu,%lu],"
           "\"bytes\":%lu,\"element_size\":%zu,\"elements\":%zu,\"pages\":%ld,"
           "\"init_site\":\"init_chunk\",\"compute_site\":\"compute_chunk\","
-          "\"init_seconds\":%.6f,\"compute_seconds\":%.6f,\"thread_list\":[",
+          "\"init_seconds\":%.6f,\"compute_seconds\":%.6f,\"thp\":%s,\"huge_pages\":%ld,"
+          "\"anon_huge_kb\":%ld,\"thread_list\":[",
           nthreads, mb, parallel_init ? "parallel" : "serial", iters, (unsigned long)lo,
           (unsigned long)hi, (unsigned long)(hi - lo), sizeof(double), bound[nthreads],
-          nm_pages(lo, hi), init_s, compute_s);
+          nm_pages(lo, hi), init_s, compute_s, thp ? "true" : "false", huge_pages, anon_huge_kb);
   fprintf(f,
           "{\"index\":0,\"tid\":%u,\"role\":\"main\",\"pinned\":false,\"cpu\":null,"
           "\"node\":null,\"bindings\":",
@@ -160,6 +169,13 @@ static void print_truth(long mb, double init_s, double compute_s) {
 
 int main(int argc, char **argv) {
   int truth = wl_take_truth_flag(&argc, argv);
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--thp") == 0) {
+      thp = 1;
+      for (int k = i; k < argc; k++) argv[k] = argv[k + 1];
+      argc--;
+      break;
+    }
   const char *init = nm_take_option(&argc, argv, "--init", USAGE);
   const char *it = nm_take_option(&argc, argv, "--iters", USAGE);
   if (argc > 3 || (init && strcmp(init, "serial") != 0 && strcmp(init, "parallel") != 0)) {
@@ -182,6 +198,15 @@ int main(int argc, char **argv) {
   }
   array = malloc(bytes);
   if (!array) wl_die("malloc", ENOMEM);
+  if (thp) {
+    const uintptr_t hp = 2ul << 20;
+    uintptr_t a = nm_page_up((uintptr_t)array), b = nm_page_down((uintptr_t)array + bytes);
+    prctl(PR_SET_THP_DISABLE, 0, 0, 0, 0);
+    nm_topo.thp_disabled = 0;
+    if (madvise((void *)a, b - a, MADV_HUGEPAGE) != 0) wl_die("madvise", errno);
+    uintptr_t ha = (a + hp - 1) & ~(hp - 1), hb = b & ~(hp - 1);
+    huge_pages = hb > ha ? (long)((hb - ha) / hp) : 0;
+  }
   /* Chunk boundaries: the static split rounded down to a page boundary. */
   uintptr_t lo = (uintptr_t)array;
   bound[0] = 0;
@@ -199,6 +224,7 @@ int main(int argc, char **argv) {
     WL_CHECK(pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i));
   nm_barrier_wait(&init_done);
   uint64_t t1 = wl_now_ns();
+  if (thp) anon_huge_kb = nm_anon_huge_kb((uintptr_t)array, (uintptr_t)array + bytes);
   for (int c = 0; c < nthreads; c++)
     nm_placement((void *)chunk_lo(c), (void *)chunk_hi(c), &after_init[c]);
   uint64_t t2 = wl_now_ns();

@@ -290,6 +290,10 @@ struct locus_alloc { /* 64 bytes */
 /* not a first touch: `pages` pages of the allocation at `region` were on `node` (-2: never
  * placed) when it was freed, or at exit (move_pages) */
 #define LOCUS_NT_FINAL 32u
+/* with LOCUS_NT_RANGE: the `pages` pages are one aligned transparent huge page's worth, opened
+ * at once so that the kernel can back them with one huge page (THP enabled for the memory):
+ * one first touch (or placement) of one huge page */
+#define LOCUS_NT_HUGE 64u
 
 struct locus_numa_touch { /* 64 bytes */
   uint64_t t;             /* ticks */

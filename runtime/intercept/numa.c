@@ -3,8 +3,9 @@
  *     (libnuma's, or the raw system call when no library defines them) write a pinning-log
  *     record after a successful call;
  *   - first touch: mprotect and mremap of a tracked region end its tracking first (they
- *     would carry or override our protection); read-like calls open the pages of their
- *     buffer first, since the kernel cannot fault a protected page in for them (EFAULT). */
+ *     would carry or override our protection); madvise keeps it in step (huge-page
+ *     eligibility, pages dropped); read-like calls open the pages of their buffer first,
+ *     since the kernel cannot fault a protected page in for them (EFAULT). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -113,6 +114,13 @@ LOCUS_EXPORT int mprotect(void *a, size_t n, int prot) {
   static int (*next)(void *, size_t, int);
   if (FT_ON) locus_ft_release(a, n);
   return NEXT(next, "mprotect") ? next(a, n, prot) : (int)syscall(SYS_mprotect, a, n, prot);
+}
+
+LOCUS_EXPORT int madvise(void *a, size_t n, int advice) {
+  static int (*next)(void *, size_t, int);
+  int rc = NEXT(next, "madvise") ? next(a, n, advice) : (int)syscall(SYS_madvise, a, n, advice);
+  if (rc == 0 && FT_ON) locus_ft_madvise(a, n, advice);
+  return rc;
 }
 
 LOCUS_EXPORT void *mremap(void *old, size_t old_n, size_t new_n, int flags, ...) {

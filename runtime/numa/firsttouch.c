@@ -17,7 +17,12 @@
  *
  * Limits: each open page may split a mapping (vm.max_map_count); past a budget of mappings
  * this file opens 64 pages at once (LOCUS_NT_RANGE: the faulting thread stands for all of
- * them). Protected pages cannot back THP until they are all open. The kernel writing into a
+ * them). Huge pages: where transparent huge pages are enabled for a region (THP "always", or
+ * "madvise" and the program's MADV_HUGEPAGE), a fault in an aligned huge page's worth of
+ * pages none of which is touched yet opens all of them at once (LOCUS_NT_HUGE), so the
+ * kernel can back them with one huge page as it would without locus: one first touch per
+ * huge page. MADV_DONTNEED/MADV_REMOVE protect the dropped pages again (their next access
+ * is a new first touch). The kernel writing into a
  * protected page fails with EFAULT, so the interposers of read-like calls open the buffer
  * first (locus_ft_prepare); calls made with syscall() directly are not seen. Not tracked:
  * the brk heap and the arenas glibc maps itself, static data, stacks, shared mappings. */
@@ -31,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -46,8 +52,9 @@ struct ft_region {
   uintptr_t start, end;
   uintptr_t alloc; /* start of the allocation (the `region` of touch records) */
   int prot;
-  _Atomic uint64_t *seen, *open; /* bit per page; never unmapped, reused by the slot */
-  size_t words_cap;              /* words available in each of seen/open */
+  _Atomic uintptr_t huge_lo, huge_hi; /* where THP is enabled: huge-page first touches */
+  _Atomic uint64_t *seen, *open;      /* bit per page; never unmapped, reused by the slot */
+  size_t words_cap;                   /* words available in each of seen/open */
 };
 /* FT_CENSUS: tracked for its final placement only (exact backend: no protection). */
 enum { FT_FREE = 0, FT_BUSY = 1, FT_LIVE = 2, FT_CENSUS = 3 };
@@ -74,6 +81,8 @@ typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 static struct sigaction app_segv;
 static _Atomic int installed;
 static int census_only;         /* LOCUS_NUMA_FIRST_TOUCH=0: regions for the census only */
+static int thp_always;          /* /sys/kernel/mm/transparent_hugepage/enabled is "always" */
+static size_t thp_pages;        /* base pages per PMD huge page; 0: no THP here */
 static _Atomic int census_live; /* FT_CENSUS regions */
 
 static long sys_mprotect(uintptr_t a, size_t n, int prot) {
@@ -135,11 +144,97 @@ static struct ft_region *find(uintptr_t a) {
   return NULL;
 }
 
-/* Mapping-count change when page idx opens: -2 .. +2 from its neighbours' state. */
-static long vma_delta(struct ft_region *r, size_t idx, size_t npages) {
-  int l = idx > 0 && (atomic_load(&r->open[(idx - 1) >> 6]) >> ((idx - 1) & 63) & 1);
-  int rr = idx + 1 < npages && (atomic_load(&r->open[(idx + 1) >> 6]) >> ((idx + 1) & 63) & 1);
+static int bit_of(_Atomic uint64_t *words, size_t i) {
+  return (int)(atomic_load(&words[i >> 6]) >> (i & 63) & 1);
+}
+
+/* Mapping-count change when pages [idx, idx + n) open: -2 .. +2 from their neighbours. */
+static long vma_delta(struct ft_region *r, size_t idx, size_t n, size_t npages) {
+  int l = idx > 0 && bit_of(r->open, idx - 1);
+  int rr = idx + n < npages && bit_of(r->open, idx + n);
   return l && rr ? -2 : (l || rr) ? 0 : 2;
+}
+
+/* Set bits [idx, idx + n) of `words`; the number of them that were already set. */
+static size_t bits_set(_Atomic uint64_t *words, size_t idx, size_t n) {
+  size_t had = 0;
+  while (n) {
+    size_t b = idx & 63, k = 64 - b < n ? 64 - b : n;
+    uint64_t m = (k == 64 ? ~0ull : ((1ull << k) - 1)) << b;
+    had += (size_t)__builtin_popcountll(atomic_fetch_or(&words[idx >> 6], m) & m);
+    idx += k;
+    n -= k;
+  }
+  return had;
+}
+
+/* How many of bits [idx, idx + n) are set. */
+static size_t bits_count(_Atomic uint64_t *words, size_t idx, size_t n) {
+  size_t had = 0;
+  while (n) {
+    size_t b = idx & 63, k = 64 - b < n ? 64 - b : n;
+    uint64_t m = (k == 64 ? ~0ull : ((1ull << k) - 1)) << b;
+    had += (size_t)__builtin_popcountll(atomic_load(&words[idx >> 6]) & m);
+    idx += k;
+    n -= k;
+  }
+  return had;
+}
+
+/* Clear bits [idx, idx + n). */
+static void bits_clear(_Atomic uint64_t *words, size_t idx, size_t n) {
+  while (n) {
+    size_t b = idx & 63, k = 64 - b < n ? 64 - b : n;
+    uint64_t m = (k == 64 ? ~0ull : ((1ull << k) - 1)) << b;
+    atomic_fetch_and(&words[idx >> 6], ~m);
+    idx += k;
+    n -= k;
+  }
+}
+
+/* A fault at `a` in a region where THP is enabled: when the aligned huge page holding it
+ * lies inside the region and none of its pages is touched yet, open all of them at once (a
+ * read: read-only, nothing placed; a write: placed, which lets the kernel allocate one huge
+ * page), or, after a read, the first write opens and places them all. 1: handled (or
+ * another thread is at it: retry); 0: not a huge-page case, take the page path. */
+static int huge_fault(struct ft_region *r, uintptr_t a, int write, uint64_t ip, uint16_t extra) {
+  size_t hp = thp_pages;
+  uintptr_t hb = a & ~(hp * PAGE - 1);
+  /* The program may have turned THP off for itself (prctl PR_SET_THP_DISABLE). */
+  if (syscall(SYS_prctl, PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1) return 0;
+  if (hb < atomic_load_explicit(&r->huge_lo, memory_order_relaxed) ||
+      hb + hp * PAGE > atomic_load_explicit(&r->huge_hi, memory_order_relaxed))
+    return 0;
+  size_t idx = (hb - r->start) / PAGE, npages = (r->end - r->start) / PAGE;
+  size_t seen = bits_count(r->seen, idx, hp), open = bits_count(r->open, idx, hp);
+  uint16_t fl = (uint16_t)(LOCUS_NT_RANGE | LOCUS_NT_HUGE | extra);
+  if (seen == 0) {
+    /* Fresh: the thread that sets the first page's bit first owns the huge page. */
+    if (bits_set(r->seen, idx, 1)) return 1;
+    size_t had = bits_set(r->seen, idx + 1, hp - 1); /* seen meanwhile by the page path */
+    if (write) {
+      bits_set(r->open, idx, hp);
+      sys_mprotect(hb, hp * PAGE, r->prot);
+    } else {
+      sys_mprotect(hb, hp * PAGE, PROT_READ);
+    }
+    atomic_fetch_add(&vma_estimate, vma_delta(r, idx, hp, npages));
+    int node = write ? place(a & ~(PAGE - 1)) : -2;
+    put_touch(hb, ip, r->alloc, (uint32_t)(hp - had), node,
+              (uint16_t)(fl | (write ? LOCUS_NT_WRITE : 0)));
+    return 1;
+  }
+  if (write && seen == hp && open == 0) {
+    /* Read first as a huge page: its first write opens and places them all. */
+    if (bits_set(r->open, idx, 1)) return 1;
+    bits_set(r->open, idx + 1, hp - 1);
+    sys_mprotect(hb, hp * PAGE, r->prot);
+    int node = place(a & ~(PAGE - 1));
+    put_touch(hb, ip, r->alloc, (uint32_t)hp, node,
+              (uint16_t)(fl | LOCUS_NT_WRITE | LOCUS_NT_PLACE));
+    return 1;
+  }
+  return 0;
 }
 
 /* Handle an access fault at `a` (write: from the fault's error code); 1 if it was ours. */
@@ -150,6 +245,8 @@ static int on_fault(uintptr_t a, int write, uint64_t ip, uint16_t extra) {
   size_t idx = (page - r->start) / PAGE, npages = (r->end - r->start) / PAGE;
   size_t w = idx >> 6;
   uint64_t bit = 1ull << (idx & 63);
+  int huge = thp_pages && atomic_load_explicit(&r->huge_hi, memory_order_relaxed);
+  if (huge && huge_fault(r, a, write, ip, extra)) return 1;
   if (atomic_load(&vma_estimate) > atomic_load(&vma_budget)) {
     /* Range mode: the 64 pages of this bitmap word at once. */
     uint64_t mask = ~0ull;
@@ -176,13 +273,18 @@ static int on_fault(uintptr_t a, int write, uint64_t ip, uint16_t extra) {
   size_t room = 64 - (idx & 63);
   if (block > room) block = room;
   if (block > npages - idx) block = npages - idx;
+  if (huge) {
+    /* Never into the next huge page: it can still be first-touched whole. */
+    size_t to_huge = (((page / PAGE) | (thp_pages - 1)) + 1) - page / PAGE;
+    if (block > to_huge) block = to_huge;
+  }
   if (block > 1) {
     uint64_t mask = (block == 64 ? ~0ull : ((1ull << block) - 1)) << (idx & 63);
     uint64_t was_open = atomic_fetch_or(&r->open[w], mask);
     uint64_t was_seen = atomic_fetch_or(&r->seen[w], mask);
     if (was_open & bit) return 1; /* opened by another thread meanwhile: retry */
     sys_mprotect(page, block * PAGE, r->prot);
-    atomic_fetch_add(&vma_estimate, vma_delta(r, idx, npages));
+    atomic_fetch_add(&vma_estimate, vma_delta(r, idx, block, npages));
     int node = write ? place(page) : -2;
     uint32_t fresh = (uint32_t)__builtin_popcountll(mask & ~was_seen);
     if (fresh)
@@ -202,14 +304,14 @@ static int on_fault(uintptr_t a, int write, uint64_t ip, uint16_t extra) {
   if (!write) {
     if (was_seen) return 1; /* another thread is opening it: retry */
     sys_mprotect(page, PAGE, PROT_READ);
-    atomic_fetch_add(&vma_estimate, vma_delta(r, idx, npages));
+    atomic_fetch_add(&vma_estimate, vma_delta(r, idx, 1, npages));
     put_touch(page, ip, r->alloc, 1, -2, extra);
     return 1;
   }
   uint64_t was_open = atomic_fetch_or(&r->open[w], bit) & bit;
   if (was_open) return 1;
   sys_mprotect(page, PAGE, r->prot);
-  if (!was_seen) atomic_fetch_add(&vma_estimate, vma_delta(r, idx, npages));
+  if (!was_seen) atomic_fetch_add(&vma_estimate, vma_delta(r, idx, 1, npages));
   int node = place(page);
   put_touch(page, ip, r->alloc, 1, node,
             (uint16_t)(LOCUS_NT_WRITE | (was_seen ? LOCUS_NT_PLACE : 0) | extra));
@@ -327,6 +429,8 @@ void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site) {
     r->end = hi;
     r->alloc = (uintptr_t)p;
     r->prot = prot;
+    atomic_store(&r->huge_lo, thp_always ? lo : 0);
+    atomic_store(&r->huge_hi, thp_always ? hi : 0);
     if (census_only) {
       uint32_t h = atomic_load(&regions_hi);
       while (h < i + 1 && !atomic_compare_exchange_weak(&regions_hi, &h, i + 1)) {
@@ -420,6 +524,45 @@ void locus_ft_release(const void *p, size_t n) {
   }
 }
 
+void locus_ft_madvise(void *p, size_t n, int advice) {
+  int huge = advice == MADV_HUGEPAGE, nohuge = advice == MADV_NOHUGEPAGE;
+  int drop = advice == MADV_DONTNEED || advice == MADV_REMOVE;
+  if (!(huge || nohuge || drop) || !n) return;
+  uintptr_t lo = (uintptr_t)p, hi = lo + n;
+  uint32_t top = atomic_load(&regions_hi);
+  for (uint32_t i = 0; i < top; i++) {
+    struct ft_region *r = &regions[i];
+    if (atomic_load(&r->state) != FT_LIVE || !(r->start < hi && lo < r->end)) continue;
+    if (huge) { /* one eligible range per region: the union's hull */
+      uintptr_t l = atomic_load(&r->huge_lo), h = atomic_load(&r->huge_hi);
+      atomic_store(&r->huge_lo, h && l < lo ? l : lo);
+      atomic_store(&r->huge_hi, h && h > hi ? h : hi);
+      continue;
+    }
+    if (nohuge) { /* cut the eligible range down to its larger part outside [lo, hi) */
+      uintptr_t l = atomic_load(&r->huge_lo), h = atomic_load(&r->huge_hi);
+      uintptr_t left = lo > l ? lo - l : 0, right = h > hi ? h - hi : 0;
+      if (left >= right)
+        h = left ? lo : 0;
+      else
+        l = hi;
+      atomic_store(&r->huge_lo, h ? l : 0);
+      atomic_store(&r->huge_hi, h);
+      continue;
+    }
+    /* The whole pages dropped inside the region: inaccessible again, not seen. */
+    uintptr_t a = lo > r->start ? lo : r->start, b = hi < r->end ? hi : r->end;
+    a = (a + PAGE - 1) & ~(PAGE - 1);
+    b &= ~(PAGE - 1);
+    if (b <= a) continue;
+    size_t idx = (a - r->start) / PAGE, k = (b - a) / PAGE;
+    if (sys_mprotect(a, b - a, PROT_NONE) != 0) continue;
+    bits_clear(r->open, idx, k);
+    bits_clear(r->seen, idx, k);
+    atomic_fetch_add(&vma_estimate, 2);
+  }
+}
+
 void locus_ft_prepare(uintptr_t p, size_t n, uint64_t ip) {
   if (!n || !atomic_load_explicit(&locus_ft_live, memory_order_relaxed)) return;
   uintptr_t a = p & ~(PAGE - 1), end = p + n;
@@ -437,26 +580,38 @@ int locus_ft_chunk_mmapped(const void *p) {
   return p && (((const size_t *)p)[-1] & 2) != 0;
 }
 
+/* A small /proc or /sys file into b (NUL-terminated); its length, or -1. */
+static long read_small(const char *path, char *b, size_t n) {
+  int fd = (int)syscall(SYS_open, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  long k = read(fd, b, n - 1);
+  close(fd);
+  b[k > 0 ? k : 0] = 0;
+  return k;
+}
+
 int locus_ft_init(void) {
   if (locus_stream_open(&touch_stream, locus_proc_dirfd, "numa.touch.bin") != 0) {
     locus_warn("numa: cannot create numa.touch.bin; the numa lens is off");
     return -1;
   }
   long maxmap = 65530;
-  int fd = (int)syscall(SYS_open, "/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    char b[32];
-    long k = read(fd, b, sizeof b - 1);
-    if (k > 0) {
-      b[k] = 0;
-      maxmap = strtol(b, NULL, 10);
-    }
-    close(fd);
-  }
+  char b[128];
+  if (read_small("/proc/sys/vm/max_map_count", b, sizeof b) > 0) maxmap = strtol(b, NULL, 10);
   /* Half of the map count for our splits, less what a program typically maps itself. */
   atomic_store(&vma_budget, maxmap / 2 - 2000 > 64 ? maxmap / 2 - 2000 : 64);
   Dl_info di;
   if (dladdr((void *)locus_ft_init, &di) && di.dli_fbase) dl_iterate_phdr(find_self, di.dli_fbase);
+  /* Transparent huge pages: the mode ("[always] madvise never") and the PMD page size. */
+  if (read_small("/sys/kernel/mm/transparent_hugepage/enabled", b, sizeof b) > 0) {
+    thp_always = strstr(b, "[always]") != NULL;
+    if (!strstr(b, "[never]") &&
+        read_small("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", b, sizeof b) > 0) {
+      unsigned long hs = strtoul(b, NULL, 10);
+      if (hs > PAGE && (hs & (hs - 1)) == 0) thp_pages = hs / PAGE;
+    }
+  }
+  if (!thp_pages) thp_always = 0;
   const char *off = getenv("LOCUS_NUMA_FIRST_TOUCH");
   if (off && *off == '0') {
     census_only = 1;

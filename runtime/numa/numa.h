@@ -60,6 +60,10 @@ void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site);
 /* The program is about to free, unmap, remap or reprotect [p, p + n) (n = 0: the region
  * starting at p): open what is still protected there and forget the region. */
 void locus_ft_release(const void *p, size_t n);
+/* The program gave madvise(advice) for [p, p + n) and it succeeded: MADV_HUGEPAGE and
+ * MADV_NOHUGEPAGE make tracked memory there eligible (or not) for huge-page first touches;
+ * MADV_DONTNEED and MADV_REMOVE drop its pages, so their next access is a first touch again. */
+void locus_ft_madvise(void *p, size_t n, int advice);
 /* A system call is about to write into [p, p + n): open (first-touch) its pages now, or the
  * kernel would return EFAULT. */
 void locus_ft_prepare(uintptr_t p, size_t n, uint64_t ip);

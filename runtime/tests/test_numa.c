@@ -193,8 +193,47 @@ static size_t records(const char *run, const char *file, size_t size, char **buf
   return len / size;
 }
 
+/* AnonHugePages (kB) of the mappings inside [p, p + len), from /proc/self/smaps. */
+static long anon_huge_kb(const void *p, size_t len) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[512];
+  unsigned long lo, hi, a = (unsigned long)p;
+  int inside = 0;
+  long kb = 0, v;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+      inside = lo >= a && hi <= a + len;
+    else if (inside && sscanf(line, "AnonHugePages: %ld kB", &v) == 1)
+      kb += v;
+  }
+  fclose(f);
+  return kb;
+}
+
+/* Huge pages: an 8 MiB mmap with MADV_HUGEPAGE, one write per aligned 2 MiB; then the first
+ * huge page dropped (MADV_DONTNEED) and written again. */
+static int case_huge(void) {
+  FILE *f = out_file();
+  size_t len = 8 * MB, hp = 2 * MB;
+  char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 1;
+  if (madvise(m, len, MADV_HUGEPAGE) != 0) return 2;
+  uintptr_t lo = ((uintptr_t)m + hp - 1) & ~(hp - 1), hi = ((uintptr_t)m + len) & ~(hp - 1);
+  for (uintptr_t a = lo; a < hi; a += hp) ((volatile char *)a)[100] = 1;
+  long kb = anon_huge_kb(m, len);
+  if (madvise((void *)lo, hp, MADV_DONTNEED) != 0) return 3;
+  ((volatile char *)lo)[200] = 2;
+  if (((volatile char *)lo)[100] != 0) return 4; /* dropped: a fresh page */
+  fprintf(f, "%lx %lx %lx %ld\n", (unsigned long)m, (unsigned long)lo, (unsigned long)hi, kb);
+  fclose(f);
+  munmap(m, len);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "firsttouch")) return case_firsttouch();
+  if (argc == 2 && !strcmp(argv[1], "huge")) return case_huge();
   if (argc == 2 && !strcmp(argv[1], "syscalls")) return case_syscalls();
   if (argc == 2 && !strcmp(argv[1], "signals")) return case_signals();
   if (argc == 2 && !strcmp(argv[1], "pins")) return case_pins();
@@ -258,6 +297,55 @@ int main(int argc, char **argv) {
     finish("first touch: who, which pages, then the final placement of each block", ok);
     free(a);
     free(buf);
+  }
+  {
+    int ok = 1;
+    char thp[128] = "";
+    FILE *tf = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (tf) {
+      if (!fgets(thp, sizeof thp, tf)) thp[0] = 0;
+      fclose(tf);
+    }
+    if (!thp[0] || strstr(thp, "[never]")) {
+      printf("skip huge pages: transparent huge pages are off here\n");
+    } else {
+      char *run = fresh_run("huge");
+      int rc = run_case(exe, lib, "huge", run);
+      CHECK(rc == 0, "huge exited %d", rc);
+      size_t n;
+      char *a = slurp(run, "addrs", &n);
+      unsigned long m = 0, lo = 0, hi = 0;
+      long kb = -1;
+      CHECK(a && sscanf(a, "%lx %lx %lx %ld", &m, &lo, &hi, &kb) == 4, "no addrs");
+      char *buf;
+      size_t nt = records(run, "numa.touch.bin", sizeof(struct locus_numa_touch), &buf);
+      const struct locus_numa_touch *t = (const void *)buf;
+      size_t huge = 0, first_block = 0, other = 0;
+      for (size_t i = 0; i < nt; i++) {
+        if (t[i].kind != 1 || (t[i].flags & LOCUS_NT_FINAL) || t[i].addr < m ||
+            t[i].addr >= m + 8 * MB)
+          continue;
+        if (t[i].flags & LOCUS_NT_HUGE) {
+          huge++;
+          CHECK(t[i].pages == 512 && t[i].addr % (2 * MB) == 0 && t[i].node >= 0 &&
+                    (t[i].flags & LOCUS_NT_WRITE),
+                "huge record: %u pages at %lx node %d", t[i].pages, (unsigned long)t[i].addr,
+                t[i].node);
+          first_block += t[i].addr == lo;
+        } else {
+          other++;
+        }
+      }
+      size_t blocks = (hi - lo) / (2 * MB);
+      /* One first touch per huge page, and the dropped one again after MADV_DONTNEED. */
+      CHECK(huge == blocks + 1 && first_block == 2, "%zu huge records (%zu blocks), first %zu",
+            huge, blocks, first_block);
+      CHECK(other == 0, "%zu page records for one write per huge page", other);
+      CHECK(kb >= 2048, "the kernel backed them with huge pages: AnonHugePages %ld kB", kb);
+      finish("huge pages: one first touch per huge page, backed by THP; MADV_DONTNEED re-arms", ok);
+      free(a);
+      free(buf);
+    }
   }
   {
     int ok = 1;

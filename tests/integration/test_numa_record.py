@@ -25,6 +25,38 @@ def two_cpus() -> None:
         pytest.skip("--fake-numa 2 needs 2 CPUs")
 
 
+def thp_enabled() -> bool:
+    try:
+        mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return False
+    return "[never]" not in mode
+
+
+def test_transparent_huge_pages_first_touched_whole(locus):
+    """An array with MADV_HUGEPAGE, initialised serially: each 2 MiB-aligned block inside it
+    is first-touched once, as one huge page (not 512 pages), and the kernel still backs it
+    with a huge page under the lens, as it does without."""
+    two_cpus()
+    if not thp_enabled():
+        pytest.skip("transparent huge pages are off on this machine")
+    cmd = [locus.workload("numa_firsttouch"), "2", "32", "--init", "serial", "--thp", "--truth"]
+    proc, run = locus.record(cmd, ("--lens", "numa", "--fake-numa", "2"))
+    truth = locus.truth(proc.stderr)
+    assert truth["thp"] is True and truth["huge_pages"] >= 10
+    # The kernel gave huge pages: protection and first-touch handling did not prevent them.
+    assert truth["anon_huge_kb"] >= 2048 * truth["huge_pages"] // 2, truth["anon_huge_kb"]
+    numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+    assert numa["totals"]["huge_pages"] == truth["huge_pages"]
+    a = max(numa["allocations"], key=lambda x: x["size"])
+    assert a["huge_pages_per_node"] == {"0": truth["huge_pages"]}, a["huge_pages_per_node"]
+    top = max(a["first_touch_threads"], key=lambda t: t["pages"])
+    assert top["tid"] == truth["chunks"][0]["init_tid"] and top["site"].startswith("init_chunk")
+    # A huge page counts once: far fewer first touches than the array's base pages.
+    pages = truth["pages"]
+    assert numa["totals"]["first_touch"] < pages - 500 * truth["huge_pages"]
+
+
 def test_fake_numa_serial_first_touch(locus):
     """Emulated 2 nodes: worker k is pinned to CPU k, i.e. emulated node k; the serial
     initialisation by worker 0 puts every page on node 0, so worker 1's accesses are

@@ -28,6 +28,7 @@ def rec(args: str, prog: str, backend: str = "soft", exe_dir: str = str(WL)) -> 
 VM_JOBS = {
     "numa_ft_serial": rec("", "numa_firsttouch 2 8 --init serial --iters 20"),
     "numa_ft_parallel": rec("", "numa_firsttouch 2 8 --init parallel --iters 20"),
+    "numa_ft_thp": rec("", "numa_firsttouch 2 16 --init parallel --iters 5 --thp"),
     "numa_policy": rec("", "numa_policy 2"),
     "numa_memory_only": rec("", "numa_policy 8 --target 2 --passes 8"),
     "numa_pinning": rec("", "numa_pinning 0.3"),
@@ -124,6 +125,25 @@ def test_placement_and_first_touch_match_the_kernel(numavm, job):
     got = {int(x["tid"]): x["pages"] for x in a["first_touch_threads"]}
     for c in chunks:
         assert got.get(c["init_tid"], 0) >= c["pages"] - 64 - 1, (got, c["init_tid"])
+
+
+def test_huge_pages_first_touched_on_their_nodes(numavm):
+    """THP ("always" in the guest, MADV_HUGEPAGE here): each worker initialises its half of
+    the array; every 2 MiB block is first-touched once, as one huge page, on the node of the
+    worker that touched it, and the census still matches the kernel page by page."""
+    numa, t = run_of(numavm, "numa_ft_thp")
+    assert t["thp"] is True and t["huge_pages"] >= 4
+    assert t["anon_huge_kb"] >= 2048 * (t["huge_pages"] - 1), t["anon_huge_kb"]
+    chunks = t["chunks"]
+    a = alloc_of(numa, chunks[0]["lo"], chunks[-1]["hi"])
+    want: dict[str, int] = {}
+    for c in chunks:
+        for k, v in c["pages_per_node_after_compute"].items():
+            want[k] = want.get(k, 0) + v
+    assert by_node(a["pages_per_node"]) == by_node(want)
+    huge = by_node(a["huge_pages_per_node"])
+    assert sum(huge.values()) == numa["totals"]["huge_pages"] == t["huge_pages"], huge
+    assert set(huge) == {"0", "1"}, huge
 
 
 def test_serial_init_makes_the_far_worker_remote(numavm):

@@ -21,8 +21,8 @@ left out, as NUMAPROF does):
 - T pinned, P not: `unpinned_page`; T not, P pinned: `unpinned_thread`; neither:
   `unpinned_both`; P's node unknown: `unknown`.
 
-First touches are counted in pages: `first_touch` by pinned threads, `unpinned_first_touch`
-by unpinned ones.
+First touches are counted in pages, a transparent huge page once (LOCUS_NT_HUGE):
+`first_touch` by pinned threads, `unpinned_first_touch` by unpinned ones.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from locus.rundir import (
 BACKEND_NAMES = {BK_HW: "hw", BK_SOFT: "soft", BK_EXACT: "exact"}
 
 # LOCUS_NT_* (struct locus_numa_touch flags)
-NT_UNPINNED, NT_RANGE, NT_WRITE, NT_EXACT, NT_PLACE, NT_FINAL = 1, 2, 4, 8, 16, 32
+NT_UNPINNED, NT_RANGE, NT_WRITE, NT_EXACT, NT_PLACE, NT_FINAL, NT_HUGE = 1, 2, 4, 8, 16, 32, 64
 NC_UNPINNED_PAGE = 0x100  # struct locus_numa_count flags: the page's first toucher was unpinned
 # enum locus_numa_pin_what
 NP_START, NP_SCHED, NP_PTHREAD, NP_MEMPOLICY, NP_MBIND, NP_MOVE, NP_END = range(1, 8)
@@ -662,6 +662,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     t_pages = t["pages"].astype(np.float64)
     t_pages[t_pages == 0] = 1
     t_node = t["node"].astype(np.int64)
+    # A huge page's first touch counts once (its base pages still count in placements).
+    t_huge = (t["flags"] & NT_HUGE) != 0
+    t_first_w = np.where(t_huge, 1.0, t_pages)
 
     pg = _pages(run, a, T, P, ps)
     has_t = pg.touch >= 0
@@ -730,7 +733,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "proc": np.concatenate([a.proc[ns], T.proc[first]]),
         "ip": np.concatenate([a.ip[ns], t["ip"][first]]),
         "field": np.concatenate([cls[ns], t_field[first]]).astype(np.int64),
-        "w": np.concatenate([a.w[ns], t_pages[first]]),
+        "w": np.concatenate([a.w[ns], t_first_w[first]]),
         "k": np.concatenate([a_k[ns], t_k[first]]),
         "block": np.concatenate([b_of_a[ns], b_of_t[first]]),
     }
@@ -740,6 +743,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     totals["stack"] = _num(a.w[stack].sum())
     totals["unit"] = sc["unit"]
     totals["touch_unit"] = "pages"
+    totals["huge_pages"] = _num(float((t_huge & first).sum()))
 
     # Access matrix: rows "unpinned" then the thread's node, columns the page's node.
     nid = len(topo.ids)
@@ -783,6 +787,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "proc": T.proc,
         "block": b_of_t,
         "first": first,
+        "huge": t_huge,
     }
     census = _census(FIN, blocks)
     allocations = _allocation_rows(run, th, names, opts, ev, blocks, acc, tch, census)
@@ -1069,6 +1074,9 @@ def _allocation_rows(
         np.concatenate([t_node[tsel], np.full(int(pl.sum()), -2)]),
         w=np.concatenate([t_pages[tsel], -t_pages[pl]]),
     )
+    # Huge pages placed, per (row, node): a first write, or the first write after a read.
+    hsel = tsel & tch["huge"] & (t_node >= 0)
+    per_huge = _sum_by(tb[hsel], t_node[hsel], w=np.ones(int(hsel.sum())))
     # First-touched pages per (row, thread) and per (row, thread, touch site).
     tsel &= first
     per_toucher = _sum_by(tb[tsel], t_k[tsel], w=t_pages[tsel])
@@ -1099,7 +1107,11 @@ def _allocation_rows(
             out.setdefault(key[0], {})[key[1:] if len(key) > 2 else key[1]] = v
         return out
 
-    per_node_r, per_toucher_r = per_row(per_node), per_row(per_toucher)
+    per_node_r, per_toucher_r, per_huge_r = (
+        per_row(per_node),
+        per_row(per_toucher),
+        per_row(per_huge),
+    )
     per_accessor_r, per_acc_node_r, pairs_r = (
         per_row(per_accessor),
         per_row(per_acc_node),
@@ -1145,6 +1157,9 @@ def _allocation_rows(
                 "placement": "final" if final_nodes is not None else "first_touch",
                 "touched_pages_per_node": {
                     str(k): _num(v) for k, v in sorted(touched.items()) if k >= 0
+                },
+                "huge_pages_per_node": {
+                    str(k): _num(v) for k, v in sorted(per_huge_r.get(r, {}).items())
                 },
                 "first_touch_threads": ft,
                 "accessed_by": acc,

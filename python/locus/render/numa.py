@@ -168,6 +168,9 @@ def numa_tables(report: dict) -> list[Table]:
         placement = " ".join(f"n{k}:{v}" for k, v in a["pages_per_node"].items())
         if a["unplaced_pages"]:
             placement += f" ?:{a['unplaced_pages']}"
+        if a.get("huge_pages_per_node"):
+            hp = " ".join(f"n{k}:{v}" for k, v in a["huge_pages_per_node"].items())
+            placement += f" (huge {hp})"
         who = " ".join(f"t{x['index']}:{x['pages']}" for x in a["first_touch_threads"][:4])
         if len(a["first_touch_threads"]) > 4:
             who += " …"
@@ -304,8 +307,11 @@ def summary_lines(report: dict) -> list[str]:
         f" of {count(acc)} {t['unit']}"
     )
     touched = t["first_touch"] + t["unpinned_first_touch"]
+    huge = t.get("huge_pages", 0)
     lines.append(
-        f"touches   {count(touched)} pages first-touched, {count(t['unpinned_first_touch'])} by"
+        f"touches   {count(touched)} pages first-touched"
+        + (f" (of them {count(huge)} huge pages, each counted once)" if huge else "")
+        + f", {count(t['unpinned_first_touch'])} by"
         f" unpinned threads ({percent(_pct(t['unpinned_first_touch'], touched))})"
     )
     if c["backend"] != "exact":
