@@ -238,6 +238,7 @@ static __attribute__((noinline)) int munmap_slow(void *a, size_t n, uint64_t sit
   if (!(s & LOCUS_ALLOC_RESOLVED)) s = resolve();
   if (s & LOCUS_ALLOC_NUMA) locus_ft_release(a, n);
   int rc = (s & LOCUS_ALLOC_RESOLVED) ? real.munmap(a, n) : (int)syscall(SYS_munmap, a, n);
+  if ((s & LOCUS_ALLOC_NUMA) && rc == 0) locus_numa_pages_changed();
   if ((s & LOCUS_ALLOC_TRACKING) && rc == 0) locus_allocs_record(LOCUS_AL_MUNMAP, a, n, site);
   return rc;
 }

@@ -119,7 +119,11 @@ LOCUS_EXPORT int mprotect(void *a, size_t n, int prot) {
 LOCUS_EXPORT int madvise(void *a, size_t n, int advice) {
   static int (*next)(void *, size_t, int);
   int rc = NEXT(next, "madvise") ? next(a, n, advice) : (int)syscall(SYS_madvise, a, n, advice);
-  if (rc == 0 && FT_ON) locus_ft_madvise(a, n, advice);
+  if (rc == 0 && locus_numa.on) {
+    if (advice == MADV_DONTNEED || advice == MADV_REMOVE || advice == MADV_FREE)
+      locus_numa_pages_changed();
+    if (FT_ON) locus_ft_madvise(a, n, advice);
+  }
   return rc;
 }
 
@@ -136,9 +140,14 @@ LOCUS_EXPORT void *mremap(void *old, size_t old_n, size_t new_n, int flags, ...)
     locus_ft_release(old, old_n);
     if (fixed) locus_ft_release(fixed, new_n);
   }
-  if (!NEXT(next, "mremap")) return (void *)syscall(SYS_mremap, old, old_n, new_n, flags, fixed);
-  return (flags & MREMAP_FIXED) ? next(old, old_n, new_n, flags, fixed)
+  void *rc;
+  if (!NEXT(next, "mremap"))
+    rc = (void *)syscall(SYS_mremap, old, old_n, new_n, flags, fixed);
+  else
+    rc = (flags & MREMAP_FIXED) ? next(old, old_n, new_n, flags, fixed)
                                 : next(old, old_n, new_n, flags);
+  if (locus_numa.on && rc != MAP_FAILED) locus_numa_pages_changed();
+  return rc;
 }
 
 /* SIGSEGV stays unblocked while first touches are tracked: blocked, the first touch of a

@@ -57,13 +57,41 @@ int locus_numa_page_status(uint64_t addr) {
   return status;
 }
 
+/* The sampled backends' page -> node cache, per thread (the sampler's signal handler): a
+ * direct-mapped table of placed pages. An entry holds while locus_numa_page_epoch is
+ * unchanged (the program's mbind, move_pages, munmap, mremap and madvise dropping pages bump
+ * it) and for NC_TTL_US at most (the kernel's own migrations, automatic NUMA balancing, are
+ * seen within that). Pages not present are never cached: they may be placed any time. */
+#define NC_SIZE 64
+#define NC_TTL_US 100000.0
+struct nc_entry {
+  uint64_t page; /* page number + 1; 0 = empty */
+  uint64_t t;    /* ticks of the query */
+  uint32_t epoch;
+  int32_t node;
+};
+static LOCUS_TLS struct nc_entry nc[NC_SIZE];
+static uint64_t nc_ttl_ticks;
+
 int locus_numa_sample_node(uint64_t addr, uint32_t flags) {
   if (flags & LOCUS_AC_STACK) return -3;
   if (locus_numa.emulated) return -1;
+  uint64_t pg = (addr >> 12) + 1, now = locus_ticks();
+  uint32_t epoch = atomic_load_explicit(&locus_numa_page_epoch, memory_order_relaxed);
+  struct nc_entry *e = &nc[(pg ^ (pg >> 6)) & (NC_SIZE - 1)];
+  if (e->page == pg && e->epoch == epoch && now - e->t < nc_ttl_ticks) return e->node;
   int status = locus_numa_page_status(addr);
-  if (status >= 0) return status;
+  if (status >= 0) {
+    e->page = pg;
+    e->t = now;
+    e->epoch = epoch;
+    e->node = status;
+    return status;
+  }
   return status == -ENOENT ? -2 : -1;
 }
+
+void locus_numa_pages_changed(void) { atomic_fetch_add(&locus_numa_page_epoch, 1); }
 
 void locus_numa_pin(uint8_t what, uint32_t tid, uint64_t nodes, uint32_t ncpus, uint8_t mode,
                     uint64_t policy_nodes, uint64_t addr, uint64_t len, uint64_t ip) {
@@ -134,6 +162,7 @@ static void read_topology(void) {
 
 static int proc_init(void) {
   read_topology();
+  nc_ttl_ticks = (uint64_t)(NC_TTL_US * (locus_ticks_per_us > 0 ? locus_ticks_per_us : 1000.0));
   if (locus_stream_open(&pin_stream, locus_proc_dirfd, "numa.pins.bin") != 0) {
     locus_warn("numa: cannot create numa.pins.bin; the numa lens is off");
     return -1;

@@ -31,9 +31,12 @@ struct locus_numa_state {
 };
 extern struct locus_numa_state locus_numa;
 
-/* Node of the page holding `addr` now (move_pages query): >= 0, -1 unknown or emulated,
- * -2 not present, -3 a stack access (LOCUS_AC_STACK in flags, not asked). Async-signal-safe. */
+/* Node of the page holding `addr` now (move_pages query, cached per thread for placed
+ * pages): >= 0, -1 unknown or emulated, -2 not present, -3 a stack access (LOCUS_AC_STACK in
+ * flags, not asked). Async-signal-safe. */
 int locus_numa_sample_node(uint64_t addr, uint32_t flags);
+/* The program unmapped, remapped or dropped pages: cached page nodes are asked again. */
+void locus_numa_pages_changed(void);
 /* move_pages' answer for the page holding addr: its node (>= 0) or -errno (-ENOENT: not
  * present, -EFAULT: the zero page or no mapping). Async-signal-safe. */
 int locus_numa_page_status(uint64_t addr);
