@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 struct locus_comm_config locus_comm_cfg;
@@ -88,8 +89,8 @@ void locus_comm_write_thread(void) {
   /* Slot `serial - 1` of the file: no lock (thousands of threads may end at once, and a
    * spinning writer preempted on 2 cores stalled them all), one pwrite per thread. */
   if (locus_me.serial && thread_stream.fd >= 0)
-    (void)!pwrite(thread_stream.fd, &locus_ct.st, sizeof locus_ct.st,
-                  (off_t)(locus_me.serial - 1) * (off_t)sizeof locus_ct.st);
+    (void)!syscall(SYS_pwrite64, thread_stream.fd, &locus_ct.st, sizeof locus_ct.st,
+                   (off_t)(locus_me.serial - 1) * (off_t)sizeof locus_ct.st);
   locus_ct.started = 0;
 }
 

@@ -15,7 +15,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -181,45 +183,46 @@ LOCUS_EXPORT int sigaltstack(const stack_t *ss, stack_t *old) {
   return NEXT(next, "sigaltstack") ? next(ss, old) : (int)syscall(SYS_sigaltstack, ss, old);
 }
 
-/* ---- calls the kernel writes into: open the buffer's pages first ---- */
+/* ---- calls the kernel writes into: open the buffer's pages first (as written) ---- */
 
-static void prepare_iov(const struct iovec *iov, int n, uint64_t site) {
-  for (int i = 0; i < n; i++) locus_ft_prepare((uintptr_t)iov[i].iov_base, iov[i].iov_len, site);
+static void prepare_iov(const struct iovec *iov, int n, uint64_t site, int write) {
+  for (int i = 0; i < n; i++)
+    locus_ft_prepare((uintptr_t)iov[i].iov_base, iov[i].iov_len, site, write);
 }
 
 LOCUS_EXPORT ssize_t read(int fd, void *buf, size_t n) {
   static ssize_t (*next)(int, void *, size_t);
-  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
   return NEXT(next, "read") ? next(fd, buf, n) : syscall(SYS_read, fd, buf, n);
 }
 
 LOCUS_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off) {
   static ssize_t (*next)(int, void *, size_t, off_t);
-  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
   return NEXT(next, "pread") ? next(fd, buf, n, off) : syscall(SYS_pread64, fd, buf, n, off);
 }
 
 LOCUS_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off_t off) {
   static ssize_t (*next)(int, void *, size_t, off_t);
-  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
   return NEXT(next, "pread64") ? next(fd, buf, n, off) : syscall(SYS_pread64, fd, buf, n, off);
 }
 
 LOCUS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n) {
   static ssize_t (*next)(int, const struct iovec *, int);
-  if (FT_ON) prepare_iov(iov, n, SITE);
+  if (FT_ON) prepare_iov(iov, n, SITE, 1);
   return NEXT(next, "readv") ? next(fd, iov, n) : syscall(SYS_readv, fd, iov, n);
 }
 
 LOCUS_EXPORT ssize_t preadv(int fd, const struct iovec *iov, int n, off_t off) {
   static ssize_t (*next)(int, const struct iovec *, int, off_t);
-  if (FT_ON) prepare_iov(iov, n, SITE);
+  if (FT_ON) prepare_iov(iov, n, SITE, 1);
   return NEXT(next, "preadv") ? next(fd, iov, n, off) : syscall(SYS_preadv, fd, iov, n, off, 0);
 }
 
 LOCUS_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags) {
   static ssize_t (*next)(int, void *, size_t, int);
-  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
   return NEXT(next, "recv") ? next(fd, buf, n, flags)
                             : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
 }
@@ -227,26 +230,135 @@ LOCUS_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags) {
 LOCUS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
                               socklen_t *len) {
   static ssize_t (*next)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
-  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
   return NEXT(next, "recvfrom") ? next(fd, buf, n, flags, from, len)
                                 : syscall(SYS_recvfrom, fd, buf, n, flags, from, len);
 }
 
 LOCUS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
   static ssize_t (*next)(int, struct msghdr *, int);
-  if (FT_ON && msg) prepare_iov(msg->msg_iov, (int)msg->msg_iovlen, SITE);
+  if (FT_ON && msg) prepare_iov(msg->msg_iov, (int)msg->msg_iovlen, SITE, 1);
   return NEXT(next, "recvmsg") ? next(fd, msg, flags) : syscall(SYS_recvmsg, fd, msg, flags);
 }
 
 LOCUS_EXPORT size_t fread(void *buf, size_t size, size_t n, FILE *f) {
   static size_t (*next)(void *, size_t, size_t, FILE *);
-  if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE, 1);
   return NEXT(next, "fread") ? next(buf, size, n, f) : 0;
 }
 
 #undef fread_unlocked
 LOCUS_EXPORT size_t fread_unlocked(void *buf, size_t size, size_t n, FILE *f) {
   static size_t (*next)(void *, size_t, size_t, FILE *);
-  if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE, 1);
   return NEXT(next, "fread_unlocked") ? next(buf, size, n, f) : 0;
+}
+
+/* More calls the kernel writes into. */
+LOCUS_EXPORT ssize_t getrandom(void *buf, size_t n, unsigned flags) {
+  static ssize_t (*next)(void *, size_t, unsigned);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
+  return NEXT(next, "getrandom") ? next(buf, n, flags) : syscall(SYS_getrandom, buf, n, flags);
+}
+
+LOCUS_EXPORT ssize_t getdents64(int fd, void *buf, size_t n) {
+  static ssize_t (*next)(int, void *, size_t);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
+  return NEXT(next, "getdents64") ? next(fd, buf, n) : syscall(SYS_getdents64, fd, buf, n);
+}
+
+LOCUS_EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int n, off_t off, int flags) {
+  static ssize_t (*next)(int, const struct iovec *, int, off_t, int);
+  if (FT_ON) prepare_iov(iov, n, SITE, 1);
+  return NEXT(next, "preadv2") ? next(fd, iov, n, off, flags)
+                               : syscall(SYS_preadv2, fd, iov, n, off, 0, flags);
+}
+
+LOCUS_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *t) {
+  static int (*next)(int, struct mmsghdr *, unsigned, int, struct timespec *);
+  if (FT_ON && v)
+    for (unsigned i = 0; i < n; i++)
+      prepare_iov(v[i].msg_hdr.msg_iov, (int)v[i].msg_hdr.msg_iovlen, SITE, 1);
+  return NEXT(next, "recvmmsg") ? next(fd, v, n, flags, t)
+                                : (int)syscall(SYS_recvmmsg, fd, v, n, flags, t);
+}
+
+LOCUS_EXPORT int epoll_wait(int ep, struct epoll_event *ev, int n, int ms) {
+  static int (*next)(int, struct epoll_event *, int, int);
+  if (FT_ON && n > 0) locus_ft_prepare((uintptr_t)ev, (size_t)n * sizeof *ev, SITE, 1);
+  return NEXT(next, "epoll_wait") ? next(ep, ev, n, ms)
+                                  : (int)syscall(SYS_epoll_pwait, ep, ev, n, ms, NULL, 8);
+}
+
+LOCUS_EXPORT int epoll_pwait(int ep, struct epoll_event *ev, int n, int ms, const sigset_t *m) {
+  static int (*next)(int, struct epoll_event *, int, int, const sigset_t *);
+  if (FT_ON && n > 0) locus_ft_prepare((uintptr_t)ev, (size_t)n * sizeof *ev, SITE, 1);
+  return NEXT(next, "epoll_pwait") ? next(ep, ev, n, ms, m)
+                                   : (int)syscall(SYS_epoll_pwait, ep, ev, n, ms, m, 8);
+}
+
+/* ---- calls the kernel reads from: pages never touched are read (the zero page) ---- */
+
+LOCUS_EXPORT ssize_t write(int fd, const void *buf, size_t n) {
+  static ssize_t (*next)(int, const void *, size_t);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 0);
+  return NEXT(next, "write") ? next(fd, buf, n) : syscall(SYS_write, fd, buf, n);
+}
+
+LOCUS_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+  static ssize_t (*next)(int, const void *, size_t, off_t);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 0);
+  return NEXT(next, "pwrite") ? next(fd, buf, n, off) : syscall(SYS_pwrite64, fd, buf, n, off);
+}
+
+LOCUS_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
+  static ssize_t (*next)(int, const void *, size_t, off_t);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 0);
+  return NEXT(next, "pwrite64") ? next(fd, buf, n, off) : syscall(SYS_pwrite64, fd, buf, n, off);
+}
+
+LOCUS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n) {
+  static ssize_t (*next)(int, const struct iovec *, int);
+  if (FT_ON) prepare_iov(iov, n, SITE, 0);
+  return NEXT(next, "writev") ? next(fd, iov, n) : syscall(SYS_writev, fd, iov, n);
+}
+
+LOCUS_EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int n, off_t off) {
+  static ssize_t (*next)(int, const struct iovec *, int, off_t);
+  if (FT_ON) prepare_iov(iov, n, SITE, 0);
+  return NEXT(next, "pwritev") ? next(fd, iov, n, off) : syscall(SYS_pwritev, fd, iov, n, off, 0);
+}
+
+LOCUS_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) {
+  static ssize_t (*next)(int, const void *, size_t, int);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 0);
+  return NEXT(next, "send") ? next(fd, buf, n, flags)
+                            : syscall(SYS_sendto, fd, buf, n, flags, NULL, 0);
+}
+
+LOCUS_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to,
+                            socklen_t len) {
+  static ssize_t (*next)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 0);
+  return NEXT(next, "sendto") ? next(fd, buf, n, flags, to, len)
+                              : syscall(SYS_sendto, fd, buf, n, flags, to, len);
+}
+
+LOCUS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
+  static ssize_t (*next)(int, const struct msghdr *, int);
+  if (FT_ON && msg) prepare_iov(msg->msg_iov, (int)msg->msg_iovlen, SITE, 0);
+  return NEXT(next, "sendmsg") ? next(fd, msg, flags) : syscall(SYS_sendmsg, fd, msg, flags);
+}
+
+LOCUS_EXPORT size_t fwrite(const void *buf, size_t size, size_t n, FILE *f) {
+  static size_t (*next)(const void *, size_t, size_t, FILE *);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE, 0);
+  return NEXT(next, "fwrite") ? next(buf, size, n, f) : 0;
+}
+
+#undef fwrite_unlocked
+LOCUS_EXPORT size_t fwrite_unlocked(const void *buf, size_t size, size_t n, FILE *f) {
+  static size_t (*next)(const void *, size_t, size_t, FILE *);
+  if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE, 0);
+  return NEXT(next, "fwrite_unlocked") ? next(buf, size, n, f) : 0;
 }

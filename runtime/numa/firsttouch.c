@@ -563,15 +563,15 @@ void locus_ft_madvise(void *p, size_t n, int advice) {
   }
 }
 
-void locus_ft_prepare(uintptr_t p, size_t n, uint64_t ip) {
+void locus_ft_prepare(uintptr_t p, size_t n, uint64_t ip, int write) {
   if (!n || !atomic_load_explicit(&locus_ft_live, memory_order_relaxed)) return;
   uintptr_t a = p & ~(PAGE - 1), end = p + n;
   for (; a < end && a + PAGE > p; a += PAGE) {
     struct ft_region *r = find(a);
     if (!r) continue;
     size_t idx = (a - r->start) / PAGE;
-    if (atomic_load(&r->open[idx >> 6]) >> (idx & 63) & 1) continue;
-    on_fault(a, 1, ip, 0);
+    if (bit_of(r->open, idx) || (!write && bit_of(r->seen, idx))) continue; /* accessible */
+    on_fault(a, write, ip, 0);
   }
 }
 

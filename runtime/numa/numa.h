@@ -67,9 +67,10 @@ void locus_ft_release(const void *p, size_t n);
  * MADV_NOHUGEPAGE make tracked memory there eligible (or not) for huge-page first touches;
  * MADV_DONTNEED and MADV_REMOVE drop its pages, so their next access is a first touch again. */
 void locus_ft_madvise(void *p, size_t n, int advice);
-/* A system call is about to write into [p, p + n): open (first-touch) its pages now, or the
- * kernel would return EFAULT. */
-void locus_ft_prepare(uintptr_t p, size_t n, uint64_t ip);
+/* A system call is about to write into (write = 1) or read from (write = 0) [p, p + n): open
+ * its pages now, as the access would (a first touch: placed, or read-only on the zero page),
+ * or the kernel would return EFAULT. */
+void locus_ft_prepare(uintptr_t p, size_t n, uint64_t ip, int write);
 /* The SIGSEGV handler is installed: a blocked SIGSEGV would kill a thread at its first
  * touch, so the signal-mask interposers never let the program block it. */
 int locus_ft_installed(void);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -81,6 +82,25 @@ static int case_syscalls(void) {
   fclose(f);
   if (memcmp(c + 3 * MB + 8, "ELF", 3) != 0 || memcmp(c + 2 * MB + 1, "ELF", 3) != 0) return 8;
   free(c);
+  /* The kernel reads never-touched (zero) pages: write, writev, fwrite of a calloc'd block;
+   * and writes into them: getrandom. */
+  char *z = calloc(1, 2 * MB), *g = malloc(MB);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/zeros", getenv("LOCUS_DIR"));
+  int out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (!z || !g || out < 0) return 9;
+  if (write(out, z, MB) != (ssize_t)MB) return 10;
+  struct iovec wv[2] = {{z + MB, PAGE}, {z + MB + 8 * PAGE, 3 * PAGE}};
+  if (writev(out, wv, 2) != (ssize_t)(4 * PAGE)) return 11;
+  close(out);
+  FILE *w = fopen(path, "ab");
+  if (!w || fwrite(z + MB + 64 * PAGE, 1, 64 * PAGE, w) != 64 * PAGE) return 12;
+  fclose(w);
+  if (getrandom(g + 7 * PAGE, PAGE, 0) != (ssize_t)PAGE) return 13;
+  struct stat st;
+  if (stat(path, &st) != 0 || st.st_size != (off_t)(MB + 68 * PAGE)) return 14;
+  free(z);
+  free(g);
   return 0;
 }
 
@@ -352,7 +372,9 @@ int main(int argc, char **argv) {
     char *run = fresh_run("sys");
     int rc = run_case(exe, lib, "syscalls", run);
     CHECK(rc == 0, "syscalls exited %d", rc);
-    finish("read, pread, readv, fread into protected pages return the data", ok);
+    finish(
+        "read, pread, readv, fread, getrandom into and write, writev, fwrite from protected pages",
+        ok);
   }
   {
     int ok = 1;
