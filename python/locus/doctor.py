@@ -82,6 +82,8 @@ class Findings:
     addr_sampling: str | None = None  # "mem-loads", "ibs_op" or None
     breakpoint_error: str | None = None  # None: a hardware watchpoint armed
     numa_nodes: int = 1
+    thp: str | None = None  # transparent huge pages: "always", "madvise", "never"
+    numa_balancing: str | None = None  # kernel.numa_balancing, as read
     mpi_lib: str | None = None
     mpirun: str | None = None
     libunwind: str | None = None
@@ -111,6 +113,13 @@ def read_text(path: str) -> str | None:
             return f.read().strip()
     except OSError:
         return None
+
+
+def thp_mode(text: str | None) -> str | None:
+    """The selected mode of /sys/kernel/mm/transparent_hugepage/enabled ("[madvise]")."""
+    if not text or "[" not in text:
+        return None
+    return text.split("[", 1)[1].split("]", 1)[0] or None
 
 
 def effective_caps() -> int:
@@ -378,6 +387,8 @@ def probe() -> Findings:
         PERF_TYPE_BREAKPOINT, 0, ctypes.addressof(target), HW_BREAKPOINT_LEN_8
     )
     f.numa_nodes = len(glob.glob("/sys/devices/system/node/node[0-9]*")) or 1
+    f.thp = thp_mode(read_text("/sys/kernel/mm/transparent_hugepage/enabled"))
+    f.numa_balancing = read_text("/proc/sys/kernel/numa_balancing")
     f.mpi_lib = ctypes.util.find_library("mpi")
     f.mpirun = find_mpirun()
     f.libunwind = ctypes.util.find_library("unwind")
@@ -468,6 +479,28 @@ def make_checks(f: Findings) -> list[Check]:
             ""
             if f.numa_nodes > 1
             else "use a multi-socket machine or the QEMU guest (recipes/numavm.md)",
+        ),
+        Check(
+            "huge pages (THP)",
+            f.thp or "unknown",
+            True,
+            {
+                "always": "numa first touch opens a whole 2 MiB huge page at once",
+                "madvise": "numa first touch opens huge pages whole where the program asks "
+                "(MADV_HUGEPAGE); elsewhere page by page",
+                "never": "numa first touch opens base pages one by one",
+            }.get(f.thp or "", "/sys/kernel/mm/transparent_hugepage/enabled unreadable"),
+            "",
+        ),
+        Check(
+            "NUMA balancing",
+            {"0": "off", "1": "on", "2": "tiering"}.get(f.numa_balancing or "", "unknown"),
+            True,
+            "the kernel migrates pages towards their accessors: nodes change during a run "
+            "(the numa lens sees a move within 100 ms)"
+            if f.numa_balancing not in (None, "0")
+            else "pages stay where they were placed unless the program moves them",
+            "",
         ),
         Check(
             "MPI",

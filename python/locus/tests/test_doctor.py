@@ -93,3 +93,10 @@ def test_monitor_verdict():
     v = by_lens(findings(paranoid=2, pmu=None))["monitor"]
     assert "no perf software events (perf_event_paranoid=2)" in v.reason
     assert "perf_event_paranoid=0" in v.fix
+
+
+def test_thp_mode():
+    assert doctor.thp_mode("always [madvise] never") == "madvise"
+    assert doctor.thp_mode("[always] madvise never") == "always"
+    assert doctor.thp_mode("always madvise [never]") == "never"
+    assert doctor.thp_mode("") is None and doctor.thp_mode(None) is None
