@@ -7,6 +7,7 @@
  *     eligibility, pages dropped); read-like calls open the pages of their buffer first,
  *     since the kernel cannot fault a protected page in for them (EFAULT). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -183,6 +184,24 @@ LOCUS_EXPORT int sigaltstack(const stack_t *ss, stack_t *old) {
   return NEXT(next, "sigaltstack") ? next(ss, old) : (int)syscall(SYS_sigaltstack, ss, old);
 }
 
+/* The I/O interposers' next functions: resolved at load (a program whose first write() is
+ * in a signal handler must not meet dlsym there), else at first use. */
+/* clang-format off */
+#define IO_FUNCS(X) \
+  X(read) X(pread) X(pread64) X(readv) X(preadv) X(recv) \
+  X(recvfrom) X(recvmsg) X(fread) X(fread_unlocked) X(getrandom) X(getdents64) \
+  X(preadv2) X(recvmmsg) X(epoll_wait) X(epoll_pwait) X(write) X(pwrite) \
+  X(pwrite64) X(writev) X(pwritev) X(send) X(sendto) X(sendmsg) \
+  X(fwrite) X(fwrite_unlocked)
+/* clang-format on */
+#define IO_DECL(f) static __typeof__(&f) real_##f;
+#define IO_NEXT(f) (real_##f ? real_##f : (real_##f = (__typeof__(real_##f))dlsym(RTLD_NEXT, #f)))
+#define IO_RESOLVE(f) (void)IO_NEXT(f);
+#undef fread_unlocked
+#undef fwrite_unlocked
+IO_FUNCS(IO_DECL)
+__attribute__((constructor(102))) static void resolve_io(void) { IO_FUNCS(IO_RESOLVE) }
+
 /* ---- calls the kernel writes into: open the buffer's pages first (as written) ---- */
 
 static void prepare_iov(const struct iovec *iov, int n, uint64_t site, int write) {
@@ -191,174 +210,150 @@ static void prepare_iov(const struct iovec *iov, int n, uint64_t site, int write
 }
 
 LOCUS_EXPORT ssize_t read(int fd, void *buf, size_t n) {
-  static ssize_t (*next)(int, void *, size_t);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
-  return NEXT(next, "read") ? next(fd, buf, n) : syscall(SYS_read, fd, buf, n);
+  return IO_NEXT(read) ? real_read(fd, buf, n) : syscall(SYS_read, fd, buf, n);
 }
 
 LOCUS_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off) {
-  static ssize_t (*next)(int, void *, size_t, off_t);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
-  return NEXT(next, "pread") ? next(fd, buf, n, off) : syscall(SYS_pread64, fd, buf, n, off);
+  return IO_NEXT(pread) ? real_pread(fd, buf, n, off) : syscall(SYS_pread64, fd, buf, n, off);
 }
 
 LOCUS_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off_t off) {
-  static ssize_t (*next)(int, void *, size_t, off_t);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
-  return NEXT(next, "pread64") ? next(fd, buf, n, off) : syscall(SYS_pread64, fd, buf, n, off);
+  return IO_NEXT(pread64) ? real_pread64(fd, buf, n, off) : syscall(SYS_pread64, fd, buf, n, off);
 }
 
 LOCUS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n) {
-  static ssize_t (*next)(int, const struct iovec *, int);
   if (FT_ON) prepare_iov(iov, n, SITE, 1);
-  return NEXT(next, "readv") ? next(fd, iov, n) : syscall(SYS_readv, fd, iov, n);
+  return IO_NEXT(readv) ? real_readv(fd, iov, n) : syscall(SYS_readv, fd, iov, n);
 }
 
 LOCUS_EXPORT ssize_t preadv(int fd, const struct iovec *iov, int n, off_t off) {
-  static ssize_t (*next)(int, const struct iovec *, int, off_t);
   if (FT_ON) prepare_iov(iov, n, SITE, 1);
-  return NEXT(next, "preadv") ? next(fd, iov, n, off) : syscall(SYS_preadv, fd, iov, n, off, 0);
+  return IO_NEXT(preadv) ? real_preadv(fd, iov, n, off) : syscall(SYS_preadv, fd, iov, n, off, 0);
 }
 
 LOCUS_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags) {
-  static ssize_t (*next)(int, void *, size_t, int);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
-  return NEXT(next, "recv") ? next(fd, buf, n, flags)
-                            : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
+  return IO_NEXT(recv) ? real_recv(fd, buf, n, flags)
+                       : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
 }
 
 LOCUS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
                               socklen_t *len) {
-  static ssize_t (*next)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
-  return NEXT(next, "recvfrom") ? next(fd, buf, n, flags, from, len)
-                                : syscall(SYS_recvfrom, fd, buf, n, flags, from, len);
+  return IO_NEXT(recvfrom) ? real_recvfrom(fd, buf, n, flags, from, len)
+                           : syscall(SYS_recvfrom, fd, buf, n, flags, from, len);
 }
 
 LOCUS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
-  static ssize_t (*next)(int, struct msghdr *, int);
   if (FT_ON && msg) prepare_iov(msg->msg_iov, (int)msg->msg_iovlen, SITE, 1);
-  return NEXT(next, "recvmsg") ? next(fd, msg, flags) : syscall(SYS_recvmsg, fd, msg, flags);
+  return IO_NEXT(recvmsg) ? real_recvmsg(fd, msg, flags) : syscall(SYS_recvmsg, fd, msg, flags);
 }
 
 LOCUS_EXPORT size_t fread(void *buf, size_t size, size_t n, FILE *f) {
-  static size_t (*next)(void *, size_t, size_t, FILE *);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE, 1);
-  return NEXT(next, "fread") ? next(buf, size, n, f) : 0;
+  return IO_NEXT(fread) ? real_fread(buf, size, n, f) : 0;
 }
 
 #undef fread_unlocked
 LOCUS_EXPORT size_t fread_unlocked(void *buf, size_t size, size_t n, FILE *f) {
-  static size_t (*next)(void *, size_t, size_t, FILE *);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE, 1);
-  return NEXT(next, "fread_unlocked") ? next(buf, size, n, f) : 0;
+  return IO_NEXT(fread_unlocked) ? real_fread_unlocked(buf, size, n, f) : 0;
 }
 
 /* More calls the kernel writes into. */
 LOCUS_EXPORT ssize_t getrandom(void *buf, size_t n, unsigned flags) {
-  static ssize_t (*next)(void *, size_t, unsigned);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
-  return NEXT(next, "getrandom") ? next(buf, n, flags) : syscall(SYS_getrandom, buf, n, flags);
+  return IO_NEXT(getrandom) ? real_getrandom(buf, n, flags) : syscall(SYS_getrandom, buf, n, flags);
 }
 
 LOCUS_EXPORT ssize_t getdents64(int fd, void *buf, size_t n) {
-  static ssize_t (*next)(int, void *, size_t);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 1);
-  return NEXT(next, "getdents64") ? next(fd, buf, n) : syscall(SYS_getdents64, fd, buf, n);
+  return IO_NEXT(getdents64) ? real_getdents64(fd, buf, n) : syscall(SYS_getdents64, fd, buf, n);
 }
 
 LOCUS_EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int n, off_t off, int flags) {
-  static ssize_t (*next)(int, const struct iovec *, int, off_t, int);
   if (FT_ON) prepare_iov(iov, n, SITE, 1);
-  return NEXT(next, "preadv2") ? next(fd, iov, n, off, flags)
-                               : syscall(SYS_preadv2, fd, iov, n, off, 0, flags);
+  return IO_NEXT(preadv2) ? real_preadv2(fd, iov, n, off, flags)
+                          : syscall(SYS_preadv2, fd, iov, n, off, 0, flags);
 }
 
 LOCUS_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *t) {
-  static int (*next)(int, struct mmsghdr *, unsigned, int, struct timespec *);
   if (FT_ON && v)
     for (unsigned i = 0; i < n; i++)
       prepare_iov(v[i].msg_hdr.msg_iov, (int)v[i].msg_hdr.msg_iovlen, SITE, 1);
-  return NEXT(next, "recvmmsg") ? next(fd, v, n, flags, t)
-                                : (int)syscall(SYS_recvmmsg, fd, v, n, flags, t);
+  return IO_NEXT(recvmmsg) ? real_recvmmsg(fd, v, n, flags, t)
+                           : (int)syscall(SYS_recvmmsg, fd, v, n, flags, t);
 }
 
 LOCUS_EXPORT int epoll_wait(int ep, struct epoll_event *ev, int n, int ms) {
-  static int (*next)(int, struct epoll_event *, int, int);
   if (FT_ON && n > 0) locus_ft_prepare((uintptr_t)ev, (size_t)n * sizeof *ev, SITE, 1);
-  return NEXT(next, "epoll_wait") ? next(ep, ev, n, ms)
-                                  : (int)syscall(SYS_epoll_pwait, ep, ev, n, ms, NULL, 8);
+  return IO_NEXT(epoll_wait) ? real_epoll_wait(ep, ev, n, ms)
+                             : (int)syscall(SYS_epoll_pwait, ep, ev, n, ms, NULL, 8);
 }
 
 LOCUS_EXPORT int epoll_pwait(int ep, struct epoll_event *ev, int n, int ms, const sigset_t *m) {
-  static int (*next)(int, struct epoll_event *, int, int, const sigset_t *);
   if (FT_ON && n > 0) locus_ft_prepare((uintptr_t)ev, (size_t)n * sizeof *ev, SITE, 1);
-  return NEXT(next, "epoll_pwait") ? next(ep, ev, n, ms, m)
-                                   : (int)syscall(SYS_epoll_pwait, ep, ev, n, ms, m, 8);
+  return IO_NEXT(epoll_pwait) ? real_epoll_pwait(ep, ev, n, ms, m)
+                              : (int)syscall(SYS_epoll_pwait, ep, ev, n, ms, m, 8);
 }
 
 /* ---- calls the kernel reads from: pages never touched are read (the zero page) ---- */
 
 LOCUS_EXPORT ssize_t write(int fd, const void *buf, size_t n) {
-  static ssize_t (*next)(int, const void *, size_t);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 0);
-  return NEXT(next, "write") ? next(fd, buf, n) : syscall(SYS_write, fd, buf, n);
+  return IO_NEXT(write) ? real_write(fd, buf, n) : syscall(SYS_write, fd, buf, n);
 }
 
 LOCUS_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
-  static ssize_t (*next)(int, const void *, size_t, off_t);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 0);
-  return NEXT(next, "pwrite") ? next(fd, buf, n, off) : syscall(SYS_pwrite64, fd, buf, n, off);
+  return IO_NEXT(pwrite) ? real_pwrite(fd, buf, n, off) : syscall(SYS_pwrite64, fd, buf, n, off);
 }
 
 LOCUS_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
-  static ssize_t (*next)(int, const void *, size_t, off_t);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 0);
-  return NEXT(next, "pwrite64") ? next(fd, buf, n, off) : syscall(SYS_pwrite64, fd, buf, n, off);
+  return IO_NEXT(pwrite64) ? real_pwrite64(fd, buf, n, off)
+                           : syscall(SYS_pwrite64, fd, buf, n, off);
 }
 
 LOCUS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n) {
-  static ssize_t (*next)(int, const struct iovec *, int);
   if (FT_ON) prepare_iov(iov, n, SITE, 0);
-  return NEXT(next, "writev") ? next(fd, iov, n) : syscall(SYS_writev, fd, iov, n);
+  return IO_NEXT(writev) ? real_writev(fd, iov, n) : syscall(SYS_writev, fd, iov, n);
 }
 
 LOCUS_EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int n, off_t off) {
-  static ssize_t (*next)(int, const struct iovec *, int, off_t);
   if (FT_ON) prepare_iov(iov, n, SITE, 0);
-  return NEXT(next, "pwritev") ? next(fd, iov, n, off) : syscall(SYS_pwritev, fd, iov, n, off, 0);
+  return IO_NEXT(pwritev) ? real_pwritev(fd, iov, n, off)
+                          : syscall(SYS_pwritev, fd, iov, n, off, 0);
 }
 
 LOCUS_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) {
-  static ssize_t (*next)(int, const void *, size_t, int);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 0);
-  return NEXT(next, "send") ? next(fd, buf, n, flags)
-                            : syscall(SYS_sendto, fd, buf, n, flags, NULL, 0);
+  return IO_NEXT(send) ? real_send(fd, buf, n, flags)
+                       : syscall(SYS_sendto, fd, buf, n, flags, NULL, 0);
 }
 
 LOCUS_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to,
                             socklen_t len) {
-  static ssize_t (*next)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, n, SITE, 0);
-  return NEXT(next, "sendto") ? next(fd, buf, n, flags, to, len)
-                              : syscall(SYS_sendto, fd, buf, n, flags, to, len);
+  return IO_NEXT(sendto) ? real_sendto(fd, buf, n, flags, to, len)
+                         : syscall(SYS_sendto, fd, buf, n, flags, to, len);
 }
 
 LOCUS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
-  static ssize_t (*next)(int, const struct msghdr *, int);
   if (FT_ON && msg) prepare_iov(msg->msg_iov, (int)msg->msg_iovlen, SITE, 0);
-  return NEXT(next, "sendmsg") ? next(fd, msg, flags) : syscall(SYS_sendmsg, fd, msg, flags);
+  return IO_NEXT(sendmsg) ? real_sendmsg(fd, msg, flags) : syscall(SYS_sendmsg, fd, msg, flags);
 }
 
 LOCUS_EXPORT size_t fwrite(const void *buf, size_t size, size_t n, FILE *f) {
-  static size_t (*next)(const void *, size_t, size_t, FILE *);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE, 0);
-  return NEXT(next, "fwrite") ? next(buf, size, n, f) : 0;
+  return IO_NEXT(fwrite) ? real_fwrite(buf, size, n, f) : 0;
 }
 
 #undef fwrite_unlocked
 LOCUS_EXPORT size_t fwrite_unlocked(const void *buf, size_t size, size_t n, FILE *f) {
-  static size_t (*next)(const void *, size_t, size_t, FILE *);
   if (FT_ON) locus_ft_prepare((uintptr_t)buf, size * n, SITE, 0);
-  return NEXT(next, "fwrite_unlocked") ? next(buf, size, n, f) : 0;
+  return IO_NEXT(fwrite_unlocked) ? real_fwrite_unlocked(buf, size, n, f) : 0;
 }
