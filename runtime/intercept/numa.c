@@ -119,6 +119,25 @@ LOCUS_EXPORT int mprotect(void *a, size_t n, int prot) {
   return NEXT(next, "mprotect") ? next(a, n, prot) : (int)syscall(SYS_mprotect, a, n, prot);
 }
 
+/* Locking memory populates it (in this thread): a protected page cannot be (ENOMEM). */
+LOCUS_EXPORT int mlock(const void *a, size_t n) {
+  static int (*next)(const void *, size_t);
+  if (FT_ON) locus_ft_prepare((uintptr_t)a, n, SITE, 1);
+  return NEXT(next, "mlock") ? next(a, n) : (int)syscall(SYS_mlock, a, n);
+}
+
+LOCUS_EXPORT int mlock2(const void *a, size_t n, unsigned flags) {
+  static int (*next)(const void *, size_t, unsigned);
+  if (FT_ON && !(flags & MLOCK_ONFAULT)) locus_ft_prepare((uintptr_t)a, n, SITE, 1);
+  return NEXT(next, "mlock2") ? next(a, n, flags) : (int)syscall(SYS_mlock2, a, n, flags);
+}
+
+LOCUS_EXPORT int mlockall(int flags) {
+  static int (*next)(int);
+  if (locus_numa.on && !(flags & MCL_ONFAULT)) locus_ft_mlockall(flags, SITE);
+  return NEXT(next, "mlockall") ? next(flags) : (int)syscall(SYS_mlockall, flags);
+}
+
 LOCUS_EXPORT int madvise(void *a, size_t n, int advice) {
   static int (*next)(void *, size_t, int);
   int rc = NEXT(next, "madvise") ? next(a, n, advice) : (int)syscall(SYS_madvise, a, n, advice);

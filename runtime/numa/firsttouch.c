@@ -407,8 +407,23 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
   return 1;
 }
 
+/* mlockall(MCL_FUTURE): new mappings are populated (placed) at once, nothing to track. */
+static _Atomic int locked_future;
+
+void locus_ft_mlockall(int flags, uint64_t ip) {
+  if (flags & MCL_CURRENT) { /* every page is populated now, by this thread */
+    uint32_t top = atomic_load(&regions_hi);
+    for (uint32_t i = 0; i < top; i++) {
+      struct ft_region *r = &regions[i];
+      if (atomic_load(&r->state) == FT_LIVE) locus_ft_prepare(r->start, r->end - r->start, ip, 1);
+    }
+  }
+  if (flags & MCL_FUTURE) atomic_store(&locked_future, 1);
+}
+
 void locus_ft_track(void *p, size_t n, void *from, int prot, uint64_t site) {
   if (!locus_numa.on || !(census_only || atomic_load(&installed))) return;
+  if (atomic_load_explicit(&locked_future, memory_order_relaxed)) return;
   if (site >= self_lo && site < self_hi) return;
   if ((prot & (PROT_READ | PROT_WRITE)) != (PROT_READ | PROT_WRITE) || (prot & PROT_EXEC)) return;
   uintptr_t lo = ((uintptr_t)from + PAGE - 1) & ~(PAGE - 1);

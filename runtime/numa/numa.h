@@ -74,6 +74,10 @@ void locus_ft_prepare(uintptr_t p, size_t n, uint64_t ip, int write);
 /* The SIGSEGV handler is installed: a blocked SIGSEGV would kill a thread at its first
  * touch, so the signal-mask interposers never let the program block it. */
 int locus_ft_installed(void);
+/* The program locks memory: mlockall(MCL_CURRENT) populates every tracked page now, in
+ * this thread (first touches); MCL_FUTURE stops tracking new memory (it is populated at
+ * mapping). mlock of a range: locus_ft_prepare(range, write) first. */
+void locus_ft_mlockall(int flags, uint64_t ip);
 /* Is p the start of an mmap'd malloc chunk (glibc: IS_MMAPPED in the size word)? */
 int locus_ft_chunk_mmapped(const void *p);
 

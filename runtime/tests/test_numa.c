@@ -4,6 +4,7 @@
  * Each case runs this program again under LD_PRELOAD with a fresh LOCUS_DIR.
  * Usage: test_numa LIBLOCUS */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -99,6 +100,12 @@ static int case_syscalls(void) {
   if (getrandom(g + 7 * PAGE, PAGE, 0) != (ssize_t)PAGE) return 13;
   struct stat st;
   if (stat(path, &st) != 0 || st.st_size != (off_t)(MB + 68 * PAGE)) return 14;
+  /* mlock populates: protected pages would make it fail (ENOMEM). 32 KiB: within any
+   * RLIMIT_MEMLOCK. */
+  char *l = mmap(NULL, 8 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (l == MAP_FAILED || (mlock(l, 8 * PAGE) != 0 && errno != EPERM)) return 15;
+  l[5 * PAGE] = 1;
+  munlock(l, 8 * PAGE);
   free(z);
   free(g);
   return 0;
@@ -373,7 +380,8 @@ int main(int argc, char **argv) {
     int rc = run_case(exe, lib, "syscalls", run);
     CHECK(rc == 0, "syscalls exited %d", rc);
     finish(
-        "read, pread, readv, fread, getrandom into and write, writev, fwrite from protected pages",
+        "read, pread, readv, fread, getrandom into, write, writev, fwrite from and mlock of "
+        "protected pages",
         ok);
   }
   {
