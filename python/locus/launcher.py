@@ -181,6 +181,17 @@ def elf_dynamic_symbols(path: str) -> set[bytes] | None:
         return set()
 
 
+def exact_hooks(path: str) -> str | None:
+    """How a `locus cc` build calls the exact backend: "inlined" (clang LTO: the hit test in
+    the program, only misses call liblocus.so), "calls" (a call per access), None unknown."""
+    names = elf_dynamic_symbols(path)
+    if not names:
+        return None
+    if b"locus_x_slow" in names:
+        return "inlined"
+    return "calls" if any(n.startswith(EXACT_SYMBOL_PREFIXES) for n in names) else None
+
+
 def built_with_locus_cc(path: str) -> bool | None:
     """True when the executable references the instrumentation hooks `locus cc` inserts;
     None when it is not an ELF file (a script: its interpreter is not what we look at)."""
@@ -271,9 +282,12 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
             "100us (each sample costs ~20 us): use --period 100us or more",
             2,
         )
+    hooks = None
     if backend == "exact":
         o["period_ns"] = o["period_n"] = 0
+        hooks = exact_hooks(exe)
     return {
+        "exact_hooks": hooks,
         "backend": backend,
         "requested": asked,
         "period_ns": int(o["period_ns"]),

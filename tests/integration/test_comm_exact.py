@@ -213,3 +213,26 @@ def test_p2p_timed_default_with_lone_thread(exact_bins, tmp_path):
     assert {(s, d) for s, d, _ in run.matrix(run.events)} <= pairs
     assert run.matrix() == run.expected()
     assert all(r > 0 for r in run.truth["pair_rounds"])
+
+
+def test_report_states_how_the_hooks_are_called(exact_bins, tmp_path):
+    """`locus record` tells an inlined (clang LTO) build from one calling liblocus.so per
+    access, and the report says which."""
+    want = "inlined" if "clang-lto" in exact_bins.name else "calls"
+    run_dir = tmp_path / "run"
+    cmd = [str(REPO / "locus"), "record", "-o", str(run_dir), "--lens", "comm"]
+    cmd += ["--backend", "exact", "--", str(exact_bins / "comm_p2p"), "2", "200"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((run_dir / "meta.json").read_text())["comm"]["exact_hooks"] == want
+    rep = subprocess.run(
+        [str(REPO / "locus"), "report", str(run_dir), "--lens", "comm", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    comm = json.loads(rep.stdout)["lenses"]["comm"]
+    assert comm["exact_hooks"] == want
+    assert any(
+        ("inlined" if want == "inlined" else "one call per access") in n for n in comm["notes"]
+    )

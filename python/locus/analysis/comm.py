@@ -155,6 +155,9 @@ def _config(run: RunDir, ct: np.ndarray, ev: Events, notes: list[str]) -> dict:
         "period_n": period_n,
         "watchpoints": num("watchpoints"),
         "bulletin": num("bulletin"),
+        "exact_hooks": cfg.get("exact_hooks")
+        if cfg.get("exact_hooks") in ("inlined", "calls")
+        else None,
         "line_size": int(line),
         "bind": cfg.get("bind") if isinstance(cfg.get("bind"), str) else None,
     }
@@ -428,6 +431,13 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             f"error about {100 * rse:.1f} % of the total (1/sqrt(detections), Poisson); "
             f"a cell or row with fewer than {MIN_DETECTIONS} detections is indicative only"
         )
+    if cfg["backend"] == "exact" and cfg.get("exact_hooks"):
+        notes.append(
+            "exact backend, hooks inlined into the program (clang LTO build): every access counted"
+            if cfg["exact_hooks"] == "inlined"
+            else "exact backend, one call per access into liblocus.so (a clang build with "
+            "LOCUS_CC_LTO=1 inlines the hit test and runs 2-3x faster): every access counted"
+        )
     if n_ev == 0:
         notes.append("no communication was detected")
     if not run.complete:
@@ -442,6 +452,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "line_size": cfg["line_size"],
         "watchpoints": watchpoints,
         "watchpoints_configured": cfg["watchpoints"],
+        "exact_hooks": cfg["exact_hooks"],
         "bind": cfg["bind"],
         "samples": counters["samples"],
         "skipped": counters["skipped"],
