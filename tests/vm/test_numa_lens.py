@@ -30,8 +30,8 @@ VM_JOBS = {
     "numa_ft_parallel": rec("", "numa_firsttouch 2 8 --init parallel --iters 20"),
     "numa_ft_thp": rec("", "numa_firsttouch 2 16 --init parallel --iters 5 --thp"),
     "numa_policy": rec("", "numa_policy 2"),
-    # Exact: under TCG a timer signal lands only between translated blocks, so the soft
-    # sampler almost never sees the load of a tight read loop (90 % of its samples skipped).
+    # Exact: the soft sampler skips nearly every sample of numa_policy's read loop (its load,
+    # movsbq (%rdx),%rdx, overwrites its own base register: no address to recompute).
     "numa_memory_only": rec("", "numa_policy 8 --target 2", "exact", "$VM_SHARED/exact"),
     "numa_pinning": rec("", "numa_pinning 0.3"),
     "numa_hydro": rec("", "numa_hydro 2 8 --iters 20"),
