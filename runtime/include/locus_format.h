@@ -184,6 +184,9 @@ enum locus_comm_backend {
 #define LOCUS_AC_SKID 2u   /* attributed to the instruction before the sampled pc */
 #define LOCUS_AC_ATOMIC 4u /* lock-prefixed or xchg */
 #define LOCUS_AC_STACK 8u  /* the address is in the sampling thread's own stack */
+/* soft backend: no access at the sampled pc (nor, skid-corrected, before it); the thread was
+ * single-stepped (trap flag) to the next instruction with a memory operand, this one */
+#define LOCUS_AC_STEP 16u
 
 struct locus_comm_sample { /* 64 bytes */
   uint64_t t;              /* ticks */

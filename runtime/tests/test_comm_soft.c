@@ -93,6 +93,20 @@ static void *in_libc(void *arg) {
   return NULL;
 }
 
+/* Each thread chases pointers around a ring in its own lines: `mov (%reg), %reg`, a load
+ * that overwrites its own base register, so no sample can be attributed to it by skid; the
+ * sampler single-steps to the next one. */
+static void *chase(void *arg) {
+  long k = (long)arg;
+  tids[k] = (pid_t)syscall(SYS_gettid);
+  for (int i = 0; i < 64; i++) priv[k][i].v[0] = (long)&priv[k][(i + 1) & 63].v[0];
+  void *p = (void *)&priv[k][0].v[0];
+  uint64_t end = cpu_ns() + RUN_NS / 2;
+  while (cpu_ns() < end)
+    for (int i = 0; i < 100000; i++) __asm__ volatile("mov (%0), %0" : "+r"(p));
+  return NULL;
+}
+
 static int run_pair(void *(*fn)(void *), const char *dir) {
   pthread_t t[2];
   for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, fn, (void *)i);
@@ -111,7 +125,7 @@ struct result {
   uint32_t tid[2];
   uint64_t line;
   uint64_t events, pair, true_sh, false_sh, traps, other_line, ev_volume_bad;
-  uint64_t samples, on_line, on_line_store, skid;
+  uint64_t samples, on_line, on_line_store, skid, step;
   uint64_t signals, used, skipped, published, armed, trap_ct, self_ns, wps, undecoded;
 };
 
@@ -158,6 +172,7 @@ static int read_result(const char *run, struct result *r) {
       if (s->flags & LOCUS_AC_STORE) r->on_line_store++;
     }
     if (s->flags & LOCUS_AC_SKID) r->skid++;
+    if (s->flags & LOCUS_AC_STEP) r->step++;
   }
   free(b);
   b = slurp(pd, "comm.threads.bin", &len);
@@ -278,6 +293,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "falseshare")) return run_pair(falseshare, dir);
     if (!strcmp(argv[1], "private")) return run_pair(private_only, dir);
     if (!strcmp(argv[1], "libc")) return run_pair(in_libc, dir);
+    if (!strcmp(argv[1], "chase")) return run_pair(chase, dir);
     if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
     return 2;
   }
@@ -364,6 +380,22 @@ int main(int argc, char **argv) {
     CHECK(r.events == 0, "%lu events on private data", (unsigned long)r.events);
   }
   finish("comm soft: samples inside libc are decoded", ok);
+
+  /* (f) Pointer chasing: the sampled load overwrites its base register; single-stepping to
+   * the next load gives its exact address. */
+  snprintf(run, sizeof run, "%s/chase", base);
+  mkdir(run, 0755);
+  ok = run_case(self, lib, "chase", run) == 0 && read_result(run, &r) == 0;
+  if (ok) {
+    show("chase", &r);
+    CHECK(r.signals > 100, "too few signals: %lu", (unsigned long)r.signals);
+    CHECK(r.used * 2 > r.signals, "used %lu of %lu signals", (unsigned long)r.used,
+          (unsigned long)r.signals);
+    CHECK(r.step * 2 > r.samples, "%lu of %lu samples single-stepped", (unsigned long)r.step,
+          (unsigned long)r.samples);
+    CHECK(r.events == 0, "%lu events on private data", (unsigned long)r.events);
+  }
+  finish("comm soft: pointer chasing is sampled (single step to the next load)", ok);
 
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", base);

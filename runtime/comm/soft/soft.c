@@ -109,8 +109,17 @@ struct soft_tls {
   void *altstack;
   uint64_t fs_base, gs_base;
   uint64_t stack_lo, stack_hi;
+  int step_left; /* single steps left towards the next memory access (0: not stepping) */
 };
 static LOCUS_TLS struct soft_tls me_soft = {.fd = -1};
+/* A sample whose instruction (and, skid-corrected, the previous one) has no usable memory
+ * access: the load that stalled overwrote its own base register (`mov (%rax),%rax`, the
+ * pointer chase), or the loop's branch. The thread is single-stepped (x86 trap flag, one
+ * SIGTRAP TRAP_TRACE per instruction) to the next instruction with a memory operand, whose
+ * address the registers give exactly, at most STEP_MAX instructions. LOCUS_SOFT_STEP=0: off. */
+#define STEP_MAX 8
+#define EFL_TF 0x100
+static int step_on = 1;
 
 /* ---- loaded objects and their function tables ---- */
 #define DW_EH_PE_omit 0xff
@@ -652,6 +661,21 @@ int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,
   return rc;
 }
 
+/* Whether the instruction at pc (not run yet) enters the kernel. Stepping stops before one:
+ * a system call may block SIGTRAP (sigprocmask, pthread_sigmask, glibc blocking every
+ * signal around clone), and the kernel kills a thread whose trap-flag SIGTRAP is blocked.
+ * With no system call in between, the mask stays the one the sample was delivered under. */
+static int enters_kernel(uint64_t pc) {
+  const struct module *m = pc < 0x800000000000ull ? module_of(pc) : NULL;
+  if (!m) return 1;
+  ZydisDecoderContext ctx;
+  ZydisDecodedInstruction in;
+  if (!ZYAN_SUCCESS(
+          ZydisDecoderDecodeInstruction(&dec, &ctx, (const void *)pc, avail_in(m, pc), &in)))
+    return 1;
+  return in.meta.category == ZYDIS_CATEGORY_SYSCALL || in.meta.category == ZYDIS_CATEGORY_INTERRUPT;
+}
+
 /* ---- the handler ---- */
 static void take_sample(ucontext_t *uc) {
   struct locus_comm_thread *st = &locus_ct.st;
@@ -672,7 +696,13 @@ static void take_sample(ucontext_t *uc) {
     st->kernel++;
   } else {
     int rc = sampled_access(pc, uc, &a);
-    if (rc != DEC_OK) {
+    /* Never with SIGTRAP blocked in the context we return to: the kernel delivers a sample
+     * to a thread that blocks it (asynchronously), but a blocked trap-flag SIGTRAP kills. */
+    if (rc == DEC_NOMEM && step_on && !sigismember(&uc->uc_sigmask, SIGTRAP) &&
+        !enters_kernel(pc)) {
+      me_soft.step_left = STEP_MAX; /* counted when the stepping ends */
+      uc->uc_mcontext.gregs[REG_EFL] |= EFL_TF;
+    } else if (rc != DEC_OK) {
       st->skipped++;
       if (rc == DEC_UNDECODED) st->undecoded++;
     } else {
@@ -687,10 +717,49 @@ static void take_sample(ucontext_t *uc) {
   locus_me.guard--;
 }
 
+/* One single step of a sample (see STEP_MAX): the instruction at pc has not run yet, so its
+ * address comes from the registers as they are. */
+static void on_step(ucontext_t *uc) {
+  struct locus_comm_thread *st = &locus_ct.st;
+  uint64_t t0 = locus_ticks(), pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+  int rc = DEC_UNDECODED;
+  struct locus_comm_access a;
+  memset(&a, 0, sizeof a);
+  int live = locus_ct.started && !locus_me.guard && locus_me.state == 1 && locus_enabled;
+  if (live) {
+    locus_me.guard++;
+    const struct module *m = pc < 0x800000000000ull ? module_of(pc) : NULL;
+    if (m) rc = access_of(pc, avail_in(m, pc), uc, 0, &a);
+    if (rc == DEC_OK) {
+      a.t = t0;
+      a.cpu = sched_getcpu();
+      a.flags |= LOCUS_AC_STEP;
+      locus_comm_take(&a);
+    }
+    locus_me.guard--;
+  }
+  if (!(rc == DEC_NOMEM && live && --me_soft.step_left > 0 && !enters_kernel(pc))) {
+    me_soft.step_left = 0;
+    uc->uc_mcontext.gregs[REG_EFL] &= ~(greg_t)EFL_TF;
+    if (rc != DEC_OK && locus_ct.started) {
+      st->skipped++;
+      if (rc == DEC_UNDECODED) st->undecoded++;
+    }
+  }
+  uint64_t dt = locus_ticks() - t0;
+  st->self_ns += (uint64_t)((double)dt * 1000.0 / locus_ticks_per_us);
+  locus_add_self_ticks(dt);
+}
+
 /* Sampler signals: TRAP_PERF with our cookie (the dispatcher checked it), the timer's
- * SI_TIMER with our cookie, or the async fallback's POLL_* naming our fd. */
+ * SI_TIMER with our cookie, the async fallback's POLL_* naming our fd, or a single step of
+ * a sample. */
 static int on_sampler_signal(siginfo_t *si, void *uc) {
   int ours = 0;
+  if (si->si_code == TRAP_TRACE && me_soft.step_left > 0) {
+    on_step(uc);
+    return 1;
+  }
   if (si->si_code == TRAP_PERF)
     ours = 1;
   else if (si->si_code == SI_TIMER)
@@ -897,6 +966,8 @@ static int soft_proc_init(void) {
     locus_warn("comm: the Zydis decoder cannot start; the comm lens is off");
     return -1;
   }
+  const char *step = getenv("LOCUS_SOFT_STEP");
+  step_on = !(step && *step == '0');
   const char *src = getenv("LOCUS_COMM_SOFT_SOURCE");
   if (src && !strcmp(src, "async")) forced_source = SRC_ASYNC;
   if (src && !strcmp(src, "timer")) forced_source = SRC_TIMER;
