@@ -221,6 +221,18 @@ static int run_case(const char *self, const char *lib, const char *name, const c
   return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
+/* Runs case `name` in a fresh run directory under `base` and reads what it left; 1 if it
+ * ran and left its records (shown). */
+static int run_and_read(const char *self, const char *lib, const char *base, const char *name,
+                        struct result *r) {
+  char run[4200];
+  snprintf(run, sizeof run, "%s/%s", base, name);
+  mkdir(run, 0755);
+  if (run_case(self, lib, name, run) != 0 || read_result(run, r) != 0) return 0;
+  show(name, r);
+  return 1;
+}
+
 /* ---- decoder ---- */
 typedef int (*decode_fn)(uint64_t, void *, uint64_t *, uint32_t *, uint32_t *);
 
@@ -320,11 +332,8 @@ int main(int argc, char **argv) {
 
   /* (a) Two threads writing the same word: communication between exactly them, mostly
    * true sharing. */
-  snprintf(run, sizeof run, "%s/pingpong", base);
-  mkdir(run, 0755);
-  ok = run_case(self, lib, "pingpong", run) == 0 && read_result(run, &r) == 0;
+  ok = run_and_read(self, lib, base, "pingpong", &r);
   if (ok) {
-    show("pingpong", &r);
     CHECK(r.samples > 200, "too few samples: %lu", (unsigned long)r.samples);
     CHECK(r.on_line_store * 2 > r.samples, "most samples should be stores to the line: %lu of %lu",
           (unsigned long)r.on_line_store, (unsigned long)r.samples);
@@ -340,11 +349,8 @@ int main(int argc, char **argv) {
   finish("comm soft: ping-pong on one word is true sharing between the two threads", ok);
 
   /* (b) Adjacent 8-byte fields of one line: false sharing. */
-  snprintf(run, sizeof run, "%s/falseshare", base);
-  mkdir(run, 0755);
-  ok = run_case(self, lib, "falseshare", run) == 0 && read_result(run, &r) == 0;
+  ok = run_and_read(self, lib, base, "falseshare", &r);
   if (ok) {
-    show("falseshare", &r);
     CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
     CHECK(r.false_sh * 10 >= r.pair * 8, "false sharing %lu of %lu", (unsigned long)r.false_sh,
           (unsigned long)r.pair);
@@ -352,22 +358,16 @@ int main(int argc, char **argv) {
   finish("comm soft: adjacent fields of one line are false sharing", ok);
 
   /* (c) Private data only: no communication. */
-  snprintf(run, sizeof run, "%s/private", base);
-  mkdir(run, 0755);
-  ok = run_case(self, lib, "private", run) == 0 && read_result(run, &r) == 0;
+  ok = run_and_read(self, lib, base, "private", &r);
   if (ok) {
-    show("private", &r);
     CHECK(r.samples > 100, "too few samples: %lu", (unsigned long)r.samples);
     CHECK(r.events == 0, "%lu events on private data", (unsigned long)r.events);
   }
   finish("comm soft: threads touching only private data communicate nothing", ok);
 
   /* (e) Time spent in a shared library: decoded, not skipped as unknown code. */
-  snprintf(run, sizeof run, "%s/libc", base);
-  mkdir(run, 0755);
-  ok = run_case(self, lib, "libc", run) == 0 && read_result(run, &r) == 0;
+  ok = run_and_read(self, lib, base, "libc", &r);
   if (ok) {
-    show("libc", &r);
     CHECK(r.signals > 100, "too few signals: %lu", (unsigned long)r.signals);
     CHECK(r.undecoded * 10 < r.signals, "undecoded %lu of %lu signals", (unsigned long)r.undecoded,
           (unsigned long)r.signals);
@@ -383,11 +383,8 @@ int main(int argc, char **argv) {
 
   /* (f) Pointer chasing: the sampled load overwrites its base register; single-stepping to
    * the next load gives its exact address. */
-  snprintf(run, sizeof run, "%s/chase", base);
-  mkdir(run, 0755);
-  ok = run_case(self, lib, "chase", run) == 0 && read_result(run, &r) == 0;
+  ok = run_and_read(self, lib, base, "chase", &r);
   if (ok) {
-    show("chase", &r);
     CHECK(r.signals > 100, "too few signals: %lu", (unsigned long)r.signals);
     CHECK(r.used * 2 > r.signals, "used %lu of %lu signals", (unsigned long)r.used,
           (unsigned long)r.signals);
