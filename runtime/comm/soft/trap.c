@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <ucontext.h>
 
 #include "soft.h"
 
@@ -68,7 +69,16 @@ static void on_trap(int sig, siginfo_t *si, void *uc) {
       locus_comm_detect_on_watch(low, si, uc);
     }
   } else if (!(locus_comm_trap_sampler && locus_comm_trap_sampler(si, uc))) {
-    chain(sig, si, uc);
+    struct sigaction a = app_action;
+    int no_handler =
+        !(a.sa_flags & SA_SIGINFO) && (a.sa_handler == SIG_DFL || a.sa_handler == SIG_IGN);
+    if (si->si_code == TRAP_TRACE && no_handler) {
+      /* A trap flag the program cannot have set for itself (no SIGTRAP handler; a debugger
+       * would have taken the trap first): ours, carried by its own pushf/popf. */
+      ((ucontext_t *)uc)->uc_mcontext.gregs[REG_EFL] &= ~(greg_t)0x100;
+    } else {
+      chain(sig, si, uc);
+    }
   }
   errno = saved;
 }
