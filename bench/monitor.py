@@ -5,8 +5,10 @@ CPU use: `locus monitor record` of every present sensor's default events, at 10 
 1 kHz, run as a user runs it; after a warm-up, the CPU time of all its threads (the sum of
 /proc/PID/task/*/schedstat, in ns) over a stretch of wall time: the share of one core it
 keeps busy. For scale, the same at 1 kHz with the per-node NUMA counters alone (the fast
-path), and the floor of this machine: a Python thread that only wakes up 1000 times a
-second with the engine's own wait (no sensor, no file).
+path), the floor of this machine: a Python thread that only wakes up 1000 times a
+second with the engine's own wait (no sensor, no file), and a C loop that only sleeps and
+reads the sensors' files at their rates (no parsing, no output): the least any sampler
+written in any language costs here.
 
 Per-sensor read cost: each sensor alone at 100 Hz in this process, CPU time of the sampling
 thread per read (system calls + parsing, as the engine does it); and the system calls alone,
@@ -100,15 +102,82 @@ def floor_cpu(seconds: float) -> float:
     return 100.0 * (c1 - c0) / 1e9 / (t1 - t0)
 
 
+C_LOOP = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <glob.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+static char buf[1 << 16];
+/* 1 kHz: sleep to the next tick, read every node's numastat; every 10th tick (the engine's
+ * 100 Hz sensors) vmstat, stat, PSI and every node's meminfo. No parsing, no output. */
+int main(void) {
+  int fast[64], slow[80], nf = 0, ns = 0;
+  glob_t g;
+  if (glob("/sys/devices/system/node/node*/numastat", 0, NULL, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc && nf < 64; i++) fast[nf++] = open(g.gl_pathv[i], O_RDONLY);
+  if (glob("/sys/devices/system/node/node*/meminfo", 0, NULL, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc && ns < 70; i++) slow[ns++] = open(g.gl_pathv[i], O_RDONLY);
+  const char *s[] = {"/proc/vmstat", "/proc/stat", "/proc/pressure/cpu", "/proc/pressure/memory",
+                     "/proc/pressure/io"};
+  for (int i = 0; i < 5; i++) slow[ns++] = open(s[i], O_RDONLY);
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  for (long n = 0;; n++) {
+    t.tv_nsec += 1000000;
+    if (t.tv_nsec >= 1000000000) t.tv_nsec -= 1000000000, t.tv_sec++;
+    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL);
+    for (int i = 0; i < nf; i++) (void)!pread(fast[i], buf, sizeof buf, 0);
+    if (n % 10 == 0)
+      for (int i = 0; i < ns; i++) (void)!pread(slow[i], buf, sizeof buf, 0);
+  }
+}
+"""
+
+
+def c_loop_cpu(seconds: float) -> float | None:
+    """The least a 1 kHz sampler of the /proc and /sys sensors costs here whatever its
+    language: a C loop doing only the timed sleeps and the reads (C_LOOP). None without cc."""
+    cc = shutil.which("cc")
+    if cc is None:
+        return None
+    src, exe = common.CACHE / "monitor_c_loop.c", common.CACHE / "monitor_c_loop"
+    src.write_text(C_LOOP)
+    if subprocess.run([cc, "-O2", "-o", str(exe), str(src)], capture_output=True).returncode:
+        return None
+    p = subprocess.Popen([str(exe)])
+    try:
+        time.sleep(1.0)
+        c0, t0 = task_cpu_ns(p.pid), time.monotonic()
+        time.sleep(seconds)
+        c1, t1 = task_cpu_ns(p.pid), time.monotonic()
+    finally:
+        p.kill()
+        p.wait()
+    return 100.0 * (c1 - c0) / 1e9 / (t1 - t0)
+
+
 def cpu(n: int) -> dict:
-    runs: dict[str, list] = {"10Hz": [], "1kHz": [], "1kHz_numastat": [], "floor_1kHz": []}
+    runs: dict[str, list] = {
+        "10Hz": [],
+        "1kHz": [],
+        "1kHz_numastat": [],
+        "floor_1kHz": [],
+        "c_loop_1kHz": [],
+    }
     for _ in range(n):
         runs["10Hz"].append(record_cpu("100ms", 20.0))
         runs["1kHz"].append(record_cpu("1ms", 10.0))
         runs["1kHz_numastat"].append(record_cpu("1ms", 10.0, NUMASTAT_COUNTERS))
         runs["floor_1kHz"].append({"cpu_pct": floor_cpu(10.0), "samples_per_s": 1000.0})
+        c = c_loop_cpu(10.0)
+        if c is not None:
+            runs["c_loop_1kHz"].append({"cpu_pct": c, "samples_per_s": 1000.0})
     out = {}
     for k, rs in runs.items():
+        if not rs:
+            continue
         out[k] = {
             "cpu_pct": round(common.median([r["cpu_pct"] for r in rs]), 3),
             "samples_per_s": round(common.median([r["samples_per_s"] for r in rs]), 1),
@@ -235,12 +304,16 @@ def main() -> None:
                 ["1 kHz, numastat only", f"{c['1kHz_numastat']['cpu_pct']:.2f}",
                  c["1kHz_numastat"]["samples_per_s"], ""],
                 ["1 kHz wake-ups alone (floor)", f"{c['floor_1kHz']['cpu_pct']:.2f}", 1000, ""],
+                *([["1 kHz, C loop: sleeps + reads only", f"{c['c_loop_1kHz']['cpu_pct']:.2f}",
+                    1000, ""]] if "c_loop_1kHz" in c else []),
             ],
         ))  # fmt: skip
         parts.append(
             f"cpu 10Hz {c['10Hz']['cpu_pct']:.2f}%, 1kHz {c['1kHz']['cpu_pct']:.2f}% "
             f"(numastat only {c['1kHz_numastat']['cpu_pct']:.2f}%, "
-            f"floor {c['floor_1kHz']['cpu_pct']:.2f}%)"
+            f"floor {c['floor_1kHz']['cpu_pct']:.2f}%"
+            + (f", C loop {c['c_loop_1kHz']['cpu_pct']:.2f}%" if "c_loop_1kHz" in c else "")
+            + ")"
         )
     if a.only in (None, "sensors"):
         res["sensors"] = s = sensor_costs()
