@@ -3,6 +3,8 @@
  * process records calibration pairs (ticks, CLOCK_MONOTONIC ns) so the analysis converts
  * ticks to a clock shared by all processes of the run. */
 #include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,17 +15,43 @@
 int locus_clock_kind = LOCUS_CLOCK_MONOTONIC;
 double locus_ticks_per_us = 1000.0;
 
+static uint64_t mono_ns_syscall(void);
+LOCUS_TLS int locus_tsc_off;
+
 uint64_t locus_mono_ns(void) {
+  if (LOCUS_UNLIKELY(locus_tsc_off)) return mono_ns_syscall(); /* the vDSO reads the TSC */
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A thread whose program disabled the TSC (prctl PR_SET_TSC, PR_TSC_SIGSEGV: rdtsc faults,
+ * in the vDSO too) gets TSC ticks from CLOCK_MONOTONIC through the system call, by the
+ * calibration pair taken at start. */
+static uint64_t cal_ticks, cal_ns;
+
+static uint64_t mono_ns_syscall(void) {
+  struct timespec ts;
+  syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 uint64_t locus_ticks(void) {
 #if defined(__x86_64__)
-  if (LOCUS_LIKELY(locus_clock_kind == LOCUS_CLOCK_TSC)) return __rdtsc();
+  if (LOCUS_LIKELY(locus_clock_kind == LOCUS_CLOCK_TSC)) {
+    if (LOCUS_LIKELY(!locus_tsc_off)) return __rdtsc();
+    uint64_t ns = mono_ns_syscall();
+    return cal_ticks + (uint64_t)((double)(ns - cal_ns) * locus_ticks_per_us / 1000.0);
+  }
 #endif
-  return locus_mono_ns();
+  return locus_tsc_off ? mono_ns_syscall() : locus_mono_ns();
+}
+
+void locus_tsc_check(void) {
+#if defined(__x86_64__) && defined(PR_GET_TSC)
+  int v = 0;
+  locus_tsc_off = syscall(SYS_prctl, PR_GET_TSC, &v, 0, 0, 0) == 0 && v == PR_TSC_SIGSEGV;
+#endif
 }
 
 /* True when /proc/cpuinfo lists both flags; read without stdio (no malloc). */
@@ -46,7 +74,11 @@ void locus_clock_init(void) {
 #if defined(__x86_64__)
   if (cpu_has_invariant_tsc()) locus_clock_kind = LOCUS_CLOCK_TSC;
 #endif
-  if (locus_clock_kind != LOCUS_CLOCK_TSC) return;
+  locus_tsc_check(); /* exec keeps a disabled TSC */
+  if (locus_clock_kind != LOCUS_CLOCK_TSC || locus_tsc_off) {
+    locus_clock_kind = LOCUS_CLOCK_MONOTONIC;
+    return;
+  }
   uint64_t n0 = locus_mono_ns(), t0 = __rdtsc();
   struct timespec nap = {0, 1000000};
   nanosleep(&nap, NULL);
@@ -55,4 +87,6 @@ void locus_clock_init(void) {
     locus_ticks_per_us = (double)(t1 - t0) * 1000.0 / (double)(n1 - n0);
   else
     locus_clock_kind = LOCUS_CLOCK_MONOTONIC;
+  cal_ticks = t1;
+  cal_ns = n1;
 }

@@ -21,6 +21,10 @@ extern int locus_clock_kind; /* enum locus_clock */
 uint64_t locus_ticks(void);
 uint64_t locus_mono_ns(void);
 void locus_clock_init(void);
+/* Whether this thread may read the TSC (the program can forbid it: prctl PR_SET_TSC); called
+ * at thread start and after the program's prctl. */
+void locus_tsc_check(void);
+extern LOCUS_TLS int locus_tsc_off; /* this thread must not read the TSC */
 /* ticks per microsecond, calibrated at start (1000 for the monotonic clock). */
 extern double locus_ticks_per_us;
 

@@ -98,6 +98,7 @@ struct locus_self *locus_self_get(void) {
 }
 
 void locus_thread_start(uint32_t parent_tid, uint64_t start_routine) {
+  locus_tsc_check(); /* a thread inherits a disabled TSC */
   if (!locus_enabled) return;
   locus_me.guard++;
   register_self(parent_tid, start_routine, 0);

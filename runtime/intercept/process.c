@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../numa/numa.h"
@@ -138,4 +140,19 @@ LOCUS_EXPORT int execle(const char *path, const char *arg, ...) {
   char *const *envp = va_arg(ap, char *const *);
   va_end(ap);
   return execve(path, argv, envp);
+}
+
+/* prctl(PR_SET_TSC, PR_TSC_SIGSEGV) makes rdtsc fault in this thread: the runtime's clock
+ * (locus_ticks, also in signal handlers) stops reading the TSC. */
+LOCUS_EXPORT int prctl(int option, ...) {
+  va_list ap;
+  va_start(ap, option);
+  unsigned long a2 = va_arg(ap, unsigned long), a3 = va_arg(ap, unsigned long);
+  unsigned long a4 = va_arg(ap, unsigned long), a5 = va_arg(ap, unsigned long);
+  va_end(ap);
+  /* Off before the call: a sample landing between the call and the check must not rdtsc. */
+  if (option == PR_SET_TSC && a2 == PR_TSC_SIGSEGV) locus_tsc_off = 1;
+  long rc = syscall(SYS_prctl, option, a2, a3, a4, a5);
+  if (option == PR_SET_TSC) locus_tsc_check();
+  return (int)rc;
 }

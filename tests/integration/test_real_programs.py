@@ -72,3 +72,19 @@ def test_sysbench_mutex_counts(locus):
     assert all(r["kind"] == "mutex" for r in top), top
     assert len(rows) <= 4 or rows[4]["acquisitions"] < 10000, rows[:6]
     assert sum(r["contended"] for r in top) > 0
+
+
+@pytest.mark.parametrize("lens", ["comm", "numa"])
+def test_stress_ng_sigsegv_with_the_tsc_disabled(locus, lens):
+    """stress-ng's sigsegv stressor turns rdtsc into a fault for itself (prctl PR_SET_TSC,
+    PR_TSC_SIGSEGV) and catches SIGSEGV with siglongjmp: the sampler's clock must stop
+    reading the TSC (the stressor was killed by a SIGSEGV in the sampler's handler), and
+    stress-ng's own checks pass."""
+    stress = need("stress-ng")
+    cmd = [stress, "--sigsegv", "2", "--timeout", "2s", "--metrics-brief"]
+    proc, run = locus.record(cmd, options=("--lens", lens), check=False, timeout=120)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0, err[-2000:]
+    assert "fail" not in err.lower(), err[-2000:]
+    c = locus.report(run, "--lens", lens)["lenses"][lens]
+    assert c["backend"] == "soft"
