@@ -81,16 +81,9 @@ def record_cpu(interval: str, seconds: float, events: str | None = None) -> dict
     }
 
 
-def floor_cpu(seconds: float) -> float:
-    """A thread waking 1000 times a second, doing nothing: this machine's wake-up cost."""
-    code = (
-        "import threading,time\n"
-        "lk=threading.Lock();lk.acquire();nxt=time.monotonic()\n"
-        "while True:\n"
-        "    nxt+=0.001;d=nxt-time.monotonic()\n"
-        "    if d>0: lk.acquire(timeout=d)\n"
-    )
-    p = subprocess.Popen([sys.executable, "-c", code])
+def process_cpu_pct(argv: list[str], seconds: float) -> float:
+    """CPU % of one core a program uses over `seconds`, after a 1 s warm-up; then killed."""
+    p = subprocess.Popen(argv)
     try:
         time.sleep(1.0)
         c0, t0 = task_cpu_ns(p.pid), time.monotonic()
@@ -100,6 +93,18 @@ def floor_cpu(seconds: float) -> float:
         p.kill()
         p.wait()
     return 100.0 * (c1 - c0) / 1e9 / (t1 - t0)
+
+
+def floor_cpu(seconds: float) -> float:
+    """A thread waking 1000 times a second, doing nothing: this machine's wake-up cost."""
+    code = (
+        "import threading,time\n"
+        "lk=threading.Lock();lk.acquire();nxt=time.monotonic()\n"
+        "while True:\n"
+        "    nxt+=0.001;d=nxt-time.monotonic()\n"
+        "    if d>0: lk.acquire(timeout=d)\n"
+    )
+    return process_cpu_pct([sys.executable, "-c", code], seconds)
 
 
 C_LOOP = r"""
@@ -146,16 +151,7 @@ def c_loop_cpu(seconds: float) -> float | None:
     src.write_text(C_LOOP)
     if subprocess.run([cc, "-O2", "-o", str(exe), str(src)], capture_output=True).returncode:
         return None
-    p = subprocess.Popen([str(exe)])
-    try:
-        time.sleep(1.0)
-        c0, t0 = task_cpu_ns(p.pid), time.monotonic()
-        time.sleep(seconds)
-        c1, t1 = task_cpu_ns(p.pid), time.monotonic()
-    finally:
-        p.kill()
-        p.wait()
-    return 100.0 * (c1 - c0) / 1e9 / (t1 - t0)
+    return process_cpu_pct([str(exe)], seconds)
 
 
 def cpu(n: int) -> dict:
