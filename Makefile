@@ -32,10 +32,10 @@ all: build
 
 deps: apt-deps $(VENV)/.installed
 
-# dpkg -s first: a repeated `make deps` does not touch apt at all.
-apt-deps:
-	@missing=""; \
-	for p in $(APT_PACKAGES); do \
+# Installs those of the Debian packages $(1) that are missing; dpkg -s first, so a repeated
+# `make deps` does not touch apt at all.
+apt_install = missing=""; \
+	for p in $(1); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -44,19 +44,14 @@ apt-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends $$missing; \
 	fi
 
+apt-deps:
+	@$(call apt_install,$(APT_PACKAGES))
+
 # One-off and cached (~/.cache/locus/numavm); a second run is a no-op. LOCUS_SKIP_VM=1 skips
 # it (and tests/vm skips its tests).
 vm-setup:
 	@if [ "$$LOCUS_SKIP_VM" = 1 ]; then echo "LOCUS_SKIP_VM=1: no VM setup"; exit 0; fi; \
-	missing=""; \
-	for p in $(VM_APT_PACKAGES); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:$$missing"; \
-	  $(SUDO) apt-get update && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends $$missing; \
-	fi && \
+	$(call apt_install,$(VM_APT_PACKAGES)) && \
 	$(PYTHON) scripts/numavm setup
 
 $(VENV)/.installed: pyproject.toml

@@ -267,26 +267,9 @@ def overhead(n: int) -> dict:
         "--mutex-loops=50 run".split(),
         "stress_memthrash": "stress-ng --memthrash 2 --timeout 3s --metrics-brief".split(),
     }
-    out = {}
-    for name, argv in progs.items():
-        if not shutil.which(argv[0]):
-            continue
-        plain, soft = [], []
-        for _ in range(n):
-            plain.append(timed(argv, None))
-            soft.append(timed(argv, ["--backend", "soft"]))
-        pw, sw = common.median([w for w, _ in plain]), common.median([w for w, _ in soft])
-        pr, sr = common.median([r for _, r in plain]), common.median([r for _, r in soft])
-        out[name] = {
-            "plain_wall_s": pw,
-            "soft_wall_s": sw,
-            "wall_ratio": sw / pw,
-            "plain_maxrss_kb": pr,
-            "soft_maxrss_kb": sr,
-            "maxrss_ratio": sr / pr,
-        }
-        print(f"  {name}: time x{sw / pw:.3f} rss x{sr / pr:.3f}", flush=True)
-    return out
+    return common.overhead(
+        progs, n, lambda argv, under: timed(argv, ["--backend", "soft"] if under else None), "soft"
+    )
 
 
 EXACT_BUILDS = (

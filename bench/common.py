@@ -6,6 +6,7 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -89,3 +90,29 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     lines = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*(str(x) for x in r)) for r in rows]
     return "\n".join(lines)
+
+
+def overhead(progs: dict, n: int, timed, label: str) -> dict:
+    """Wall time and peak RSS of each program (name -> argv; skipped when not installed)
+    plain and under locus, `n` interleaved runs each, medians and ratios. `timed(argv,
+    under)` returns (wall s, maxrss kB) of one run, under locus when `under` is true."""
+    out = {}
+    for name, argv in progs.items():
+        if not shutil.which(argv[0]):
+            continue
+        plain, tool = [], []
+        for _ in range(n):
+            plain.append(timed(argv, False))
+            tool.append(timed(argv, True))
+        pw, tw = median([w for w, _ in plain]), median([w for w, _ in tool])
+        pr, tr = median([r for _, r in plain]), median([r for _, r in tool])
+        out[name] = {
+            "plain_wall_s": pw,
+            f"{label}_wall_s": tw,
+            "wall_ratio": tw / pw,
+            "plain_maxrss_kb": pr,
+            f"{label}_maxrss_kb": tr,
+            "maxrss_ratio": tr / pr,
+        }
+        print(f"  {name}: time x{tw / pw:.3f} rss x{tr / pr:.3f}", flush=True)
+    return out

@@ -79,26 +79,7 @@ def overhead(n: int) -> dict:
         "stress_vm": "stress-ng --vm 2 --vm-bytes 64M --timeout 3s --metrics-brief".split(),
         "pigz": ["pigz", "-p", "2", "-c", str(big)],
     }
-    out = {}
-    for name, argv in progs.items():
-        if not shutil.which(argv[0]):
-            continue
-        plain, numa = [], []
-        for _ in range(n):
-            plain.append(timed(argv, False))
-            numa.append(timed(argv, True))
-        pw, nw = common.median([w for w, _ in plain]), common.median([w for w, _ in numa])
-        pr, nr = common.median([r for _, r in plain]), common.median([r for _, r in numa])
-        out[name] = {
-            "plain_wall_s": pw,
-            "numa_wall_s": nw,
-            "wall_ratio": nw / pw,
-            "plain_maxrss_kb": pr,
-            "numa_maxrss_kb": nr,
-            "maxrss_ratio": nr / pr,
-        }
-        print(f"  {name}: time x{nw / pw:.3f} rss x{nr / pr:.3f}", flush=True)
-    return out
+    return common.overhead(progs, n, timed, "numa")
 
 
 # -- accuracy on real NUMA ------------------------------------------------------------------

@@ -189,3 +189,31 @@ class Sensor:
             return None
         self.last_dt = dt
         return self.values(prev, cur, dt)
+
+
+class PerfGroupSensor(Sensor):
+    """A sensor reading perf event groups, one read per group per sample. A read of a group on
+    another CPU interrupts that CPU, so the sensor's rate is capped at READS_PER_S group
+    reads per second in all (~1 % of a core)."""
+
+    READS_PER_S = 1000.0
+
+    def open_groups(self, opened) -> None:
+        """Keep the groups `opened` (an iterable opening them one by one); on a failure,
+        close those already open and re-raise."""
+        self.groups: list = []
+        try:
+            for g in opened:
+                self.groups.append(g)
+        except OSError:
+            self.close()
+            raise
+        self.rate = min(type(self).rate, self.READS_PER_S / max(1, len(self.groups)))
+
+    def fetch(self) -> list:
+        return [g.fetch() for g in self.groups]
+
+    def close(self) -> None:
+        for g in getattr(self, "groups", []):
+            g.close()
+        self.groups = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from locus.monitor import perfevent
-from locus.monitor.sensors.base import EventInfo, Sensor, event_id
+from locus.monitor.sensors.base import EventInfo, PerfGroupSensor, event_id
 
 # name: (config, unit, heading, description)
 EVENTS = {
@@ -22,10 +22,9 @@ EVENTS = {
     "major-faults": (6, "faults/s", "majf", "major page faults (I/O needed) on this CPU"),
     "minor-faults": (5, "faults/s", "minf", "minor page faults on this CPU"),
 }
-READS_PER_S = 1000.0  # CPU group reads per second across all CPUs (~1% of a core)
 
 
-class PerfSoftware(Sensor):
+class PerfSoftware(PerfGroupSensor):
     name = "perf"
     description = "scheduler and fault software events per CPU (perf_event_open, system-wide)"
     order = 50
@@ -58,29 +57,18 @@ class PerfSoftware(Sensor):
 
     def open(self) -> None:
         # Enabled events are CPU-major (available() order): one group per CPU, in order.
-        self.groups: list[perfevent.Group] = []
         by_cpu: dict[str, list[str]] = {}
         for e in self.enabled:
             by_cpu.setdefault(e.source, []).append(e.event)
-        try:
-            for src, names in by_cpu.items():
-                evs = [(perfevent.PERF_TYPE_SOFTWARE, EVENTS[n][0], 0, 0) for n in names]
-                self.groups.append(perfevent.open_group(evs, int(src[3:])))
-        except OSError:
-            self.close()
-            raise
-        self.rate = min(type(self).rate, READS_PER_S / max(1, len(self.groups)))
-
-    def fetch(self) -> list:
-        return [g.fetch() for g in self.groups]
+        self.open_groups(
+            perfevent.open_group(
+                [(perfevent.PERF_TYPE_SOFTWARE, EVENTS[n][0], 0, 0) for n in names], int(src[3:])
+            )
+            for src, names in by_cpu.items()
+        )
 
     def parse(self, raw: list) -> list:
         out: list = []
         for g, data in zip(self.groups, raw):
             out += g.parse(data)
         return out
-
-    def close(self) -> None:
-        for g in getattr(self, "groups", []):
-            g.close()
-        self.groups = []

@@ -12,7 +12,13 @@ from __future__ import annotations
 import os
 
 from locus.monitor import perfevent
-from locus.monitor.sensors.base import EventInfo, Sensor, event_id, parse_cpulist, read_text
+from locus.monitor.sensors.base import (
+    EventInfo,
+    PerfGroupSensor,
+    event_id,
+    parse_cpulist,
+    read_text,
+)
 
 DEVICES = "/sys/bus/event_source/devices"
 CORE_NAMES = ("cpu", "cpu_core", "cpu_atom")
@@ -33,7 +39,6 @@ GENERIC = {
 CORE_DEFAULTS = ("cycles", "instructions", "cache-misses", "branch-misses")
 UNCORE_DEFAULTS = ("cas_count_read", "cas_count_write", "data_reads", "data_writes")
 GROUP_MAX = 4  # events per group: fits every PMU's counters, so groups never starve
-READS_PER_S = 1000.0
 
 
 def parse_bits(spec: str) -> tuple[str, list[int]]:
@@ -75,7 +80,7 @@ def is_uncore(name: str) -> bool:
     return name.startswith(UNCORE_PREFIXES)
 
 
-class Pmu(Sensor):
+class Pmu(PerfGroupSensor):
     name = "pmu"
     description = "hardware counters: core PMU per CPU and uncore PMUs (perf_event_open)"
     order = 60
@@ -208,7 +213,6 @@ class Pmu(Sensor):
     def open(self) -> None:
         # Groups of at most GROUP_MAX events of one PMU on one CPU, in enabled order, so
         # the concatenated reads line up with the enabled events.
-        self.groups = []
         self._scale = []
         chunks: list[tuple[tuple, list]] = []
         for e in self.enabled:
@@ -218,16 +222,7 @@ class Pmu(Sensor):
                 chunks.append((key, []))
             chunks[-1][1].append((type_, c, c1, c2))
             self._scale.append(scale)
-        try:
-            for (_, cpu), evs in chunks:
-                self.groups.append(self.open_group(evs, cpu, timed=True))
-        except OSError:
-            self.close()
-            raise
-        self.rate = min(type(self).rate, READS_PER_S / max(1, len(self.groups)))
-
-    def fetch(self) -> list:
-        return [g.fetch() for g in self.groups]
+        self.open_groups(self.open_group(evs, cpu, timed=True) for (_, cpu), evs in chunks)
 
     def parse(self, raw: list) -> list:
         out: list = []
@@ -239,8 +234,3 @@ class Pmu(Sensor):
 
     def values(self, prev: list, cur: list, dt: float) -> list:
         return [(c - p) * s / dt for c, p, s in zip(cur, prev, self._scale)]
-
-    def close(self) -> None:
-        for g in getattr(self, "groups", []):
-            g.close()
-        self.groups = []
