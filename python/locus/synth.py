@@ -279,6 +279,16 @@ class SynthRun:
         """A launcher sched sample (tid 0: service_s is procs_running)."""
         self.sched.append((t, pid, tid, service_s))
 
+    def meta_host(self) -> dict:
+        return {
+            "hostname": "synth",
+            "cpus": self.cpus,
+            "numa_nodes": 1,
+            "cache_line": 64,
+            "kernel": "6.1",
+            "machine": "x86_64",
+        }
+
     def meta(self) -> dict:
         m = {
             "format_version": FORMAT_VERSION,
@@ -293,14 +303,7 @@ class SynthRun:
             "exit_status": 0,
             "complete": self.complete,
             "signal": None,
-            "host": {
-                "hostname": "synth",
-                "cpus": self.cpus,
-                "numa_nodes": 1,
-                "cache_line": 64,
-                "kernel": "6.1",
-                "machine": "x86_64",
-            },
+            "host": self.meta_host(),
             "lenses": self.lenses,
             "options": {"call_stack": False, "sample_interval_ms": 10},
             "sampler": {"interval_ms": 10, "samples": len(self.sched), "source": "synthetic"},

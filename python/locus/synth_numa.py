@@ -400,16 +400,6 @@ class SynthNumaRun(SynthRun):
             }
             self.meta_extra["backends"] = {"numa": backend}
 
-    def meta_host(self) -> dict:
-        return {
-            "hostname": "synth",
-            "cpus": self.cpus,
-            "numa_nodes": 1,
-            "cache_line": 64,
-            "kernel": "6.1",
-            "machine": "x86_64",
-        }
-
     def numa(self, proc: SynthProc) -> SynthNuma:
         if id(proc) not in self._numa:
             self._numa[id(proc)] = SynthNuma(self, proc)

@@ -60,6 +60,15 @@ class ProcFile:
             os.close(self.fd)
             self.fd = -1
 
+    @classmethod
+    def read_once(cls, path: str) -> bytes:
+        """The whole file, opened and closed (a sensor's probe)."""
+        f = cls(path)
+        try:
+            return f.read()
+        finally:
+            f.close()
+
 
 def read_text(path: str) -> str | None:
     try:

@@ -55,11 +55,7 @@ class ProcStat(Sensor):
     rate_reason = "time fields count in clock ticks (1/CLK_TCK s)"
 
     def probe(self) -> str:
-        f = ProcFile(self.path(PATH))
-        try:
-            data = f.read()
-        finally:
-            f.close()
+        data = ProcFile.read_once(self.path(PATH))
         self._cpus: list[str] = []
         self._keys: set[bytes] = set()
         for line in data.split(b"\n"):

@@ -133,11 +133,7 @@ class VmStat(Sensor):
     rate_reason = "one read costs ~30 us (the kernel sums and prints ~190 counters)"
 
     def probe(self) -> str:
-        f = ProcFile(self.path(PATH))
-        try:
-            data = f.read()
-        finally:
-            f.close()
+        data = ProcFile.read_once(self.path(PATH))
         self._names = [n.decode() for n in data.split()[0::2]]
         return "" if self._names else f"{PATH} is empty"
 

@@ -1,8 +1,10 @@
-"""A scripted sensor for engine and FIFO tests: each read returns the next raw values."""
+"""Shared by the monitor tests: a scripted sensor (each read returns the next raw values)
+and wait_for."""
 
 from __future__ import annotations
 
 import itertools
+import time
 
 from locus.monitor.sensors.base import EventInfo, Sensor
 
@@ -64,3 +66,12 @@ class Absent(Sensor):
 
     def probe(self) -> str:
         return "not on this machine (test)"
+
+
+def wait_for(cond, timeout: float = 10.0, poll: float = 0.005) -> None:
+    """Returns once cond() is true; AssertionError after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("timed out")
+        time.sleep(poll)

@@ -19,6 +19,7 @@ from locus import cli
 from locus.monitor import recordfile
 from locus.monitor.engine import Monitor
 from locus.monitor.stat import StatPrinter, fmt_value
+from locus.monitor.tests import fakes
 from locus.monitor.tests.fakes import Scripted
 
 PYDIR = Path(__file__).resolve().parents[3]
@@ -60,11 +61,7 @@ def fifo_path(stderr: str) -> str:
 
 
 def wait_for(cond, timeout=20.0):
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("timed out")
-        time.sleep(0.02)
+    fakes.wait_for(cond, timeout, poll=0.02)
 
 
 # -- stat, in process ----------------------------------------------------------------------

@@ -12,16 +12,7 @@ import pytest
 from locus.errors import LocusError
 from locus.monitor import recordfile
 from locus.monitor.engine import Monitor, parse_interval, sensor_classes
-from locus.monitor.tests.fakes import Absent, Scripted
-
-
-def wait_for(cond, timeout=10.0):
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("timed out")
-        time.sleep(0.005)
-
+from locus.monitor.tests.fakes import Absent, Scripted, wait_for
 
 # -- intervals -----------------------------------------------------------------------------
 

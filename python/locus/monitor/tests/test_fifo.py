@@ -13,7 +13,7 @@ import pytest
 from locus.monitor import recordfile
 from locus.monitor.engine import Monitor
 from locus.monitor.fifo import ControlFifo, parse_command, private_dir
-from locus.monitor.tests.fakes import Scripted
+from locus.monitor.tests.fakes import Scripted, wait_for
 
 
 def send(path: str, *lines: str) -> None:
@@ -23,14 +23,6 @@ def send(path: str, *lines: str) -> None:
         os.write(fd, "".join(line + "\n" for line in lines).encode())
     finally:
         os.close(fd)
-
-
-def wait_for(cond, timeout=10.0):
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("timed out")
-        time.sleep(0.005)
 
 
 def records(path) -> list[dict]:
