@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -79,19 +80,63 @@ void locus_comm_take(const struct locus_comm_access *a) {
   if (locus_comm_cfg.detect) locus_comm_detect(a);
 }
 
-void locus_comm_write_thread(void) {
-  if (!locus_ct.started) return;
-  locus_ct.st.kind = 1;
-  locus_ct.st.tid = locus_me.tid;
-  locus_ct.st.backend = (uint32_t)locus_comm_cfg.backend;
+/* Threads whose counters are live, by serial: proc_fini writes the records of the threads
+ * still running at exit (an OpenMP pool, xz's workers), which never reach thread_fini.
+ * Lazily mapped (MAP_NORESERVE: a page per 512 threads is touched). An entry is the thread's
+ * locus_ct, NULL, or LIVE_BUSY while proc_fini copies it; the thread, ending, waits for that
+ * copy before its TLS can go away. */
+#define LIVE_MAX (1u << 20)
+#define LIVE_BUSY ((struct locus_comm_tls *)1)
+static struct locus_comm_tls *_Atomic *live;
+
+static void live_open(void) {
+  void *p = mmap(NULL, LIVE_MAX * sizeof *live, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  live = p == MAP_FAILED ? NULL : p;
+}
+
+static struct locus_comm_tls *_Atomic *live_entry(uint32_t serial) {
+  return live && serial && serial <= LIVE_MAX ? &live[serial - 1] : NULL;
+}
+
+static void write_record(uint32_t serial, struct locus_comm_thread *st) {
+  st->kind = 1;
+  st->backend = (uint32_t)locus_comm_cfg.backend;
   /* The backend writes the period it really used (a floor may have raised it). */
-  if (!locus_ct.st.period_ns) locus_ct.st.period_ns = locus_comm_cfg.period_ns;
+  if (!st->period_ns) st->period_ns = locus_comm_cfg.period_ns;
   /* Slot `serial - 1` of the file: no lock (thousands of threads may end at once, and a
    * spinning writer preempted on 2 cores stalled them all), one pwrite per thread. */
-  if (locus_me.serial && thread_stream.fd >= 0)
-    (void)!syscall(SYS_pwrite64, thread_stream.fd, &locus_ct.st, sizeof locus_ct.st,
-                   (off_t)(locus_me.serial - 1) * (off_t)sizeof locus_ct.st);
+  if (serial && thread_stream.fd >= 0)
+    (void)!syscall(SYS_pwrite64, thread_stream.fd, st, sizeof *st,
+                   (off_t)(serial - 1) * (off_t)sizeof *st);
+}
+
+void locus_comm_write_thread(void) {
+  if (!locus_ct.started) return;
+  struct locus_comm_tls *_Atomic *e = live_entry(locus_me.serial);
+  if (e) {
+    struct locus_comm_tls *me = &locus_ct;
+    while (!atomic_compare_exchange_strong(e, &me, NULL) && me == LIVE_BUSY) me = &locus_ct;
+  }
+  locus_ct.st.tid = locus_me.tid;
+  write_record(locus_me.serial, &locus_ct.st);
   locus_ct.started = 0;
+}
+
+/* At exit: the records of the other threads still running (their counters as they are). */
+static void write_live_threads(void) {
+  uint32_t n = locus_thread_count();
+  for (uint32_t serial = 1; serial <= n; serial++) {
+    struct locus_comm_tls *_Atomic *e = live_entry(serial);
+    if (!e) break;
+    struct locus_comm_tls *t = atomic_load(e);
+    if (!t || t == LIVE_BUSY || t == &locus_ct || !atomic_compare_exchange_strong(e, &t, LIVE_BUSY))
+      continue;
+    struct locus_comm_thread st;
+    memcpy(&st, &t->st, sizeof st);
+    atomic_store(e, NULL);
+    write_record(serial, &st);
+  }
 }
 
 /* "0-3,8,10-11" -> the k-th CPU of the list (wrapping), or -1. */
@@ -155,6 +200,7 @@ static int proc_init(void) {
     locus_warn("comm: cannot create the record files; the comm lens is off");
     return -1;
   }
+  live_open();
   if (ops->proc_init && ops->proc_init() != 0) return -1;
   return 0;
 }
@@ -162,6 +208,9 @@ static int proc_init(void) {
 static void thread_init(void) {
   memset(&locus_ct, 0, sizeof locus_ct);
   locus_ct.started = 1;
+  locus_ct.st.tid = locus_me.tid;
+  struct locus_comm_tls *_Atomic *e = live_entry(locus_me.serial);
+  if (e) atomic_store(e, &locus_ct);
   bind_self();
   locus_allocs_thread_init();
   if (ops && ops->thread_init) ops->thread_init();
@@ -177,6 +226,7 @@ static void thread_fini(void) {
 static void proc_fini(void) {
   if (ops && ops->proc_fini) ops->proc_fini();
   locus_comm_write_thread();
+  write_live_threads();
   locus_cursor_close(&locus_ct.samples);
   locus_cursor_close(&locus_ct.events);
 }
@@ -185,6 +235,11 @@ static void after_fork(void) {
   memset(&locus_ct.samples, 0, sizeof locus_ct.samples);
   memset(&locus_ct.events, 0, sizeof locus_ct.events);
   memset(&locus_ct.st, 0, sizeof locus_ct.st);
+  /* The other threads' entries name TLS copies of threads the child does not have. */
+  if (live) munmap(live, LIVE_MAX * sizeof *live);
+  live_open();
+  struct locus_comm_tls *_Atomic *e = live_entry(locus_me.serial);
+  if (e && locus_ct.started) atomic_store(e, &locus_ct);
   locus_stream_reset_after_fork(&sample_stream);
   locus_stream_reset_after_fork(&event_stream);
   locus_stream_reset_after_fork(&thread_stream);

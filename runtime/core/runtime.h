@@ -4,6 +4,7 @@
 #ifndef LOCUS_RUNTIME_H
 #define LOCUS_RUNTIME_H
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -67,6 +68,9 @@ extern volatile int locus_enabled; /* 0 before init and after finalisation */
 extern struct locus_proc *locus_proc_hdr;
 extern int locus_proc_dirfd;
 void locus_warn(const char *msg);
+
+/* set, or in *copy set without the signals locus needs unblocked (runtime/comm/soft/trap.c). */
+const sigset_t *locus_keep_unblocked(int how, const sigset_t *set, sigset_t *copy);
 /* Lazily initialise if an interposer runs before the constructor. */
 void locus_ensure_init(void);
 void locus_proc_finish(int status, uint32_t flags);

@@ -172,19 +172,10 @@ LOCUS_EXPORT void *mremap(void *old, size_t old_n, size_t new_n, int flags, ...)
   return rc;
 }
 
-/* SIGSEGV stays unblocked while first touches are tracked: blocked, the first touch of a
- * fresh page would kill the thread (a synchronous fault cannot wait). */
-static const sigset_t *without_segv(int how, const sigset_t *set, sigset_t *copy) {
-  if (!set || how == SIG_UNBLOCK || !locus_ft_installed() || !sigismember(set, SIGSEGV)) return set;
-  *copy = *set;
-  sigdelset(copy, SIGSEGV);
-  return copy;
-}
-
 LOCUS_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
   static int (*next)(int, const sigset_t *, sigset_t *);
   sigset_t copy;
-  set = without_segv(how, set, &copy);
+  set = locus_keep_unblocked(how, set, &copy);
   return NEXT(next, "sigprocmask") ? next(how, set, old)
                                    : (int)syscall(SYS_rt_sigprocmask, how, set, old, 8);
 }
@@ -192,7 +183,7 @@ LOCUS_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
 LOCUS_EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) {
   static int (*next)(int, const sigset_t *, sigset_t *);
   sigset_t copy;
-  set = without_segv(how, set, &copy);
+  set = locus_keep_unblocked(how, set, &copy);
   return NEXT(next, "pthread_sigmask") ? next(how, set, old) : ENOSYS;
 }
 

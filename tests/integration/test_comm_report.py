@@ -89,3 +89,46 @@ def test_stress_ng_pthread_churn(locus):
     c = rep["lenses"]["comm"]
     assert c["threads_total"] > 100 and len(c["threads"]) <= c["threads_total"]
     _square_symmetric_zero_diagonal(c["matrices"]["node"]["all"], len(c["matrices"]["node"]["all"]))
+
+
+def test_pool_that_blocks_signals_and_outlives_main(locus):
+    """comm_pool: workers that block every signal (as xz's do) and are still running when
+    main calls exit() (as an OpenMP pool is). Their samples must be taken (the sampler's
+    SIGTRAP is kept unblocked) and their counters kept (written at exit for the threads that
+    never end): about one sample per period of the workers' CPU time, all of it the false
+    sharing between workers 1 and 2 on `line`. Before, the run showed 0 samples."""
+    proc, run = locus.record(
+        [locus.workload("comm_pool"), "2", "1", "--truth"], options=("--lens", "comm")
+    )
+    assert proc.returncode == 0
+    truth = locus.truth(proc.stderr)
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    expected = truth["worker_cpu_s"] / (c["period"] / 1e9)
+    assert c["samples"] + c["skipped"] >= 0.6 * expected, (c["samples"], expected)
+    assert c["counters"]["signals"] >= 0.6 * expected
+    idx = {t["tid"]: t["index"] for t in c["threads"]}
+    a, b = (idx[t] for t in truth["tids"])
+    assert c["matrices"]["thread"]["false"][a][b] > 0
+    assert c["totals"]["false"] >= 0.9 * c["totals"]["all"]
+    assert c["objects"][0]["name"] == "line"
+    assert all(t["name"] == "worker" for t in c["threads"] if t["index"] in (a, b))
+
+
+@pytest.mark.skipif(not shutil.which("xz"), reason="xz not installed")
+def test_xz_workers_are_sampled(locus, tmp_path):
+    """xz -T2 blocks every signal in its compression threads: they are sampled all the same
+    (more than 1000 samples of ~2.5 s of CPU; 20 before the sampler's SIGTRAP was kept
+    unblocked), and the output stays byte-identical."""
+    import base64
+    import os
+    import subprocess
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(base64.encodebytes(os.urandom(6_000_000)))
+    out = tmp_path / "in.txt.xz"
+    cmd = ["sh", "-c", f"xz -T2 -1 --block-size=1MiB -c {src} > {out}"]
+    proc, run = locus.record(cmd, options=("--lens", "comm"), timeout=120)
+    assert subprocess.run(["xz", "-dc", str(out)], capture_output=True).stdout == src.read_bytes()
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["threads_total"] >= 3
+    assert c["samples"] + c["skipped"] > 1000, c["counters"]

@@ -211,16 +211,15 @@ def live_blocks(b: np.ndarray, bend: np.ndarray, addr: np.ndarray, t: np.ndarray
 
 def thread_rows(run: RunDir, th: Threads, names: Names) -> list[dict]:
     keys = [(p, r) for p, r in zip(th.proc, th.routine) if r]
-    locs = dict(zip(keys, names.code(keys))) if keys else {}
+    if keys:
+        names.code(keys)  # one batch: site() below reads the cache
     out = []
     for i in range(len(th)):
         p, tid = th.proc[i], th.tid[i]
         if th.main[i] or (i == 0):
             name = "main"
         else:
-            loc = locs.get((p, th.routine[i]))
-            name = loc.function if loc is not None and loc.function else ""
-            name = name or (f"{th.routine[i]:#x}" if th.routine[i] else "")
+            name = names.site(p, th.routine[i])["function"] if th.routine[i] else ""
         pid = run.procs[p].pid if p < len(run.procs) else 0
         out.append({"index": i, "tid": tid, "pid": pid, "name": name})
     return out

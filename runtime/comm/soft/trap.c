@@ -109,6 +109,24 @@ int locus_comm_trap_install(void) {
 int locus_ft_sigaction(const struct sigaction *act, struct sigaction *old);
 int locus_ft_installed(void);
 
+/* Signals the program may not block while locus needs them: SIGSEGV while first touches are
+ * tracked (a synchronous fault cannot wait: blocked, the first touch of a fresh page would
+ * kill the thread), SIGTRAP while our samplers and watchpoints run (blocked, a perf event's
+ * SIGTRAP stays pending until the mask is restored: a worker thread that blocks every
+ * signal, as xz's do, would never be sampled). Like HPCToolkit's libmonitor, the masks the
+ * program sets (sigprocmask, pthread_sigmask, a handler's sa_mask) are passed on without
+ * them; the program's own SIGTRAP handler is still chained. Returns set or its copy. */
+const sigset_t *locus_keep_unblocked(int how, const sigset_t *set, sigset_t *copy) {
+  if (!set || how == SIG_UNBLOCK) return set;
+  int segv = locus_ft_installed() && sigismember(set, SIGSEGV);
+  int trap = atomic_load_explicit(&installed, memory_order_relaxed) && sigismember(set, SIGTRAP);
+  if (!segv && !trap) return set;
+  *copy = *set;
+  if (segv) sigdelset(copy, SIGSEGV);
+  if (trap) sigdelset(copy, SIGTRAP);
+  return copy;
+}
+
 LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   sigaction_fn real = get_real();
   if (!real) {
@@ -116,10 +134,10 @@ LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigactio
     return -1;
   }
   struct sigaction unblocked;
-  if (act && locus_ft_installed() && sigismember(&act->sa_mask, SIGSEGV)) {
-    /* A handler that blocks SIGSEGV would die at its first touch of a fresh page. */
+  if (act && locus_keep_unblocked(SIG_BLOCK, &act->sa_mask, &unblocked.sa_mask) != &act->sa_mask) {
+    sigset_t mask = unblocked.sa_mask;
     unblocked = *act;
-    sigdelset(&unblocked.sa_mask, SIGSEGV);
+    unblocked.sa_mask = mask;
     act = &unblocked;
   }
   if (sig == SIGSEGV && locus_ft_sigaction(act, old)) return 0;
