@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -104,6 +105,33 @@ static void *chase(void *arg) {
   uint64_t end = cpu_ns() + RUN_NS / 2;
   while (cpu_ns() < end)
     for (int i = 0; i < 100000; i++) __asm__ volatile("mov (%0), %0" : "+r"(p));
+  return NULL;
+}
+
+/* Code made at run time (as a JIT compiler makes it), in no loaded object: each thread's
+ * stores to its own field of the shared line run in
+ *   loop: mov [rdi], rax (x8); dec rsi; jnz loop; ret
+ * Samples there cannot be skid-corrected (no function table): the access at pc is used. */
+static void (*jit_stores)(volatile long *p, long n);
+
+static int make_jit(void) {
+  static const unsigned char tail[] = {0x48, 0xff, 0xce, 0x75, 0xe3, 0xc3};
+  unsigned char *code =
+      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (code == MAP_FAILED) return -1;
+  for (int i = 0; i < 8; i++) memcpy(code + 3 * i, "\x48\x89\x07", 3);
+  memcpy(code + 24, tail, sizeof tail);
+  if (mprotect(code, 4096, PROT_READ | PROT_EXEC) != 0) return -1;
+  jit_stores = (void (*)(volatile long *, long))(void *)code;
+  return 0;
+}
+
+static void *in_jit(void *arg) {
+  long k = (long)arg;
+  tids[k] = (pid_t)syscall(SYS_gettid);
+  volatile long *mine = k ? &shared.b : &shared.a;
+  uint64_t end = cpu_ns() + RUN_NS / 2;
+  while (cpu_ns() < end) jit_stores(mine, 2000);
   return NULL;
 }
 
@@ -306,6 +334,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "private")) return run_pair(private_only, dir);
     if (!strcmp(argv[1], "libc")) return run_pair(in_libc, dir);
     if (!strcmp(argv[1], "chase")) return run_pair(chase, dir);
+    if (!strcmp(argv[1], "jit")) return make_jit() ? 1 : run_pair(in_jit, dir);
     if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
     return 2;
   }
@@ -393,6 +422,21 @@ int main(int argc, char **argv) {
     CHECK(r.events == 0, "%lu events on private data", (unsigned long)r.events);
   }
   finish("comm soft: pointer chasing is sampled (single step to the next load)", ok);
+
+  /* (g) Code compiled at run time (JVM, V8, Julia): outside every loaded object, decoded
+   * from a copy of its bytes, and the false sharing it does is found. */
+  ok = run_and_read(self, lib, base, "jit", &r);
+  if (ok) {
+    CHECK(r.signals > 100, "too few signals: %lu", (unsigned long)r.signals);
+    CHECK(r.undecoded * 10 < r.signals, "undecoded %lu of %lu signals", (unsigned long)r.undecoded,
+          (unsigned long)r.signals);
+    CHECK(r.on_line_store * 2 > r.samples, "most samples should be stores to the line: %lu of %lu",
+          (unsigned long)r.on_line_store, (unsigned long)r.samples);
+    CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
+    CHECK(r.false_sh * 10 >= r.pair * 8, "false sharing %lu of %lu", (unsigned long)r.false_sh,
+          (unsigned long)r.pair);
+  }
+  finish("comm soft: samples in code made at run time are decoded (no skid correction)", ok);
 
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", base);

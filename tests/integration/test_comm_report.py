@@ -132,3 +132,39 @@ def test_xz_workers_are_sampled(locus, tmp_path):
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     assert c["threads_total"] >= 3
     assert c["samples"] + c["skipped"] > 1000, c["counters"]
+
+
+NODE_FALSESHARE = """
+const { Worker, isMainThread, workerData } = require('worker_threads');
+if (isMainThread) {
+  const sab = new SharedArrayBuffer(64);
+  const arr = new BigInt64Array(sab);
+  let done = 0;
+  for (let i = 0; i < 2; i++) {
+    const w = new Worker(__filename, { workerData: { sab, i } });
+    w.on('exit', () => { if (++done == 2) console.log(String(arr[0] + arr[1])); });
+  }
+} else {
+  const arr = new BigInt64Array(workerData.sab);
+  for (let n = 0; n < 15000000; n++) Atomics.add(arr, workerData.i, 1n);
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="nodejs not installed (`make deps`)")
+def test_node_jit_false_sharing(locus, tmp_path):
+    """Node.js: two worker threads add atomically to adjacent 8-byte slots of one
+    SharedArrayBuffer, in code V8 compiles at run time (outside every loaded object). The
+    samples there are decoded (before, all of them were skipped as unknown code) and the
+    false sharing on the buffer is found."""
+    script = tmp_path / "share.js"
+    script.write_text(NODE_FALSESHARE)
+    proc, run = locus.record(["node", str(script)], options=("--lens", "comm"), timeout=120)
+    assert proc.stdout.strip() == b"30000000"
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    ct = c["counters"]
+    assert ct["signals"] > 200 and ct["undecoded"] * 5 < ct["signals"], ct
+    assert c["totals"]["detections"] >= 10, c["totals"]
+    assert c["totals"]["false"] >= 0.6 * c["totals"]["all"], c["totals"]
+    top = c["objects"][0]
+    assert top["kind"] == "heap" and top["false"] >= 0.6 * top["all"], top

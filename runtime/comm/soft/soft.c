@@ -31,6 +31,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -529,12 +530,11 @@ enum { DEC_OK = 0, DEC_NOMEM = 1, DEC_UNDECODED = 2, DEC_CLOBBERED = 3 };
 
 /* The memory access of the instruction at ip. `executed`: the registers in uc are those
  * after it ran (skid), else before. */
-static int access_of(uint64_t ip, size_t avail, const ucontext_t *uc, int executed,
-                     struct locus_comm_access *a) {
+static int access_of(const void *code, size_t avail, uint64_t ip, const ucontext_t *uc,
+                     int executed, struct locus_comm_access *a) {
   ZydisDecodedInstruction in;
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
-  if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, (const void *)ip, avail, &in, ops)))
-    return DEC_UNDECODED;
+  if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code, avail, &in, ops))) return DEC_UNDECODED;
   switch (in.mnemonic) {
     case ZYDIS_MNEMONIC_PREFETCH:
     case ZYDIS_MNEMONIC_PREFETCHNTA:
@@ -617,10 +617,40 @@ static inline size_t avail_in(const struct module *m, uint64_t ip) {
   return m->hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? m->hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
 }
 
-/* The sampled access at pc, skid-corrected. */
+/* The code bytes at pc: in a loaded object, the object's own (*code = pc); outside every
+ * object (code compiled at run time: the JVM, V8, Julia, LuaJIT), a copy made with
+ * process_vm_readv, which fails cleanly where a plain read could fault (an instruction may
+ * end on an unmapped page, the code may be unmapped meanwhile). Returns the bytes available
+ * (0: none); *m is the object or NULL. */
+static size_t code_at(uint64_t pc, const struct module **m, uint8_t buf[static 16],
+                      const void **code) {
+  *m = pc < 0x800000000000ull ? module_of(pc) : NULL;
+  if (*m) {
+    *code = (const void *)pc;
+    return avail_in(*m, pc);
+  }
+  if (pc >= 0x800000000000ull || pc < 4096) return 0;
+  uint64_t page_end = (pc | 4095u) + 1, want = ZYDIS_MAX_INSTRUCTION_LENGTH;
+  uint64_t first = page_end - pc < want ? page_end - pc : want;
+  struct iovec local = {buf, (size_t)want};
+  struct iovec remote[2] = {{(void *)pc, (size_t)first},
+                            {(void *)page_end, (size_t)(want - first)}};
+  long n = syscall(SYS_process_vm_readv, syscall(SYS_getpid), &local, 1UL, remote,
+                   first < want ? 2UL : 1UL, 0UL);
+  *code = buf;
+  return n > 0 ? (size_t)n : 0;
+}
+
+/* The sampled access at pc, skid-corrected. In run-time compiled code there is no function
+ * table to find the previous instruction with: the access is the one at pc (or, by single
+ * steps, the next one). */
 static int sampled_access(uint64_t pc, const ucontext_t *uc, struct locus_comm_access *a) {
-  const struct module *m = module_of(pc);
-  if (!m) return DEC_UNDECODED;
+  const struct module *m;
+  uint8_t buf[16];
+  const void *code;
+  size_t avail = code_at(pc, &m, buf, &code);
+  if (!avail) return DEC_UNDECODED;
+  if (!m) return access_of(code, avail, pc, uc, 0, a);
   uint64_t w = lookup(m, pc);
   if (w & PC_NONE) return DEC_UNDECODED;
   uint64_t prevlen = (w >> 48) & 0xf;
@@ -629,13 +659,13 @@ static int sampled_access(uint64_t pc, const ucontext_t *uc, struct locus_comm_a
   int mid_rep = (w & PC_REP) && uc->uc_mcontext.gregs[REG_RCX] != 0;
   if (!(w & PC_TARGET) && prevlen && !mid_rep) {
     uint64_t prev = pc - prevlen;
-    int rc = access_of(prev, avail_in(m, prev), uc, 1, a);
+    int rc = access_of((const void *)prev, avail_in(m, prev), prev, uc, 1, a);
     if (rc != DEC_CLOBBERED) {
       a->flags |= LOCUS_AC_SKID;
       return rc;
     }
   }
-  return access_of(pc, avail_in(m, pc), uc, 0, a);
+  return access_of(code, avail, pc, uc, 0, a);
 }
 
 int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a) {
@@ -644,7 +674,8 @@ int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_acces
   uint64_t w = lookup(m, pc);
   uint64_t prevlen = (w >> 48) & 0xf;
   if ((w & PC_NONE) || !prevlen) return -1;
-  return access_of(pc - prevlen, avail_in(m, pc - prevlen), uc, 1, a) == DEC_OK ? 0 : -1;
+  uint64_t prev = pc - prevlen;
+  return access_of((const void *)prev, avail_in(m, prev), prev, uc, 1, a) == DEC_OK ? 0 : -1;
 }
 
 int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len, uint32_t *flags) {
@@ -654,7 +685,7 @@ int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,
            ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64));
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
-  int rc = access_of(ip, ZYDIS_MAX_INSTRUCTION_LENGTH, uc, 0, &a);
+  int rc = access_of((const void *)ip, ZYDIS_MAX_INSTRUCTION_LENGTH, ip, uc, 0, &a);
   *addr = a.addr;
   *len = a.len;
   *flags = a.flags;
@@ -666,12 +697,13 @@ int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,
  * signal around clone), and the kernel kills a thread whose trap-flag SIGTRAP is blocked.
  * With no system call in between, the mask stays the one the sample was delivered under. */
 static int enters_kernel(uint64_t pc) {
-  const struct module *m = pc < 0x800000000000ull ? module_of(pc) : NULL;
-  if (!m) return 1;
+  const struct module *m;
+  uint8_t buf[16];
+  const void *code;
+  size_t avail = code_at(pc, &m, buf, &code);
   ZydisDecoderContext ctx;
   ZydisDecodedInstruction in;
-  if (!ZYAN_SUCCESS(
-          ZydisDecoderDecodeInstruction(&dec, &ctx, (const void *)pc, avail_in(m, pc), &in)))
+  if (!avail || !ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code, avail, &in)))
     return 1;
   return in.meta.category == ZYDIS_CATEGORY_SYSCALL || in.meta.category == ZYDIS_CATEGORY_INTERRUPT;
 }
@@ -728,8 +760,11 @@ static void on_step(ucontext_t *uc) {
   int live = locus_ct.started && !locus_me.guard && locus_me.state == 1 && locus_enabled;
   if (live) {
     locus_me.guard++;
-    const struct module *m = pc < 0x800000000000ull ? module_of(pc) : NULL;
-    if (m) rc = access_of(pc, avail_in(m, pc), uc, 0, &a);
+    const struct module *m;
+    uint8_t buf[16];
+    const void *code;
+    size_t avail = code_at(pc, &m, buf, &code);
+    if (avail) rc = access_of(code, avail, pc, uc, 0, &a);
     if (rc == DEC_OK) {
       a.t = t0;
       a.cpu = sched_getcpu();
