@@ -26,7 +26,7 @@ import time
 
 from locus import FORMAT_VERSION, __version__
 from locus.errors import LocusError
-from locus.sampler import PROC_EXECED, PROC_EXITED, Sampler, proc_flags
+from locus.sampler import PROC_EXECED, PROC_EXITED, PROC_SIGNALED, Sampler, proc_flags
 from locus.sysfs import parse_cpulist
 
 KNOWN_LENSES = ("locks", "comm", "numa", "monitor")
@@ -825,8 +825,11 @@ def record(
         status, signame = exit_status(child.returncode)
         entries = proc_entries(run_dir)
         finished = [proc_flags(os.path.join(e, "proc.bin")) for e in entries]
+        # Every process finished its records: at exit, at exec, or in the runtime's handler
+        # of a fatal signal (a crash or SIGTERM: the records are whole up to it). SIGKILL
+        # leaves them unfinished.
         all_ended = bool(entries) and all(
-            f is not None and f & (PROC_EXITED | PROC_EXECED) for f in finished
+            f is not None and f & (PROC_EXITED | PROC_EXECED | PROC_SIGNALED) for f in finished
         )
         threads = sum(count_threads(e) for e in entries)
         meta.update(
@@ -834,7 +837,7 @@ def record(
             duration_s=round((end_ns - meta["start_ns"]) / 1e9, 6),
             exit_status=status,
             signal=signame,
-            complete=child.returncode >= 0 and all_ended,
+            complete=all_ended,
             processes=len(entries),
             threads=threads,
             signals_received=[signal.Signals(s).name for s in forwarder.received],

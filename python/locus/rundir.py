@@ -344,7 +344,7 @@ class Proc:
 
     @property
     def complete(self) -> bool:
-        return bool(self.flags & (PROC_EXITED | PROC_EXECED))
+        return bool(self.flags & (PROC_EXITED | PROC_EXECED | PROC_SIGNALED))
 
     def seconds(self, ticks: np.ndarray) -> np.ndarray:
         """Raw ticks of this process's clock as float seconds since the run origin."""

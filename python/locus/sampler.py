@@ -29,6 +29,7 @@ assert SAMPLE.size == 32
 
 PROC_FLAGS_OFFSET = 76  # struct locus_proc.flags
 PROC_EXITED = 1
+PROC_SIGNALED = 2  # records finished by the runtime's fatal-signal handler
 PROC_EXECED = 4
 
 # Keep at most this many descriptors open; beyond it, files are opened per read.

@@ -237,6 +237,16 @@ static int huge_fault(struct ft_region *r, uintptr_t a, int write, uint64_t ip, 
   return 0;
 }
 
+/* A fault on a page the bitmaps call accessible: another thread set the bits and has not
+ * changed the protection yet, or a thread's read-only protection overtook another's write
+ * opening (huge or single pages, set by two threads at once). Give the page what its bits
+ * say, as its opener will: the access then goes through instead of faulting until the
+ * opener runs, and no interleaving leaves a page faulting forever. 1 (handled). */
+static int heal(struct ft_region *r, uintptr_t page, size_t idx) {
+  sys_mprotect(page, PAGE, bit_of(r->open, idx) ? r->prot : PROT_READ);
+  return 1;
+}
+
 /* Handle an access fault at `a` (write: from the fault's error code); 1 if it was ours. */
 static int on_fault(uintptr_t a, int write, uint64_t ip, uint16_t extra) {
   struct ft_region *r = find(a);
@@ -282,9 +292,16 @@ static int on_fault(uintptr_t a, int write, uint64_t ip, uint16_t extra) {
     uint64_t mask = (block == 64 ? ~0ull : ((1ull << block) - 1)) << (idx & 63);
     uint64_t was_open = atomic_fetch_or(&r->open[w], mask);
     uint64_t was_seen = atomic_fetch_or(&r->seen[w], mask);
-    if (was_open & bit) return 1; /* opened by another thread meanwhile: retry */
-    sys_mprotect(page, block * PAGE, r->prot);
+    /* Open every page whose bit this thread set, even when its own page was being opened
+     * by another thread (it then retries): a page marked open must become accessible, or
+     * its next fault would be taken for a race forever (numpy's two BLAS threads zeroing
+     * one matrix livelocked on such a page). */
+    uint64_t mine = mask & ~was_open;
+    if (!mine) return 1;
+    uint32_t b0 = (uint32_t)__builtin_ctzll(mine), b1 = 63u - (uint32_t)__builtin_clzll(mine);
+    sys_mprotect(r->start + ((w << 6) + b0) * PAGE, (size_t)(b1 - b0 + 1) * PAGE, r->prot);
     atomic_fetch_add(&vma_estimate, vma_delta(r, idx, block, npages));
+    if (!(mine & bit)) return 1;
     int node = write ? place(page) : -2;
     uint32_t fresh = (uint32_t)__builtin_popcountll(mask & ~was_seen);
     if (fresh)
@@ -302,14 +319,15 @@ static int on_fault(uintptr_t a, int write, uint64_t ip, uint16_t extra) {
     streak_region = r;
   }
   if (!write) {
-    if (was_seen) return 1; /* another thread is opening it: retry */
+    /* Seen: another thread opened it, or is opening it (make sure; see heal()). */
+    if (was_seen) return heal(r, page, idx);
     sys_mprotect(page, PAGE, PROT_READ);
     atomic_fetch_add(&vma_estimate, vma_delta(r, idx, 1, npages));
     put_touch(page, ip, r->alloc, 1, -2, extra);
     return 1;
   }
   uint64_t was_open = atomic_fetch_or(&r->open[w], bit) & bit;
-  if (was_open) return 1;
+  if (was_open) return heal(r, page, idx);
   sys_mprotect(page, PAGE, r->prot);
   if (!was_seen) atomic_fetch_add(&vma_estimate, vma_delta(r, idx, 1, npages));
   int node = place(page);
@@ -330,6 +348,12 @@ static void chain(int sig, siginfo_t *si, void *uc) {
     sigaction_fn real = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
     if (real) real(SIGSEGV, &dfl, NULL);
     return;
+  }
+  /* What the kernel would have done for the handler: SA_RESETHAND (locus's own fatal-signal
+   * handler re-raises under it; without the reset the raise came back here forever). */
+  if (a.sa_flags & SA_RESETHAND) {
+    memset(&app_segv, 0, sizeof app_segv);
+    app_segv.sa_handler = SIG_DFL;
   }
   if (a.sa_flags & SA_SIGINFO)
     a.sa_sigaction(sig, si, uc);

@@ -152,6 +152,49 @@ def test_real_programs_under_numa(locus, tmp_path):
         assert len(vals) == 2 and all(v >= 0 for r in vals for v in r)  # unpinned + node 0
 
 
+def test_numpy_blas_threads_under_numa(locus):
+    """numpy's matmul: two OpenBLAS threads zero one 18 MB matrix (madvise'd for huge pages)
+    at once. It livelocked under the lens (a growing block marked pages open that its
+    thread never opened, then every fault on them was taken for a race), and locus's own
+    fatal-signal handler looped on its re-raise. It must finish with the right result, and
+    both threads' first touches are recorded."""
+    import sys
+
+    code = (
+        "import numpy as np; a = np.random.default_rng(1).random((1500, 1500));"
+        "print(round(float((a @ a).sum())))"
+    )
+    env = {**locus.env, "OPENBLAS_NUM_THREADS": "2"}
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=120)
+    # The race hit 2 runs in 5 before the fix: three runs, each would time out.
+    for _ in range(3):
+        proc, run = locus.record(
+            [sys.executable, "-c", code], ("--lens", "numa"), env=env, timeout=60
+        )
+        assert proc.stdout == plain.stdout and plain.stdout.strip()
+    numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+    assert numa["totals"]["first_touch"] + numa["totals"]["unpinned_first_touch"] > 0
+
+
+def test_crashing_program_dies_and_its_run_is_whole(locus):
+    """A program that crashes (SIGSEGV on a NULL read) under the numa lens dies of it, as
+    without locus: the lens's SIGSEGV handler passes the fault on to the runtime's
+    fatal-signal handler, which finishes the records and re-raises. Before, that re-raise
+    came back to the lens's handler forever and the program hung. The run is complete (its
+    records are whole up to the crash) and names the signal."""
+    import sys
+
+    code = "import ctypes; print('crashing', flush=True); ctypes.string_at(0)"
+    proc, run = locus.record(
+        [sys.executable, "-c", code], ("--lens", "numa"), check=False, timeout=60
+    )
+    assert proc.returncode == 128 + 11 and b"crashing" in proc.stdout
+    rep = locus.report(run, "--lens", "numa")
+    assert rep["run"]["complete"] is True and rep["run"]["signal"] == "SIGSEGV"
+    text = locus.run("report", str(run), "--lens", "numa").stdout.decode()
+    assert "killed by SIGSEGV" in " ".join(text.split())
+
+
 def test_numa_exact_backend_counts(locus, tmp_path):
     """`locus cc` build of numa_firsttouch: every access counted; on one node all pinned
     accesses are local and the compute loop's count is exactly its element accesses."""

@@ -118,7 +118,8 @@ def summary_lines(report: dict) -> list[str]:
     lines = [
         f"command   {cmd}",
         f"run       {seconds(dur)}, {run['threads']} threads in {len(run['pids'])} process(es),"
-        f" {state}, exit {run['exit_status']}",
+        f" {state}, exit {run['exit_status']}"
+        + (f" (killed by {run['signal']})" if run.get("signal") else ""),
         f"overhead  {seconds(ov['runtime_s'])} in the runtime"
         f" ({percent(_pct(ov['runtime_s'], ov.get('thread_time_s') or dur))} of thread time),"
         f" {count(ov['records'])} records,"
