@@ -135,6 +135,25 @@ static void *in_jit(void *arg) {
   return NULL;
 }
 
+/* The same loop as hand-written assembly without unwind information (no .cfi directives,
+ * so no .eh_frame entry: OpenBLAS's kernels are like this): the function table does not
+ * lead to pc, and the access at pc is used. */
+void nocfi_stores(volatile long *p, long n);
+__asm__(
+    ".text\n.globl nocfi_stores\n.type nocfi_stores,@function\nnocfi_stores:\n"
+    "1: movq %rax,(%rdi)\n movq %rax,(%rdi)\n movq %rax,(%rdi)\n movq %rax,(%rdi)\n"
+    " movq %rax,(%rdi)\n movq %rax,(%rdi)\n movq %rax,(%rdi)\n movq %rax,(%rdi)\n"
+    " dec %rsi\n jnz 1b\n ret\n.size nocfi_stores,.-nocfi_stores\n");
+
+static void *in_nocfi(void *arg) {
+  long k = (long)arg;
+  tids[k] = (pid_t)syscall(SYS_gettid);
+  volatile long *mine = k ? &shared.b : &shared.a;
+  uint64_t end = cpu_ns() + RUN_NS / 2;
+  while (cpu_ns() < end) nocfi_stores(mine, 2000);
+  return NULL;
+}
+
 static int run_pair(void *(*fn)(void *), const char *dir) {
   pthread_t t[2];
   for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, fn, (void *)i);
@@ -335,6 +354,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "libc")) return run_pair(in_libc, dir);
     if (!strcmp(argv[1], "chase")) return run_pair(chase, dir);
     if (!strcmp(argv[1], "jit")) return make_jit() ? 1 : run_pair(in_jit, dir);
+    if (!strcmp(argv[1], "nocfi")) return run_pair(in_nocfi, dir);
     if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
     return 2;
   }
@@ -437,6 +457,20 @@ int main(int argc, char **argv) {
           (unsigned long)r.pair);
   }
   finish("comm soft: samples in code made at run time are decoded (no skid correction)", ok);
+
+  /* (h) Assembly without unwind information, in this program: decoded at pc. */
+  ok = run_and_read(self, lib, base, "nocfi", &r);
+  if (ok) {
+    CHECK(r.signals > 100, "too few signals: %lu", (unsigned long)r.signals);
+    CHECK(r.undecoded * 10 < r.signals, "undecoded %lu of %lu signals", (unsigned long)r.undecoded,
+          (unsigned long)r.signals);
+    CHECK(r.on_line_store * 2 > r.samples, "most samples should be stores to the line: %lu of %lu",
+          (unsigned long)r.on_line_store, (unsigned long)r.samples);
+    CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
+    CHECK(r.false_sh * 10 >= r.pair * 8, "false sharing %lu of %lu", (unsigned long)r.false_sh,
+          (unsigned long)r.pair);
+  }
+  finish("comm soft: samples in assembly without unwind information are decoded at pc", ok);
 
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", base);

@@ -51,7 +51,9 @@ def test_pigz_output_identical_and_cond_waits_seen(locus):
 
 def test_sysbench_mutex_counts(locus):
     sysbench = need("sysbench")
-    threads, locks_per_thread = 4, 200000
+    # Long enough (~0.3 s) that the threads overlap even on a loaded 2-CPU machine: a 40 ms
+    # run once finished with no contended acquisition at all.
+    threads, locks_per_thread = 4, 1000000
     cmd = [
         sysbench,
         "mutex",

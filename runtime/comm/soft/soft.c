@@ -641,9 +641,9 @@ static size_t code_at(uint64_t pc, const struct module **m, uint8_t buf[static 1
   return n > 0 ? (size_t)n : 0;
 }
 
-/* The sampled access at pc, skid-corrected. In run-time compiled code there is no function
- * table to find the previous instruction with: the access is the one at pc (or, by single
- * steps, the next one). */
+/* The sampled access at pc, skid-corrected. In run-time compiled code, and where the
+ * function table does not lead to pc, there is no previous instruction to take: the access
+ * is the one at pc (or, by single steps, the next one). */
 static int sampled_access(uint64_t pc, const ucontext_t *uc, struct locus_comm_access *a) {
   const struct module *m;
   uint8_t buf[16];
@@ -652,7 +652,10 @@ static int sampled_access(uint64_t pc, const ucontext_t *uc, struct locus_comm_a
   if (!avail) return DEC_UNDECODED;
   if (!m) return access_of(code, avail, pc, uc, 0, a);
   uint64_t w = lookup(m, pc);
-  if (w & PC_NONE) return DEC_UNDECODED;
+  /* No previous instruction known (no unwind entry, as in hand-written assembly kernels;
+   * a function longer than FN_MAX; code the linear decode loses): pc itself is always an
+   * instruction boundary, and its access is exact. */
+  if (w & PC_NONE) return access_of(code, avail, pc, uc, 0, a);
   uint64_t prevlen = (w >> 48) & 0xf;
   /* A rep string instruction (memset, memcpy) with iterations left was interrupted in its
    * middle: the access is its own, not the previous instruction's. */
