@@ -856,8 +856,9 @@ def record(
         )
     elif not meta["complete"]:
         print(
-            "locus: warning: the run is incomplete (a process was killed before it could "
-            "finish its records)",
+            "locus: warning: the run is incomplete: a process ended without finishing its "
+            "records (killed, or exited without running its exit handlers: a raw exit_group, "
+            "as Go programs do); its last records may be missing",
             file=sys.stderr,
         )
     print(

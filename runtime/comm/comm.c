@@ -123,6 +123,12 @@ void locus_comm_write_thread(void) {
   locus_ct.started = 0;
 }
 
+void locus_comm_checkpoint(void) {
+  if (!locus_ct.started || (++locus_ct.ticks & 255u) != 0) return;
+  locus_ct.st.tid = locus_me.tid;
+  write_record(locus_me.serial, &locus_ct.st);
+}
+
 /* At exit: the records of the other threads still running (their counters as they are). */
 static void write_live_threads(void) {
   uint32_t n = locus_thread_count();

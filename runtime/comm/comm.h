@@ -45,7 +45,8 @@ extern struct locus_comm_backend_ops locus_comm_exact __attribute__((weak));
 struct locus_comm_tls {
   struct locus_cursor samples, events;
   struct locus_comm_thread st;
-  int started; /* thread_init ran and the counters are live */
+  int started;    /* thread_init ran and the counters are live */
+  uint32_t ticks; /* sampler signals since the record was last written */
 };
 extern LOCUS_TLS struct locus_comm_tls locus_ct;
 
@@ -76,6 +77,10 @@ int locus_comm_put_sample(const struct locus_comm_sample *s);
 int locus_comm_put_event(const struct locus_comm_event *e);
 /* Write the calling thread's counters now (thread end; exit for running threads). */
 void locus_comm_write_thread(void);
+/* Called by the backends at every sampler signal: every 256th writes this thread's counters
+ * record as it is (a pwrite), so that a process ending without exit handlers (a Go
+ * program's raw exit_group, SIGKILL) still leaves them, at most 256 signals old. */
+void locus_comm_checkpoint(void);
 /* CPU to which the thread of 0-based creation index `k` is bound, or -1 (LOCUS_BIND). */
 int locus_comm_bind_cpu(uint32_t k, int ncpus);
 

@@ -71,6 +71,8 @@ void locus_warn(const char *msg);
 
 /* set, or in *copy set without the signals locus needs unblocked (runtime/comm/soft/trap.c). */
 const sigset_t *locus_keep_unblocked(int how, const sigset_t *set, sigset_t *copy);
+/* One more signal kept unblocked the same way (the hw backend's sample signal). */
+void locus_keep_signal(int sig);
 /* Lazily initialise if an interposer runs before the constructor. */
 void locus_ensure_init(void);
 void locus_proc_finish(int status, uint32_t flags);

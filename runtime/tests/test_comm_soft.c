@@ -154,6 +154,32 @@ static void *in_nocfi(void *arg) {
   return NULL;
 }
 
+/* Two threads still sharing when the process ends with a raw exit_group, as a Go program
+ * ends: no exit handler runs, and only the periodic checkpoints keep their counters. */
+static void *forever(void *arg) {
+  long k = (long)arg;
+  __atomic_store_n(&tids[k], (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+  volatile long *mine = k ? &shared.b : &shared.a;
+  for (;;) STORE8(*mine);
+  return NULL;
+}
+
+static int run_raw_exit(const char *dir) {
+  pthread_t t[2];
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, forever, (void *)i);
+  struct timespec ts = {0, 800000000};
+  nanosleep(&ts, NULL);
+  char path[8192];
+  snprintf(path, sizeof path, "%s/tids", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return 1;
+  fprintf(f, "%d %d %lx\n", __atomic_load_n(&tids[0], __ATOMIC_ACQUIRE),
+          __atomic_load_n(&tids[1], __ATOMIC_ACQUIRE), (unsigned long)&shared);
+  fclose(f);
+  syscall(SYS_exit_group, 0);
+  return 1;
+}
+
 static int run_pair(void *(*fn)(void *), const char *dir) {
   pthread_t t[2];
   for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, fn, (void *)i);
@@ -355,6 +381,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "chase")) return run_pair(chase, dir);
     if (!strcmp(argv[1], "jit")) return make_jit() ? 1 : run_pair(in_jit, dir);
     if (!strcmp(argv[1], "nocfi")) return run_pair(in_nocfi, dir);
+    if (!strcmp(argv[1], "rawexit")) return run_raw_exit(dir);
     if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
     return 2;
   }
@@ -471,6 +498,16 @@ int main(int argc, char **argv) {
           (unsigned long)r.pair);
   }
   finish("comm soft: samples in assembly without unwind information are decoded at pc", ok);
+
+  /* (i) A raw exit_group with both threads running: their counters records are the last
+   * checkpoints (every 256 signals; ~800 ms of CPU each, so 3 each). */
+  ok = run_and_read(self, lib, base, "rawexit", &r);
+  if (ok) {
+    CHECK(r.signals >= 512, "counters lost at a raw exit: %lu signals recorded",
+          (unsigned long)r.signals);
+    CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
+  }
+  finish("comm soft: threads' counters survive an exit without exit handlers (checkpoints)", ok);
 
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", base);

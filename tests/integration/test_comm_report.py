@@ -146,7 +146,7 @@ if (isMainThread) {
   }
 } else {
   const arr = new BigInt64Array(workerData.sab);
-  for (let n = 0; n < 15000000; n++) Atomics.add(arr, workerData.i, 1n);
+  for (let n = 0; n < 40000000; n++) Atomics.add(arr, workerData.i, 1n);
 }
 """
 
@@ -160,7 +160,7 @@ def test_node_jit_false_sharing(locus, tmp_path):
     script = tmp_path / "share.js"
     script.write_text(NODE_FALSESHARE)
     proc, run = locus.record(["node", str(script)], options=("--lens", "comm"), timeout=120)
-    assert proc.stdout.strip() == b"30000000"
+    assert proc.stdout.strip() == b"80000000"
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     ct = c["counters"]
     assert ct["signals"] > 200 and ct["undecoded"] * 5 < ct["signals"], ct

@@ -441,7 +441,11 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     if n_ev == 0:
         notes.append("no communication was detected")
     if not run.complete:
-        notes.append("incomplete run: the last comm records of a killed process may be missing")
+        notes.append(
+            "incomplete run: a process ended without finishing its records (killed, or a raw "
+            "exit without exit handlers): its events are kept, its threads' counters are "
+            "those of their last checkpoint (every 256 sampler signals)"
+        )
 
     return {
         "backend": cfg["backend"],

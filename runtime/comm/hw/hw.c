@@ -206,6 +206,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
   for (int i = 0; i < ht.n; i++) drain(&ht.ev[i], use);
   if (use) {
     locus_ct.st.signals++;
+    locus_comm_checkpoint();
     locus_ct.st.self_ns += (uint64_t)((double)(locus_ticks() - t0) * 1000.0 / locus_ticks_per_us);
   }
   locus_me.guard--;
@@ -300,6 +301,7 @@ static int hw_proc_init(void) {
   hw.exclude_kernel = 1;
   const char *s = getenv("LOCUS_COMM_HW_SIGNAL");
   hw.sig = s && *s ? atoi(s) : SIGRTMIN + 4;
+  locus_keep_signal(hw.sig);
   const char *dev = NULL;
   static const char *const intel[] = {"cpu", "cpu_core"};
   for (int i = 0; i < 2 && !dev; i++) {

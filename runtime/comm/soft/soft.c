@@ -717,6 +717,7 @@ static void take_sample(ucontext_t *uc) {
   if (!locus_ct.started) return;
   uint64_t t0 = locus_ticks();
   st->signals++;
+  locus_comm_checkpoint();
   if (locus_me.guard || locus_me.state != 1 || !locus_enabled) {
     st->skipped++;
     return;

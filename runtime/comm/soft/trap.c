@@ -111,19 +111,27 @@ int locus_ft_installed(void);
 
 /* Signals the program may not block while locus needs them: SIGSEGV while first touches are
  * tracked (a synchronous fault cannot wait: blocked, the first touch of a fresh page would
- * kill the thread), SIGTRAP while our samplers and watchpoints run (blocked, a perf event's
+ * kill the thread), SIGTRAP while our samplers and watchpoints run, and the hw backend's
+ * ring-buffer signal (locus_keep_signal) (blocked, a perf event's
  * SIGTRAP stays pending until the mask is restored: a worker thread that blocks every
  * signal, as xz's do, would never be sampled). Like HPCToolkit's libmonitor, the masks the
  * program sets (sigprocmask, pthread_sigmask, a handler's sa_mask) are passed on without
  * them; the program's own SIGTRAP handler is still chained. Returns set or its copy. */
+static _Atomic int kept_sig; /* the hw backend's sample signal, 0: none */
+
+void locus_keep_signal(int sig) { atomic_store(&kept_sig, sig); }
+
 const sigset_t *locus_keep_unblocked(int how, const sigset_t *set, sigset_t *copy) {
   if (!set || how == SIG_UNBLOCK) return set;
   int segv = locus_ft_installed() && sigismember(set, SIGSEGV);
   int trap = atomic_load_explicit(&installed, memory_order_relaxed) && sigismember(set, SIGTRAP);
-  if (!segv && !trap) return set;
+  int kept = atomic_load_explicit(&kept_sig, memory_order_relaxed);
+  int other = kept > 0 && sigismember(set, kept) == 1;
+  if (!segv && !trap && !other) return set;
   *copy = *set;
   if (segv) sigdelset(copy, SIGSEGV);
   if (trap) sigdelset(copy, SIGTRAP);
+  if (other) sigdelset(copy, kept);
   return copy;
 }
 
