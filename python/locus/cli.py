@@ -289,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="bulletin",
         type=parse_bulletin,
         metavar="N",
-        help="bulletin-board entries, a power of two (default 4096)",
+        help="most bulletin-board entries, a power of two (default 4096; 64 per thread are used)",
     )
     c.add_argument(
         "--bind",

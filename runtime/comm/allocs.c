@@ -104,13 +104,8 @@ static void open_stream(void) {
 
 /* The thread's stack as an object, so accesses to stack variables are named as such. */
 static void put_stack_range(void) {
-  pthread_attr_t a;
-  void *lo = NULL;
-  size_t size = 0;
-  if (pthread_getattr_np(pthread_self(), &a) != 0) return;
-  int rc = pthread_attr_getstack(&a, &lo, &size);
-  pthread_attr_destroy(&a);
-  if (rc == 0 && size) put(LOCUS_AL_STACK, lo, size, 0, 0);
+  uintptr_t lo, hi;
+  if (locus_thread_stack(&lo, &hi) == 0) put(LOCUS_AL_STACK, (void *)lo, hi - lo, 0, 0);
 }
 
 void locus_allocs_thread_init(void) {

@@ -52,7 +52,8 @@ struct bb_entry { /* 64 bytes */
 };
 
 static struct bb_entry *board;
-static uint32_t board_mask;
+static uint32_t board_cap;          /* entries mapped: --bulletin-size, a power of two */
+static _Atomic uint32_t board_mask; /* entries in use - 1: grows with the threads */
 static _Atomic uint32_t recent[RECENT];
 static _Atomic uint32_t recent_next;
 static _Atomic uint32_t pubcount[PUBLISHERS];
@@ -86,7 +87,8 @@ static uint64_t rnd(void) {
 }
 
 static inline uint32_t slot_of(uint64_t line) {
-  return (uint32_t)((line / locus_comm_cfg.line * 0x9e3779b97f4a7c15ull) >> 40) & board_mask;
+  return (uint32_t)((line / locus_comm_cfg.line * 0x9e3779b97f4a7c15ull) >> 40) &
+         atomic_load_explicit(&board_mask, memory_order_relaxed);
 }
 
 /* Copy a consistent entry; 0 when one was read. */
@@ -320,7 +322,8 @@ static void board_init(void) {
       return; /* stays 1: never ready */
     }
     board = p;
-    board_mask = n - 1;
+    board_cap = n;
+    atomic_store(&board_mask, 0);
     uint64_t pns = locus_comm_cfg.period_ns < 100000 ? 100000 : locus_comm_cfg.period_ns;
     period_ticks = (uint64_t)((double)pns * locus_ticks_per_us / 1000.0);
     board_pid = getpid();
@@ -329,7 +332,7 @@ static void board_init(void) {
   }
   /* A forked child inherits the parent's board: its entries name threads it has not. */
   if (atomic_load(&board_state) == 2 && board_pid != getpid()) {
-    memset(board, 0, (size_t)(board_mask + 1) * sizeof(struct bb_entry));
+    memset(board, 0, (size_t)board_cap * sizeof(struct bb_entry));
     memset((void *)recent, 0, sizeof recent);
     memset((void *)pubcount, 0, sizeof pubcount);
     atomic_store(&recent_next, 0);
@@ -337,8 +340,26 @@ static void board_init(void) {
   }
 }
 
+/* The board in use grows with the threads: 64 entries each (a power of two), up to
+ * --bulletin-size. A publication lives one sampling period or two store samples of its
+ * thread, so a few entries per thread hold every live one; a small program then touches a
+ * few pages of the board, not the whole table (memory grows with the threads, not with a
+ * fixed size). After a growth, entries published under the smaller mask are looked up at
+ * another slot and missed once; growths are at most log2(size / 64). */
+static void board_fit(void) {
+  if (atomic_load_explicit(&board_state, memory_order_acquire) != 2) return;
+  uint64_t want = 64ull * (locus_thread_count() + 1);
+  uint32_t n = 64;
+  while (n < want && n < board_cap) n <<= 1;
+  if (n > board_cap) n = board_cap;
+  uint32_t m = atomic_load(&board_mask);
+  while (m < n - 1 && !atomic_compare_exchange_weak(&board_mask, &m, n - 1)) {
+  }
+}
+
 void locus_comm_detect_thread_init(void) {
   board_init();
+  board_fit();
   pid_t pid = getpid();
   /* After fork the fds are the parent's events: close them, never disable them. */
   if (dt.nwp > 0 && dt.pid != pid)

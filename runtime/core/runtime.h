@@ -98,6 +98,8 @@ void locus_thread_start(uint32_t parent_tid, uint64_t start_routine);
 void locus_thread_finish(void);
 void locus_threads_after_fork(void);
 uint32_t locus_thread_count(void);
+/* The calling thread's stack [lo, hi); 0 on success. */
+int locus_thread_stack(uintptr_t *lo, uintptr_t *hi);
 void locus_join_map_put(unsigned long pthread, uint32_t tid);
 uint32_t locus_join_map_take(unsigned long pthread);
 /* The tid of a live pthread_t (0 if unknown), without removing it. */

@@ -103,6 +103,16 @@ static __attribute__((noinline)) int resolve(void) {
   return state();
 }
 
+/* C++ operator new: its caller, for the allocation it makes (see the interposers below). */
+static LOCUS_TLS uint64_t new_site;
+
+static inline uint64_t caller_site(uint64_t site) {
+  uint64_t s = new_site;
+  if (!s) return site;
+  new_site = 0;
+  return s;
+}
+
 /* The numa lens: an mmap'd chunk is fresh memory whose first touches it tracks. */
 static inline void numa_fresh(int s, void *p, size_t n, uint64_t site) {
   if ((s & LOCUS_ALLOC_NUMA) && p && n >= 16 * 4096 && locus_ft_chunk_mmapped(p))
@@ -111,6 +121,7 @@ static inline void numa_fresh(int s, void *p, size_t n, uint64_t site) {
 
 /* ---- the slow paths (tracking on, not resolved yet, or bootstrap blocks exist) ---- */
 static __attribute__((noinline)) void *malloc_slow(size_t n, uint64_t site) {
+  site = caller_site(site);
   int s = state();
   if (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED))
     return boot_alloc(n, 16);
@@ -178,6 +189,7 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t n, uint64_t 
 /* memalign, aligned_alloc, valloc, pvalloc (which = 0..3) and posix_memalign. */
 static __attribute__((noinline)) void *align_slow(int which, size_t align, size_t n,
                                                   uint64_t site) {
+  site = caller_site(site);
   int s = state();
   if (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED))
     return boot_alloc(n, which >= 2 ? 4096 : align);
@@ -202,6 +214,7 @@ static __attribute__((noinline)) void *align_slow(int which, size_t align, size_
 
 static __attribute__((noinline)) int posix_memalign_slow(void **out, size_t align, size_t n,
                                                          uint64_t site) {
+  site = caller_site(site);
   int s = state();
   if (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED)) {
     if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
@@ -300,6 +313,53 @@ LOCUS_EXPORT void *pvalloc(size_t n) {
   if (FAST && real.pvalloc) return real.pvalloc(n);
   return align_slow(3, 0, n, SITE);
 }
+
+/* C++ operator new (the eight replaceable forms, Itanium ABI names): libstdc++'s runs (its
+ * new_handler loop, std::bad_alloc), and the malloc or aligned_alloc it calls records the
+ * block with operator new's caller as its site. Without this every heap object of a C++
+ * program came "from operator new(unsigned long)".
+ * The C++ runtime may sit in a local scope (a Python extension dlopen'ed with RTLD_LOCAL
+ * brings libstdc++ in, and its calls still bind to this global definition): RTLD_NEXT cannot
+ * see it there, so the loaded runtime is also asked by name. If none has the symbol (never
+ * expected), malloc stands in, and an allocation failure aborts as an uncaught bad_alloc
+ * would. */
+static void *cxx_next(const char *sym) {
+  void *f = dlsym(RTLD_NEXT, sym);
+  static const char *const libs[] = {"libstdc++.so.6", "libc++.so.1"};
+  for (size_t i = 0; !f && i < sizeof libs / sizeof libs[0]; i++) {
+    void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
+    if (h) f = dlsym(h, sym);
+  }
+  return f;
+}
+
+static void *cxx_fallback(size_t n, size_t align, int nothrow) {
+  void *p = align > 16 ? aligned_alloc(align, (n + align - 1) / align * align) : malloc(n ? n : 1);
+  if (!p && !nothrow) abort();
+  return p;
+}
+
+#define CXX_NEW(sym, params, args, n, align, nothrow)  \
+  LOCUS_EXPORT void *sym params {                      \
+    static void *(*next)params;                        \
+    if (!next) next = (void *(*)params)cxx_next(#sym); \
+    if (!next) return cxx_fallback(n, align, nothrow); \
+    if (FAST) return next args;                        \
+    new_site = SITE;                                   \
+    void *p = next args;                               \
+    new_site = 0;                                      \
+    return p;                                          \
+  }
+CXX_NEW(_Znwm, (size_t n), (n), n, 0, 0)
+CXX_NEW(_Znam, (size_t n), (n), n, 0, 0)
+CXX_NEW(_ZnwmRKSt9nothrow_t, (size_t n, const void *nt), (n, nt), n, 0, 1)
+CXX_NEW(_ZnamRKSt9nothrow_t, (size_t n, const void *nt), (n, nt), n, 0, 1)
+CXX_NEW(_ZnwmSt11align_val_t, (size_t n, size_t al), (n, al), n, al, 0)
+CXX_NEW(_ZnamSt11align_val_t, (size_t n, size_t al), (n, al), n, al, 0)
+CXX_NEW(_ZnwmSt11align_val_tRKSt9nothrow_t, (size_t n, size_t al, const void *nt), (n, al, nt), n,
+        al, 1)
+CXX_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, (size_t n, size_t al, const void *nt), (n, al, nt), n,
+        al, 1)
 
 LOCUS_EXPORT size_t malloc_usable_size(void *p) {
   if (!p) return 0;

@@ -186,15 +186,10 @@ static void thread_start(void) {
   nt->dropped = 0;
   memset(&nt->cursor, 0, sizeof nt->cursor);
   nt->stack_lo = nt->stack_hi = 0;
-  pthread_attr_t at;
-  if (pthread_getattr_np(pthread_self(), &at) == 0) {
-    void *lo;
-    size_t sz;
-    if (pthread_attr_getstack(&at, &lo, &sz) == 0) {
-      nt->stack_lo = (uintptr_t)lo;
-      nt->stack_hi = (uintptr_t)lo + sz;
-    }
-    pthread_attr_destroy(&at);
+  uintptr_t lo, hi;
+  if (locus_thread_stack(&lo, &hi) == 0) {
+    nt->stack_lo = lo;
+    nt->stack_hi = hi;
   }
   me_nt = nt;
   nt_state = 1;

@@ -350,7 +350,9 @@ static int trim_object_cb(struct dl_phdr_info *info, size_t size, void *arg) {
 }
 
 static void trim_object(const void *addr) {
-  struct trim_arg ta = {.addr = (uint64_t)(uintptr_t)addr, .page = sysconf(_SC_PAGESIZE)};
+  /* x86-64 pages (this backend decodes x86-64 only): sysconf() would fault in its own
+   * libc page for nothing. */
+  struct trim_arg ta = {.addr = (uint64_t)(uintptr_t)addr, .page = 4096};
   if (ta.page > 0) dl_iterate_phdr(trim_object_cb, &ta);
 }
 
@@ -943,15 +945,10 @@ static void thread_context(void) {
   if (syscall(SYS_arch_prctl, ARCH_GET_FS, &v) == 0) me_soft.fs_base = v;
   v = 0;
   if (syscall(SYS_arch_prctl, ARCH_GET_GS, &v) == 0) me_soft.gs_base = v;
-  pthread_attr_t at;
-  if (pthread_getattr_np(pthread_self(), &at) == 0) {
-    void *lo;
-    size_t sz;
-    if (pthread_attr_getstack(&at, &lo, &sz) == 0) {
-      me_soft.stack_lo = (uint64_t)lo;
-      me_soft.stack_hi = (uint64_t)lo + sz;
-    }
-    pthread_attr_destroy(&at);
+  uintptr_t lo, hi;
+  if (locus_thread_stack(&lo, &hi) == 0) {
+    me_soft.stack_lo = lo;
+    me_soft.stack_hi = hi;
   }
 }
 
