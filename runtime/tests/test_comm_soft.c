@@ -126,14 +126,16 @@ static int make_jit(void) {
   return 0;
 }
 
-static void *in_jit(void *arg) {
-  long k = (long)arg;
+/* Thread k stores to its own field of the shared line through fn, for RUN_NS / 2 of CPU. */
+static void *stores_through(void (*fn)(volatile long *, long), long k) {
   tids[k] = (pid_t)syscall(SYS_gettid);
   volatile long *mine = k ? &shared.b : &shared.a;
   uint64_t end = cpu_ns() + RUN_NS / 2;
-  while (cpu_ns() < end) jit_stores(mine, 2000);
+  while (cpu_ns() < end) fn(mine, 2000);
   return NULL;
 }
+
+static void *in_jit(void *arg) { return stores_through(jit_stores, (long)arg); }
 
 /* The same loop as hand-written assembly without unwind information (no .cfi directives,
  * so no .eh_frame entry: OpenBLAS's kernels are like this): the function table does not
@@ -145,14 +147,7 @@ __asm__(
     " movq %rax,(%rdi)\n movq %rax,(%rdi)\n movq %rax,(%rdi)\n movq %rax,(%rdi)\n"
     " dec %rsi\n jnz 1b\n ret\n.size nocfi_stores,.-nocfi_stores\n");
 
-static void *in_nocfi(void *arg) {
-  long k = (long)arg;
-  tids[k] = (pid_t)syscall(SYS_gettid);
-  volatile long *mine = k ? &shared.b : &shared.a;
-  uint64_t end = cpu_ns() + RUN_NS / 2;
-  while (cpu_ns() < end) nocfi_stores(mine, 2000);
-  return NULL;
-}
+static void *in_nocfi(void *arg) { return stores_through(nocfi_stores, (long)arg); }
 
 /* Two threads still sharing when the process ends with a raw exit_group, as a Go program
  * ends: no exit handler runs, and only the periodic checkpoints keep their counters. */
@@ -304,6 +299,25 @@ static int run_and_read(const char *self, const char *lib, const char *base, con
   if (run_case(self, lib, name, run) != 0 || read_result(run, r) != 0) return 0;
   show(name, r);
   return 1;
+}
+
+/* Cases whose two threads store to their own field of the shared line from code without a
+ * known previous instruction: decoded (at pc), and the false sharing found. */
+static int false_sharing_decoded_at_pc(const char *self, const char *lib, const char *base,
+                                       const char *name) {
+  struct result r;
+  int ok = run_and_read(self, lib, base, name, &r);
+  if (ok) {
+    CHECK(r.signals > 100, "too few signals: %lu", (unsigned long)r.signals);
+    CHECK(r.undecoded * 10 < r.signals, "undecoded %lu of %lu signals", (unsigned long)r.undecoded,
+          (unsigned long)r.signals);
+    CHECK(r.on_line_store * 2 > r.samples, "most samples should be stores to the line: %lu of %lu",
+          (unsigned long)r.on_line_store, (unsigned long)r.samples);
+    CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
+    CHECK(r.false_sh * 10 >= r.pair * 8, "false sharing %lu of %lu", (unsigned long)r.false_sh,
+          (unsigned long)r.pair);
+  }
+  return ok;
 }
 
 /* ---- decoder ---- */
@@ -472,32 +486,11 @@ int main(int argc, char **argv) {
 
   /* (g) Code compiled at run time (JVM, V8, Julia): outside every loaded object, decoded
    * from a copy of its bytes, and the false sharing it does is found. */
-  ok = run_and_read(self, lib, base, "jit", &r);
-  if (ok) {
-    CHECK(r.signals > 100, "too few signals: %lu", (unsigned long)r.signals);
-    CHECK(r.undecoded * 10 < r.signals, "undecoded %lu of %lu signals", (unsigned long)r.undecoded,
-          (unsigned long)r.signals);
-    CHECK(r.on_line_store * 2 > r.samples, "most samples should be stores to the line: %lu of %lu",
-          (unsigned long)r.on_line_store, (unsigned long)r.samples);
-    CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
-    CHECK(r.false_sh * 10 >= r.pair * 8, "false sharing %lu of %lu", (unsigned long)r.false_sh,
-          (unsigned long)r.pair);
-  }
-  finish("comm soft: samples in code made at run time are decoded (no skid correction)", ok);
-
+  finish("comm soft: samples in code made at run time are decoded (no skid correction)",
+         false_sharing_decoded_at_pc(self, lib, base, "jit"));
   /* (h) Assembly without unwind information, in this program: decoded at pc. */
-  ok = run_and_read(self, lib, base, "nocfi", &r);
-  if (ok) {
-    CHECK(r.signals > 100, "too few signals: %lu", (unsigned long)r.signals);
-    CHECK(r.undecoded * 10 < r.signals, "undecoded %lu of %lu signals", (unsigned long)r.undecoded,
-          (unsigned long)r.signals);
-    CHECK(r.on_line_store * 2 > r.samples, "most samples should be stores to the line: %lu of %lu",
-          (unsigned long)r.on_line_store, (unsigned long)r.samples);
-    CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
-    CHECK(r.false_sh * 10 >= r.pair * 8, "false sharing %lu of %lu", (unsigned long)r.false_sh,
-          (unsigned long)r.pair);
-  }
-  finish("comm soft: samples in assembly without unwind information are decoded at pc", ok);
+  finish("comm soft: samples in assembly without unwind information are decoded at pc",
+         false_sharing_decoded_at_pc(self, lib, base, "nocfi"));
 
   /* (i) A raw exit_group with both threads running: their counters records are the last
    * checkpoints (every 256 signals; ~800 ms of CPU each, so 3 each). */
