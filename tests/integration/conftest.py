@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -26,6 +27,29 @@ VENV_LOCUS = REPO / ".venv" / "bin" / "locus"
 
 # Every recording gets this long; a hung target must fail one test, not the suite.
 TIMEOUT_S = 120
+
+
+def run_group(argv: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run in a session of its own: on a timeout the whole group is killed, the
+    recorded program too, not only `locus` (an orphan left spinning once slowed every test
+    and benchmark after it)."""
+    check = kw.pop("check", False)
+    if kw.pop("capture_output", False):
+        kw["stdout"] = kw["stderr"] = subprocess.PIPE
+    data = kw.pop("input", None)
+    if data is not None:
+        kw["stdin"] = subprocess.PIPE
+    with subprocess.Popen(argv, start_new_session=True, **kw) as p:
+        try:
+            out, err = p.communicate(data, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            raise
+    proc = subprocess.CompletedProcess(argv, p.returncode, out, err)
+    if check:
+        proc.check_returncode()
+    return proc
 
 
 def locus_argv() -> list[str]:
@@ -111,10 +135,9 @@ class Locus:
 
     def run(self, *args: str, **kw) -> subprocess.CompletedProcess:
         kw.setdefault("capture_output", True)
-        kw.setdefault("timeout", TIMEOUT_S)
         kw.setdefault("env", self.env)
         kw.setdefault("cwd", str(self.tmp))
-        return subprocess.run([*self.argv, *args], **kw)
+        return run_group([*self.argv, *args], kw.pop("timeout", TIMEOUT_S), **kw)
 
     def popen(self, *args: str, **kw) -> subprocess.Popen:
         kw.setdefault("env", self.env)
