@@ -571,7 +571,9 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
         fm = m[:0]
         if S["false"][o] >= 0.5 * S["all"][o] > 0 and kind != "unknown" and advisable < 10:
             advisable += 1
-            fm = m[(line_off[m] >= 0) & ((ev.flags[m] & CE_TRUE) == 0)]
+            # An object may start in the middle of a line (a static array is rarely
+            # line-aligned): the accesses that fall before it belong to its neighbours.
+            fm = m[(ev.flags[m] & CE_TRUE) == 0]
             parts = [
                 np.stack([tids, line_off[fm] + offs, np.maximum(lens, 1)], axis=1)
                 for tids, offs, lens in (
@@ -579,7 +581,12 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
                     (ev.dst[fm], ev.dst_off[fm], ev.dst_len[fm]),
                 )
             ]
-            fa = unique_rows(np.concatenate(parts)) if len(fm) else fa
+            if len(fm):
+                fa = np.concatenate(parts)
+                inside = fa[:, 1] >= 0
+                if size:
+                    inside &= fa[:, 1] < size
+                fa = unique_rows(fa[inside])
         stores = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) != 0).all())
         out.append(
             {

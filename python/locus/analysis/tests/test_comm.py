@@ -192,6 +192,58 @@ def test_advice_for_false_sharing(tmp_path):
     assert not any(k.startswith("_") for k in o)
 
 
+class MidLineSym(FakeSym):
+    """`hits` (16 bytes) starts 32 bytes into the line at 0x603000, after another object."""
+
+    def data(self, addrs):
+        out = {}
+        for a in addrs:
+            o = a - 0x603020
+            out[a] = ("hits" if o == 0 else f"hits+{o}") if 0 <= o < 16 else None
+        return out
+
+
+def test_advice_for_an_object_that_starts_mid_line(tmp_path):
+    """A static array is rarely line-aligned: `hits` starts at byte 32 of its line, and its
+    two slots (bytes 32-39 and 40-47 of the line) are written by two threads. The advice
+    names its object offsets 0-8 (it was dropped when the line began before the object)."""
+    run, p, c = _run(threads=2, cpus=2)
+    c.event(
+        src=10,
+        dst=11,
+        line=0x603000,
+        src_off=32,
+        src_len=8,
+        dst_off=40,
+        dst_len=8,
+        src_ip=0x401100,
+        dst_ip=0x401100,
+        store=True,
+        count=30,
+    )
+    c.event(
+        src=11,
+        dst=10,
+        line=0x603000,
+        src_off=40,
+        src_len=8,
+        dst_off=32,
+        dst_len=8,
+        src_ip=0x401100,
+        dst_ip=0x401100,
+        store=True,
+        count=30,
+    )
+    for t in (10, 11):
+        c.counters(t, samples=100, signals=100)
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: MidLineSym()))
+    assert res["objects"][0]["name"] == "hits"
+    assert res["advice"] == [
+        "threads 0-1 write adjacent 8-byte fields of `hits` at offsets 0-8; pad each to "
+        "64 bytes (alignas(64)) or give each thread its own line"
+    ]
+
+
 def test_many_threads_listed_only_when_they_took_part(tmp_path):
     """Above 64 threads, `threads` keeps the main thread and those in events; the matrices
     follow it; `threads_total` counts every thread."""
