@@ -200,7 +200,7 @@ COMM_THREAD_DTYPE = np.dtype(
         ("watchpoints", "<u4"),
         ("kind", "<u2"),
         ("flags", "<u2"),
-        ("reserved", "<u8", (2,)),
+        ("name", "S16"),
     ]
 )
 

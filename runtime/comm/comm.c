@@ -6,10 +6,12 @@
 #include "allocs.h"
 #include "../numa/numa.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -116,6 +118,13 @@ static void write_record(uint32_t serial, struct locus_comm_thread *st) {
                    (off_t)(serial - 1) * (off_t)sizeof *st);
 }
 
+/* The calling thread's own record, with its current name (async-signal-safe). */
+static void write_own(void) {
+  locus_ct.st.tid = locus_me.tid;
+  (void)!syscall(SYS_prctl, PR_GET_NAME, locus_ct.st.name, 0, 0, 0);
+  write_record(locus_me.serial, &locus_ct.st);
+}
+
 void locus_comm_write_thread(void) {
   if (!locus_ct.started) return;
   struct locus_comm_tls *_Atomic *e = live_entry(locus_me.serial);
@@ -123,15 +132,30 @@ void locus_comm_write_thread(void) {
     struct locus_comm_tls *me = &locus_ct;
     while (!atomic_compare_exchange_strong(e, &me, NULL) && me == LIVE_BUSY) me = &locus_ct;
   }
-  locus_ct.st.tid = locus_me.tid;
-  write_record(locus_me.serial, &locus_ct.st);
+  write_own();
   locus_ct.started = 0;
 }
 
 void locus_comm_checkpoint(void) {
   if (!locus_ct.started || (++locus_ct.ticks & 255u) != 0) return;
-  locus_ct.st.tid = locus_me.tid;
-  write_record(locus_me.serial, &locus_ct.st);
+  write_own();
+}
+
+/* Another thread's name, at exit (normal context): /proc/self/task/TID/comm. */
+static void name_of(uint32_t tid, char name[16]) {
+  char path[48] = "/proc/self/task/", digits[12];
+  size_t k = 0, at = strlen(path);
+  do digits[k++] = (char)('0' + tid % 10);
+  while ((tid /= 10) && k < sizeof digits);
+  while (k) path[at++] = digits[--k];
+  strcpy(path + at, "/comm");
+  int fd = (int)syscall(SYS_open, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  long n = (long)syscall(SYS_read, fd, name, 15);
+  syscall(SYS_close, fd);
+  if (n <= 0) return;
+  name[n] = 0;
+  if (name[n - 1] == '\n') name[n - 1] = 0;
 }
 
 /* At exit: the records of the other threads still running (their counters as they are). */
@@ -146,6 +170,7 @@ static void write_live_threads(void) {
     struct locus_comm_thread st;
     memcpy(&st, &t->st, sizeof st);
     atomic_store(e, NULL);
+    name_of(st.tid, st.name);
     write_record(serial, &st);
   }
 }

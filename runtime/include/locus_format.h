@@ -245,7 +245,7 @@ struct locus_comm_thread { /* 128 bytes */
   uint32_t watchpoints; /* debug registers this thread could open (0-4) */
   uint16_t kind;        /* 1 = record; 0 = unused */
   uint16_t flags;
-  uint64_t reserved[2];
+  char name[16]; /* the thread's name (PR_GET_NAME: pthread_setname_np, the JVM's names) */
 };
 
 /* Allocations and other address ranges that the comm report names as objects. */

@@ -184,7 +184,28 @@ def heatmap_lines(report: dict) -> list[str]:
         out.append(f"{lo:>5} " + "".join(shade(v, vmax) * 2 for v in row))
     out.append("      " + "  ".join(shade_legend(f"max {volume(vmax, c['unit'])}")))
     out.append("      symmetric (M + Mᵀ): row i, column j = volume exchanged by i and j")
+    if by == "thread" and c.get("threads"):
+        out.append("      " + thread_legend(c["threads"]))
     return out
+
+
+LEGEND_THREADS = 12
+
+
+def thread_legend(threads: list[dict]) -> str:
+    """'threads: 0 main (tid 10), 1 worker (tid 11), ...': what the matrix's indices are."""
+    # The system's thread name where the program set one (the main thread's is the program's).
+    base = threads[0].get("os_name", "")
+    parts = [
+        f"{t['index']} {t['name'] or '?'}"
+        + (f" [{t['os_name']}]" if t.get("os_name") and t["os_name"] != base else "")
+        + f" (tid {t['tid']})"
+        for t in threads[:LEGEND_THREADS]
+    ]
+    more = len(threads) - LEGEND_THREADS
+    return (
+        "threads: " + ", ".join(parts) + (f", and {more} more (JSON `threads`)" if more > 0 else "")
+    )
 
 
 def plot(report: dict, outdir: str) -> list[str]:

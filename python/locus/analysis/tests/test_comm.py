@@ -244,6 +244,23 @@ def test_advice_for_an_object_that_starts_mid_line(tmp_path):
     ]
 
 
+def test_thread_names_and_legend(tmp_path):
+    """The system's thread names (from the counters records) are in `threads` as `os_name`,
+    and the heat map's legend says what each index is, with the name where the program set
+    one different from the main thread's."""
+    run, p, c = _run(threads=2, cpus=2)
+    c.event(src=10, dst=11, line=STATS, src_off=0, dst_off=8, store=True, count=20)
+    c.counters(10, samples=50, signals=50, name=b"app")
+    c.counters(11, samples=50, signals=50, name=b"GC Thread#0")
+    path = run.write(str(tmp_path / "names"))
+    res = analyze(RunDir.open(path), FAKE)
+    assert [t["os_name"] for t in res["threads"]] == ["app", "GC Thread#0"]
+    report = build(RunDir.open(path), ["comm"], Filters())
+    legend = [ln for ln in heatmap_lines(report) if "threads:" in ln]
+    assert legend and "0 main (tid 10)" in legend[0] and "[GC Thread#0] (tid 11)" in legend[0]
+    assert "[app]" not in legend[0]
+
+
 def test_many_threads_listed_only_when_they_took_part(tmp_path):
     """Above 64 threads, `threads` keeps the main thread and those in events; the matrices
     follow it; `threads_total` counts every thread."""
