@@ -24,7 +24,7 @@ import numpy as np
 
 from locus.analysis.common import Names as _Names
 from locus.analysis.common import Threads as _Threads
-from locus.analysis.common import cpu_nodes, heap_blocks, live_blocks, thread_rows
+from locus.analysis.common import add_os_names, cpu_nodes, heap_blocks, live_blocks, thread_rows
 from locus.analysis.common import ranges as _ranges
 from locus.analysis.common import site_str as _site_str
 from locus.analysis.locks import group
@@ -403,7 +403,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     obj, obj_off = _attribute(run, ev, th, names, objs)
 
     threads = thread_rows(run, th, names)
-    _add_os_names(threads, run, ct_list)
+    add_os_names(threads, run, ct_list)
     objects = _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
     lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
     sites = _site_rows(ev, wk, names, opts)
@@ -763,20 +763,6 @@ def _site_rows(ev, wk, names, opts) -> list:
             r[k] = float(x)
     rows.sort(key=lambda r: (-r["all"], -r["false"]))
     return rows[: opts.top_sites]
-
-
-def _add_os_names(threads: list[dict], run: RunDir, ct_list: list) -> None:
-    """`os_name`: the thread's name as the system shows it (pthread_setname_np, the JVM's
-    "GC Thread#0"), from its counters record; "" when unknown (runs before it was kept)."""
-    pid_index = {p.pid: i for i, p in enumerate(run.procs)}
-    names: dict[tuple[int, int], str] = {}
-    for i, c in enumerate(ct_list):
-        if "name" not in (c.dtype.names or ()):
-            continue
-        for tid, nm in zip(c["tid"].tolist(), c["name"].tolist()):
-            names[(i, int(tid))] = nm.split(b"\0", 1)[0].decode(errors="replace")
-    for t in threads:
-        t["os_name"] = names.get((pid_index.get(t.get("pid"), -1), t["tid"]), "")
 
 
 ADVICE_MIN_DETECTIONS = 10

@@ -225,6 +225,23 @@ def thread_rows(run: RunDir, th: Threads, names: Names) -> list[dict]:
     return out
 
 
+def add_os_names(threads: list[dict], run: RunDir, ct_list: list | None = None) -> None:
+    """`os_name`: the thread's name as the system shows it (pthread_setname_np, the JVM's
+    "GC Thread#0"), from the samplers' per-thread records (comm.threads.bin); "" when
+    unknown (no sampler, or a run from before it was kept)."""
+    if ct_list is None:
+        ct_list = [p.comm_threads() for p in run.procs]
+    pid_index = {p.pid: i for i, p in enumerate(run.procs)}
+    names: dict[tuple[int, int], str] = {}
+    for i, c in enumerate(ct_list):
+        if "name" not in (c.dtype.names or ()):
+            continue
+        for tid, nm in zip(c["tid"].tolist(), c["name"].tolist()):
+            names[(i, int(tid))] = nm.split(b"\0", 1)[0].decode(errors="replace")
+    for t in threads:
+        t["os_name"] = names.get((pid_index.get(t.get("pid"), -1), t["tid"]), "")
+
+
 def ranges(idx: list[int]) -> str:
     """[0,1,2,3,5] -> '0-3,5'."""
     idx = sorted(set(idx))

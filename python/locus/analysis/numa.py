@@ -36,6 +36,7 @@ import numpy as np
 from locus.analysis.common import (
     Names,
     Threads,
+    add_os_names,
     cpu_nodes,
     heap_blocks,
     live_blocks,
@@ -935,6 +936,7 @@ def _thread_table(run, th, names, bind: _Binding, ev) -> list[dict]:
     n = len(th)
     m = _grouped(ev["k"], n, ev)
     rows = thread_rows(run, th, names)
+    add_os_names(rows, run)
     for k, r in enumerate(rows):
         mask, ncpus, changes = bind.last(k)
         allowed = mask_nodes(mask)
