@@ -113,9 +113,9 @@ static void write_record(uint32_t serial, struct locus_comm_thread *st) {
   if (!st->period_ns) st->period_ns = locus_comm_cfg.period_ns;
   /* Slot `serial - 1` of the file: no lock (thousands of threads may end at once, and a
    * spinning writer preempted on 2 cores stalled them all), one pwrite per thread. */
-  if (serial && thread_stream.fd >= 0)
-    (void)!syscall(SYS_pwrite64, thread_stream.fd, st, sizeof *st,
-                   (off_t)(serial - 1) * (off_t)sizeof *st);
+  int fd = serial ? locus_stream_fd(&thread_stream) : -1;
+  if (fd >= 0)
+    (void)!syscall(SYS_pwrite64, fd, st, sizeof *st, (off_t)(serial - 1) * (off_t)sizeof *st);
 }
 
 /* The calling thread's own record, with its current name (async-signal-safe). */

@@ -363,7 +363,7 @@ void locus_comm_detect_thread_init(void) {
   pid_t pid = getpid();
   /* After fork the fds are the parent's events: close them, never disable them. */
   if (dt.nwp > 0 && dt.pid != pid)
-    for (int i = 0; i < dt.nwp; i++) close(dt.fds[i]);
+    for (int i = 0; i < dt.nwp; i++) locus_fd_close(dt.fds[i]);
   memset(&dt, 0, sizeof dt);
   dt.pid = pid;
   dt.rng = ((uint64_t)locus_me.tid << 32) ^ locus_ticks() ^ 0x2545f4914f6cdd1dull;
@@ -384,7 +384,8 @@ static void open_watchpoints(void) {
   for (int i = 0; i < want; i++) {
     struct perf_event_attr attr;
     bp_attr(&attr, (uint64_t)&wp_parking, i, 1);
-    int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    int fd =
+        locus_fd_keep((int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
     if (fd < 0) break;
     dt.fds[dt.nwp++] = fd;
   }
@@ -393,7 +394,7 @@ static void open_watchpoints(void) {
 
 void locus_comm_detect_thread_fini(void) {
   if (dt.pid != getpid()) return;
-  for (int i = 0; i < dt.nwp; i++) close(dt.fds[i]);
+  for (int i = 0; i < dt.nwp; i++) locus_fd_close(dt.fds[i]);
   dt.nwp = 0;
   dt.armed = 0;
 }

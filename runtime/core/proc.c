@@ -21,6 +21,8 @@ struct locus_config locus_cfg;
 volatile int locus_enabled;
 struct locus_proc *locus_proc_hdr;
 int locus_proc_dirfd = -1;
+char locus_proc_path[4096];
+static char run_path[3900]; /* LOCUS_DIR, absolute */
 
 static int run_dirfd = -1;
 static _Atomic int init_state; /* 0 none, 1 running, 2 done */
@@ -97,7 +99,13 @@ static int open_proc_dir(void) {
       break;
   }
   close(procs);
-  return fd;
+  locus_proc_path[0] = 0;
+  if (fd >= 0 && run_path[0] && strlen(run_path) + strlen(name) + 8 < sizeof locus_proc_path) {
+    strcpy(locus_proc_path, run_path);
+    strcat(locus_proc_path, "/procs/");
+    strcat(locus_proc_path, name);
+  }
+  return locus_fd_keep(fd);
 }
 
 static void on_fatal_signal(int sig, siginfo_t *si, void *uc);
@@ -170,7 +178,7 @@ static void start_process(int forked) {
 static void after_fork_child(void) {
   if (!locus_enabled) return;
   locus_enabled = 0;
-  if (locus_proc_dirfd >= 0) close(locus_proc_dirfd);
+  locus_fd_close(locus_proc_dirfd);
   locus_proc_hdr = NULL; /* the parent's mapping stays the parent's */
   atomic_store(&slow_ticks, 0);
   locus_proc_dirfd = open_proc_dir();
@@ -185,7 +193,17 @@ static void after_fork_child(void) {
 static void read_config(void) {
   const char *dir = getenv("LOCUS_DIR");
   if (!dir || !*dir) return;
-  run_dirfd = open(dir, O_DIRECTORY | O_CLOEXEC);
+  run_dirfd = locus_fd_keep(open(dir, O_DIRECTORY | O_CLOEXEC));
+  run_path[0] = 0;
+  if (dir[0] == '/' && strlen(dir) < sizeof run_path) {
+    strcpy(run_path, dir);
+  } else if (getcwd(run_path, sizeof run_path - 1) &&
+             strlen(run_path) + strlen(dir) + 2 < sizeof run_path) {
+    strcat(run_path, "/");
+    strcat(run_path, dir);
+  } else {
+    run_path[0] = 0;
+  }
   if (run_dirfd < 0) {
     locus_warn("LOCUS_DIR is not a directory; nothing is recorded");
     return;
@@ -205,6 +223,7 @@ void locus_ensure_init(void) {
   if (!atomic_compare_exchange_strong(&init_state, &expect, 1)) return;
   locus_real_resolve();
   locus_clock_init();
+  locus_fds_init();
   read_config();
   if (locus_cfg.active) {
     start_process(0);

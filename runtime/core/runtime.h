@@ -36,7 +36,13 @@ struct locus_stream {
   _Atomic uint64_t size; /* bytes allocated in the file */
   atomic_flag grow_lock;
   const char *name;
+  uint64_t dev, ino; /* the file's identity: checked before each use of fd */
+  atomic_flag reopen_lock;
 };
+/* The stream's descriptor, checked to still be its file (a program may close every
+ * descriptor with a raw close_range syscall, and reuse the number): reopened by path if
+ * not. -1 when neither works. Async-signal-safe. */
+int locus_stream_fd(struct locus_stream *s);
 int locus_stream_open(struct locus_stream *s, int dirfd, const char *name);
 /* Map `bytes` (a multiple of the page size) of fresh file space; NULL when out of space. */
 void *locus_stream_claim(struct locus_stream *s, size_t bytes);
@@ -67,7 +73,18 @@ extern struct locus_config locus_cfg;
 extern volatile int locus_enabled; /* 0 before init and after finalisation */
 extern struct locus_proc *locus_proc_hdr;
 extern int locus_proc_dirfd;
+extern char locus_proc_path[4096]; /* absolute path of this process's directory, "" if unknown */
 void locus_warn(const char *msg);
+
+/* ---- fds.c: the runtime's descriptors, kept away from the program's close() ---- */
+void locus_fds_init(void);
+/* Move fd above the program's range and protect it; returns the descriptor to use. */
+int locus_fd_keep(int fd);
+int locus_fd_owned(int fd);
+void locus_fd_close(int fd);
+/* Stop protecting fd without closing it (it is no longer ours). */
+void locus_fd_forget(int fd);
+int locus_fd_next_owned(unsigned from, unsigned to);
 
 /* set, or in *copy set without the signals locus needs unblocked (runtime/comm/soft/trap.c). */
 const sigset_t *locus_keep_unblocked(int how, const sigset_t *set, sigset_t *copy);

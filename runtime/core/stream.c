@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "runtime.h"
@@ -16,12 +18,46 @@
 #define CHUNK_MAX (16u << 10)
 
 int locus_stream_open(struct locus_stream *s, int dirfd, const char *name) {
-  s->fd = openat(dirfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  s->fd = locus_fd_keep(openat(dirfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   atomic_store(&s->next, 0);
   atomic_store(&s->size, 0);
   atomic_flag_clear(&s->grow_lock);
+  atomic_flag_clear(&s->reopen_lock);
   s->name = name;
+  struct stat st;
+  s->dev = s->ino = 0;
+  if (s->fd >= 0 && fstat(s->fd, &st) == 0) s->dev = st.st_dev, s->ino = st.st_ino;
   return s->fd < 0 ? -1 : 0;
+}
+
+int locus_stream_fd(struct locus_stream *s) {
+  struct stat st;
+  int fd = s->fd;
+  if (fd < 0) return -1;
+  if (syscall(SYS_fstat, fd, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino) return fd;
+  /* Closed behind our back (and perhaps reused by the program: never touch that number
+   * again, never close it). One thread reopens; the others drop this record. */
+  if (!locus_proc_path[0] || atomic_flag_test_and_set(&s->reopen_lock)) return -1;
+  char path[4096 + 64];
+  size_t n = strlen(locus_proc_path), k = strlen(s->name);
+  int nfd = -1;
+  if (n + k + 2 < sizeof path) {
+    memcpy(path, locus_proc_path, n);
+    path[n] = '/';
+    memcpy(path + n + 1, s->name, k + 1);
+    nfd = (int)syscall(SYS_open, path, O_RDWR | O_CLOEXEC);
+  }
+  if (nfd >= 0 &&
+      (syscall(SYS_fstat, nfd, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->ino)) {
+    syscall(SYS_close, nfd);
+    nfd = -1;
+  }
+  if (nfd >= 0) {
+    locus_fd_forget(fd);
+    s->fd = locus_fd_keep(nfd);
+  }
+  atomic_flag_clear(&s->reopen_lock);
+  return nfd >= 0 ? s->fd : -1;
 }
 
 static int grow(struct locus_stream *s, uint64_t need) {
@@ -31,9 +67,10 @@ static int grow(struct locus_stream *s, uint64_t need) {
   uint64_t size = atomic_load(&s->size);
   if (need > size) {
     uint64_t to = (need + GROW_STEP - 1) / GROW_STEP * GROW_STEP;
-    if (fallocate(s->fd, 0, (off_t)size, (off_t)(to - size)) != 0) {
+    int fd = locus_stream_fd(s);
+    if (fd < 0 || fallocate(fd, 0, (off_t)size, (off_t)(to - size)) != 0) {
       /* Filesystems without fallocate: extend sparsely. */
-      if (errno != EOPNOTSUPP || ftruncate(s->fd, (off_t)to) != 0) rc = -1;
+      if (fd < 0 || errno != EOPNOTSUPP || ftruncate(fd, (off_t)to) != 0) rc = -1;
     }
     if (rc == 0) atomic_store(&s->size, to);
   }
@@ -46,7 +83,9 @@ void *locus_stream_claim(struct locus_stream *s, size_t bytes) {
   uint64_t t0 = locus_ticks();
   uint64_t off = atomic_fetch_add(&s->next, bytes);
   if (off + bytes > atomic_load(&s->size) && grow(s, off + bytes) != 0) return NULL;
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, (off_t)off);
+  int fd = locus_stream_fd(s);
+  if (fd < 0) return NULL;
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
   if (locus_proc_hdr) {
     locus_proc_hdr->tsc1 = locus_ticks();
     locus_proc_hdr->ns1 = locus_mono_ns();
@@ -60,13 +99,13 @@ void locus_stream_release(void *chunk, size_t bytes) {
 }
 
 void locus_stream_reset_after_fork(struct locus_stream *s) {
-  if (s->fd >= 0) close(s->fd);
+  locus_fd_close(s->fd);
   s->fd = -1;
   atomic_flag_clear(&s->grow_lock);
 }
 
 void locus_stream_close(struct locus_stream *s) {
-  if (s->fd >= 0) close(s->fd);
+  locus_fd_close(s->fd);
   s->fd = -1;
 }
 

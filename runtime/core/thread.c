@@ -31,7 +31,8 @@ static void on_thread_exit(void *arg);
 static uint32_t gettid_raw(void) { return (uint32_t)syscall(SYS_gettid); }
 
 void locus_threads_open(void) {
-  slots_fd = openat(locus_proc_dirfd, "threads.bin", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  slots_fd = locus_fd_keep(
+      openat(locus_proc_dirfd, "threads.bin", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   atomic_store(&slots_used, 0);
   atomic_store(&slots_size, 0);
   atomic_flag_clear(&slots_lock);
@@ -201,7 +202,7 @@ void locus_thread_finish(void) {
 void locus_threads_after_fork(void) {
   /* Only the forking thread lives on in the child: it becomes the child's main thread. */
   if (slots) munmap(slots, (size_t)MAX_SLOTS * sizeof(struct locus_thread));
-  if (slots_fd >= 0) close(slots_fd);
+  locus_fd_close(slots_fd);
   slots = NULL;
   slots_fd = -1;
   locus_threads_open();

@@ -182,3 +182,61 @@ def test_report_of_a_lens_not_recorded(locus, small_run):
     err = one_clean_error(proc)
     assert "locks" in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+CLOSER = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static volatile long shared[2];
+static void *w(void *a) {
+  long k = (long)a;
+  for (long i = 0; i < 100000000; i++) shared[k] += i;
+  return 0;
+}
+int main(int argc, char **argv) {
+  /* As daemons do: close every descriptor they did not open themselves. */
+  if (!strcmp(argv[1], "raw")) syscall(SYS_close_range, 3, ~0U, 0);
+  if (!strcmp(argv[1], "wrapper")) close_range(3, ~0U, 0);
+  if (!strcmp(argv[1], "closefrom")) closefrom(3);
+  if (!strcmp(argv[1], "loop")) for (int fd = 3; fd < 4096; fd++) close(fd);
+  int fds[8];
+  char name[4200];
+  for (int i = 0; i < 8; i++) {
+    snprintf(name, sizeof name, "%s.%d", argv[2], i);
+    fds[i] = open(name, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (write(fds[i], "hello\n", 6) != 6) return 1;
+  }
+  pthread_t t[2];
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], 0, w, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+  for (int i = 0; i < 8; i++) close(fds[i]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("how", ["raw", "wrapper", "closefrom", "loop"])
+def test_program_closing_every_descriptor(locus, tmp_path, how):
+    """A program that closes every descriptor it did not open (close_range, closefrom, a
+    close() loop, or the raw syscall) and then opens files of its own. The runtime's record
+    files must not become the program's: its files were filled with 1 MiB of locus records
+    before (the reused descriptor numbers). They stay 6 bytes, and the run keeps its
+    samples (the runtime's descriptors survive, or are reopened by path after a raw
+    close_range)."""
+    src, exe = tmp_path / "closer.c", tmp_path / "closer"
+    src.write_text(CLOSER)
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
+    out = tmp_path / "out"
+    proc, run = locus.record([str(exe), how, str(out)], ("--lens", "comm,locks"))
+    assert proc.returncode == 0
+    sizes = [os.path.getsize(f"{out}.{i}") for i in range(8)]
+    assert sizes == [6] * 8, sizes
+    rep = locus.report(run, "--lens", "comm")
+    assert rep["run"]["complete"] is True
+    assert rep["lenses"]["comm"]["samples"] > 20

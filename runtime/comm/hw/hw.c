@@ -62,7 +62,7 @@ static LOCUS_TLS struct {
 static atomic_flag warned_thread = ATOMIC_FLAG_INIT;
 
 static long perf_open(struct perf_event_attr *at) {
-  return syscall(SYS_perf_event_open, at, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+  return locus_fd_keep((int)syscall(SYS_perf_event_open, at, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
 }
 
 /* Small sysfs reads without stdio (no malloc: this also runs in lazily-initialised code). */
@@ -142,7 +142,7 @@ static int try_event(uint64_t cfg, uint64_t cfg1) {
   fill_attr(&at, cfg, cfg1);
   long fd = perf_open(&at);
   if (fd < 0) return -errno;
-  close((int)fd);
+  locus_fd_close((int)fd);
   return 0;
 }
 
@@ -226,7 +226,7 @@ static int open_event(struct hw_event *e, uint64_t cfg, uint64_t cfg1, uint32_t 
       fcntl((int)fd, F_SETSIG, hw.sig) != 0 || fcntl((int)fd, F_SETOWN_EX, &owner) != 0) {
     int err = errno;
     if (p != MAP_FAILED) munmap(p, len);
-    close((int)fd);
+    locus_fd_close((int)fd);
     return -err;
   }
   e->fd = (int)fd;
@@ -237,7 +237,7 @@ static int open_event(struct hw_event *e, uint64_t cfg, uint64_t cfg1, uint32_t 
 
 static void close_event(struct hw_event *e) {
   if (e->page) munmap(e->page, (1 + RING_PAGES) * hw.page);
-  if (e->fd >= 0) close(e->fd);
+  locus_fd_close(e->fd);
   e->page = NULL;
   e->fd = -1;
 }

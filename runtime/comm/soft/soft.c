@@ -840,7 +840,7 @@ static int open_clock(int sigtrap) {
     attr.wakeup_events = 1;
     attr.disabled = 1; /* enabled once the signal is routed to this thread */
   }
-  return (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+  return locus_fd_keep((int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
 }
 
 static int start_async(void) {
@@ -855,7 +855,7 @@ static int start_async(void) {
       ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
     me_soft.fd = -1;
     me_soft.source = SRC_NONE;
-    close(fd);
+    locus_fd_close(fd);
     return -1;
   }
   return 0;
@@ -910,7 +910,7 @@ static void stop_sampler(void) {
   if (me_soft.source == SRC_TIMER) timer_delete(me_soft.timer);
   if (me_soft.fd >= 0) {
     ioctl(me_soft.fd, PERF_EVENT_IOC_DISABLE, 0);
-    close(me_soft.fd);
+    locus_fd_close(me_soft.fd);
   }
   me_soft.fd = -1;
   me_soft.source = SRC_NONE;
@@ -983,7 +983,7 @@ static void soft_proc_fini(void) {
 static void soft_after_fork(void) {
   if (!proc_ok) return;
   /* The fds are the parent's events: close, never disable. Timers are not inherited. */
-  if (me_soft.fd >= 0) close(me_soft.fd);
+  locus_fd_close(me_soft.fd);
   /* Another thread may have held it at fork: the child has only this thread. */
   atomic_store(&mods_busy, 0);
   me_soft.fd = -1;

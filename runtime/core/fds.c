@@ -1,0 +1,71 @@
+/* The runtime's own file descriptors (record files, the run directory, perf events),
+ * protected from the program. Daemons and shells close every descriptor they did not
+ * open (close_range(3, ~0U), closefrom, a close() loop); the runtime's would then be
+ * closed and their numbers reused by the program's next open(), and the runtime would
+ * write its records into the program's files (fallocate + MAP_SHARED: a 6-byte file
+ * became 1 MiB of records). So each of ours is moved above the program's usual range (a
+ * quarter of RLIMIT_NOFILE from its top, F_DUPFD_CLOEXEC), remembered in a bitmap, and the
+ * interposers of close, close_range, closefrom, dup2 and dup3 leave it alone. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+#define FD_BITS 65536
+static _Atomic uint64_t owned[FD_BITS / 64];
+static int fd_base = 3;
+
+void locus_fds_init(void) {
+  struct rlimit rl;
+  long cur =
+      getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (long)rl.rlim_cur : 1024;
+  long b = cur - cur / 4;
+  if (b > FD_BITS - 4096) b = FD_BITS - 4096;
+  fd_base = b > 10 ? (int)b : 10;
+}
+
+int locus_fd_keep(int fd) {
+  if (fd < 0) return fd;
+  int hi = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, fd_base);
+  if (hi >= 0) {
+    syscall(SYS_close, fd);
+    fd = hi;
+  }
+  if (fd < FD_BITS)
+    atomic_fetch_or_explicit(&owned[fd / 64], 1ull << (fd % 64), memory_order_release);
+  return fd;
+}
+
+int locus_fd_owned(int fd) {
+  return fd >= 0 && fd < FD_BITS &&
+         ((atomic_load_explicit(&owned[fd / 64], memory_order_acquire) >> (fd % 64)) & 1);
+}
+
+void locus_fd_forget(int fd) {
+  if (fd >= 0 && fd < FD_BITS)
+    atomic_fetch_and_explicit(&owned[fd / 64], ~(1ull << (fd % 64)), memory_order_release);
+}
+
+void locus_fd_close(int fd) {
+  if (fd < 0) return;
+  if (fd < FD_BITS)
+    atomic_fetch_and_explicit(&owned[fd / 64], ~(1ull << (fd % 64)), memory_order_release);
+  syscall(SYS_close, fd);
+}
+
+/* The next owned descriptor in [from, to], or -1. */
+int locus_fd_next_owned(unsigned from, unsigned to) {
+  if (to >= FD_BITS) to = FD_BITS - 1;
+  for (unsigned w = from / 64; from <= to && w <= to / 64; w++) {
+    uint64_t bits = atomic_load_explicit(&owned[w], memory_order_acquire);
+    if (w == from / 64) bits &= ~0ull << (from % 64);
+    if (bits) {
+      unsigned fd = w * 64 + (unsigned)__builtin_ctzll(bits);
+      return fd <= to ? (int)fd : -1;
+    }
+  }
+  return -1;
+}
