@@ -1,4 +1,5 @@
-/* The runtime's own file descriptors (record files, the run directory, perf events),
+/* The runtime's own file descriptors (record files, the run directory, perf events, a copy
+ * of the starting stderr for its warnings),
  * protected from the program. Daemons and shells close every descriptor they did not
  * open (close_range(3, ~0U), closefrom, a close() loop); the runtime's would then be
  * closed and their numbers reused by the program's next open(), and the runtime would
@@ -17,6 +18,7 @@
 #define FD_BITS 65536
 static _Atomic uint64_t owned[FD_BITS / 64];
 static int fd_base = 3;
+int locus_warn_fd = 2;
 
 void locus_fds_init(void) {
   struct rlimit rl;
@@ -25,6 +27,12 @@ void locus_fds_init(void) {
   long b = cur - cur / 4;
   if (b > FD_BITS - 4096) b = FD_BITS - 4096;
   fd_base = b > 10 ? (int)b : 10;
+  /* The runtime's warnings go to the stderr the program started with. */
+  int e = (int)syscall(SYS_fcntl, 2, F_DUPFD_CLOEXEC, fd_base);
+  if (e >= 0) {
+    locus_warn_fd = e;
+    if (e < FD_BITS) atomic_fetch_or(&owned[e / 64], 1ull << (e % 64));
+  }
 }
 
 int locus_fd_keep(int fd) {

@@ -35,7 +35,9 @@ void locus_warn(const char *msg) {
   memcpy(buf, "locus: ", 7);
   memcpy(buf + 7, msg, n);
   buf[7 + n] = '\n';
-  ssize_t rc = syscall(SYS_write, 2, buf, 8 + n); /* not our own write interposer */
+  /* Not through our own write interposer; to the stderr the program started with (a daemon
+   * may close 2 and reuse the number for a file of its own). */
+  ssize_t rc = syscall(SYS_write, locus_warn_fd, buf, 8 + n);
   (void)rc;
 }
 

@@ -78,6 +78,7 @@ void locus_warn(const char *msg);
 
 /* ---- fds.c: the runtime's descriptors, kept away from the program's close() ---- */
 void locus_fds_init(void);
+extern int locus_warn_fd; /* stderr as the program started with it */
 /* Move fd above the program's range and protect it; returns the descriptor to use. */
 int locus_fd_keep(int fd);
 int locus_fd_owned(int fd);
