@@ -179,17 +179,26 @@ static void start_process(int forked) {
 
 static void after_fork_child(void) {
   if (!locus_enabled) return;
+  /* The signals that end a process wait until the child's records are set up: a pool
+   * that terminates a worker just forked would otherwise leave it half-recorded. */
+  sigset_t ends, old;
+  sigemptyset(&ends);
+  static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&ends, sigs[i]);
+  syscall(SYS_rt_sigprocmask, SIG_BLOCK, &ends, &old, sizeof(uint64_t));
   locus_enabled = 0;
   locus_fd_close(locus_proc_dirfd);
   locus_proc_hdr = NULL; /* the parent's mapping stays the parent's */
   atomic_store(&slow_ticks, 0);
   locus_proc_dirfd = open_proc_dir();
-  if (locus_proc_dirfd < 0 || open_proc_header(1) != 0) return;
-  copy_file("/proc/self/maps", locus_proc_dirfd, "maps");
-  locus_threads_after_fork();
-  locus_stack_after_fork();
-  locus_lenses_after_fork();
-  locus_enabled = 1;
+  if (locus_proc_dirfd >= 0 && open_proc_header(1) == 0) {
+    copy_file("/proc/self/maps", locus_proc_dirfd, "maps");
+    locus_threads_after_fork();
+    locus_stack_after_fork();
+    locus_lenses_after_fork();
+    locus_enabled = 1;
+  }
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof(uint64_t));
 }
 
 static void read_config(void) {
@@ -237,10 +246,21 @@ void locus_ensure_init(void) {
 __attribute__((constructor(101))) static void locus_ctor(void) { locus_ensure_init(); }
 
 void locus_proc_finish(int status, uint32_t flags) {
-  if (!locus_enabled || !locus_proc_hdr) return;
+  if (!locus_proc_hdr) return;
   /* A vfork child (or a raw clone) shares or copies our state without a fork handler:
    * it must not finish the parent's run. */
   if ((uint32_t)getpid() != locus_proc_hdr->pid) return;
+  if (!locus_enabled) {
+    /* Ended (a pool's SIGTERM) while a forked child was still setting up its records:
+     * nothing of it is half-written, only its end is missing. Already finished: nothing. */
+    struct locus_proc *h = locus_proc_hdr;
+    if (h->flags & (LOCUS_PROC_EXITED | LOCUS_PROC_SIGNALED | LOCUS_PROC_EXECED)) return;
+    h->end_ns = locus_mono_ns();
+    if (status != INT32_MIN) h->exit_status = status;
+    atomic_signal_fence(memory_order_release);
+    h->flags |= flags;
+    return;
+  }
   locus_enabled = 0; /* interposers from here on forward only */
   int interrupted_runtime = locus_me.guard > 0;
   locus_me.guard++;

@@ -240,3 +240,37 @@ def test_program_closing_every_descriptor(locus, tmp_path, how):
     rep = locus.report(run, "--lens", "comm")
     assert rep["run"]["complete"] is True
     assert rep["lenses"]["comm"]["samples"] > 20
+
+
+TERMCHILD = r"""
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void) {
+  for (int k = 0; k < 4; k++) {
+    pid_t c = fork();
+    if (c == 0) for (;;) pause();
+    usleep(k * 300);  /* while the child sets its records up, or before it even ran */
+    kill(c, SIGTERM);
+    int st;
+    waitpid(c, &st, 0);
+  }
+  return 0;
+}
+"""
+
+
+def test_children_terminated_right_after_fork(locus, tmp_path):
+    """A pool terminating workers it has just forked (Python's multiprocessing did, now and
+    then): each child is recorded whole, its end at the signal. A SIGTERM that came while
+    the child was still setting up its records left it half-recorded, or unrecorded."""
+    src, exe = tmp_path / "termchild.c", tmp_path / "termchild"
+    src.write_text(TERMCHILD)
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True)
+    proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    rep = locus.report(run, "--lens", "comm")
+    # Every child that got to set up records finished them (one killed before it ran a
+    # single instruction has none: that is not a partial record).
+    assert rep["run"]["complete"] is True
+    assert len(rep["run"]["pids"]) >= 3, rep["run"]["pids"]
