@@ -208,32 +208,20 @@ def test_advice_for_an_object_that_starts_mid_line(tmp_path):
     two slots (bytes 32-39 and 40-47 of the line) are written by two threads. The advice
     names its object offsets 0-8 (it was dropped when the line began before the object)."""
     run, p, c = _run(threads=2, cpus=2)
-    c.event(
-        src=10,
-        dst=11,
-        line=0x603000,
-        src_off=32,
-        src_len=8,
-        dst_off=40,
-        dst_len=8,
-        src_ip=0x401100,
-        dst_ip=0x401100,
-        store=True,
-        count=30,
-    )
-    c.event(
-        src=11,
-        dst=10,
-        line=0x603000,
-        src_off=40,
-        src_len=8,
-        dst_off=32,
-        dst_len=8,
-        src_ip=0x401100,
-        dst_ip=0x401100,
-        store=True,
-        count=30,
-    )
+    for src, dst, so, do in ((10, 11, 32, 40), (11, 10, 40, 32)):
+        c.event(
+            src=src,
+            dst=dst,
+            line=0x603000,
+            src_off=so,
+            src_len=8,
+            dst_off=do,
+            dst_len=8,
+            src_ip=0x401100,
+            dst_ip=0x401100,
+            store=True,
+            count=30,
+        )
     for t in (10, 11):
         c.counters(t, samples=100, signals=100)
     res = _res(tmp_path, run, Options(symbolizer=lambda proc: MidLineSym()))
