@@ -136,6 +136,16 @@ void locus_comm_write_thread(void) {
   locus_ct.started = 0;
 }
 
+uint64_t locus_comm_self_begin(void) { return locus_thread_cpu_ns(); }
+
+void locus_comm_self_end(uint64_t begin) {
+  uint64_t now = locus_thread_cpu_ns();
+  if (!begin || now < begin) return;
+  uint64_t d = now - begin;
+  locus_ct.st.self_ns += d;
+  locus_add_self_cpu_ns(d);
+}
+
 void locus_comm_checkpoint(void) {
   if (!locus_ct.started || (++locus_ct.ticks & 255u) != 0) return;
   write_own();

@@ -282,7 +282,7 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
     disarm();
     return;
   }
-  uint64_t t0 = locus_ticks();
+  uint64_t t0 = locus_ticks(), c0 = locus_comm_self_begin();
   locus_me.guard++;
   locus_ct.st.traps++;
   int m = dt.armed;
@@ -302,9 +302,7 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
               (double)locus_comm_cfg.line / ((double)WP_BYTES * m));
   if (dt.on.t > dt.t_trap) dt.t_trap = dt.on.t;
   if (t0 > dt.t_prev) dt.t_prev = t0;
-  uint64_t d = locus_ticks() - t0;
-  locus_ct.st.self_ns += (uint64_t)((double)d * 1000.0 / locus_ticks_per_us);
-  locus_add_self_ticks(d);
+  locus_comm_self_end(c0);
   locus_me.guard--;
 }
 

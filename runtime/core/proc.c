@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,16 @@ void locus_warn(const char *msg) {
    * may close 2 and reuse the number for a file of its own). */
   ssize_t rc = syscall(SYS_write, locus_warn_fd, buf, 8 + n);
   (void)rc;
+}
+
+uint64_t locus_thread_cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void locus_add_self_cpu_ns(uint64_t ns) {
+  locus_add_self_ticks((uint64_t)((double)ns * locus_ticks_per_us / 1000.0));
 }
 
 void locus_add_self_ticks(uint64_t ticks) {

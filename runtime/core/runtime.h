@@ -97,6 +97,10 @@ void locus_proc_finish(int status, uint32_t flags);
 void locus_before_exec(void);
 void locus_after_failed_exec(void);
 void locus_add_self_ticks(uint64_t ticks);
+/* The calling thread's CPU time (ns): the runtime's own cost is CPU time, not wall time (a
+ * preempted handler or a claim waiting for a CPU would count the wait). 0 if unknown. */
+uint64_t locus_thread_cpu_ns(void);
+void locus_add_self_cpu_ns(uint64_t ns);
 
 /* ---- thread.c ---- */
 struct locus_self {

@@ -80,7 +80,7 @@ static int grow(struct locus_stream *s, uint64_t need) {
 
 void *locus_stream_claim(struct locus_stream *s, size_t bytes) {
   if (s->fd < 0) return NULL;
-  uint64_t t0 = locus_ticks();
+  uint64_t c0 = locus_thread_cpu_ns();
   uint64_t off = atomic_fetch_add(&s->next, bytes);
   if (off + bytes > atomic_load(&s->size) && grow(s, off + bytes) != 0) return NULL;
   int fd = locus_stream_fd(s);
@@ -90,7 +90,8 @@ void *locus_stream_claim(struct locus_stream *s, size_t bytes) {
     locus_proc_hdr->tsc1 = locus_ticks();
     locus_proc_hdr->ns1 = locus_mono_ns();
   }
-  locus_add_self_ticks(locus_ticks() - t0);
+  uint64_t c1 = locus_thread_cpu_ns();
+  if (c0 && c1 > c0) locus_add_self_cpu_ns(c1 - c0);
   return p == MAP_FAILED ? NULL : p;
 }
 

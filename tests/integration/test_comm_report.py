@@ -242,3 +242,43 @@ def test_cpp_runtime_in_a_local_scope(locus, tmp_path, lens):
     subprocess.run(["gcc", "-O2", "-o", str(host), str(tmp_path / "host.c"), "-ldl"], check=True)
     proc, run = locus.record([str(host), str(lib)], options=("--lens", lens), check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == b"1000", proc
+
+
+OVERSUBSCRIBED = r"""
+#include <pthread.h>
+#include <stdio.h>
+#define N 300
+static volatile long shared[8];
+static pthread_barrier_t bar;
+static void *w(void *a) {
+  long k = (long)a;
+  pthread_barrier_wait(&bar);
+  for (long i = 0; i < 3000000; i++) shared[k % 8] += i;
+  return 0;
+}
+int main(void) {
+  pthread_t t[N];
+  pthread_barrier_init(&bar, 0, N);
+  for (long i = 0; i < N; i++) pthread_create(&t[i], 0, w, (void *)i);
+  for (int i = 0; i < N; i++) pthread_join(t[i], 0);
+  puts("done");
+  return 0;
+}
+"""
+
+
+def test_cost_is_cpu_time_when_threads_outnumber_cpus(locus, tmp_path):
+    """300 busy threads on a few CPUs: a handler preempted halfway waited for a CPU for
+    milliseconds, and wall-time accounting reported 25 s of comm cost for 0.7 s of run
+    (3922 %). The cost is the handlers' CPU time: a few microseconds per signal."""
+    import subprocess
+
+    src, exe = tmp_path / "many.c", tmp_path / "many"
+    src.write_text(OVERSUBSCRIBED)
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
+    proc, run = locus.record([str(exe)], options=("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    signals = c["counters"]["signals"]
+    assert signals > 100
+    # Generous: the first arming of each thread opens its watchpoints (tens of us).
+    assert c["overhead_s"] / signals < 200e-6, (c["overhead_s"], signals)

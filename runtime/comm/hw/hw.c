@@ -199,7 +199,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
   (void)si;
   (void)uc;
   int saved = errno;
-  uint64_t t0 = locus_ticks();
+  uint64_t c0 = locus_comm_self_begin();
   locus_me.guard++;
   /* After the process finished its records (exit in progress) only empty the rings. */
   int use = locus_enabled && locus_ct.started;
@@ -207,7 +207,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
   if (use) {
     locus_ct.st.signals++;
     locus_comm_checkpoint();
-    locus_ct.st.self_ns += (uint64_t)((double)(locus_ticks() - t0) * 1000.0 / locus_ticks_per_us);
+    locus_comm_self_end(c0);
   }
   locus_me.guard--;
   errno = saved;

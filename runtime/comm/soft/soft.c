@@ -717,7 +717,7 @@ static int enters_kernel(uint64_t pc) {
 static void take_sample(ucontext_t *uc) {
   struct locus_comm_thread *st = &locus_ct.st;
   if (!locus_ct.started) return;
-  uint64_t t0 = locus_ticks();
+  uint64_t t0 = locus_ticks(), c0 = locus_comm_self_begin();
   st->signals++;
   locus_comm_checkpoint();
   if (locus_me.guard || locus_me.state != 1 || !locus_enabled) {
@@ -749,9 +749,7 @@ static void take_sample(ucontext_t *uc) {
       locus_comm_take(&a);
     }
   }
-  uint64_t dt = locus_ticks() - t0;
-  st->self_ns += (uint64_t)((double)dt * 1000.0 / locus_ticks_per_us);
-  locus_add_self_ticks(dt);
+  locus_comm_self_end(c0);
   locus_me.guard--;
 }
 
@@ -759,7 +757,8 @@ static void take_sample(ucontext_t *uc) {
  * address comes from the registers as they are. */
 static void on_step(ucontext_t *uc) {
   struct locus_comm_thread *st = &locus_ct.st;
-  uint64_t t0 = locus_ticks(), pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+  uint64_t t0 = locus_ticks(), c0 = locus_comm_self_begin();
+  uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
   int rc = DEC_UNDECODED;
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
@@ -787,9 +786,7 @@ static void on_step(ucontext_t *uc) {
       if (rc == DEC_UNDECODED) st->undecoded++;
     }
   }
-  uint64_t dt = locus_ticks() - t0;
-  st->self_ns += (uint64_t)((double)dt * 1000.0 / locus_ticks_per_us);
-  locus_add_self_ticks(dt);
+  locus_comm_self_end(c0);
 }
 
 /* Sampler signals: TRAP_PERF with our cookie (the dispatcher checked it), the timer's
