@@ -153,12 +153,9 @@ void locus_comm_checkpoint(void) {
 
 /* Another thread's name, at exit (normal context): /proc/self/task/TID/comm. */
 static void name_of(uint32_t tid, char name[16]) {
-  char path[48] = "/proc/self/task/", digits[12];
-  size_t k = 0, at = strlen(path);
-  do digits[k++] = (char)('0' + tid % 10);
-  while ((tid /= 10) && k < sizeof digits);
-  while (k) path[at++] = digits[--k];
-  strcpy(path + at, "/comm");
+  char path[48] = "/proc/self/task/";
+  locus_fmt_u(path + strlen(path), tid);
+  strcat(path, "/comm");
   int fd = (int)syscall(SYS_open, path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   long n = (long)syscall(SYS_read, fd, name, 15);

@@ -80,7 +80,7 @@ static void copy_file(const char *from, int dirfd, const char *to) {
   close(in);
 }
 
-static void fmt_u(char *out, unsigned v) {
+void locus_fmt_u(char *out, unsigned v) {
   char tmp[16];
   int n = 0;
   do tmp[n++] = (char)('0' + v % 10);
@@ -98,13 +98,13 @@ static int open_proc_dir(void) {
     if (procs < 0) return -1;
   }
   char name[48];
-  fmt_u(name, (unsigned)getpid());
+  locus_fmt_u(name, (unsigned)getpid());
   size_t base = strlen(name);
   int fd = -1;
   for (unsigned k = 0; k < 1000 && fd < 0; k++) {
     if (k) {
       name[base] = '.';
-      fmt_u(name + base + 1, k);
+      locus_fmt_u(name + base + 1, k);
     }
     if (mkdirat(procs, name, 0755) == 0)
       fd = openat(procs, name, O_DIRECTORY | O_CLOEXEC);

@@ -2,6 +2,7 @@
 #ifndef LOCUS_REAL_H
 #define LOCUS_REAL_H
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <time.h>
@@ -67,6 +68,10 @@ void locus_real_resolve(void);
 /* Look a symbol up now (for libraries loaded after start-up); aborts with a message when
  * the symbol exists nowhere, since the call cannot be forwarded. */
 void *locus_real_need(void **slot, const char *name);
+
+/* The next definition of an interposed function, looked up once into `var` (a static
+ * function pointer of the interposer); NULL when there is none. */
+#define NEXT(var, name) (var ? var : (var = (__typeof__(var))dlsym(RTLD_NEXT, name)))
 
 #define REAL(field, name)         \
   (LOCUS_LIKELY(locus_real.field) \

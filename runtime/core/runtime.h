@@ -75,6 +75,8 @@ extern struct locus_proc *locus_proc_hdr;
 extern int locus_proc_dirfd;
 extern char locus_proc_path[4096]; /* absolute path of this process's directory, "" if unknown */
 void locus_warn(const char *msg);
+/* v in decimal at out (NUL-terminated; at most 10 digits): no stdio in the runtime. */
+void locus_fmt_u(char *out, unsigned v);
 
 /* ---- fds.c: the runtime's descriptors, kept away from the program's close() ---- */
 void locus_fds_init(void);

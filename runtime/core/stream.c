@@ -60,17 +60,16 @@ int locus_stream_fd(struct locus_stream *s) {
   return nfd >= 0 ? s->fd : -1;
 }
 
-static int grow(struct locus_stream *s, uint64_t need) {
+static int grow(struct locus_stream *s, int fd, uint64_t need) {
   int rc = 0;
   while (atomic_flag_test_and_set_explicit(&s->grow_lock, memory_order_acquire)) {
   }
   uint64_t size = atomic_load(&s->size);
   if (need > size) {
     uint64_t to = (need + GROW_STEP - 1) / GROW_STEP * GROW_STEP;
-    int fd = locus_stream_fd(s);
-    if (fd < 0 || fallocate(fd, 0, (off_t)size, (off_t)(to - size)) != 0) {
+    if (fallocate(fd, 0, (off_t)size, (off_t)(to - size)) != 0) {
       /* Filesystems without fallocate: extend sparsely. */
-      if (fd < 0 || errno != EOPNOTSUPP || ftruncate(fd, (off_t)to) != 0) rc = -1;
+      if (errno != EOPNOTSUPP || ftruncate(fd, (off_t)to) != 0) rc = -1;
     }
     if (rc == 0) atomic_store(&s->size, to);
   }
@@ -82,9 +81,8 @@ void *locus_stream_claim(struct locus_stream *s, size_t bytes) {
   if (s->fd < 0) return NULL;
   uint64_t c0 = locus_thread_cpu_ns();
   uint64_t off = atomic_fetch_add(&s->next, bytes);
-  if (off + bytes > atomic_load(&s->size) && grow(s, off + bytes) != 0) return NULL;
-  int fd = locus_stream_fd(s);
-  if (fd < 0) return NULL;
+  int fd = locus_stream_fd(s); /* checked once per claim */
+  if (fd < 0 || (off + bytes > atomic_load(&s->size) && grow(s, fd, off + bytes) != 0)) return NULL;
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
   if (locus_proc_hdr) {
     locus_proc_hdr->tsc1 = locus_ticks();

@@ -9,9 +9,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../core/real.h"
 #include "../core/runtime.h"
-
-#define NEXT(var, name) (var ? var : (var = (__typeof__(var))dlsym(RTLD_NEXT, name)))
 
 #ifndef SYS_close_range
 #define SYS_close_range 436

@@ -24,10 +24,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../core/real.h"
 #include "../numa/numa.h"
 
 #define SITE ((uint64_t)(uintptr_t)__builtin_return_address(0))
-#define NEXT(var, name) (var ? var : (var = (__typeof__(var))dlsym(RTLD_NEXT, name)))
 #define FT_ON (LOCUS_UNLIKELY(atomic_load_explicit(&locus_ft_live, memory_order_relaxed)))
 
 static uint64_t first_word(const unsigned long *mask, unsigned long maxnode) {

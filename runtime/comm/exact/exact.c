@@ -272,13 +272,18 @@ static void free_tables(struct locus_xslot *s) {
 
 #define COLD __attribute__((noinline, cold))
 
+/* The process is ending and the model is off: forget the cached block (the fast path then
+ * calls the slow path, which forwards); 1 when so. */
+static inline int model_off(struct locus_xthread *x) {
+  if (LOCUS_LIKELY(locus_xg.on)) return 0;
+  x->key = 0;
+  return 1;
+}
+
 LOCUS_EXPORT COLD void locus_x_read_miss(struct locus_xthread *x, struct locus_xshadow *e,
                                          uint64_t ln, uint32_t off, uint32_t len, uint32_t fl,
                                          uint64_t ip) {
-  if (LOCUS_UNLIKELY(!locus_xg.on)) { /* the process is ending: the model is off */
-    x->key = 0;
-    return;
-  }
+  if (model_off(x)) return;
   if (!x->bit) {
     x->skipped++;
     return;
@@ -295,10 +300,7 @@ LOCUS_EXPORT COLD void locus_x_read_miss(struct locus_xthread *x, struct locus_x
 LOCUS_EXPORT COLD void locus_x_write_other(struct locus_xthread *x, struct locus_xshadow *e,
                                            uint64_t ln, uint32_t off, uint32_t len, uint32_t fl,
                                            uint64_t ip) {
-  if (LOCUS_UNLIKELY(!locus_xg.on)) { /* the process is ending: the model is off */
-    x->key = 0;
-    return;
-  }
+  if (model_off(x)) return;
   uint64_t mine = locus_x_granules(off, len);
   uint64_t w = atomic_load_explicit(&e->wip, memory_order_relaxed);
   uint64_t c = atomic_load_explicit(&e->copies, memory_order_relaxed);

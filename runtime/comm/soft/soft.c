@@ -619,45 +619,51 @@ static inline size_t avail_in(const struct module *m, uint64_t ip) {
   return m->hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? m->hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
 }
 
-/* The code bytes at pc: in a loaded object, the object's own (*code = pc); outside every
+/* The code bytes at pc: in a loaded object, the object's own (p = pc); outside every
  * object (code compiled at run time: the JVM, V8, Julia, LuaJIT), a copy made with
  * process_vm_readv, which fails cleanly where a plain read could fault (an instruction may
- * end on an unmapped page, the code may be unmapped meanwhile). Returns the bytes available
- * (0: none); *m is the object or NULL. */
-static size_t code_at(uint64_t pc, const struct module **m, uint8_t buf[static 16],
-                      const void **code) {
-  *m = pc < 0x800000000000ull ? module_of(pc) : NULL;
-  if (*m) {
-    *code = (const void *)pc;
-    return avail_in(*m, pc);
+ * end on an unmapped page, the code may be unmapped meanwhile). avail: the bytes there
+ * (0: none); m: the object or NULL. Fetched once per signal and shared by its users. */
+struct code {
+  const struct module *m;
+  const void *p;
+  size_t avail;
+  uint8_t buf[16];
+};
+
+static void code_at(uint64_t pc, struct code *c) {
+  c->m = pc < 0x800000000000ull ? module_of(pc) : NULL;
+  c->p = c->buf;
+  c->avail = 0;
+  if (c->m) {
+    c->p = (const void *)pc;
+    c->avail = avail_in(c->m, pc);
+    return;
   }
-  if (pc >= 0x800000000000ull || pc < 4096) return 0;
+  if (pc >= 0x800000000000ull || pc < 4096) return;
   uint64_t page_end = (pc | 4095u) + 1, want = ZYDIS_MAX_INSTRUCTION_LENGTH;
   uint64_t first = page_end - pc < want ? page_end - pc : want;
-  struct iovec local = {buf, (size_t)want};
+  struct iovec local = {c->buf, (size_t)want};
   struct iovec remote[2] = {{(void *)pc, (size_t)first},
                             {(void *)page_end, (size_t)(want - first)}};
   long n = syscall(SYS_process_vm_readv, syscall(SYS_getpid), &local, 1UL, remote,
                    first < want ? 2UL : 1UL, 0UL);
-  *code = buf;
-  return n > 0 ? (size_t)n : 0;
+  c->avail = n > 0 ? (size_t)n : 0;
 }
 
 /* The sampled access at pc, skid-corrected. In run-time compiled code, and where the
  * function table does not lead to pc, there is no previous instruction to take: the access
  * is the one at pc (or, by single steps, the next one). */
-static int sampled_access(uint64_t pc, const ucontext_t *uc, struct locus_comm_access *a) {
-  const struct module *m;
-  uint8_t buf[16];
-  const void *code;
-  size_t avail = code_at(pc, &m, buf, &code);
-  if (!avail) return DEC_UNDECODED;
-  if (!m) return access_of(code, avail, pc, uc, 0, a);
+static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *uc,
+                          struct locus_comm_access *a) {
+  const struct module *m = c->m;
+  if (!c->avail) return DEC_UNDECODED;
+  if (!m) return access_of(c->p, c->avail, pc, uc, 0, a);
   uint64_t w = lookup(m, pc);
   /* No previous instruction known (no unwind entry, as in hand-written assembly kernels;
    * a function longer than FN_MAX; code the linear decode loses): pc itself is always an
    * instruction boundary, and its access is exact. */
-  if (w & PC_NONE) return access_of(code, avail, pc, uc, 0, a);
+  if (w & PC_NONE) return access_of(c->p, c->avail, pc, uc, 0, a);
   uint64_t prevlen = (w >> 48) & 0xf;
   /* A rep string instruction (memset, memcpy) with iterations left was interrupted in its
    * middle: the access is its own, not the previous instruction's. */
@@ -670,7 +676,7 @@ static int sampled_access(uint64_t pc, const ucontext_t *uc, struct locus_comm_a
       return rc;
     }
   }
-  return access_of(code, avail, pc, uc, 0, a);
+  return access_of(c->p, c->avail, pc, uc, 0, a);
 }
 
 int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a) {
@@ -701,14 +707,10 @@ int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,
  * a system call may block SIGTRAP (sigprocmask, pthread_sigmask, glibc blocking every
  * signal around clone), and the kernel kills a thread whose trap-flag SIGTRAP is blocked.
  * With no system call in between, the mask stays the one the sample was delivered under. */
-static int enters_kernel(uint64_t pc) {
-  const struct module *m;
-  uint8_t buf[16];
-  const void *code;
-  size_t avail = code_at(pc, &m, buf, &code);
+static int enters_kernel(const struct code *c) {
   ZydisDecoderContext ctx;
   ZydisDecodedInstruction in;
-  if (!avail || !ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code, avail, &in)))
+  if (!c->avail || !ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, c->p, c->avail, &in)))
     return 1;
   return in.meta.category == ZYDIS_CATEGORY_SYSCALL || in.meta.category == ZYDIS_CATEGORY_INTERRUPT;
 }
@@ -733,11 +735,13 @@ static void take_sample(ucontext_t *uc) {
     st->skipped++;
     st->kernel++;
   } else {
-    int rc = sampled_access(pc, uc, &a);
+    struct code c;
+    code_at(pc, &c);
+    int rc = sampled_access(pc, &c, uc, &a);
     /* Never with SIGTRAP blocked in the context we return to: the kernel delivers a sample
      * to a thread that blocks it (asynchronously), but a blocked trap-flag SIGTRAP kills. */
     if (rc == DEC_NOMEM && step_on && !sigismember(&uc->uc_sigmask, SIGTRAP) &&
-        !enters_kernel(pc)) {
+        !enters_kernel(&c)) {
       me_soft.step_left = STEP_MAX; /* counted when the stepping ends */
       uc->uc_mcontext.gregs[REG_EFL] |= EFL_TF;
     } else if (rc != DEC_OK) {
@@ -762,14 +766,12 @@ static void on_step(ucontext_t *uc) {
   int rc = DEC_UNDECODED;
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
+  struct code c;
   int live = locus_ct.started && !locus_me.guard && locus_me.state == 1 && locus_enabled;
   if (live) {
     locus_me.guard++;
-    const struct module *m;
-    uint8_t buf[16];
-    const void *code;
-    size_t avail = code_at(pc, &m, buf, &code);
-    if (avail) rc = access_of(code, avail, pc, uc, 0, &a);
+    code_at(pc, &c);
+    if (c.avail) rc = access_of(c.p, c.avail, pc, uc, 0, &a);
     if (rc == DEC_OK) {
       a.t = t0;
       a.cpu = sched_getcpu();
@@ -778,7 +780,7 @@ static void on_step(ucontext_t *uc) {
     }
     locus_me.guard--;
   }
-  if (!(rc == DEC_NOMEM && live && --me_soft.step_left > 0 && !enters_kernel(pc))) {
+  if (!(rc == DEC_NOMEM && live && --me_soft.step_left > 0 && !enters_kernel(&c))) {
     me_soft.step_left = 0;
     uc->uc_mcontext.gregs[REG_EFL] &= ~(greg_t)EFL_TF;
     if (rc != DEC_OK && locus_ct.started) {

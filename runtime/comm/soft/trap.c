@@ -142,8 +142,8 @@ LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigactio
     return -1;
   }
   struct sigaction unblocked;
-  if (act && locus_keep_unblocked(SIG_BLOCK, &act->sa_mask, &unblocked.sa_mask) != &act->sa_mask) {
-    sigset_t mask = unblocked.sa_mask;
+  sigset_t mask;
+  if (act && locus_keep_unblocked(SIG_BLOCK, &act->sa_mask, &mask) != &act->sa_mask) {
     unblocked = *act;
     unblocked.sa_mask = mask;
     act = &unblocked;
