@@ -122,7 +122,21 @@ static int main_stack(uintptr_t *lo, uintptr_t *hi) {
 }
 
 int locus_thread_stack(uintptr_t *lo, uintptr_t *hi) {
-  if (locus_me.tid && locus_me.tid == (uint32_t)syscall(SYS_getpid)) return main_stack(lo, hi);
+  uint32_t pid = (uint32_t)syscall(SYS_getpid);
+  if (locus_me.tid && locus_me.tid == pid) {
+    /* Read once per process (three lenses ask at the main thread's start). The thread
+     * whose tid is the pid runs on [stack], except in a child forked from another thread:
+     * it runs on its pthread stack, which pthread_getattr_np knows without stdio. */
+    static uint32_t cached_pid;
+    static uintptr_t main_lo, main_hi;
+    if (cached_pid != pid && main_stack(&main_lo, &main_hi) == 0) cached_pid = pid;
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (cached_pid == pid && here >= main_lo && here < main_hi) {
+      *lo = main_lo;
+      *hi = main_hi;
+      return 0;
+    }
+  }
   pthread_attr_t at;
   if (pthread_getattr_np(pthread_self(), &at) != 0) return -1;
   void *p;

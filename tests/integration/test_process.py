@@ -274,3 +274,50 @@ def test_children_terminated_right_after_fork(locus, tmp_path):
     # single instruction has none: that is not a partial record).
     assert rep["run"]["complete"] is True
     assert len(rep["run"]["pids"]) >= 3, rep["run"]["pids"]
+
+
+FORK_FROM_THREAD = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static void *w(void *a) {
+  (void)a;
+  int local = 0;
+  pid_t c = fork();
+  if (c == 0) {
+    printf("%lx\n", (unsigned long)&local); /* the child's stack: the thread's */
+    fflush(stdout);
+    _exit(0);
+  }
+  waitpid(c, 0, 0);
+  return 0;
+}
+int main(void) {
+  pthread_t t;
+  pthread_create(&t, 0, w, 0);
+  pthread_join(t, 0);
+  return 0;
+}
+"""
+
+
+def test_stack_of_a_child_forked_from_a_thread(locus, tmp_path):
+    """The child of a fork made by a non-main thread runs on that thread's pthread stack,
+    although its tid is its pid: its stack object must hold the child's own locals (the
+    process's [stack] mapping does not)."""
+    from locus.rundir import AL_STACK, RunDir
+
+    src, exe = tmp_path / "ft.c", tmp_path / "ft"
+    src.write_text(FORK_FROM_THREAD)
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
+    proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    local = int(proc.stdout.strip(), 16)
+    rd = RunDir.open(str(run))
+    child = [p for p in rd.procs if p.ppid != 0 and p.pid != rd.procs[0].pid]
+    assert child, [p.pid for p in rd.procs]
+    al = child[0].allocs()
+    st = al[(al["kind"] == AL_STACK) & (al["tid"] == child[0].pid)]
+    assert len(st) == 1
+    lo, size = int(st["addr"][0]), int(st["size"][0])
+    assert lo <= local < lo + size, (hex(lo), size, hex(local))
