@@ -242,6 +242,19 @@ def test_cpp_runtime_in_a_local_scope(locus, tmp_path, lens):
     subprocess.run(["gcc", "-O2", "-o", str(host), str(tmp_path / "host.c"), "-ldl"], check=True)
     proc, run = locus.record([str(host), str(lib)], options=("--lens", lens), check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == b"1000", proc
+    # The plugin's `new std::vector<long>(...)` blocks (8000 bytes) are sited in the
+    # plugin, the caller of operator new, not in libstdc++.
+    from locus.rundir import AL_MALLOC, RunDir
+
+    (p,) = RunDir.open(str(run)).procs
+    spans = []
+    for line in p.maps_text().splitlines():
+        if line.endswith("plugin.so"):
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            spans.append((lo, hi))
+    al = p.allocs()
+    sites = [int(s) for s in al[(al["kind"] == AL_MALLOC) & (al["size"] == 8000)]["site"]]
+    assert sites and all(any(lo <= s < hi for lo, hi in spans) for s in sites), (sites, spans)
 
 
 OVERSUBSCRIBED = r"""
