@@ -36,12 +36,12 @@ struct locus_stream {
   _Atomic uint64_t size; /* bytes allocated in the file */
   atomic_flag grow_lock;
   const char *name;
-  uint64_t dev, ino; /* the file's identity: checked before each use of fd */
+  uint64_t dev, ino; /* the file's identity: checked when it is reopened */
   atomic_flag reopen_lock;
 };
-/* The stream's descriptor, checked to still be its file (a program may close every
- * descriptor with a raw close_range syscall, and reuse the number): reopened by path if
- * not. -1 when neither works. Async-signal-safe. */
+/* The stream's descriptor, checked to be still open (a program may close every descriptor
+ * with a raw close_range syscall): reopened by path if not. -1 when neither works.
+ * Async-signal-safe. */
 int locus_stream_fd(struct locus_stream *s);
 int locus_stream_open(struct locus_stream *s, int dirfd, const char *name);
 /* Map `bytes` (a multiple of the page size) of fresh file space; NULL when out of space. */

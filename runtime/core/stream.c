@@ -34,9 +34,14 @@ int locus_stream_fd(struct locus_stream *s) {
   struct stat st;
   int fd = s->fd;
   if (fd < 0) return -1;
-  if (syscall(SYS_fstat, fd, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino) return fd;
-  /* Closed behind our back (and perhaps reused by the program: never touch that number
-   * again, never close it). One thread reopens; the others drop this record. */
+  /* Still open: a look at the descriptor table only. Not fstat: on a 9p share (the VM
+   * tier's run directories) each stat asks the server for the size and can shrink the
+   * guest's view of a file being extended under a MAP_SHARED chunk, which then raises
+   * SIGBUS (numa_pinning died of it in 3 runs of 8). A number the program reused after
+   * closing ours with a raw syscall goes unnoticed; ours sit high to make that unlikely. */
+  if (syscall(SYS_fcntl, fd, F_GETFD) >= 0) return fd;
+  /* Closed behind our back: never touch that number again, never close it. One thread
+   * reopens the file by path (checking it is ours); the others drop this record. */
   if (!locus_proc_path[0] || atomic_flag_test_and_set(&s->reopen_lock)) return -1;
   char path[4096 + 64];
   size_t n = strlen(locus_proc_path), k = strlen(s->name);
