@@ -44,6 +44,8 @@ GCC_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "
 CLANG_FLAGS = ["-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=0"]
 # Any of these: the invocation does not link.
 NO_LINK = {"-c", "-S", "-E", "-M", "-MM", "-fsyntax-only"}
+# Static links cannot load liblocus.so.
+STATIC = {"-static", "-static-pie", "--static"}
 
 
 def library_dir() -> Path:
@@ -166,6 +168,16 @@ def main(argv: list[str], cxx: bool = False) -> int:
     name = "locus c++" if cxx else "locus cc"
     if not argv:
         print(f"usage: {name} [compiler arguments...]", file=sys.stderr)
+        return 2
+    static = [a for a in argv if a in STATIC]
+    if links(argv) and static:
+        print(
+            f"{name}: {static[0]} cannot be used: the hooks every access calls are in "
+            "liblocus.so, a shared library the program must load (and `locus record` "
+            "preloads); link dynamically (drop -static, or build the objects with "
+            f"`{name} -c` and link them in a dynamic test binary)",
+            file=sys.stderr,
+        )
         return 2
     if links(argv) and not (library_dir() / "liblocus.so").exists():
         print(

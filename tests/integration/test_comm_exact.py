@@ -115,7 +115,7 @@ def code_lines(run_dir: Path, exe: Path, ips) -> set[str]:
     return {os.path.basename(x.split(" ")[0]) for x in out.stdout.splitlines()}
 
 
-def run_exact(bins: Path, tmp_path: Path, name: str, *args: str) -> Run:
+def run_exact(bins: Path, tmp_path: Path, name: str, *args: str, **extra: str) -> Run:
     run_dir = tmp_path / f"run-{name}-{'-'.join(args)}"
     run_dir.mkdir()
     env = dict(
@@ -124,6 +124,7 @@ def run_exact(bins: Path, tmp_path: Path, name: str, *args: str) -> Run:
         LOCUS_DIR=str(run_dir),
         LOCUS_LENSES="comm",
         LOCUS_COMM_BACKEND="exact",
+        **extra,
     )
     proc = subprocess.run(
         [str(bins / name), *args, "--truth"],
@@ -154,6 +155,25 @@ def test_p2p_block_diagonal(exact_bins, tmp_path):
         assert (src, dst) in pairs, (src, dst)
     assert run.matrix() == run.expected()
     assert run.truth["expected"]["transfers"] == 4 * 2 * 3000 - 4
+
+
+def test_transfers_carry_the_cpus_of_bound_threads(exact_bins, tmp_path):
+    """With threads bound (compact: the n-th thread on CPU n mod CPUs), every transfer names
+    the reader's CPU and the writer's, so the core matrix is complete."""
+    ncpus = len(os.sched_getaffinity(0))
+    if ncpus < 2:
+        pytest.skip("needs 2 CPUs")
+    run = run_exact(exact_bins, tmp_path, "comm_p2p", "2", "2000", LOCUS_BIND="compact")
+    ev = run.events[run.inside]
+    assert len(ev) and (ev["dst_cpu"] >= 0).all() and (ev["src_cpu"] >= 0).all()
+    cpu_of: dict[int, set] = {}
+    for e in ev:
+        cpu_of.setdefault(int(e["dst_tid"]), set()).add(int(e["dst_cpu"]))
+    assert all(len(c) == 1 for c in cpu_of.values()), cpu_of
+    for e in ev:  # the writer's CPU is the one it reads on (bound)
+        assert {int(e["src_cpu"])} == cpu_of[int(e["src_tid"])]
+    a, b = run.truth["tids"]
+    assert cpu_of[a] != cpu_of[b]  # consecutive threads, consecutive CPUs
 
 
 @pytest.mark.parametrize("fraction", ["0.25", "0.75"])

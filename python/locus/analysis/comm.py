@@ -766,17 +766,25 @@ def _site_rows(ev, wk, names, opts) -> list:
 
 
 ADVICE_MIN_DETECTIONS = 10
+# An object whose false sharing is below this share of the largest object's gets no advice:
+# one stray transfer next to millions (the exact backend counts every one) is not a finding.
+ADVICE_MIN_SHARE = 0.01
 
 
 def _advice(objects: list[dict], cfg: dict, limit: int = 5) -> list[str]:
     """One plain-language line per top false-sharing object. A sampled object needs
-    ADVICE_MIN_DETECTIONS detections: advice from one or two samples would be noise."""
+    ADVICE_MIN_DETECTIONS detections: advice from one or two samples would be noise; any
+    object needs ADVICE_MIN_SHARE of the largest false-sharing volume, and two threads
+    accessing it (the accesses of the other side may fall outside the object)."""
     out = []
     line = cfg["line_size"]
+    top = max((o["false"] for o in objects if o["kind"] != "unknown"), default=0.0)
     for o in objects:
         if len(out) >= limit:
             break
         if o["false"] <= 0 or o["false"] < 0.5 * o["all"] or o["kind"] == "unknown":
+            continue
+        if o["false"] < ADVICE_MIN_SHARE * top:
             continue
         if o.get("rse", 0) and o.get("detections", 0) < ADVICE_MIN_DETECTIONS:
             continue
@@ -788,6 +796,8 @@ def _advice(objects: list[dict], cfg: dict, limit: int = 5) -> list[str]:
         for t, off, ln in acc:
             per.setdefault(t, set()).add(off)
             sizes[ln] += 1
+        if len(per) < 2:
+            continue
         thr = _ranges(list(per))
         offs = sorted({off for _t, off, _ln in acc})
         size = sizes.most_common(1)[0][0]

@@ -90,6 +90,14 @@ def test_lto_with_gcc_is_refused(monkeypatch, capsys):
     assert "needs clang" in capsys.readouterr().err
 
 
+def test_static_link_is_refused(capsys):
+    """liblocus.so cannot be linked statically: a clear error, not ld's "cannot find
+    -llocus"; compiling an object with -static in the flags is fine."""
+    assert cc.main(["-static", "-o", "app", "app.c"]) == 2
+    err = capsys.readouterr().err
+    assert "-static cannot be used" in err and "link dynamically" in err
+
+
 def test_never_wraps_itself(monkeypatch):
     monkeypatch.setenv("CC", "locus cc")
     monkeypatch.delenv("LOCUS_CC", raising=False)

@@ -18,7 +18,9 @@
  * read-modify-writes are stores. Transfers are aggregated per (line, src, dst, true/false)
  * and written, with the last src/dst pc and byte ranges, as one struct locus_comm_event per
  * aggregate (flags LOCUS_CE_EXACT [| LOCUS_CE_TRUE], volume = number of transfers) when the
- * thread ends, or at process end for threads still running.
+ * thread ends, or at process end for threads still running. The aggregate is also keyed by
+ * the CPU pair: the reader's CPU at the transfer (sched_getcpu, read from rseq by glibc) and
+ * the writer's CPU at its last write miss.
  *
  * Limits (all counted, never a crash):
  *   - copy sets are a 64-bit mask: the first 64 concurrently live threads have a bit
@@ -40,6 +42,7 @@
  * Per thread record (comm.threads.bin): samples = accesses seen, skipped = accesses not
  * tracked, detections = events written, dropped = aggregates or events lost. */
 #define _GNU_SOURCE
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -64,7 +67,8 @@ struct agg {
   uint32_t dst_flags;
   uint8_t is_true, src_off, src_len, dst_off, dst_len;
   uint8_t pad[3];
-  uint64_t pad2[2];
+  int16_t src_cpu, dst_cpu; /* -1 unknown */
+  uint32_t pad2[3];
 };
 
 struct agg_table {
@@ -92,6 +96,9 @@ static _Atomic uint64_t shadow_lost_blocks;
 static struct locus_xslot slots[XS_MAX];
 static _Atomic uint32_t slots_hi;
 static uint32_t tid_of[1u << 16];
+/* The CPU each thread was on at its last write miss (taking a line), +1 (0 unknown): the
+ * source CPU of the transfers from it. Written only when it changes (no traffic of ours). */
+static int16_t cpu_of[1u << 16];
 
 LOCUS_EXPORT struct locus_xglobal locus_xg;
 LOCUS_EXPORT LOCUS_TLS struct locus_xthread locus_xt;
@@ -155,20 +162,36 @@ static struct agg_table *agg_new(uint32_t cap, struct agg_table *older) {
   return t;
 }
 
-static inline uint32_t agg_hash(uint64_t line, uint32_t src, int is_true) {
-  uint64_t h = (line * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)src << 1 | (uint64_t)is_true);
+/* An aggregate: one line, source thread, verdict and CPU pair (a migration starts another). */
+struct agg_key {
+  uint64_t line;
+  uint32_t src;
+  int is_true;
+  int16_t src_cpu, dst_cpu;
+};
+
+static inline uint32_t agg_hash(const struct agg_key *k) {
+  uint64_t cpus = (uint64_t)(uint16_t)k->src_cpu << 16 | (uint16_t)k->dst_cpu;
+  uint64_t h = (k->line * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)k->src << 1 | (uint64_t)k->is_true) ^
+               (cpus << 32);
   h ^= h >> 29;
   h *= 0xbf58476d1ce4e5b9ull;
   return (uint32_t)(h ^ (h >> 32));
 }
 
-static struct agg *agg_find(struct agg_table *t, uint64_t line, uint32_t src, int is_true) {
+static struct agg *agg_find(struct agg_table *t, const struct agg_key *k) {
   uint32_t m = t->cap - 1;
-  for (uint32_t i = agg_hash(line, src, is_true) & m;; i = (i + 1) & m) {
+  for (uint32_t i = agg_hash(k) & m;; i = (i + 1) & m) {
     struct agg *a = &t->e[i];
-    if (a->line == 0 || (a->line == line && a->src_serial == src && a->is_true == is_true))
+    if (a->line == 0 ||
+        (a->line == k->line && a->src_serial == k->src && a->is_true == k->is_true &&
+         a->src_cpu == k->src_cpu && a->dst_cpu == k->dst_cpu))
       return a;
   }
+}
+
+static inline struct agg_key key_of(const struct agg *a) {
+  return (struct agg_key){a->line, a->src_serial, a->is_true, a->src_cpu, a->dst_cpu};
 }
 
 static struct agg_table *agg_grow(struct locus_xslot *s, struct agg_table *t) {
@@ -179,7 +202,8 @@ static struct agg_table *agg_grow(struct locus_xslot *s, struct agg_table *t) {
   if (t) {
     for (uint32_t i = 0; i < t->cap; i++) {
       if (!t->e[i].line) continue;
-      *agg_find(n, t->e[i].line, t->e[i].src_serial, t->e[i].is_true) = t->e[i];
+      struct agg_key k = key_of(&t->e[i]);
+      *agg_find(n, &k) = t->e[i];
       n->n++;
     }
   }
@@ -198,8 +222,10 @@ static __attribute__((noinline)) void transfer(struct locus_xthread *x, uint64_t
   x->key = 0;
   x->busy = 1;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  int is_true = (wbytes & mine) != 0;
   uint32_t src = (uint32_t)(wip >> 48);
+  struct agg_key k = {ln, src, (wbytes & mine) != 0, (int16_t)(cpu_of[src] - 1), -1};
+  int cpu = sched_getcpu(); /* glibc reads it from rseq: no system call */
+  if (cpu >= 0 && cpu < INT16_MAX) k.dst_cpu = (int16_t)cpu;
   struct agg_table *t = atomic_load_explicit(&s->agg, memory_order_relaxed);
   if (!t || t->n * 2 >= t->cap) {
     struct agg_table *n = agg_grow(s, t);
@@ -209,10 +235,12 @@ static __attribute__((noinline)) void transfer(struct locus_xthread *x, uint64_t
     }
     if (n) t = n;
   }
-  struct agg *a = agg_find(t, ln, src, is_true);
+  struct agg *a = agg_find(t, &k);
   if (!a->line) {
     a->src_serial = src;
-    a->is_true = (uint8_t)is_true;
+    a->is_true = (uint8_t)k.is_true;
+    a->src_cpu = k.src_cpu;
+    a->dst_cpu = k.dst_cpu;
     a->line = ln;
     t->n++;
   }
@@ -245,7 +273,8 @@ static void flush_slot(struct locus_xslot *s) {
     e.volume = (double)a->count;
     e.src_tid = a->src_serial < (1u << 16) ? tid_of[a->src_serial] : 0;
     e.dst_tid = s->tid;
-    e.src_cpu = e.dst_cpu = -1;
+    e.src_cpu = a->src_cpu;
+    e.dst_cpu = a->dst_cpu;
     e.src_off = a->src_off;
     e.src_len = a->src_len;
     e.dst_off = a->dst_off;
@@ -308,6 +337,11 @@ LOCUS_EXPORT COLD void locus_x_write_other(struct locus_xthread *x, struct locus
   if (ws && ws != x->serial && x->bit && !(c & x->bit))
     transfer(x, ln, w, atomic_load_explicit(&e->bytes, memory_order_relaxed), mine, off, len, fl,
              ip);
+  if (x->serial) {
+    int cpu = sched_getcpu();
+    int16_t v = (int16_t)(cpu >= 0 && cpu < INT16_MAX - 1 ? cpu + 1 : 0);
+    if (cpu_of[x->serial] != v) cpu_of[x->serial] = v;
+  }
   /* A new modified epoch: T is the only holder, its bytes are the written ones. */
   atomic_store_explicit(&e->copies, x->bit, memory_order_relaxed);
   atomic_store_explicit(&e->bytes, mine, memory_order_relaxed);

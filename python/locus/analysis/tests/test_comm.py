@@ -232,6 +232,21 @@ def test_advice_for_an_object_that_starts_mid_line(tmp_path):
     ]
 
 
+def test_no_advice_for_a_stray_transfer_or_a_lone_thread(tmp_path):
+    """Advice needs two threads in the object and a share of the largest false sharing: an
+    exact run's single false transfer on another object (seen from one side: the other
+    thread's bytes lie outside it) next to thousands on `stats` gets none."""
+    run, p, c = _run(threads=3, cpus=2, backend="exact")
+    for src, dst, so, do in ((11, 12, 0, 8), (12, 11, 8, 0)):
+        c.event(src=src, dst=dst, line=STATS, src_off=so, dst_off=do, store=True, volume=5000)
+    # `counter` (8 bytes at the start of its line): thread 1 read it, after thread 0 wrote
+    # byte 40, outside the object.
+    c.event(src=10, dst=11, line=COUNTER, src_off=40, src_len=8, dst_off=0, dst_len=8)
+    res = _res(tmp_path, run)
+    assert {o["name"] for o in res["objects"]} == {"stats", "counter"}
+    assert len(res["advice"]) == 1 and "`stats`" in res["advice"][0], res["advice"]
+
+
 def test_thread_names_and_legend(tmp_path):
     """The system's thread names (from the counters records) are in `threads` as `os_name`,
     and the heat map's legend says what each index is, with the name where the program set
