@@ -5,7 +5,8 @@
  * predictable branch and a tail call into the real allocator. With it on, every malloc,
  * calloc, realloc, free, aligned allocation, anonymous mmap and munmap writes one 64-byte
  * record (a TSC read and a store into a thread-local chunk of the mapped file, no lock,
- * no system call except one chunk claim per 256 records); with --call-stack each
+ * no system call except one chunk claim per 256 records, per 16384 in a thread allocating
+ * fast: core/stream.c); with --call-stack each
  * allocation also unwinds its stack (microseconds). A program doing N allocations and N
  * frees writes 128*N bytes: 1e6 pairs are 128 MB. Every block is tracked, whatever its
  * size, because small objects are exactly where false sharing hides.

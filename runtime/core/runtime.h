@@ -55,6 +55,7 @@ void locus_stream_close(struct locus_stream *s);
 struct locus_cursor {
   char *base, *pos, *end;
   size_t chunk;
+  uint64_t t; /* ticks at the last claim: a chunk filled fast makes the next one larger */
 };
 /* Append one record; returns 0, or -1 when it was dropped. Async-signal-safe. */
 int locus_cursor_put(struct locus_stream *s, struct locus_cursor *c, const void *rec,

@@ -78,6 +78,11 @@ static LOCUS_TLS int resolving; /* this thread is inside dlsym: allocate from th
 #define R(field, name) \
   __atomic_store_n((void **)&real.field, dlsym(RTLD_NEXT, name), __ATOMIC_RELAXED)
 
+static int glibc_malloc; /* the next malloc is glibc's: blocks have its chunk header */
+
+/* An mmap'd chunk of glibc's malloc (never for another allocator's blocks). */
+static inline int chunk_mmapped(const void *p) { return glibc_malloc && locus_ft_chunk_mmapped(p); }
+
 /* Returns the state after trying; RESOLVED is set once every essential function is known. */
 static __attribute__((noinline)) int resolve(void) {
   if (resolving) return state();
@@ -94,6 +99,17 @@ static __attribute__((noinline)) int resolve(void) {
   R(usable, "malloc_usable_size");
   R(mmap, "mmap");
   R(munmap, "munmap");
+  /* Whose malloc is next: glibc's keeps a size word before each block (its mmap'd chunks
+   * are found by it); another allocator's (jemalloc linked by redis, tcmalloc, mimalloc)
+   * has no such header, and a page-aligned block's previous page may be unmapped or
+   * protected. Those allocators call mmap through the PLT, so their regions are seen there. */
+  Dl_info di;
+  const char *f = NULL;
+  if (real.malloc && dladdr((void *)real.malloc, &di) && di.dli_fname) {
+    f = strrchr(di.dli_fname, '/');
+    f = f ? f + 1 : di.dli_fname;
+  }
+  glibc_malloc = f && (!strncmp(f, "libc.so", 7) || !strncmp(f, "libc-", 5));
   resolving = 0;
   /* pvalloc and malloc_usable_size are optional (checked where used); the rest must be
    * there for the fast path to call them unchecked. */
@@ -115,7 +131,7 @@ static inline uint64_t caller_site(uint64_t site) {
 
 /* The numa lens: an mmap'd chunk is fresh memory whose first touches it tracks. */
 static inline void numa_fresh(int s, void *p, size_t n, uint64_t site) {
-  if ((s & LOCUS_ALLOC_NUMA) && p && n >= 16 * 4096 && locus_ft_chunk_mmapped(p))
+  if ((s & LOCUS_ALLOC_NUMA) && p && n >= 16 * 4096 && chunk_mmapped(p))
     locus_ft_track(p, n, p, PROT_READ | PROT_WRITE, site);
 }
 
@@ -155,7 +171,7 @@ static __attribute__((noinline)) void free_slow(void *p, uint64_t site) {
   if (!(s & LOCUS_ALLOC_RESOLVED)) return;
   if (s & LOCUS_ALLOC_TRACKING) locus_allocs_record(LOCUS_AL_FREE, p, 0, site);
   /* Only an mmap'd chunk can be a tracked region: no region scan for heap blocks. */
-  if ((s & LOCUS_ALLOC_NUMA) && locus_ft_chunk_mmapped(p)) locus_ft_release(p, 0);
+  if ((s & LOCUS_ALLOC_NUMA) && chunk_mmapped(p)) locus_ft_release(p, 0);
   real.free(p);
 }
 
@@ -173,7 +189,7 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t n, uint64_t 
   }
   if (!(s & LOCUS_ALLOC_RESOLVED)) return p ? NULL : boot_alloc(n, 16);
   /* mremap would carry PROT_NONE along; only an mmap'd chunk can be a tracked region. */
-  if ((s & LOCUS_ALLOC_NUMA) && p && locus_ft_chunk_mmapped(p)) locus_ft_release(p, 0);
+  if ((s & LOCUS_ALLOC_NUMA) && p && chunk_mmapped(p)) locus_ft_release(p, 0);
   void *q = real.realloc(p, n);
   if (s & LOCUS_ALLOC_TRACKING) {
     if (q) {

@@ -195,6 +195,73 @@ def test_crashing_program_dies_and_its_run_is_whole(locus):
     assert "killed by SIGSEGV" in " ".join(text.split())
 
 
+# An allocator of its own, in a shared library the program links (as redis links
+# libjemalloc): blocks of 64 KiB and more start a page, after a PROT_NONE reserved page, so
+# nothing readable sits in front of them (glibc keeps a size word there).
+OWN_MALLOC = r"""
+#include <string.h>
+#include <sys/mman.h>
+#define PAGE 4096UL
+#define ANON (MAP_PRIVATE | MAP_ANONYMOUS)
+static char *bump(size_t n, int large) {
+  size_t len = (n + 16 + PAGE - 1) & ~(PAGE - 1);
+  if (!large) {
+    char *m = mmap(0, len, PROT_READ | PROT_WRITE, ANON, -1, 0);
+    if (m == MAP_FAILED) return 0;
+    *(size_t *)m = n;
+    return m + 16;
+  }
+  /* Reserve a guard page and the block, then commit the block: the block starts a page. */
+  char *r = mmap(0, len + PAGE, PROT_NONE, ANON | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) return 0;
+  char *m = mmap(r + PAGE, len, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, -1, 0);
+  return m == MAP_FAILED ? 0 : m;
+}
+void *malloc(size_t n) { return bump(n, n >= 65536); }
+void free(void *p) { (void)p; }
+void *calloc(size_t k, size_t n) { return malloc(k * n); } /* fresh mmap: zeroed */
+void *realloc(void *p, size_t n) {
+  void *q = malloc(n);
+  if (p && q) memcpy(q, p, n < 16 ? n : 16); /* enough for the libc callers here */
+  return q;
+}
+"""
+OWN_MALLOC_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+int main(void) {
+  for (int r = 0; r < 4; r++) {
+    char *big = malloc(1 << 20);
+    for (int i = 0; i < (1 << 20); i += 4096) big[i] = (char)i;
+    free(big);
+  }
+  puts("done");
+  return 0;
+}
+"""
+
+
+def test_numa_with_another_allocator(locus, tmp_path):
+    """A program whose malloc is not glibc's (redis and jemalloc) ran under the numa lens:
+    the lens read the glibc size word in front of each large block, which this allocator
+    does not have: SIGSEGV on the guard page (redis --io-threads died at start). Now its
+    blocks are tracked through the allocator's mmap calls."""
+    (tmp_path / "own.c").write_text(OWN_MALLOC)
+    (tmp_path / "main.c").write_text(OWN_MALLOC_MAIN)
+    lib, exe = tmp_path / "libown.so", tmp_path / "main"
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "own.c")],
+                   check=True)  # fmt: skip
+    subprocess.run(
+        ["cc", "-O1", "-o", str(exe), str(tmp_path / "main.c"), f"-L{tmp_path}", "-lown",
+         f"-Wl,-rpath,{tmp_path}"],
+        check=True,
+    )  # fmt: skip
+    proc, run = locus.record([str(exe)], ("--lens", "numa"), check=False, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == b"done\n", proc.stderr[-2000:]
+    numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+    assert numa["totals"]["first_touch"] >= 4 * 256
+
+
 def test_numa_exact_backend_counts(locus, tmp_path):
     """`locus cc` build of numa_firsttouch: every access counted; on one node all pinned
     accesses are local and the compute loop's count is exactly its element accesses."""
