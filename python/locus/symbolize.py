@@ -73,6 +73,47 @@ def _elf_loads(path: str):
     return res
 
 
+_SECT_CACHE: dict[tuple[str, float], list[tuple[int, int, str]]] = {}
+
+
+def _elf_sections(path: str) -> list[tuple[int, int, str]]:
+    """[(sh_addr, sh_size, name)] of the allocated sections of an ELF64 LE file (stripping
+    keeps the section headers), sorted; [] when unreadable."""
+    try:
+        key = (path, os.path.getmtime(path))
+    except OSError:
+        return []
+    if key in _SECT_CACHE:
+        return _SECT_CACHE[key]
+    out: list[tuple[int, int, str]] = []
+    try:
+        with open(path, "rb") as f:
+            eh = f.read(64)
+            if len(eh) == 64 and eh[:4] == b"\x7fELF" and eh[4] == 2 and eh[5] == 1:
+                shoff = struct.unpack_from("<Q", eh, 0x28)[0]
+                shentsize, shnum, shstrndx = struct.unpack_from("<HHH", eh, 0x3A)
+                if shoff and shentsize >= 64 and 0 < shnum < 65280 and shstrndx < shnum:
+                    f.seek(shoff)
+                    sh = f.read(shentsize * shnum)
+                    rows = [
+                        struct.unpack_from("<IIQQQQ", sh, i * shentsize)
+                        for i in range(len(sh) // shentsize)
+                    ]
+                    _n, _t, _fl, _a, stroff, strsize = rows[shstrndx]
+                    f.seek(stroff)
+                    strtab = f.read(min(strsize, 1 << 20))
+                    for name, _typ, flags, addr, _off, size in rows:
+                        if flags & 2 and addr and size:  # SHF_ALLOC
+                            end = strtab.find(b"\0", name)
+                            nm = strtab[name : end if end >= 0 else None].decode("ascii", "replace")
+                            out.append((addr, size, nm))
+    except (OSError, struct.error, IndexError):
+        out = []
+    out.sort()
+    _SECT_CACHE[key] = out
+    return out
+
+
 def parse_maps(text: str) -> list[_Module]:
     """Modules (ELF files mapped from offset-known segments) of a maps text."""
     first: dict[str, tuple[int, int]] = {}
@@ -232,6 +273,18 @@ class Symbolizer:
             return None
         m, v = loc
         return f"{os.path.basename(m.path)}+{v:#x}"
+
+    def section(self, addr: int) -> tuple[str, str, int] | None:
+        """(module name, section name, ELF virtual address) of an address inside a loaded
+        module (.data, .bss: static data a stripped module has no symbol for), or None."""
+        loc = _locate(self.mods, addr)
+        if loc is None:
+            return None
+        m, v = loc
+        for lo, size, name in _elf_sections(m.path):
+            if lo <= v < lo + size:
+                return os.path.basename(m.path), name, v
+        return os.path.basename(m.path), "", v
 
     def data(self, addrs: list[int]) -> dict[int, str | None]:
         """Name of the data symbol holding each address (None: heap, stack, stripped)."""

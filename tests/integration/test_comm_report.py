@@ -297,3 +297,29 @@ def test_cost_is_cpu_time_when_threads_outnumber_cpus(locus, tmp_path):
     assert signals > 100
     # Generous: the first arming of each thread opens its watchpoints (tens of us).
     assert c["overhead_s"] / signals < 200e-6, (c["overhead_s"], signals)
+
+
+def test_stripped_static_data_named_by_line_and_section(locus, tmp_path):
+    """A stripped program's static data has no symbol: its lines become objects named by
+    their ELF virtual address and section, which the unstripped binary's symbol table
+    resolves (here comm_falseshare's `data`: its second line is the false-sharing one)."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    exe = Path(__file__).resolve().parents[2] / "workloads" / "build" / "comm_falseshare"
+    stripped = tmp_path / "comm_falseshare"
+    subprocess.run(["strip", "-o", str(stripped), str(exe)], check=True)
+    nm = subprocess.run(["nm", str(exe)], capture_output=True, text=True, check=True).stdout
+    data = next(int(p[0], 16) for p in map(str.split, nm.splitlines()) if p[-1] == "data")
+    _proc, run = locus.record(
+        [str(stripped), "2", "-", "0.9", "--free"], options=("--lens", "comm")
+    )
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    top = c["objects"][0]
+    m = re.fullmatch(r"line (0x[0-9a-f]+) of comm_falseshare \.bss \(no symbol\)", top["name"])
+    assert m and top["kind"] == "static", c["objects"][:3]
+    assert int(m.group(1), 16) == data + 64 and top["false"] >= 0.8 * top["all"]
+    assert not any(o["kind"] == "unknown" for o in c["objects"]), c["objects"]
+    assert any(top["name"] in a for a in c["advice"]), c["advice"]
+    assert any("without symbols (stripped: comm_falseshare)" in n for n in c["notes"])

@@ -203,3 +203,22 @@ def test_call_stacks_reported(locus):
     assert "Call stacks by wait time" in text and "producer" in text
     _truth, plain = record_with_truth(locus, "sharequeue", "1", "2", "2000")
     assert plain["lenses"]["locks"]["stacks"] == []
+
+
+def test_stripped_static_lock_named_by_module_offset(locus, tmp_path):
+    """A static mutex of a stripped program has no symbol: it is named by its ELF virtual
+    address and section in the module (`mutex@sharequeue+0x4040 (.bss)`), which the
+    unstripped binary's symbol table resolves to `queue_lock`."""
+    import re
+    import subprocess
+
+    exe = locus.workload("sharequeue")
+    stripped = tmp_path / "sharequeue"
+    subprocess.run(["strip", "-o", str(stripped), exe], check=True)
+    nm = subprocess.run(["nm", exe], capture_output=True, text=True, check=True).stdout
+    sym = {p[-1]: int(p[0], 16) for p in map(str.split, nm.splitlines()) if len(p) == 3}
+    _proc, run = locus.record([str(stripped), "1", "2", "2000"])
+    names = [r["name"] for r in locus.report(run)["lenses"]["locks"]["locks"]]
+    found = [re.match(r"mutex@sharequeue\+(0x[0-9a-f]+) \(\.bss\)", n) for n in names]
+    addrs = {int(m.group(1), 16) for m in found if m}
+    assert sym["queue_lock"] in addrs, names

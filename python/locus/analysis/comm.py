@@ -224,7 +224,8 @@ class _Objects:
 
 def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Objects):
     """Object id and offset (of the detecting access) of each event. Order: the threads'
-    stacks, heap blocks alive at the event's time, static data symbols, else unknown."""
+    stacks, heap blocks alive at the event's time, static data symbols, cache lines of a
+    module's data without a symbol, else unknown."""
     n = len(ev.proc)
     obj = np.full(n, -1, dtype=np.int64)
     off = np.zeros(n, dtype=np.int64)
@@ -282,12 +283,48 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 uoff[u] = so
             obj[m[rest]] = uobj[uinv]
             off[m[rest]] = uoff[uinv]
+        # Static data without a symbol (a stripped module): one object per cache line,
+        # named by the line's ELF virtual address in its module's section, which a debug
+        # build of the module names (`info symbol ADDR` in gdb).
+        rest = np.flatnonzero(obj[m] < 0)
+        if len(rest):
+            lines = ev.line[m[rest]].astype(np.uint64)
+            ul, linv = np.unique(lines, return_inverse=True)
+            uobj = np.full(len(ul), -1, dtype=np.int64)
+            for u, ln in enumerate(ul.tolist()):
+                sec = names.section(pi, ln)
+                if sec is None:
+                    continue
+                mod, section, v = sec
+                name = f"line {v:#x} of {mod} {section or 'data'} (no symbol)"
+                uobj[u] = objs.get(
+                    ("static", pi, name), kind="static", proc=pi, name=name, stripped=mod
+                )
+            got = uobj[linv.reshape(-1)]
+            obj[m[rest]] = got
+            off[m[rest]] = np.where(got >= 0, (a[rest] - lines).astype(np.int64), 0)
         unk = np.flatnonzero(obj[m] < 0)
         if len(unk):
             oid = objs.get(("unknown", pi), kind="unknown", proc=pi)
             obj[m[unk]] = oid
             off[m[unk]] = -1
     return obj, off
+
+
+def _note_stripped(objs: _Objects, obj: np.ndarray, wk: dict, notes: list) -> None:
+    """Say how much of the volume is in static data without symbols, and how to name it."""
+    ids = [i for i, info in enumerate(objs.info) if info.get("stripped")]
+    total = float(wk["all"].sum()) if len(obj) else 0.0
+    if not ids or total <= 0:
+        return
+    share = float(wk["all"][np.isin(obj, ids)].sum()) / total
+    mods = sorted({objs.info[i]["stripped"] for i in ids})
+    notes.append(
+        f"{share:.0%} of the volume is in static data without symbols (stripped: "
+        f"{', '.join(mods[:5])}): such objects are cache lines named by their address in the "
+        "module; install its debug symbols (Debian: the -dbgsym package, into /usr/lib/debug) "
+        "to name the variables"
+    )
 
 
 def unique_rows(a: np.ndarray) -> np.ndarray:
@@ -409,6 +446,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     sites = _site_rows(ev, wk, names, opts)
     advice = _advice(objects, cfg)
     _strip_private(objects)
+    _note_stripped(objs, obj, wk, notes)
 
     # Scaling and its uncertainty, honestly.
     if n_sampled:

@@ -81,6 +81,11 @@ class Names:
         s = self.sym(proc)
         return s.data(addrs) if s is not None and addrs else {}
 
+    def section(self, proc: int, addr: int):
+        """(module, section, ELF virtual address) of a module address, or None."""
+        s = self.sym(proc)
+        return s.section(addr) if s is not None and hasattr(s, "section") else None
+
     def code(self, keys: list[tuple[int, int]], return_addresses: bool = False) -> list:
         """CodeLoc (or None) of each (proc, ip). Sampled and trapped instruction addresses
         are the accessing instructions themselves, not return addresses."""

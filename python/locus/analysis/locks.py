@@ -915,6 +915,11 @@ class _Names:
         if name:
             return name
         base = f"{fname}@{lock:#x}"
+        s = self.sym(proc)
+        sec = s.section(lock) if s is not None else None
+        if sec is not None:  # static data of a stripped module: where it is in the module
+            mod, section, v = sec
+            base = f"{fname}@{mod}+{v:#x}" + (f" ({section})" if section else "")
         init = self.init_site.get((proc, lock))
         loc = self.code.get((proc, init)) if init else None
         if loc is not None and loc.function:

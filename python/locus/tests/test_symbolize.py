@@ -77,3 +77,22 @@ def test_module_offset_for_stripped_code(prog):
     v = int(where.split("+")[1], 16)
     assert 0 < v < 0x100000 and v != ret
     assert s.module_offset(0x10) is None
+
+
+def test_section_of_static_data(prog, tmp_path):
+    """An address in a module is (module, section, ELF virtual address): `counter` and
+    `queue_lock` (zero-initialised) are in .bss at the virtual addresses the symbol table
+    gives them, code in .text; a stripped copy keeps its sections."""
+    maps, lock, counter, ret = prog
+    exe = next(ln.split()[-1] for ln in maps.splitlines() if ln.endswith("/p"))
+    nm = subprocess.run(["nm", exe], capture_output=True, text=True, check=True).stdout
+    sym = {p[2]: int(p[0], 16) for p in (ln.split() for ln in nm.splitlines()) if len(p) == 3}
+    s = Symbolizer(maps, tool=None)
+    assert s.section(counter + 3) == ("p", ".bss", sym["counter"] + 3)
+    assert s.section(lock) == ("p", ".bss", sym["queue_lock"])
+    assert s.section(ret)[1] == ".text"
+    assert s.section(0x10) is None
+    stripped = tmp_path / "p"
+    subprocess.run(["strip", "-o", str(stripped), exe], check=True)
+    s = Symbolizer(maps.replace(exe, str(stripped)), tool=None)
+    assert s.section(counter) == ("p", ".bss", sym["counter"])
