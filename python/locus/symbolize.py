@@ -10,7 +10,9 @@ addresses). Results are cached per (module, mtime, address) for the life of the 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -23,6 +25,9 @@ class CodeLoc:
     file: str  # "" when unknown
     line: int  # 0 when unknown
     module: str = ""
+    # The frames this location is inlined into, inside the same physical frame (outward:
+    # (function, file, line) each); a call stack lists them after it.
+    inlined: tuple = ()
 
     def short(self) -> str:
         if self.function and self.file:
@@ -196,7 +201,7 @@ class Symbolizer:
                 res = self._run(kind, path, [v for _a, v in todo])
                 for (a, v), r in zip(todo, res):
                     if kind == "code" and isinstance(r, CodeLoc):
-                        r = CodeLoc(r.function, r.file, r.line, os.path.basename(path))
+                        r = CodeLoc(r.function, r.file, r.line, os.path.basename(path), r.inlined)
                     _SYM_CACHE[(path, mtime, kind, v, self.tool)] = r
                     out[a] = r
         return out
@@ -210,9 +215,10 @@ class Symbolizer:
         try:
             if self.tool == "addr2line":
                 return self._run_addr2line(kind, path, vaddrs, empty)
+            if kind == "code":
+                return self._run_code_json(path, vaddrs, empty)
             cmd = [self.tool, f"--obj={path}", "--no-inlines", "--demangle"]
-            word = "DATA" if kind == "data" else "CODE"
-            inp = "".join(f"{word} {v:#x}\n" for v in vaddrs)
+            inp = "".join(f"DATA {v:#x}\n" for v in vaddrs)
             p = subprocess.run(cmd, input=inp, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.SubprocessError):
             return empty
@@ -238,6 +244,21 @@ class Symbolizer:
                     except ValueError:
                         line = 0
             res.append(CodeLoc(name, file, line))
+        return res
+
+    def _run_code_json(self, path: str, vaddrs: list[int], empty: list) -> list:
+        """Code addresses with their inline chains (llvm-symbolizer JSON): see user_frame."""
+        cmd = [self.tool or "", f"--obj={path}", "--demangle", "--output-style=JSON"]
+        inp = "".join(f"CODE {v:#x}\n" for v in vaddrs)
+        p = subprocess.run(cmd, input=inp, capture_output=True, text=True, timeout=120)
+        res = []
+        lines = p.stdout.splitlines()
+        for i in range(len(vaddrs)):
+            try:
+                frames = json.loads(lines[i])["Symbol"] if i < len(lines) else []
+            except (ValueError, KeyError, TypeError):
+                frames = []
+            res.append(user_frame(frames) if frames else empty[i])
         return res
 
     def _run_addr2line(self, kind: str, path: str, vaddrs: list[int], empty: list) -> list:
@@ -289,6 +310,66 @@ class Symbolizer:
     def data(self, addrs: list[int]) -> dict[int, str | None]:
         """Name of the data symbol holding each address (None: heap, stack, stripped)."""
         return self._batch("data", list(addrs))  # type: ignore[return-value]
+
+
+# Source files of libraries, inlined into a program's functions: system headers (the C++
+# standard library's templates), the Rust standard library, crates from the registry.
+LIBRARY_SOURCES = ("/usr/include/", "/usr/lib/", "/usr/local/include/", "/rustc/")
+LIBRARY_PARTS = ("/.cargo/registry/", "/.rustup/toolchains/")
+
+
+def is_library_source(file: str) -> bool:
+    return file.startswith(LIBRARY_SOURCES) or any(p in file for p in LIBRARY_PARTS)
+
+
+_RUST_ESCAPES = {
+    "$SP$": "@", "$BP$": "*", "$RF$": "&", "$LT$": "<", "$GT$": ">", "$LP$": "(",
+    "$RP$": ")", "$C$": ",", "$u7e$": "~", "$u20$": " ", "$u27$": "'", "$u5b$": "[",
+    "$u5d$": "]", "$u7b$": "{", "$u7d$": "}", "$u3b$": ";", "$u2b$": "+", "$u22$": '"',
+}  # fmt: skip
+_RUST_HASH = re.compile(r"::h[0-9a-f]{16}$")
+
+
+def rust_clean(name: str) -> str:
+    """A Rust legacy-mangled name as the Itanium demangler leaves it
+    (`fs::main::_$u7b$$u7b$closure$u7d$$u7d$::h8c7c6d5eacda6835`) made readable, as
+    rustfilt does: `fs::main::{{closure}}`. Other names are returned unchanged."""
+    if not _RUST_HASH.search(name):
+        return name
+    name = _RUST_HASH.sub("", name)
+    if "$" in name:
+        name = re.sub(r"(^|::)_\$", r"\1$", name)  # a segment starting with an escape
+        name = re.sub(
+            r"\$[A-Za-z0-9]+\$", lambda m: _RUST_ESCAPES.get(m.group(0), m.group(0)), name
+        )
+        name = name.replace("..", "::")
+    return name
+
+
+def user_frame(frames: list[dict]) -> CodeLoc:
+    """The code location of an instruction, from its inline chain (innermost first): the
+    innermost frame in the program's own source, so that an atomic add inlined from
+    <atomic> or Rust's atomic.rs, or a vector's allocation inlined from new_allocator.h,
+    is named by the line of the program that made it (its function, file and line).
+    When every frame is library code: the outermost function with the innermost line."""
+
+    def field(f: dict, k: str) -> str:
+        v = f.get(k) or ""
+        v = "" if v == "??" else str(v)
+        return rust_clean(v) if k == "FunctionName" else v
+
+    for i, f in enumerate(frames):
+        file = field(f, "FileName")
+        if file and not is_library_source(file):
+            outer = tuple(
+                (field(g, "FunctionName"), field(g, "FileName"), int(g.get("Line") or 0))
+                for g in frames[i + 1 :]
+            )
+            return CodeLoc(field(f, "FunctionName"), file, int(f.get("Line") or 0), inlined=outer)
+    inner, outer = frames[0], frames[-1]
+    return CodeLoc(
+        field(outer, "FunctionName"), field(inner, "FileName"), int(inner.get("Line") or 0)
+    )
 
 
 def _nm_data(path: str, vaddrs: list[int]) -> list[str | None]:

@@ -205,6 +205,40 @@ def test_cpp_new_object_named_by_its_caller(locus, tmp_path):
     assert "operator new" not in top["name"] and "fs.cpp:6" in top["name"], top["name"]
 
 
+CPP_VECTOR = """#include <atomic>
+#include <cstdio>
+#include <thread>
+#include <vector>
+int main() {
+  std::vector<std::atomic<long>> hits(8);  // line 6: the vector's block
+  std::thread a([&] { for (long i = 0; i < 60000000; i++) hits[0].fetch_add(1); });
+  std::thread b([&] { for (long i = 0; i < 60000000; i++) hits[1].fetch_add(1); });
+  a.join();
+  b.join();
+  std::printf("%ld\\n", hits[0].load() + hits[1].load());
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="g++ not installed (build-essential)")
+def test_cpp_sites_are_the_programs_lines(locus, tmp_path):
+    """Code inlined from the standard library (the vector's allocation from
+    new_allocator.h, fetch_add from atomic_base.h) is named by the program's line that
+    made it: the block by line 6, the accesses by lines 7 and 8."""
+    import subprocess
+
+    src = tmp_path / "vec.cpp"
+    src.write_text(CPP_VECTOR)
+    exe = tmp_path / "vec"
+    subprocess.run(["g++", "-O2", "-g", "-pthread", "-o", str(exe), str(src)], check=True)
+    _proc, run = locus.record([str(exe)], options=("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    top = c["objects"][0]
+    assert top["kind"] == "heap" and top["name"].endswith("vec.cpp:6"), c["objects"][:2]
+    lines = {(s["file"].rsplit("/", 1)[-1], s["line"]) for s in c["sites"][:2]}
+    assert lines == {("vec.cpp", 7), ("vec.cpp", 8)}, c["sites"][:3]
+
+
 CPP_PLUGIN = """#include <vector>
 static std::vector<long> *table = new std::vector<long>(1000, 1);  // at dlopen
 extern "C" long plugin_sum() {

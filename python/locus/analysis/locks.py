@@ -684,6 +684,11 @@ def _stacks(run, ev, names, lock_id_str, lock_names, wwait, whold, w, limit=500)
                     "address": _fmt_addr(pc),
                 }
             )
+            # Functions the frame's code is inlined into: frames of their own, same address.
+            for fn, file, line in loc.inlined if loc else ():
+                frames.append(
+                    {"function": fn, "file": file, "line": line, "address": _fmt_addr(pc)}
+                )
         out.append(
             {
                 "lock": lock_id_str[lk],

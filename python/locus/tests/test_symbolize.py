@@ -96,3 +96,35 @@ def test_section_of_static_data(prog, tmp_path):
     subprocess.run(["strip", "-o", str(stripped), exe], check=True)
     s = Symbolizer(maps.replace(exe, str(stripped)), tool=None)
     assert s.section(counter) == ("p", ".bss", sym["counter"])
+
+
+def test_user_frame_and_rust_names():
+    """An inline chain (innermost first) is named by its innermost frame in the program's
+    own source; all-library chains keep the outermost function with the innermost line;
+    Rust's legacy names lose their hash and escapes."""
+    from locus.symbolize import rust_clean, user_frame
+
+    chain = [
+        {"FunctionName": "std::__atomic_base<long>::fetch_add", "Line": 631,
+         "FileName": "/usr/include/c++/12/bits/atomic_base.h"},
+        {"FunctionName": "worker", "Line": 18, "FileName": "/home/u/app/fs.cpp"},
+        {"FunctionName": "std::thread::_State_impl::_M_run", "Line": 211,
+         "FileName": "/usr/include/c++/12/bits/std_thread.h"},
+    ]  # fmt: skip
+    loc = user_frame(chain)
+    assert (loc.function, loc.file, loc.line) == ("worker", "/home/u/app/fs.cpp", 18)
+    lib = [chain[0], chain[2]]
+    loc = user_frame(lib)
+    assert (loc.function, loc.line) == ("std::thread::_State_impl::_M_run", 631)
+    assert loc.file.endswith("atomic_base.h")
+    rust = [
+        {"FunctionName": "core::sync::atomic::atomic_add", "Line": 3900,
+         "FileName": "/rustc/59807616/library/core/src/sync/atomic.rs"},
+        {"FunctionName": "fs::main::_$u7b$$u7b$closure$u7d$$u7d$::h8c7c6d5eacda6835",
+         "Line": 18, "FileName": "/tmp/rs/fs.rs"},
+    ]  # fmt: skip
+    assert user_frame(rust).function == "fs::main::{{closure}}"
+    assert rust_clean("_$LT$T$u20$as$u20$core..fmt..Debug$GT$::fmt::h0123456789abcdef") == (
+        "<T as core::fmt::Debug>::fmt"
+    )
+    assert rust_clean("std::vector<int>::push_back") == "std::vector<int>::push_back"
