@@ -101,6 +101,7 @@ class Findings:
     line_size: int = 64
     cgroup_cpus: float | None = None
     online_cpus: int = 1
+    seccomp: bool = False  # a seccomp filter is active (Seccomp: 2 in /proc/self/status)
     checks: list[Check] = field(default_factory=list)
 
 
@@ -379,6 +380,7 @@ def probe() -> Findings:
     f.root = os.geteuid() == 0
     caps = effective_caps()
     f.cap_perfmon = bool(caps & (1 << CAP_PERFMON) or caps & (1 << CAP_SYS_ADMIN))
+    f.seccomp = seccomp_filtered()
     f.pmu = core_pmu()
     f.cycles_error = perf_event_open(PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES)
     f.addr_sampling = address_sampling()
@@ -412,6 +414,34 @@ def probe() -> Findings:
         f.online_cpus = os.cpu_count() or 1
     f.checks = make_checks(f)
     return f
+
+
+def seccomp_filtered() -> bool:
+    """Whether this process runs under a seccomp filter (containers' default profiles, which
+    block perf_event_open unless allowed)."""
+    for line in (read_text("/proc/self/status") or "").splitlines():
+        if line.startswith("Seccomp:"):
+            return line.split(":", 1)[1].strip() == "2"
+    return False
+
+
+SECCOMP_FIX = (
+    "a seccomp filter blocks perf_event_open (a container's default profile): "
+    "docker run --cap-add PERFMON (Docker 23+ allows it then), or a --security-opt seccomp "
+    "profile that permits perf_event_open"
+)
+
+
+def perf_denied(err: str | None) -> bool:
+    return bool(err) and ("errno 1)" in err or "errno 13)" in err or "errno 38)" in err)
+
+
+def perf_fix_for(f: Findings, err: str | None) -> str:
+    """The fix for a perf event that did not open with `err`: the seccomp filter when one is
+    active and the call was refused, else the paranoid setting when it forbids, else ""."""
+    if f.seccomp and perf_denied(err):
+        return SECCOMP_FIX
+    return "" if perf_allowed(f) else PERF_FIX
 
 
 def paranoid_meaning(v: int | None) -> str:
@@ -469,7 +499,7 @@ def make_checks(f: Findings) -> list[Check]:
             "write watchpoint armed and closed"
             if f.breakpoint_error is None
             else f.breakpoint_error,
-            "" if f.breakpoint_error is None else perf_fix,
+            "" if f.breakpoint_error is None else (perf_fix_for(f, f.breakpoint_error) or perf_fix),
         ),
         Check(
             "NUMA nodes",
@@ -577,15 +607,24 @@ def comm_backend(f: Findings, backend: str) -> tuple[bool, str, str]:
             return False, f"the instruction decoder is x86-64 only (this is {f.machine})", ""
         if f.decoder is None:
             return False, "no instruction decoder (Zydis)", "apt-get install libzydis-dev"
-        if not perf_allowed(f):
+        if f.soft_error is None and perf_allowed(f):
+            return True, "task-clock sigtrap + decoded loads/stores", ""
+        # The runtime falls back (runtime/comm/soft/soft.c, start_sampler): perf task-clock
+        # with O_ASYNC signals where sigtrap is missing (Linux < 5.13), a POSIX CPU-time
+        # timer where perf events are refused.
+        err = f.soft_error or f"perf_event_paranoid is {f.paranoid}"
+        if perf_denied(f.soft_error) or not perf_allowed(f):
             return (
-                False,
-                f"kernel.perf_event_paranoid is {f.paranoid}: no per-thread task-clock",
-                PERF_FIX,
+                True,
+                f"a POSIX CPU-time timer, at most HZ samples per second per thread "
+                f"(perf task-clock refused: {err})",
+                perf_fix_for(f, f.soft_error) or PERF_FIX,
             )
-        if f.soft_error is not None:
-            return False, f"task-clock with sigtrap: {f.soft_error}", "Linux 5.13 or newer"
-        return True, "task-clock sigtrap + decoded loads/stores", ""
+        return (
+            True,
+            f"perf task-clock with O_ASYNC signals (sigtrap: {err})",
+            "Linux 5.13 or newer",
+        )
     if backend == "exact":
         if f.tsan_compiler is None:
             return (
@@ -609,7 +648,7 @@ def comm_checks(f: Findings) -> list[Check]:
             f"{f.watchpoints} of {WATCHPOINT_SLOTS}",
             wp_ok,
             "debug registers per thread: true vs false sharing",
-            "" if wp_ok else (PERF_FIX if not perf_allowed(f) else "hardware breakpoints"),
+            "" if wp_ok else (perf_fix_for(f, f.breakpoint_error) or "hardware breakpoints"),
         )
     )
     out.append(Check("cache line size", str(f.line_size), True, LINE_SIZE_FILE))
@@ -722,7 +761,7 @@ def comm_verdict(f: Findings) -> Verdict:
     hw_ok, hw_why, hw_fix = comm_backend(f, "hw")
     soft_ok, soft_why, soft_fix = comm_backend(f, "soft")
     bp = f.breakpoint_error is None and f.watchpoints > 0
-    perf_fix = "" if perf_allowed(f) else PERF_FIX
+    perf_fix = perf_fix_for(f, f.breakpoint_error)
     if hw_ok and bp:
         return Verdict("comm", True, "ok", f"{hw_why} + {f.watchpoints} watchpoints")
     if hw_ok:
@@ -730,9 +769,11 @@ def comm_verdict(f: Findings) -> Verdict:
         return Verdict("comm", True, "degraded", why, perf_fix)
     if soft_ok:
         why = "no hardware address sampling: soft sampling (decoded loads/stores)"
+        if f.soft_error is not None or not perf_allowed(f):
+            why += f" by {soft_why.split(' (')[0]}"
         if not bp:
             why += ", no watchpoints"
-        return Verdict("comm", True, "degraded", why, perf_fix)
+        return Verdict("comm", True, "degraded", why, perf_fix or soft_fix)
     if f.machine == "x86_64" and bp:
         # The soft backend is possible here but something it needs is missing.
         return Verdict("comm", True, "degraded", f"soft sampling: {soft_why}", soft_fix)

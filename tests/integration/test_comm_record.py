@@ -177,3 +177,57 @@ def test_elf_dynamic_symbols(tmp_path: Path):
     script = tmp_path / "s.sh"
     script.write_text("#!/bin/sh\n")
     assert launcher.built_with_locus_cc(str(script)) is None
+
+
+# Runs a command under a seccomp filter that refuses perf_event_open with EPERM, as a
+# container's default profile does (Docker without CAP_PERFMON).
+NO_PERF = r"""
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_perf_event_open, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+  if (argc < 2 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+      prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) return 125;
+  execvp(argv[1], argv + 1);
+  return 127;
+}
+"""
+
+
+def test_container_seccomp_without_perf(locus, tmp_path):
+    """perf_event_open refused by a seccomp filter: the soft backend falls back to a POSIX
+    CPU-time timer without watchpoints, still finds the false sharing, and says that the
+    filter (not perf_event_paranoid) is the cause, with the fix; doctor agrees."""
+    import subprocess
+
+    (tmp_path / "noperf.c").write_text(NO_PERF)
+    noperf = tmp_path / "noperf"
+    subprocess.run(["cc", "-O1", "-o", str(noperf), str(tmp_path / "noperf.c")], check=True)
+    run = tmp_path / "run"
+    wl = locus.workload("comm_falseshare")
+    cmd = [str(noperf), *locus.argv, "record", "-o", str(run), "--lens", "comm", "--",
+           wl, "2", "-", "0.9", "--free"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, timeout=120, env=locus.env)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr.decode()
+    assert "blocked by a seccomp filter" in err and "PERFMON" in err, err
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["backend"] == "soft" and c["watchpoints"] == 0 and c["samples"] > 50
+    assert c["objects"] and c["objects"][0]["false"] >= 0.7 * c["objects"][0]["all"]
+    doc = subprocess.run([str(noperf), *locus.argv, "doctor", "--format", "json"],
+                         capture_output=True, text=True, timeout=120, env=locus.env)  # fmt: skip
+    checks = {ch["name"]: ch for ch in json.loads(doc.stdout)["checks"]}
+    soft = checks["comm soft backend"]
+    assert soft["ok"] and "POSIX CPU-time timer" in soft["detail"] and "seccomp" in soft["fix"]

@@ -53,6 +53,31 @@ def test_paranoid_3_blocks_hardware_paths():
     assert by_lens(root)["comm"].status == "ok"
 
 
+def test_seccomp_blocking_perf_names_the_filter():
+    """In a container whose seccomp profile refuses perf_event_open, the soft backend still
+    works (the runtime falls back to a POSIX CPU-time timer) and the fix names the filter,
+    not perf_event_paranoid (which allows it here)."""
+    eperm = "Operation not permitted (errno 1)"
+    f = findings(seccomp=True, soft_error=eperm, breakpoint_error=eperm, watchpoints=0,
+                 decoder="libZydis.so.4.0")  # fmt: skip
+    ok, why, fix = doctor.comm_backend(f, "soft")
+    assert ok and "POSIX CPU-time timer" in why and "seccomp" in fix
+    v = by_lens(f)["comm"]
+    assert v.status == "degraded" and "no watchpoints" in v.reason and "seccomp" in v.fix
+    checks = {c.name: c for c in doctor.make_checks(f) + doctor.comm_checks(f)}
+    assert (
+        "seccomp" in checks["hardware breakpoints"].fix and "seccomp" in checks["watchpoints"].fix
+    )
+    # Without a filter, a refusal is the paranoid setting's.
+    f = findings(paranoid=3, soft_error=eperm, decoder="libZydis.so.4.0")
+    ok, why, fix = doctor.comm_backend(f, "soft")
+    assert ok and "perf_event_paranoid" in fix
+    # An old kernel without sigtrap: task-clock with O_ASYNC signals.
+    f = findings(soft_error="Invalid argument (errno 22)", decoder="libZydis.so.4.0")
+    ok, why, fix = doctor.comm_backend(f, "soft")
+    assert ok and "O_ASYNC" in why and fix == "Linux 5.13 or newer"
+
+
 def test_numa_and_mpi():
     assert by_lens(findings(numa_nodes=1))["numa"].status == "degraded"
     assert by_lens(findings(numa_nodes=4))["numa"].status == "ok"

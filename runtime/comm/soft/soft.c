@@ -817,6 +817,22 @@ static uint64_t period_ns(void) {
   return p < PERIOD_FLOOR_NS ? PERIOD_FLOOR_NS : p;
 }
 
+/* Whether a seccomp filter is on (`Seccomp: 2` in /proc/self/status): only asked to word
+ * a warning, once. */
+static int seccomp_filtered(void) {
+  char b[4096];
+  int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  long n = read(fd, b, sizeof b - 1);
+  close(fd);
+  b[n > 0 ? n : 0] = 0;
+  const char *p = strstr(b, "\nSeccomp:");
+  if (!p) return 0;
+  for (p += 9; *p == ' ' || *p == '\t'; p++) {
+  }
+  return *p == '2';
+}
+
 static void warn_source(const char *msg) {
   int expect = 0;
   if (atomic_compare_exchange_strong(&warned_source, &expect, 1)) locus_warn(msg);
@@ -896,10 +912,16 @@ static void start_sampler(void) {
     return;
   }
   if (start_timer() == 0) {
-    warn_source(
-        "comm: perf_event_open unavailable: soft sampling uses a POSIX CPU-time timer, at most "
-        "HZ samples per second (sysctl kernel.perf_event_paranoid=2 or CAP_PERFMON enables "
-        "perf)");
+    if (!atomic_load(&warned_source))
+      warn_source(
+          seccomp_filtered()
+              ? "comm: perf_event_open is blocked by a seccomp filter (a container's default "
+                "profile): soft sampling uses a POSIX CPU-time timer, at most HZ samples per "
+                "second, and no watchpoints (docker run --cap-add PERFMON, Docker 23+, or a "
+                "seccomp profile permitting perf_event_open enables perf)"
+              : "comm: perf_event_open unavailable: soft sampling uses a POSIX CPU-time timer, at "
+                "most HZ samples per second (sysctl kernel.perf_event_paranoid=2 or CAP_PERFMON "
+                "enables perf)");
     return;
   }
   warn_source("comm: no sampling source works here; this thread is not sampled");
