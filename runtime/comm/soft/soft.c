@@ -110,7 +110,8 @@ struct soft_tls {
   void *altstack;
   uint64_t fs_base, gs_base;
   uint64_t stack_lo, stack_hi;
-  int step_left; /* single steps left towards the next memory access (0: not stepping) */
+  int step_left;   /* single steps left towards the next memory access (0: not stepping) */
+  uint64_t step_t; /* ticks at the chain's previous signal */
 };
 static LOCUS_TLS struct soft_tls me_soft = {.fd = -1};
 /* A sample whose instruction (and, skid-corrected, the previous one) has no usable memory
@@ -121,6 +122,32 @@ static LOCUS_TLS struct soft_tls me_soft = {.fd = -1};
 #define STEP_MAX 8
 #define EFL_TF 0x100
 static int step_on = 1;
+/* A step's cost is a debug exception and a signal: ~2 us on bare metal, ~12 us in a KVM
+ * guest, where every #DB exits to the hypervisor (KVM intercepts #DB unconditionally since
+ * CVE-2015-8104). A chain is cut to what fits in STEP_SHARE_PCT % of the sampling period at
+ * the measured cost (a process-wide moving average of the time from one of the chain's
+ * signals to the next, handler included), so stepping stays a bounded share of the CPU time
+ * wherever it runs: 8 steps on bare metal at the 1 ms default, 4 in such a guest (a loop's
+ * load is typically 3 instructions after the sampled one). */
+#define STEP_SHARE_PCT 8
+static _Atomic uint64_t step_cost; /* ticks per step, moving average; 0 = not measured yet */
+
+static int steps_allowed(void) {
+  uint64_t c = atomic_load_explicit(&step_cost, memory_order_relaxed);
+  if (!c) return STEP_MAX;
+  double budget =
+      (double)locus_comm_cfg.period_ns * locus_ticks_per_us / 1000.0 * STEP_SHARE_PCT / 100.0;
+  double n = budget / (double)c;
+  return n >= STEP_MAX ? STEP_MAX : n < 1 ? 1 : (int)n;
+}
+
+static void step_measured(uint64_t now) {
+  uint64_t d = now - me_soft.step_t, c = atomic_load_explicit(&step_cost, memory_order_relaxed);
+  uint64_t cap = (uint64_t)(1000.0 * locus_ticks_per_us); /* 1 ms: a preemption, not a step */
+  if (d > cap) d = cap;
+  atomic_store_explicit(&step_cost, c ? c - c / 8 + d / 8 : d, memory_order_relaxed);
+  me_soft.step_t = now;
+}
 
 /* ---- loaded objects and their function tables ---- */
 #define DW_EH_PE_omit 0xff
@@ -742,7 +769,8 @@ static void take_sample(ucontext_t *uc) {
      * to a thread that blocks it (asynchronously), but a blocked trap-flag SIGTRAP kills. */
     if (rc == DEC_NOMEM && step_on && !sigismember(&uc->uc_sigmask, SIGTRAP) &&
         !enters_kernel(&c)) {
-      me_soft.step_left = STEP_MAX; /* counted when the stepping ends */
+      me_soft.step_left = steps_allowed(); /* counted when the stepping ends */
+      me_soft.step_t = t0;
       uc->uc_mcontext.gregs[REG_EFL] |= EFL_TF;
     } else if (rc != DEC_OK) {
       st->skipped++;
@@ -762,6 +790,7 @@ static void take_sample(ucontext_t *uc) {
 static void on_step(ucontext_t *uc) {
   struct locus_comm_thread *st = &locus_ct.st;
   uint64_t t0 = locus_ticks(), c0 = locus_comm_self_begin();
+  step_measured(t0);
   uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
   int rc = DEC_UNDECODED;
   struct locus_comm_access a;
