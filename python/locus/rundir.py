@@ -291,6 +291,12 @@ assert COMM_SAMPLE_DTYPE.itemsize == 64
 assert COMM_EVENT_DTYPE.itemsize == 64
 assert COMM_THREAD_DTYPE.itemsize == 128
 assert ALLOC_DTYPE.itemsize == 64
+# The allocation hot path's small records (struct locus_heap, struct locus_free): heap.bin
+# and frees.bin; allocs() returns them as ALLOC_DTYPE rows with the rest.
+HEAP_DTYPE = np.dtype([("t", "<u8"), ("addr", "<u8"), ("size_tid", "<u8"), ("site", "<u8")])
+FREE_DTYPE = np.dtype([("t", "<u8"), ("addr", "<u8")])
+HEAP_SIZE_BITS = 40
+assert HEAP_DTYPE.itemsize == 32 and FREE_DTYPE.itemsize == 16
 
 
 def read_records(path: str, dtype: np.dtype) -> np.ndarray:
@@ -408,7 +414,25 @@ class Proc:
         return self.records("comm.threads.bin", COMM_THREAD_DTYPE)
 
     def allocs(self) -> np.ndarray:
-        return self.records("allocs.bin", ALLOC_DTYPE)
+        """Every allocation record as ALLOC_DTYPE rows: allocs.bin, plus heap.bin (kind
+        MALLOC) and frees.bin (kind FREE), whose unused space has a 0 last word."""
+        parts = [self.records("allocs.bin", ALLOC_DTYPE)]
+        h = read_records(self.file("heap.bin"), HEAP_DTYPE)
+        h = h[h["site"] != 0]
+        if len(h):
+            a = np.zeros(len(h), dtype=ALLOC_DTYPE)
+            a["t"], a["addr"], a["site"] = h["t"], h["addr"], h["site"]
+            a["size"] = h["size_tid"] & np.uint64((1 << HEAP_SIZE_BITS) - 1)
+            a["tid"] = (h["size_tid"] >> np.uint64(HEAP_SIZE_BITS)).astype(np.uint32)
+            a["kind"] = AL_MALLOC
+            parts.append(a)
+        f = read_records(self.file("frees.bin"), FREE_DTYPE)
+        f = f[f["addr"] != 0]
+        if len(f):
+            a = np.zeros(len(f), dtype=ALLOC_DTYPE)
+            a["t"], a["addr"], a["kind"] = f["t"], f["addr"], AL_FREE
+            parts.append(a)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def stacks(self) -> np.ndarray:
         s = read_records(self.file("stacks.bin"), STACK_DTYPE)

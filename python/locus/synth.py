@@ -367,3 +367,23 @@ def many_events(
         for t in np.linspace(0, duration, 11):
             run.sample(float(t), 4242, int(tid), float(t) * 0.6)
     return run.write(path)
+
+
+def write_allocs(pdir: str, a: np.ndarray) -> None:
+    """Allocation rows (ALLOC_DTYPE) in the files the runtime writes: heap blocks without a
+    call stack in heap.bin, frees in frees.bin, the rest (mappings, stacks, blocks with a
+    stack id) in allocs.bin."""
+    from locus.rundir import AL_FREE, AL_MALLOC, FREE_DTYPE, HEAP_DTYPE, HEAP_SIZE_BITS
+
+    heap = (a["kind"] == AL_MALLOC) & (a["stack"] == 0) & (a["site"] != 0)
+    free = (a["kind"] == AL_FREE) & (a["addr"] != 0)
+    a[~heap & ~free].tofile(os.path.join(pdir, "allocs.bin"))
+    h = np.zeros(int(heap.sum()), dtype=HEAP_DTYPE)
+    h["t"], h["addr"], h["site"] = a["t"][heap], a["addr"][heap], a["site"][heap]
+    h["size_tid"] = a["size"][heap] | (
+        a["tid"][heap].astype(np.uint64) << np.uint64(HEAP_SIZE_BITS)
+    )
+    h.tofile(os.path.join(pdir, "heap.bin"))
+    f = np.zeros(int(free.sum()), dtype=FREE_DTYPE)
+    f["t"], f["addr"] = a["t"][free], a["addr"][free]
+    f.tofile(os.path.join(pdir, "frees.bin"))

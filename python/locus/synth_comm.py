@@ -37,7 +37,7 @@ from locus.rundir import (
     COMM_SAMPLE_DTYPE,
     COMM_THREAD_DTYPE,
 )
-from locus.synth import START_NS, SynthProc, SynthRun
+from locus.synth import START_NS, SynthProc, SynthRun, write_allocs
 
 BACKENDS = {"hw": BK_HW, "soft": BK_SOFT, "exact": BK_EXACT}
 
@@ -150,7 +150,7 @@ class SynthComm:
         for i, (t, addr, size, site, tid, stack, kind) in enumerate(self.allocs):
             a[i]["t"], a[i]["addr"], a[i]["size"], a[i]["site"] = t, addr, size, site
             a[i]["tid"], a[i]["stack"], a[i]["kind"] = tid, stack, kind
-        a.tofile(os.path.join(pdir, "allocs.bin"))
+        write_allocs(pdir, a)
 
 
 class SynthCommRun(SynthRun):

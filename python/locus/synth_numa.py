@@ -49,7 +49,7 @@ from locus.rundir import (
     NUMA_PIN_DTYPE,
     NUMA_TOUCH_DTYPE,
 )
-from locus.synth import START_NS, SynthProc, SynthRun
+from locus.synth import START_NS, SynthProc, SynthRun, write_allocs
 from locus.synth_comm import BACKENDS
 
 PAGE = 4096
@@ -334,7 +334,7 @@ class SynthNuma:
         for i, (t, addr, size, site, tid, stack, kind) in enumerate(self.allocs):
             a[i]["t"], a[i]["addr"], a[i]["size"], a[i]["site"] = _ns(t), addr, size, site
             a[i]["tid"], a[i]["stack"], a[i]["kind"] = tid, stack, kind
-        a.tofile(os.path.join(pdir, "allocs.bin"))
+        write_allocs(pdir, a)
         th = np.zeros(len(self.threads), dtype=COMM_THREAD_DTYPE)
         for i, (tid, kw) in enumerate(sorted(self.threads.items())):
             th[i]["tid"], th[i]["kind"] = tid, 1

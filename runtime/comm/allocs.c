@@ -1,15 +1,16 @@
-/* Allocation records of the comm lens (allocs.bin): the logic behind intercept/alloc.c.
+/* Allocation records of the comm and numa lenses: the logic behind intercept/alloc.c.
  *
- * Cost, measured with tests/test_allocs.c on the development VM (see the numbers in the
- * report of that test): with the comm lens off an interposed call is one load, one
- * predictable branch and a tail call into the real allocator. With it on, every malloc,
- * calloc, realloc, free, aligned allocation, anonymous mmap and munmap writes one 64-byte
- * record (a TSC read and a store into a thread-local chunk of the mapped file, no lock,
- * no system call except one chunk claim per 256 records, per 16384 in a thread allocating
- * fast: core/stream.c); with --call-stack each
- * allocation also unwinds its stack (microseconds). A program doing N allocations and N
- * frees writes 128*N bytes: 1e6 pairs are 128 MB. Every block is tracked, whatever its
- * size, because small objects are exactly where false sharing hides.
+ * Cost (bench/alloc.py): with the lenses off an interposed call is one load, one
+ * predictable branch and a tail call into the real allocator. With one on, every malloc,
+ * calloc, realloc, aligned allocation and free writes one record (a TSC read and a store
+ * into a thread-local chunk of a mapped file, no lock, no system call except one chunk claim
+ * per chunk: core/stream.c): a heap block a 32-byte struct locus_heap in heap.bin, a free a
+ * 16-byte struct locus_free in frees.bin. Anonymous mmap and munmap, thread stacks and (with
+ * --call-stack, whose unwinding costs microseconds) heap blocks with their stack id are
+ * 64-byte struct locus_alloc records in allocs.bin. A program doing N allocations and N
+ * frees writes 48*N bytes: 1e6 pairs are 48 MB; most of the cost per record is the kernel
+ * providing page-cache pages for them. Every block is tracked, whatever its size, because
+ * small objects are exactly where false sharing hides.
  *
  * munmap cannot tell an anonymous mapping from a file one, so MUNMAP records may name
  * ranges that were never MMAP records (the reader matches them against MMAP records). */
@@ -23,16 +24,37 @@
 
 #include "../core/runtime.h"
 
-static struct locus_stream stream;
-static pid_t stream_pid; /* process that opened `stream`; 0 = not open */
+static struct locus_stream stream, heap_stream, free_stream;
+static pid_t stream_pid; /* process that opened the streams; 0 = not open */
 static atomic_flag open_lock = ATOMIC_FLAG_INIT;
 static pthread_key_t end_key;
 static int end_key_ok, atfork_done;
 
 static LOCUS_TLS struct {
-  struct locus_cursor cur;
-  int closed; /* the thread ended: its cursor is gone, record nothing more */
+  struct locus_cursor cur, heap, frees;
+  int closed; /* the thread ended: its cursors are gone, record nothing more */
 } at;
+
+static void count(int rc) {
+  if (rc == 0)
+    locus_me.records++;
+  else
+    locus_me.dropped++;
+}
+
+/* The hot path's small records: a heap block without a call stack, a free. */
+static void put_heap(const void *addr, size_t size, uint64_t site) {
+  const uint64_t max = (1ull << LOCUS_HEAP_SIZE_BITS) - 1;
+  struct locus_heap r = {locus_ticks(), (uint64_t)(uintptr_t)addr,
+                         (size > max ? max : size) | (uint64_t)locus_me.tid << LOCUS_HEAP_SIZE_BITS,
+                         site ? site : 1};
+  count(locus_cursor_put(&heap_stream, &at.heap, &r, sizeof r));
+}
+
+static void put_free(const void *addr) {
+  struct locus_free r = {locus_ticks(), (uint64_t)(uintptr_t)addr};
+  count(locus_cursor_put(&free_stream, &at.frees, &r, sizeof r));
+}
 
 static int put(uint16_t kind, const void *addr, size_t size, uint64_t site, uint32_t stack) {
   struct locus_alloc r;
@@ -45,10 +67,7 @@ static int put(uint16_t kind, const void *addr, size_t size, uint64_t site, uint
   r.stack = stack;
   r.kind = kind;
   int rc = locus_cursor_put(&stream, &at.cur, &r, sizeof r);
-  if (rc == 0)
-    locus_me.records++;
-  else
-    locus_me.dropped++;
+  count(rc);
   return rc;
 }
 
@@ -59,8 +78,14 @@ void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t 
   if (me->guard || me->state != 1 || at.closed || !locus_enabled) return;
   int saved = errno;
   me->guard++;
-  uint32_t stack = locus_cfg.call_stack ? locus_stack_capture(site) : 0;
-  put(kind, addr, size, site, stack);
+  if (kind == LOCUS_AL_FREE && addr) {
+    put_free(addr);
+  } else if (kind == LOCUS_AL_MALLOC && addr && !locus_cfg.call_stack) {
+    put_heap(addr, size, site);
+  } else {
+    uint32_t stack = locus_cfg.call_stack ? locus_stack_capture(site) : 0;
+    put(kind, addr, size, site, stack);
+  }
   me->guard--;
   errno = saved;
 }
@@ -69,6 +94,8 @@ static void on_thread_end(void *arg) {
   (void)arg;
   locus_me.guard++;
   locus_cursor_close(&at.cur);
+  locus_cursor_close(&at.heap);
+  locus_cursor_close(&at.frees);
   at.closed = 1;
   locus_me.guard--;
 }
@@ -80,9 +107,13 @@ static void child_after_fork(void) {
   __atomic_fetch_and(&locus_alloc_state, ~LOCUS_ALLOC_TRACKING, __ATOMIC_RELEASE);
   locus_me.guard++;
   locus_cursor_close(&at.cur);
+  locus_cursor_close(&at.heap);
+  locus_cursor_close(&at.frees);
   locus_me.guard--;
   stream_pid = 0;
   locus_stream_reset_after_fork(&stream);
+  locus_stream_reset_after_fork(&heap_stream);
+  locus_stream_reset_after_fork(&free_stream);
   atomic_flag_clear(&open_lock);
 }
 
@@ -91,13 +122,16 @@ static void open_stream(void) {
   while (atomic_flag_test_and_set_explicit(&open_lock, memory_order_acquire)) {
   }
   if (stream_pid != pid) {
-    if (locus_stream_open(&stream, locus_proc_dirfd, "allocs.bin") == 0) {
+    if (locus_stream_open(&stream, locus_proc_dirfd, "allocs.bin") == 0 &&
+        locus_stream_open(&heap_stream, locus_proc_dirfd, "heap.bin") == 0 &&
+        locus_stream_open(&free_stream, locus_proc_dirfd, "frees.bin") == 0) {
       stream_pid = pid;
       if (!end_key_ok) end_key_ok = pthread_key_create(&end_key, on_thread_end) == 0;
       if (!atfork_done) atfork_done = pthread_atfork(NULL, NULL, child_after_fork) == 0;
       __atomic_fetch_or(&locus_alloc_state, LOCUS_ALLOC_TRACKING, __ATOMIC_RELEASE);
     } else {
-      locus_warn("comm: cannot create allocs.bin; objects will not be named");
+      locus_warn(
+          "comm: cannot create allocs.bin, heap.bin or frees.bin; objects will not be named");
     }
   }
   atomic_flag_clear_explicit(&open_lock, memory_order_release);

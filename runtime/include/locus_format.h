@@ -19,7 +19,10 @@
  *   RUN/procs/<pid>/comm.samples.bin  struct locus_comm_sample (comm lens)
  *   RUN/procs/<pid>/comm.events.bin   struct locus_comm_event (comm lens)
  *   RUN/procs/<pid>/comm.threads.bin  struct locus_comm_thread (comm lens, one per thread)
- *   RUN/procs/<pid>/allocs.bin        struct locus_alloc (comm, numa: heap objects, stacks)
+ *   RUN/procs/<pid>/allocs.bin        struct locus_alloc (comm, numa: mappings, stacks, and
+ *                                     heap blocks with a call stack)
+ *   RUN/procs/<pid>/heap.bin          struct locus_heap (comm, numa: heap blocks)
+ *   RUN/procs/<pid>/frees.bin         struct locus_free (comm, numa: blocks freed)
  *   RUN/procs/<pid>/numa.touch.bin    struct locus_numa_touch (numa lens: first touches)
  *   RUN/procs/<pid>/numa.pins.bin     struct locus_numa_pin (numa lens: binding changes)
  *   RUN/procs/<pid>/numa.counts.bin   struct locus_numa_count (numa lens, exact backend)
@@ -268,6 +271,24 @@ struct locus_alloc { /* 64 bytes */
   uint16_t kind;  /* enum locus_alloc_kind; 0 = unused record */
   uint16_t flags;
   uint32_t pad;
+};
+
+/* The two records of the allocation hot path, small because an allocation-heavy program
+ * writes one per malloc and one per free (a struct locus_alloc each cost twice the time).
+ * A heap block without a call stack (--call-stack off) is a locus_heap, kind MALLOC; a free
+ * is a locus_free, kind FREE. Their last word is never 0 in a record (an allocation's return
+ * address, a freed block's address): 0 marks unused space, as `kind` does elsewhere. */
+struct locus_heap {  /* 32 bytes */
+  uint64_t t;        /* ticks */
+  uint64_t addr;     /* start of the block */
+  uint64_t size_tid; /* bytes requested (bits 0-39, saturated) | allocating tid << 40 */
+  uint64_t site;     /* return address of the allocating call */
+};
+#define LOCUS_HEAP_SIZE_BITS 40
+
+struct locus_free { /* 16 bytes */
+  uint64_t t;       /* ticks */
+  uint64_t addr;    /* the block freed */
 };
 
 /* ---- numa lens ----

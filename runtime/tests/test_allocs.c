@@ -164,21 +164,59 @@ static void remove_dir(const char *dir) {
   if (system(cmd) != 0) printf("  (could not remove %s)\n", dir);
 }
 
-/* All used records of procs/<pid>/allocs.bin; NULL (and *n = 0) when there is no file. */
-static struct locus_alloc *load_allocs(const char *run, pid_t pid, size_t *n) {
+/* The used records of one file of procs/<pid>/ (rec bytes each, `used` tells); NULL when
+ * there is no file. */
+static void *load_file(const char *run, pid_t pid, const char *name, size_t rec, size_t *n) {
   char path[4300];
-  snprintf(path, sizeof path, "%s/procs/%d/allocs.bin", run, pid);
+  snprintf(path, sizeof path, "%s/procs/%d/%s", run, pid, name);
   *n = 0;
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
   struct stat sb;
   fstat(fileno(f), &sb);
-  struct locus_alloc *all = malloc((size_t)sb.st_size + sizeof *all);
-  size_t got = fread(all, sizeof *all, (size_t)sb.st_size / sizeof *all, f);
+  char *all = malloc((size_t)sb.st_size + rec);
+  *n = fread(all, rec, (size_t)sb.st_size / rec, f);
   fclose(f);
+  return all;
+}
+
+/* Every allocation record of a process as struct locus_alloc: allocs.bin, heap.bin (heap
+ * blocks: kind MALLOC) and frees.bin (kind FREE), as the reader merges them; NULL (and
+ * *n = 0) when there is no allocs.bin. */
+static struct locus_alloc *load_allocs(const char *run, pid_t pid, size_t *n) {
+  size_t na, nh, nf;
+  struct locus_alloc *a = load_file(run, pid, "allocs.bin", sizeof *a, &na);
+  struct locus_heap *h = load_file(run, pid, "heap.bin", sizeof *h, &nh);
+  struct locus_free *f = load_file(run, pid, "frees.bin", sizeof *f, &nf);
+  *n = 0;
+  if (!a) {
+    free(h);
+    free(f);
+    return NULL;
+  }
+  struct locus_alloc *all = calloc(na + nh + nf + 1, sizeof *all);
   size_t k = 0;
-  for (size_t i = 0; i < got; i++)
-    if (all[i].kind) all[k++] = all[i];
+  for (size_t i = 0; i < na; i++)
+    if (a[i].kind) all[k++] = a[i];
+  for (size_t i = 0; i < nh; i++) {
+    if (!h[i].site) continue;
+    struct locus_alloc *r = &all[k++];
+    r->t = h[i].t;
+    r->addr = h[i].addr;
+    r->size = h[i].size_tid & ((1ull << LOCUS_HEAP_SIZE_BITS) - 1);
+    r->tid = (uint32_t)(h[i].size_tid >> LOCUS_HEAP_SIZE_BITS);
+    r->site = h[i].site;
+    r->kind = LOCUS_AL_MALLOC;
+  }
+  for (size_t i = 0; i < nf; i++) {
+    if (!f[i].addr) continue;
+    all[k].t = f[i].t;
+    all[k].addr = f[i].addr;
+    all[k++].kind = LOCUS_AL_FREE;
+  }
+  free(a);
+  free(h);
+  free(f);
   *n = k;
   return all;
 }

@@ -117,8 +117,9 @@ def test_pool_that_blocks_signals_and_outlives_main(locus):
 @pytest.mark.skipif(not shutil.which("xz"), reason="xz not installed")
 def test_xz_workers_are_sampled(locus, tmp_path):
     """xz -T2 blocks every signal in its compression threads: they are sampled all the same
-    (more than 1000 samples of ~2.5 s of CPU; 20 before the sampler's SIGTRAP was kept
-    unblocked), and the output stays byte-identical."""
+    (1000-2500 samples here, one per ms of its 1-2.5 s of CPU; 20 before the sampler's
+    SIGTRAP was kept unblocked: the bound is set between the two), and the output stays
+    byte-identical."""
     import base64
     import os
     import subprocess
@@ -131,7 +132,7 @@ def test_xz_workers_are_sampled(locus, tmp_path):
     assert subprocess.run(["xz", "-dc", str(out)], capture_output=True).stdout == src.read_bytes()
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     assert c["threads_total"] >= 3
-    assert c["samples"] + c["skipped"] > 1000, c["counters"]
+    assert c["samples"] + c["skipped"] > 400, c["counters"]
 
 
 NODE_FALSESHARE = """
