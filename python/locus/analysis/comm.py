@@ -693,9 +693,10 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
         minlength=len(order) * max(len(objs.info), 1),
     ).reshape(len(order), max(len(objs.info), 1))
     dom = ow.argmax(axis=1)
-    # Offset of each line in its dominant object (smallest seen; -1 = unknown).
+    # Offset of each line's start in its dominant object: negative when the object starts
+    # inside the line (a static array is rarely line-aligned).
     lo_all = obj_off[keep] - ev.dst_off[keep]
-    ok = (obj[keep] == dom[r]) & (obj_off[keep] >= 0) & (lo_all >= 0)
+    ok = (obj[keep] == dom[r]) & (obj_off[keep] >= 0)
     big = np.iinfo(np.int64).max
     line_lo = np.full(len(order), big, dtype=np.int64)
     np.minimum.at(line_lo, r[ok], lo_all[ok])

@@ -65,8 +65,10 @@ def comm_tables(report: dict) -> list[Table]:
     lines = []
     for r in c["lines"]:
         at = r["object"]
-        if r["offset"] is not None and r["offset"] >= 0:
-            at += f"+{r['offset']}"
+        if r["offset"] is not None:
+            # @+64: the line starts 64 bytes into the object; @-32: the object starts 32
+            # bytes into the line.
+            at += f" @{r['offset']:+d}"
         ranges = " ".join(f"t{t['thread']}:{_spans(t['bytes'])}" for t in r["threads"])
         funcs = list(dict.fromkeys(str(x).split(" ")[0] for x in r["sites"]))
         lines.append(dict(r, object_at=at, ranges=ranges, code="\n".join(funcs[:4])))

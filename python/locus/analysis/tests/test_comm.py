@@ -226,6 +226,8 @@ def test_advice_for_an_object_that_starts_mid_line(tmp_path):
         c.counters(t, samples=100, signals=100)
     res = _res(tmp_path, run, Options(symbolizer=lambda proc: MidLineSym()))
     assert res["objects"][0]["name"] == "hits"
+    # The line starts 32 bytes before the object.
+    assert (res["lines"][0]["object"], res["lines"][0]["offset"]) == ("hits", -32)
     assert res["advice"] == [
         "threads 0-1 write adjacent 8-byte fields of `hits` at offsets 0-8; pad each to "
         "64 bytes (alignas(64)) or give each thread its own line"
