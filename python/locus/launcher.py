@@ -550,6 +550,25 @@ def numa_node_count() -> int:
     return len(glob.glob("/sys/devices/system/node/node[0-9]*")) or 1
 
 
+def cpu_node_map() -> list[int]:
+    """NUMA node of each CPU id 0..max (sysfs node*/cpulist); CPUs in no node are 0. The
+    report's core-to-node matrix needs the recording machine's map, not the reader's."""
+    from locus.sysfs import parse_cpulist
+
+    pairs: list[tuple[int, int]] = []
+    for d in glob.glob("/sys/devices/system/node/node[0-9]*"):
+        try:
+            node = int(os.path.basename(d)[4:])
+            with open(os.path.join(d, "cpulist")) as f:
+                pairs += [(c, node) for c in parse_cpulist(f.read().strip())]
+        except (OSError, ValueError):
+            continue
+    out = [0] * (max((c for c, _ in pairs), default=-1) + 1)
+    for c, node in pairs:
+        out[c] = node
+    return out
+
+
 def host_info() -> dict:
     uname = os.uname()
     try:
@@ -561,6 +580,7 @@ def host_info() -> dict:
         "cpus": os.cpu_count(),
         "online_cpus": online,
         "numa_nodes": numa_node_count(),
+        "cpu_node": cpu_node_map(),
         "cache_line": cache_line_size(),
         "kernel": uname.release,
         "machine": uname.machine or platform.machine(),

@@ -151,10 +151,13 @@ def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:
             if c < ncpu:
                 out[c] = node
                 found = True
-    if found and out.max() > 0:
+    recorded = host.get("numa_nodes")
+    here = int(out.max()) + 1 if found else 1
+    if (found and out.max() > 0) or (isinstance(recorded, int) and recorded != here):
         notes.append(
-            "the run does not record which NUMA node each CPU belongs to: the node matrix "
-            "uses this machine's topology (/sys/devices/system/node)"
+            "the run does not record which NUMA node each CPU belongs to (an older run): the "
+            f"node matrix uses this machine's topology ({here} node(s) with CPUs; the run's "
+            f"machine had {recorded if recorded else 'an unknown number of'})"
         )
     return out
 

@@ -123,9 +123,12 @@ def test_find_runtime_env(tmp_path, monkeypatch):
 
 def test_host_info_shape():
     h = launcher.host_info()
-    assert set(h) == {"hostname", "cpus", "online_cpus", "numa_nodes", "cache_line",
-                      "kernel", "machine"}  # fmt: skip
+    assert set(h) == {"hostname", "cpus", "online_cpus", "numa_nodes", "cpu_node",
+                      "cache_line", "kernel", "machine"}  # fmt: skip
     assert h["numa_nodes"] >= 1 and h["online_cpus"] >= 1
+    # Every CPU has its node; the nodes with CPUs are among the machine's nodes.
+    assert len(h["cpu_node"]) >= h["online_cpus"]
+    assert all(0 <= n for n in h["cpu_node"]) and len(set(h["cpu_node"])) <= h["numa_nodes"]
 
 
 def test_count_threads_reads_proc_bin(tmp_path):

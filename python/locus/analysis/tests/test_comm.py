@@ -94,6 +94,21 @@ def test_core_and_node_matrices(tmp_path):
     assert any("no CPU recorded" in n for n in res["notes"])
 
 
+def test_node_map_missing_from_an_older_run_is_said(tmp_path):
+    """A run recorded on 2 nodes without the CPU-to-node map (before host.cpu_node) read on
+    a machine with another topology: the node matrix cannot be right, and a note says so
+    (it was silent when this machine has one node)."""
+    run, _p, c = _run(cpus=2)
+    host = {k: v for k, v in run.meta()["host"].items() if k != "cpu_node"}
+    run.meta_extra["host"] = dict(host, numa_nodes=2)
+    c.event(src=10, dst=11, line=COUNTER, src_cpu=0, dst_cpu=1, count=2)
+    res = _res(tmp_path, run)
+    here = len({int(x) for x in res["cpu_node"]})
+    if here == 2:
+        pytest.skip("this machine has the recorded topology")
+    assert any("does not record which NUMA node" in n for n in res["notes"]), res["notes"]
+
+
 def test_scaling_soft_hw_exact(tmp_path):
     run, _p, c = _run(backend="soft", period_ns=2_000_000)
     c.event(src=10, dst=11, line=COUNTER, count=4)
