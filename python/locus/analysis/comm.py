@@ -37,6 +37,7 @@ from locus.rundir import (
     BK_SOFT,
     CE_EXACT,
     CE_TRUE,
+    COMM_SAMPLE_DTYPE,
     RunDir,
 )
 
@@ -311,6 +312,70 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
     return obj, off
 
 
+WORK_SAMPLES = 2_000_000  # samples read per process for `work` (a stride beyond)
+WORK_IPS = 16  # instructions symbolized per thread for `work`
+WORK_MIN = 10  # samples (exact: transfers) a thread needs for a `work`
+
+
+def _add_work(threads: list[dict], run: RunDir, names: _Names, ev: Events, wk: dict) -> None:
+    """`work`: the function each thread was sampled in most, with its most sampled line
+    (soft and hw samples; exact: the accesses of its transfers, by volume), so that a thread
+    started through a generic trampoline (std::thread, Rust's thread_start, libgomp) says
+    what it ran. "" when unknown or below WORK_MIN samples."""
+    pid_index = {p.pid: i for i, p in enumerate(run.procs)}
+    want = {(pid_index.get(t["pid"], -1), int(t["tid"])): t for t in threads}
+    counts: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    for pi, p in enumerate(run.procs):
+        path = p.file("comm.samples.bin")
+        try:
+            n = os.path.getsize(path) // COMM_SAMPLE_DTYPE.itemsize
+        except OSError:
+            n = 0
+        if n == 0:
+            continue
+        s = np.memmap(path, dtype=COMM_SAMPLE_DTYPE, mode="r", shape=(n,))
+        s = s[:: max(1, n // WORK_SAMPLES)]
+        s = s[(s["kind"] != 0) & (s["ip"] != 0)]
+        if not len(s):
+            continue
+        inv, first = group(s["tid"].astype(np.int64), s["ip"].astype(np.int64))
+        c = np.bincount(inv, minlength=len(first))
+        for j in np.argsort(-c, kind="stable").tolist():
+            key = (pi, int(s["tid"][first[j]]))
+            lst = counts.setdefault(key, [])
+            if key in want and len(lst) < WORK_IPS:
+                lst.append((int(s["ip"][first[j]]), float(c[j])))
+    if not counts and len(ev.proc):  # exact: no samples, every transfer's two accesses
+        for idx, ips in ((ev.dst, ev.dst_ip), (ev.src, ev.src_ip)):
+            inv, first = group(idx.astype(np.int64), ips.astype(np.int64))
+            v = np.bincount(inv, weights=wk["all"], minlength=len(first))
+            for j in np.argsort(-v, kind="stable").tolist():
+                k = int(idx[first[j]])
+                if 0 <= k < len(threads) and ips[first[j]]:
+                    t = threads[k]
+                    lst = counts.setdefault((pid_index.get(t["pid"], -1), int(t["tid"])), [])
+                    if len(lst) < WORK_IPS:
+                        lst.append((int(ips[first[j]]), float(v[j])))
+    keys = [(p, ip) for (p, _tid), lst in counts.items() for ip, _c in lst]
+    locs = dict(zip(keys, names.code(keys))) if keys else {}
+    for t in threads:
+        t["work"] = ""
+    for (p, tid), lst in counts.items():
+        t = want.get((p, tid))
+        if t is None:
+            continue
+        by_fn: Counter = Counter()
+        where: dict[str, str] = {}
+        for ip, c in lst:
+            loc = locs.get((p, ip))
+            if loc is not None and loc.function:
+                by_fn[loc.function] += c
+                where.setdefault(loc.function, loc.short() or loc.function)
+        # A handful of samples (a thread that mostly waits) names nothing reliably.
+        if by_fn and sum(by_fn.values()) >= WORK_MIN:
+            t["work"] = where[by_fn.most_common(1)[0][0]]
+
+
 def _note_stripped(objs: _Objects, obj: np.ndarray, wk: dict, notes: list) -> None:
     """Say how much of the volume is in static data without symbols, and how to name it."""
     ids = [i for i, info in enumerate(objs.info) if info.get("stripped")]
@@ -441,6 +506,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
 
     threads = thread_rows(run, th, names)
     add_os_names(threads, run, ct_list)
+    _add_work(threads, run, names, ev, wk)
     objects = _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
     lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
     sites = _site_rows(ev, wk, names, opts)

@@ -198,8 +198,10 @@ def thread_legend(threads: list[dict]) -> str:
     """'threads: 0 main (tid 10), 1 worker (tid 11), ...': what the matrix's indices are."""
     # The system's thread name where the program set one (the main thread's is the program's).
     base = threads[0].get("os_name", "")
+    # What a thread ran, where its start routine does not say it (std::thread, libgomp).
     parts = [
         f"{t['index']} {t['name'] or '?'}"
+        + (f" → {t['work']}" if t.get("work") and t["work"] != t["name"] else "")
         + (f" [{t['os_name']}]" if t.get("os_name") and t["os_name"] != base else "")
         + f" (tid {t['tid']})"
         for t in threads[:LEGEND_THREADS]

@@ -10,7 +10,7 @@ from locus.analysis.comm import Options, analyze
 from locus.cli import main
 from locus.errors import LocusError
 from locus.render import render
-from locus.render.comm import MAX_CELLS, heatmap_lines
+from locus.render.comm import MAX_CELLS, heatmap_lines, thread_legend
 from locus.report import Filters, build
 from locus.rundir import COMM_EVENT_DTYPE, RunDir
 from locus.symbolize import CodeLoc
@@ -279,6 +279,26 @@ def test_thread_names_and_legend(tmp_path):
     legend = [ln for ln in heatmap_lines(report) if "threads:" in ln]
     assert legend and "0 main (tid 10)" in legend[0] and "[GC Thread#0] (tid 11)" in legend[0]
     assert "[app]" not in legend[0]
+
+
+def test_thread_work_names_what_a_trampoline_ran(tmp_path):
+    """`work`: the function (and line) a thread was sampled in most, for threads started
+    through a generic trampoline; the legend shows it. Too few samples name nothing."""
+    run, p, c = _run(threads=3, cpus=2)
+    c.event(src=11, dst=12, line=STATS, src_off=0, dst_off=8, store=True, count=20)
+    for _ in range(15):
+        c.sample(11, STATS, ip=0x401123)  # worker fs.c:291 (FakeSym: line = ip & 0xfff)
+    for _ in range(5):
+        c.sample(11, STATS, ip=0x401200)
+    for _ in range(3):
+        c.sample(10, STATS, ip=0x401300)  # main: 3 samples, below WORK_MIN
+    for t in (10, 11, 12):
+        c.counters(t, samples=20, signals=20)
+    path = run.write(str(tmp_path / "work"))
+    res = analyze(RunDir.open(path), FAKE)
+    work = {t["tid"]: t["work"] for t in res["threads"]}
+    assert work == {10: "", 11: "worker fs.c:291", 12: ""}, work
+    assert "1 ? → worker fs.c:291 (tid 11)" in thread_legend(res["threads"])
 
 
 def test_many_threads_listed_only_when_they_took_part(tmp_path):
