@@ -382,8 +382,8 @@ static void open_watchpoints(void) {
   for (int i = 0; i < want; i++) {
     struct perf_event_attr attr;
     bp_attr(&attr, (uint64_t)&wp_parking, i, 1);
-    int fd =
-        locus_fd_keep((int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
+    int fd = locus_fd_keep_high(
+        (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
     if (fd < 0) break;
     dt.fds[dt.nwp++] = fd;
   }

@@ -8,6 +8,7 @@
  * quarter of RLIMIT_NOFILE from its top, F_DUPFD_CLOEXEC), remembered in a bitmap, and the
  * interposers of close, close_range, closefrom, dup2 and dup3 leave it alone. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -40,6 +41,22 @@ int locus_fd_keep(int fd) {
   int hi = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, fd_base);
   if (hi >= 0) {
     syscall(SYS_close, fd);
+    fd = hi;
+  }
+  if (fd < FD_BITS)
+    atomic_fetch_or_explicit(&owned[fd / 64], 1ull << (fd % 64), memory_order_release);
+  return fd;
+}
+
+int locus_fd_keep_high(int fd) {
+  if (fd < 0) return fd;
+  if (fd < fd_base) {
+    int hi = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, fd_base);
+    syscall(SYS_close, fd);
+    if (hi < 0) {
+      errno = EMFILE;
+      return -1;
+    }
     fd = hi;
   }
   if (fd < FD_BITS)

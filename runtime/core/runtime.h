@@ -84,6 +84,11 @@ void locus_fds_init(void);
 extern int locus_warn_fd; /* stderr as the program started with it */
 /* Move fd above the program's range and protect it; returns the descriptor to use. */
 int locus_fd_keep(int fd);
+/* The same for a descriptor the runtime can do without (a thread's perf events): when the
+ * runtime's range (the top quarter of RLIMIT_NOFILE) is full, fd is closed and -1 returned
+ * with errno EMFILE, rather than kept among the program's numbers (200 threads' sampler and
+ * watchpoints took 441 of a 1024 limit, and the program's open() failed). */
+int locus_fd_keep_high(int fd);
 int locus_fd_owned(int fd);
 void locus_fd_close(int fd);
 /* Stop protecting fd without closing it (it is no longer ours). */

@@ -236,3 +236,56 @@ def test_container_seccomp_without_perf(locus, tmp_path):
     checks = {ch["name"]: ch for ch in json.loads(doc.stdout)["checks"]}
     soft = checks["comm soft backend"]
     assert soft["ok"] and "POSIX CPU-time timer" in soft["detail"] and "seccomp" in soft["fix"]
+
+
+FD_PROGRAM = r"""
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+static pthread_barrier_t b;
+static void *w(void *a) {
+  volatile long x = 0;
+  for (long i = 0; i < 20000000; i++) x += i; /* long enough to be sampled */
+  pthread_barrier_wait(&b);
+  return a;
+}
+int main(int argc, char **argv) {
+  int n = atoi(argv[1]), files = atoi(argv[2]), ok = 0;
+  pthread_t t[1000];
+  pthread_barrier_init(&b, 0, n + 1);
+  for (int i = 0; i < n; i++) pthread_create(&t[i], 0, w, 0);
+  for (int i = 0; i < files; i++) ok += open("/dev/null", O_RDONLY) >= 0;
+  pthread_barrier_wait(&b);
+  for (int i = 0; i < n; i++) pthread_join(t[i], 0);
+  printf("%d of %d\n", ok, files);
+  return ok != files;
+}
+"""
+
+
+def test_threads_do_not_take_the_programs_descriptors(locus, tmp_path):
+    """200 threads and 700 open files under RLIMIT_NOFILE 1024: the threads' perf events
+    stay in the runtime's quarter of the table (past it, threads are sampled by a CPU-time
+    timer, with a warning), so the program's opens all succeed. Before, the perf events took
+    441 low descriptors and 456 of the program's 700 opens failed."""
+    import resource
+    import subprocess
+
+    (tmp_path / "fds.c").write_text(FD_PROGRAM)
+    exe = tmp_path / "fds"
+    subprocess.run(["cc", "-O1", "-pthread", "-o", str(exe), str(tmp_path / "fds.c")], check=True)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip(f"hard RLIMIT_NOFILE {hard} < 1024")
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+
+    run = tmp_path / "run"
+    cmd = [*locus.argv, "record", "-o", str(run), "--lens", "comm", "--", str(exe), "200", "700"]
+    proc = subprocess.run(cmd, capture_output=True, timeout=180, env=locus.env, preexec_fn=limit)
+    assert proc.returncode == 0 and proc.stdout == b"700 of 700\n", (proc.stdout, proc.stderr)
+    assert b"file descriptors" in proc.stderr and b"ulimit -n" in proc.stderr
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["threads_total"] == 201 and c["samples"] > 200

@@ -62,7 +62,7 @@ static LOCUS_TLS struct {
 static atomic_flag warned_thread = ATOMIC_FLAG_INIT;
 
 static long perf_open(struct perf_event_attr *at) {
-  return locus_fd_keep((int)syscall(SYS_perf_event_open, at, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
+  return locus_fd_keep_high((int)syscall(SYS_perf_event_open, at, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
 }
 
 /* Small sysfs reads without stdio (no malloc: this also runs in lazily-initialised code). */

@@ -101,7 +101,7 @@ static _Atomic uint64_t *pc_cache;
 static ZydisDecoder dec;
 static int proc_ok;
 static int forced_source;
-static _Atomic int warned_source;
+static _Atomic int warned_source, warned_budget;
 
 struct soft_tls {
   int fd;
@@ -884,7 +884,8 @@ static int open_clock(int sigtrap) {
     attr.wakeup_events = 1;
     attr.disabled = 1; /* enabled once the signal is routed to this thread */
   }
-  return locus_fd_keep((int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
+  return locus_fd_keep_high(
+      (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
 }
 
 static int start_async(void) {
@@ -926,6 +927,7 @@ static int start_timer(void) {
 }
 
 static void start_sampler(void) {
+  int full = 0; /* the runtime's descriptors are all in use */
   if (forced_source <= SRC_SIGTRAP) {
     int fd = open_clock(1);
     if (fd >= 0) {
@@ -933,6 +935,16 @@ static void start_sampler(void) {
       me_soft.source = SRC_SIGTRAP;
       return;
     }
+    full = errno == EMFILE;
+  }
+  if (full && start_timer() == 0) {
+    if (!atomic_load(&warned_budget) && !atomic_exchange(&warned_budget, 1))
+      locus_warn(
+          "comm: the runtime's file descriptors (the top quarter of RLIMIT_NOFILE) are all in "
+          "use: threads from here on are sampled by a POSIX CPU-time timer (at most HZ samples "
+          "per second) without watchpoints, and the program keeps the rest of its descriptors; "
+          "raise the limit (ulimit -n) to sample every thread fully");
+    return;
   }
   if (forced_source <= SRC_ASYNC && start_async() == 0) {
     warn_source(
