@@ -36,33 +36,26 @@ void locus_fds_init(void) {
   }
 }
 
-int locus_fd_keep(int fd) {
-  if (fd < 0) return fd;
-  int hi = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, fd_base);
-  if (hi >= 0) {
-    syscall(SYS_close, fd);
-    fd = hi;
+/* Move fd to the runtime's range and protect it; strict: close it and fail (EMFILE) when
+ * the range is full, rather than keep a number of the program's. */
+static int keep(int fd, int strict) {
+  if (fd >= 0 && fd < fd_base) {
+    int hi = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, fd_base);
+    if (hi >= 0 || strict) syscall(SYS_close, fd);
+    if (hi < 0 && strict) {
+      errno = EMFILE;
+      return -1;
+    }
+    if (hi >= 0) fd = hi;
   }
-  if (fd < FD_BITS)
+  if (fd >= 0 && fd < FD_BITS)
     atomic_fetch_or_explicit(&owned[fd / 64], 1ull << (fd % 64), memory_order_release);
   return fd;
 }
 
-int locus_fd_keep_high(int fd) {
-  if (fd < 0) return fd;
-  if (fd < fd_base) {
-    int hi = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, fd_base);
-    syscall(SYS_close, fd);
-    if (hi < 0) {
-      errno = EMFILE;
-      return -1;
-    }
-    fd = hi;
-  }
-  if (fd < FD_BITS)
-    atomic_fetch_or_explicit(&owned[fd / 64], 1ull << (fd % 64), memory_order_release);
-  return fd;
-}
+int locus_fd_keep(int fd) { return keep(fd, 0); }
+
+int locus_fd_keep_high(int fd) { return keep(fd, 1); }
 
 int locus_fd_owned(int fd) {
   return fd >= 0 && fd < FD_BITS &&
