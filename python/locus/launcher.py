@@ -11,7 +11,6 @@ it, and rewrites meta.json when the program has ended.
 from __future__ import annotations
 
 import datetime
-import glob
 import json
 import os
 import platform
@@ -27,7 +26,7 @@ import time
 from locus import FORMAT_VERSION, __version__
 from locus.errors import LocusError
 from locus.sampler import PROC_EXECED, PROC_EXITED, PROC_SIGNALED, Sampler, proc_flags
-from locus.sysfs import parse_cpulist
+from locus.sysfs import NODE_DIR, cpu_node_map, node_cpus
 
 KNOWN_LENSES = ("locks", "comm", "numa", "monitor")
 BACKENDS = {"locks": "interpose", "comm": "auto", "numa": "auto", "monitor": "sensors"}
@@ -313,19 +312,12 @@ def comm_env(comm: dict) -> dict[str, str]:
 
 # -- the numa lens -------------------------------------------------------------------------
 
-NODE_DIR = "/sys/devices/system/node"
-
 
 def numa_topology(root: str = NODE_DIR) -> list[dict]:
     """The machine's nodes from sysfs: id, cpus, mem_kb, distances, memory_only."""
     nodes = []
-    for path in glob.glob(os.path.join(root, "node[0-9]*")):
-        nid = int(os.path.basename(path)[4:])
-        try:
-            with open(os.path.join(path, "cpulist")) as f:
-                cpus = parse_cpulist(f.read())
-        except (OSError, ValueError):
-            cpus = []
+    for nid, cpus in node_cpus(root).items():
+        path = os.path.join(root, f"node{nid}")
         mem_kb = 0
         try:
             with open(os.path.join(path, "meminfo")) as f:
@@ -547,26 +539,7 @@ def cache_line_size() -> int | None:
 
 
 def numa_node_count() -> int:
-    return len(glob.glob("/sys/devices/system/node/node[0-9]*")) or 1
-
-
-def cpu_node_map() -> list[int]:
-    """NUMA node of each CPU id 0..max (sysfs node*/cpulist); CPUs in no node are 0. The
-    report's core-to-node matrix needs the recording machine's map, not the reader's."""
-    from locus.sysfs import parse_cpulist
-
-    pairs: list[tuple[int, int]] = []
-    for d in glob.glob("/sys/devices/system/node/node[0-9]*"):
-        try:
-            node = int(os.path.basename(d)[4:])
-            with open(os.path.join(d, "cpulist")) as f:
-                pairs += [(c, node) for c in parse_cpulist(f.read().strip())]
-        except (OSError, ValueError):
-            continue
-    out = [0] * (max((c for c, _ in pairs), default=-1) + 1)
-    for c, node in pairs:
-        out[c] = node
-    return out
+    return len(node_cpus()) or 1
 
 
 def host_info() -> dict:
@@ -580,7 +553,7 @@ def host_info() -> dict:
         "cpus": os.cpu_count(),
         "online_cpus": online,
         "numa_nodes": numa_node_count(),
-        "cpu_node": cpu_node_map(),
+        "cpu_node": cpu_node_map(),  # the report's core-to-node matrix: this machine's
         "cache_line": cache_line_size(),
         "kernel": uname.release,
         "machine": uname.machine or platform.machine(),

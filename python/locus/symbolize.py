@@ -42,12 +42,14 @@ class _Module:
     loads: list[tuple[int, int]]  # PT_LOAD [vaddr, vaddr + memsz)
 
 
-_ELF_CACHE: dict[tuple[str, float], tuple[int, list[tuple[int, int, int, int]]] | None] = {}
+_ELF_CACHE: dict[tuple[str, float], tuple | None] = {}
 _SYM_CACHE: dict[tuple, object] = {}
 
 
-def _elf_loads(path: str):
-    """(e_type, [(p_offset, p_vaddr, p_filesz, p_memsz)]) of an ELF64 LE file, or None."""
+def _elf(path: str):
+    """(e_type, [(p_offset, p_vaddr, p_filesz, p_memsz)] of the PT_LOAD segments,
+    [(sh_addr, sh_size, name)] of the allocated sections, sorted) of an ELF64 LE file, or
+    None; cached by path and mtime. Stripping keeps the section headers."""
     try:
         key = (path, os.path.getmtime(path))
     except OSError:
@@ -71,52 +73,49 @@ def _elf_loads(path: str):
                     )
                     if p_type == 1:
                         loads.append((off, vaddr, filesz, memsz))
-                res = (e_type, loads)
-    except OSError:
+                res = (e_type, loads, _sections(f, eh))
+    except (OSError, struct.error):
         res = None
     _ELF_CACHE[key] = res
     return res
 
 
-_SECT_CACHE: dict[tuple[str, float], list[tuple[int, int, str]]] = {}
+def _sections(f, eh: bytes) -> list[tuple[int, int, str]]:
+    """The allocated sections of the open ELF file f (header eh), sorted; [] if unreadable."""
+    out: list[tuple[int, int, str]] = []
+    shoff = struct.unpack_from("<Q", eh, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", eh, 0x3A)
+    if not (shoff and shentsize >= 64 and 0 < shnum < 65280 and shstrndx < shnum):
+        return out
+    try:
+        f.seek(shoff)
+        sh = f.read(shentsize * shnum)
+        rows = [
+            struct.unpack_from("<IIQQQQ", sh, i * shentsize) for i in range(len(sh) // shentsize)
+        ]
+        _n, _t, _fl, _a, stroff, strsize = rows[shstrndx]
+        f.seek(stroff)
+        strtab = f.read(min(strsize, 1 << 20))
+    except (OSError, struct.error, IndexError):
+        return out
+    for name, _typ, flags, addr, _off, size in rows:
+        if flags & 2 and addr and size:  # SHF_ALLOC
+            end = strtab.find(b"\0", name)
+            out.append(
+                (addr, size, strtab[name : end if end >= 0 else None].decode("ascii", "replace"))
+            )
+    return sorted(out)
+
+
+def _elf_loads(path: str):
+    """(e_type, [(p_offset, p_vaddr, p_filesz, p_memsz)]) of an ELF64 LE file, or None."""
+    e = _elf(path)
+    return None if e is None else (e[0], e[1])
 
 
 def _elf_sections(path: str) -> list[tuple[int, int, str]]:
-    """[(sh_addr, sh_size, name)] of the allocated sections of an ELF64 LE file (stripping
-    keeps the section headers), sorted; [] when unreadable."""
-    try:
-        key = (path, os.path.getmtime(path))
-    except OSError:
-        return []
-    if key in _SECT_CACHE:
-        return _SECT_CACHE[key]
-    out: list[tuple[int, int, str]] = []
-    try:
-        with open(path, "rb") as f:
-            eh = f.read(64)
-            if len(eh) == 64 and eh[:4] == b"\x7fELF" and eh[4] == 2 and eh[5] == 1:
-                shoff = struct.unpack_from("<Q", eh, 0x28)[0]
-                shentsize, shnum, shstrndx = struct.unpack_from("<HHH", eh, 0x3A)
-                if shoff and shentsize >= 64 and 0 < shnum < 65280 and shstrndx < shnum:
-                    f.seek(shoff)
-                    sh = f.read(shentsize * shnum)
-                    rows = [
-                        struct.unpack_from("<IIQQQQ", sh, i * shentsize)
-                        for i in range(len(sh) // shentsize)
-                    ]
-                    _n, _t, _fl, _a, stroff, strsize = rows[shstrndx]
-                    f.seek(stroff)
-                    strtab = f.read(min(strsize, 1 << 20))
-                    for name, _typ, flags, addr, _off, size in rows:
-                        if flags & 2 and addr and size:  # SHF_ALLOC
-                            end = strtab.find(b"\0", name)
-                            nm = strtab[name : end if end >= 0 else None].decode("ascii", "replace")
-                            out.append((addr, size, nm))
-    except (OSError, struct.error, IndexError):
-        out = []
-    out.sort()
-    _SECT_CACHE[key] = out
-    return out
+    e = _elf(path)
+    return [] if e is None else e[2]
 
 
 def parse_maps(text: str) -> list[_Module]:

@@ -6,7 +6,6 @@
 #include "allocs.h"
 #include "../numa/numa.h"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,13 +155,11 @@ static void name_of(uint32_t tid, char name[16]) {
   char path[48] = "/proc/self/task/";
   locus_fmt_u(path + strlen(path), tid);
   strcat(path, "/comm");
-  int fd = (int)syscall(SYS_open, path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  long n = (long)syscall(SYS_read, fd, name, 15);
-  syscall(SYS_close, fd);
+  char b[32];
+  long n = locus_read_small(path, b, sizeof b);
   if (n <= 0) return;
-  name[n] = 0;
-  if (name[n - 1] == '\n') name[n - 1] = 0;
+  if (b[n - 1] == '\n') b[--n] = 0;
+  memcpy(name, b, n < 16 ? (size_t)n + 1 : 16); /* the kernel's names are at most 15 */
 }
 
 /* At exit: the records of the other threads still running (their counters as they are). */

@@ -69,8 +69,7 @@ void locus_fd_forget(int fd) {
 
 void locus_fd_close(int fd) {
   if (fd < 0) return;
-  if (fd < FD_BITS)
-    atomic_fetch_and_explicit(&owned[fd / 64], ~(1ull << (fd % 64)), memory_order_release);
+  locus_fd_forget(fd);
   syscall(SYS_close, fd);
 }
 

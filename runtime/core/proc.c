@@ -42,6 +42,15 @@ void locus_warn(const char *msg) {
   (void)rc;
 }
 
+long locus_read_small(const char *path, char *b, size_t n) {
+  int fd = (int)syscall(SYS_open, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  long k = (long)syscall(SYS_read, fd, b, n - 1);
+  syscall(SYS_close, fd);
+  b[k > 0 ? k : 0] = 0;
+  return k;
+}
+
 uint64_t locus_thread_cpu_ns(void) {
   struct timespec ts;
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;

@@ -78,6 +78,9 @@ extern char locus_proc_path[4096]; /* absolute path of this process's directory,
 void locus_warn(const char *msg);
 /* v in decimal at out (NUL-terminated; at most 10 digits): no stdio in the runtime. */
 void locus_fmt_u(char *out, unsigned v);
+/* A small /proc or /sys file into b (NUL-terminated), with raw system calls (no stdio, no
+ * malloc, usable in a signal handler); its length, or -1. */
+long locus_read_small(const char *path, char *b, size_t n);
 
 /* ---- fds.c: the runtime's descriptors, kept away from the program's close() ---- */
 void locus_fds_init(void);

@@ -16,7 +16,7 @@
 #define GROW_STEP (1u << 20)
 /* Chunks grow x4 from CHUNK_FIRST to CHUNK_MAX: a thread that writes few records keeps
  * few pages of them resident. A chunk filled within HOT_MS of its claim (an allocation-heavy
- * thread under the comm lens writes a 64-byte record per malloc and per free) lets the next
+ * thread under the comm lens writes a record per malloc and per free) lets the next
  * grow up to CHUNK_HOT_MAX: each claim is an mmap, a munmap and a TLB flush, which at 16 KiB
  * per claim cost more than the records themselves (305 ns per malloc+free pair, 24 plain). */
 #define CHUNK_FIRST 4096u

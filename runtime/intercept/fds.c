@@ -41,8 +41,6 @@ LOCUS_EXPORT int close_range(unsigned first, unsigned last, int flags) {
     errno = EINVAL;
     return -1;
   }
-  if (locus_fd_next_owned(first, last) < 0)
-    return (int)syscall(SYS_close_range, first, last, flags);
   return close_around(first, last, flags);
 }
 

@@ -619,16 +619,6 @@ int locus_ft_chunk_mmapped(const void *p) {
   return p && (((const size_t *)p)[-1] & 2) != 0;
 }
 
-/* A small /proc or /sys file into b (NUL-terminated); its length, or -1. */
-static long read_small(const char *path, char *b, size_t n) {
-  int fd = (int)syscall(SYS_open, path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  long k = read(fd, b, n - 1);
-  close(fd);
-  b[k > 0 ? k : 0] = 0;
-  return k;
-}
-
 int locus_ft_init(void) {
   if (locus_stream_open(&touch_stream, locus_proc_dirfd, "numa.touch.bin") != 0) {
     locus_warn("numa: cannot create numa.touch.bin; the numa lens is off");
@@ -636,16 +626,16 @@ int locus_ft_init(void) {
   }
   long maxmap = 65530;
   char b[128];
-  if (read_small("/proc/sys/vm/max_map_count", b, sizeof b) > 0) maxmap = strtol(b, NULL, 10);
+  if (locus_read_small("/proc/sys/vm/max_map_count", b, sizeof b) > 0) maxmap = strtol(b, NULL, 10);
   /* Half of the map count for our splits, less what a program typically maps itself. */
   atomic_store(&vma_budget, maxmap / 2 - 2000 > 64 ? maxmap / 2 - 2000 : 64);
   Dl_info di;
   if (dladdr((void *)locus_ft_init, &di) && di.dli_fbase) dl_iterate_phdr(find_self, di.dli_fbase);
   /* Transparent huge pages: the mode ("[always] madvise never") and the PMD page size. */
-  if (read_small("/sys/kernel/mm/transparent_hugepage/enabled", b, sizeof b) > 0) {
+  if (locus_read_small("/sys/kernel/mm/transparent_hugepage/enabled", b, sizeof b) > 0) {
     thp_always = strstr(b, "[always]") != NULL;
     if (!strstr(b, "[never]") &&
-        read_small("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", b, sizeof b) > 0) {
+        locus_read_small("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", b, sizeof b) > 0) {
       unsigned long hs = strtoul(b, NULL, 10);
       if (hs > PAGE && (hs & (hs - 1)) == 0) thp_pages = hs / PAGE;
     }

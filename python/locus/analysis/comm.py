@@ -317,13 +317,14 @@ WORK_IPS = 16  # instructions symbolized per thread for `work`
 WORK_MIN = 10  # samples (exact: transfers) a thread needs for a `work`
 
 
-def _add_work(threads: list[dict], run: RunDir, names: _Names, ev: Events, wk: dict) -> None:
+def _add_work(
+    threads: list[dict], th: _Threads, run: RunDir, names: _Names, ev: Events, wk: dict
+) -> None:
     """`work`: the function each thread was sampled in most, with its most sampled line
     (soft and hw samples; exact: the accesses of its transfers, by volume), so that a thread
     started through a generic trampoline (std::thread, Rust's thread_start, libgomp) says
-    what it ran. "" when unknown or below WORK_MIN samples."""
-    pid_index = {p.pid: i for i, p in enumerate(run.procs)}
-    want = {(pid_index.get(t["pid"], -1), int(t["tid"])): t for t in threads}
+    what it ran. "" when unknown or below WORK_MIN samples. threads[i] is th's thread i."""
+    want = {(th.proc[i], th.tid[i]): t for i, t in enumerate(threads)}
     counts: dict[tuple[int, int], list[tuple[int, float]]] = {}
     for pi, p in enumerate(run.procs):
         path = p.file("comm.samples.bin")
@@ -352,8 +353,7 @@ def _add_work(threads: list[dict], run: RunDir, names: _Names, ev: Events, wk: d
             for j in np.argsort(-v, kind="stable").tolist():
                 k = int(idx[first[j]])
                 if 0 <= k < len(threads) and ips[first[j]]:
-                    t = threads[k]
-                    lst = counts.setdefault((pid_index.get(t["pid"], -1), int(t["tid"])), [])
+                    lst = counts.setdefault((th.proc[k], th.tid[k]), [])
                     if len(lst) < WORK_IPS:
                         lst.append((int(ips[first[j]]), float(v[j])))
     keys = [(p, ip) for (p, _tid), lst in counts.items() for ip, _c in lst]
@@ -505,8 +505,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     obj, obj_off = _attribute(run, ev, th, names, objs)
 
     threads = thread_rows(run, th, names)
-    add_os_names(threads, run, ct_list)
-    _add_work(threads, run, names, ev, wk)
+    add_os_names(threads, run, th, ct_list)
+    _add_work(threads, th, run, names, ev, wk)
     objects = _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
     lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
     sites = _site_rows(ev, wk, names, opts)

@@ -4,13 +4,12 @@ the lookup of the block alive at an address and a time, and the CPU -> NUMA node
 
 from __future__ import annotations
 
-import glob
 import os
 
 import numpy as np
 
 from locus.rundir import AL_FREE, AL_MALLOC, AL_MMAP, AL_MUNMAP, THREAD_MAIN, RunDir
-from locus.sysfs import parse_cpulist
+from locus.sysfs import cpu_node_map
 
 
 class Threads:
@@ -135,22 +134,9 @@ def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:
     if host.get("numa_nodes") == 1:
         return np.zeros(ncpu, dtype=np.int64)
     out = np.zeros(ncpu, dtype=np.int64)
-    found = False
-    for d in glob.glob("/sys/devices/system/node/node[0-9]*"):
-        try:
-            node = int(os.path.basename(d)[4:])
-            with open(os.path.join(d, "cpulist")) as f:
-                text = f.read().strip()
-        except (OSError, ValueError):
-            continue
-        try:
-            cpus = parse_cpulist(text)
-        except ValueError:
-            continue
-        for c in cpus:
-            if c < ncpu:
-                out[c] = node
-                found = True
+    here_map = cpu_node_map()[:ncpu]
+    out[: len(here_map)] = here_map
+    found = bool(here_map)
     recorded = host.get("numa_nodes")
     here = int(out.max()) + 1 if found else 1
     if (found and out.max() > 0) or (isinstance(recorded, int) and recorded != here):
@@ -233,21 +219,20 @@ def thread_rows(run: RunDir, th: Threads, names: Names) -> list[dict]:
     return out
 
 
-def add_os_names(threads: list[dict], run: RunDir, ct_list: list | None = None) -> None:
+def add_os_names(threads: list[dict], run: RunDir, th: Threads, ct_list: list | None = None):
     """`os_name`: the thread's name as the system shows it (pthread_setname_np, the JVM's
     "GC Thread#0"), from the samplers' per-thread records (comm.threads.bin); "" when
-    unknown (no sampler, or a run from before it was kept)."""
+    unknown (no sampler, or a run from before it was kept). threads[i] is th's thread i."""
     if ct_list is None:
         ct_list = [p.comm_threads() for p in run.procs]
-    pid_index = {p.pid: i for i, p in enumerate(run.procs)}
     names: dict[tuple[int, int], str] = {}
     for i, c in enumerate(ct_list):
         if "name" not in (c.dtype.names or ()):
             continue
         for tid, nm in zip(c["tid"].tolist(), c["name"].tolist()):
             names[(i, int(tid))] = nm.split(b"\0", 1)[0].decode(errors="replace")
-    for t in threads:
-        t["os_name"] = names.get((pid_index.get(t.get("pid"), -1), t["tid"]), "")
+    for i, t in enumerate(threads):
+        t["os_name"] = names.get((th.proc[i], th.tid[i]), "")
 
 
 def ranges(idx: list[int]) -> str:

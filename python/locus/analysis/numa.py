@@ -936,7 +936,7 @@ def _thread_table(run, th, names, bind: _Binding, ev) -> list[dict]:
     n = len(th)
     m = _grouped(ev["k"], n, ev)
     rows = thread_rows(run, th, names)
-    add_os_names(rows, run)
+    add_os_names(rows, run, th)
     for k, r in enumerate(rows):
         mask, ncpus, changes = bind.last(k)
         allowed = mask_nodes(mask)

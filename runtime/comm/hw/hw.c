@@ -65,17 +65,6 @@ static long perf_open(struct perf_event_attr *at) {
   return locus_fd_keep_high((int)syscall(SYS_perf_event_open, at, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
 }
 
-/* Small sysfs reads without stdio (no malloc: this also runs in lazily-initialised code). */
-static int read_small(const char *path, char *buf, size_t n) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t r = read(fd, buf, n - 1);
-  close(fd);
-  if (r <= 0) return -1;
-  buf[r] = 0;
-  return 0;
-}
-
 /* "event=0xcd,umask=0x1,ldlat=3": the standard Intel core PMU format (event config:0-7,
  * umask config:8-15, ldlat config1:0-15). */
 static int sysfs_event(const char *dev, const char *name, uint64_t *cfg, uint64_t *cfg1) {
@@ -84,7 +73,7 @@ static int sysfs_event(const char *dev, const char *name, uint64_t *cfg, uint64_
   strcat(path, dev);
   strcat(path, "/events/");
   strcat(path, name);
-  if (read_small(path, buf, sizeof buf) != 0) return -1;
+  if (locus_read_small(path, buf, sizeof buf) <= 0) return -1;
   uint64_t c = 0, c1 = 0;
   for (char *p = buf; *p;) {
     char *eq = strchr(p, '='), *comma = strchr(p, ',');
@@ -105,7 +94,7 @@ static int sysfs_type(const char *dev, uint32_t *type) {
   strcpy(path, EVENTS_DIR);
   strcat(path, dev);
   strcat(path, "/type");
-  if (read_small(path, buf, sizeof buf) != 0) return -1;
+  if (locus_read_small(path, buf, sizeof buf) <= 0) return -1;
   *type = (uint32_t)strtoul(buf, NULL, 10);
   return 0;
 }

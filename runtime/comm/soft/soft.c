@@ -850,11 +850,7 @@ static uint64_t period_ns(void) {
  * a warning, once. */
 static int seccomp_filtered(void) {
   char b[4096];
-  int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  long n = read(fd, b, sizeof b - 1);
-  close(fd);
-  b[n > 0 ? n : 0] = 0;
+  if (locus_read_small("/proc/self/status", b, sizeof b) <= 0) return 0;
   const char *p = strstr(b, "\nSeccomp:");
   if (!p) return 0;
   for (p += 9; *p == ' ' || *p == '\t'; p++) {
