@@ -751,6 +751,7 @@ static void take_sample(ucontext_t *uc) {
   locus_comm_checkpoint();
   if (locus_me.guard || locus_me.state != 1 || !locus_enabled) {
     st->skipped++;
+    locus_comm_self_end(c0); /* the checkpoint and the signal were ours all the same */
     return;
   }
   locus_me.guard++;
