@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import glob
 import json
 import os
 import platform
@@ -18,6 +17,8 @@ import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
+
+from locus.sysfs import node_cpus
 
 EVENT_SOURCES = "/sys/bus/event_source/devices"
 
@@ -388,7 +389,7 @@ def probe() -> Findings:
     f.breakpoint_error = perf_event_open(
         PERF_TYPE_BREAKPOINT, 0, ctypes.addressof(target), HW_BREAKPOINT_LEN_8
     )
-    f.numa_nodes = len(glob.glob("/sys/devices/system/node/node[0-9]*")) or 1
+    f.numa_nodes = len(node_cpus()) or 1
     f.thp = thp_mode(read_text("/sys/kernel/mm/transparent_hugepage/enabled"))
     f.numa_balancing = read_text("/proc/sys/kernel/numa_balancing")
     f.mpi_lib = ctypes.util.find_library("mpi")
