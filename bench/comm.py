@@ -11,7 +11,10 @@ the workload's --truth):
 - point-to-point (comm_p2p, 4 threads): largest cell outside the pairs / largest cell, and
   the share of the total outside the pairs;
 - the write-volume trend (comm_writevol, sharing fraction 0.1/0.5/0.9, 2 and 4 threads):
-  does each backend's volume rise with the fraction and the thread count;
+  does each backend's volume rise with the fraction and the thread count. As in the paper's
+  listing, every thread does a fixed amount of work (WRITEVOL_ITERATIONS), so 4 threads do
+  twice the work of 2: with a ~1 s time limit instead, the volume is bounded by what two
+  cores can move in a second and cannot grow with threads on a 2-core machine;
 - total: soft's volume is CPU time (one detection per period of a thread's CPU time spent
   in an access to a line another thread wrote), exact's a number of transfers. A timer
   sample picks an access with probability proportional to its duration, so samples give
@@ -99,13 +102,20 @@ def density(comm: dict, truth: dict) -> float | None:
     return (d["all"] if comm.get("backend") == "exact" else d["detections"]) / n
 
 
-def both(name: str, args: list[str], tag: str) -> dict:
+# Fixed work per thread for the write-volume trend, as in ComDetective's listing: iterations
+# each thread runs (the instrumented binary runs ~25x slower than the plain one; soft needs
+# enough of the plain binary's CPU time for a few hundred samples per run).
+WRITEVOL_ITERATIONS = {"exact": "4000000", "soft": "200000000"}
+
+
+def both(name: str, args: list[str], tag: str, rounds: dict | None = None) -> dict:
     """{backend: (comm, truth)}: the free-running workload under exact (instrumented binary)
-    and soft (plain binary)."""
+    and soft (plain binary); args[1] (rounds) is replaced by rounds[backend] if given."""
     out = {}
     for backend in ("exact", "soft"):
         exe = WL / "exact" / name if backend == "exact" else WL / name
-        argv = [str(exe), *args, "--free", "--truth"]
+        a = [args[0], rounds[backend], *args[2:]] if rounds else args
+        argv = [str(exe), *a, "--free", "--truth"]
         comm, truth, _ = record(argv, ["--backend", backend], tag + backend)
         out[backend] = (comm, truth)
     return out
@@ -173,7 +183,12 @@ def accuracy() -> dict:
     for threads in ("2", "4"):
         for frac in (0.1, 0.5, 0.9):
             row: dict = {"threads": int(threads), "share_fraction": frac}
-            r = both("comm_writevol", [threads, "-", str(frac)], f"wv{threads}-{frac}")
+            r = both(
+                "comm_writevol",
+                [threads, "-", str(frac)],
+                f"wv{threads}-{frac}",
+                WRITEVOL_ITERATIONS,
+            )
             for backend, (comm, truth) in r.items():
                 d = on_data(comm, truth)
                 row[backend] = {

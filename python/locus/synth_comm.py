@@ -107,8 +107,10 @@ class SynthComm:
         """Per-thread counters of comm.threads.bin (fields of struct locus_comm_thread)."""
         self.threads.setdefault(tid, {}).update(kw)
 
-    def sample(self, tid: int, addr: int, ip: int = 0, t: float = 0.5, cpu: int = -1, length=8):
-        self.samples.append((_ns(t), addr, ip, tid, cpu, length))
+    def sample(
+        self, tid: int, addr: int, ip: int = 0, t: float = 0.5, cpu: int = -1, length=8, store=False
+    ):
+        self.samples.append((_ns(t), addr, ip, tid, cpu, length, AC_STORE if store else 0))
 
     def malloc(self, addr, size, site=0x401234, t=0.0, tid=0, stack=0, mmap=False):
         self.allocs.append((_ns(t), addr, size, site, tid, stack, AL_MMAP if mmap else AL_MALLOC))
@@ -142,9 +144,9 @@ class SynthComm:
                 th[i][k] = v
         th.tofile(os.path.join(pdir, "comm.threads.bin"))
         s = np.zeros(len(self.samples), dtype=COMM_SAMPLE_DTYPE)
-        for i, (t, addr, ip, tid, cpu, length) in enumerate(self.samples):
+        for i, (t, addr, ip, tid, cpu, length, flags) in enumerate(self.samples):
             s[i]["t"], s[i]["addr"], s[i]["ip"], s[i]["tid"] = t, addr, ip, tid
-            s[i]["cpu"], s[i]["len"], s[i]["kind"] = cpu, length, 1
+            s[i]["cpu"], s[i]["len"], s[i]["flags"], s[i]["kind"] = cpu, length, flags, 1
         s.tofile(os.path.join(pdir, "comm.samples.bin"))
         a = np.zeros(len(self.allocs), dtype=ALLOC_DTYPE)
         for i, (t, addr, size, site, tid, stack, kind) in enumerate(self.allocs):

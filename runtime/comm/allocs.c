@@ -93,9 +93,9 @@ void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t 
 static void on_thread_end(void *arg) {
   (void)arg;
   locus_me.guard++;
-  locus_cursor_close(&at.cur);
-  locus_cursor_close(&at.heap);
-  locus_cursor_close(&at.frees);
+  locus_cursor_finish(&stream, &at.cur);
+  locus_cursor_finish(&heap_stream, &at.heap);
+  locus_cursor_finish(&free_stream, &at.frees);
   at.closed = 1;
   locus_me.guard--;
 }

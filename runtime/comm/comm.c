@@ -262,16 +262,16 @@ static void thread_init(void) {
 static void thread_fini(void) {
   if (ops && ops->thread_fini) ops->thread_fini();
   locus_comm_write_thread();
-  locus_cursor_close(&locus_ct.samples);
-  locus_cursor_close(&locus_ct.events);
+  locus_cursor_finish(&sample_stream, &locus_ct.samples);
+  locus_cursor_finish(&event_stream, &locus_ct.events);
 }
 
 static void proc_fini(void) {
   if (ops && ops->proc_fini) ops->proc_fini();
   locus_comm_write_thread();
   write_live_threads();
-  locus_cursor_close(&locus_ct.samples);
-  locus_cursor_close(&locus_ct.events);
+  locus_cursor_finish(&sample_stream, &locus_ct.samples);
+  locus_cursor_finish(&event_stream, &locus_ct.events);
 }
 
 static void after_fork(void) {

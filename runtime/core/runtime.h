@@ -46,6 +46,8 @@ int locus_stream_fd(struct locus_stream *s);
 int locus_stream_open(struct locus_stream *s, int dirfd, const char *name);
 /* Map `bytes` (a multiple of the page size) of fresh file space; NULL when out of space. */
 void *locus_stream_claim(struct locus_stream *s, size_t bytes);
+/* The same, with the chunk's offset in the file in *at. */
+void *locus_stream_claim_at(struct locus_stream *s, size_t bytes, uint64_t *at);
 void locus_stream_release(void *chunk, size_t bytes);
 void locus_stream_reset_after_fork(struct locus_stream *s);
 void locus_stream_close(struct locus_stream *s);
@@ -55,12 +57,16 @@ void locus_stream_close(struct locus_stream *s);
 struct locus_cursor {
   char *base, *pos, *end;
   size_t chunk;
-  uint64_t t; /* ticks at the last claim: a chunk filled fast makes the next one larger */
+  uint64_t t;   /* ticks at the last claim: a chunk filled fast makes the next one larger */
+  uint64_t off; /* the chunk's offset in the stream's file */
 };
 /* Append one record; returns 0, or -1 when it was dropped. Async-signal-safe. */
 int locus_cursor_put(struct locus_stream *s, struct locus_cursor *c, const void *rec,
                      size_t rec_size);
 void locus_cursor_close(struct locus_cursor *c);
+/* At a thread's end (never in a fork child, whose chunk is the parent's): close, and give
+ * the chunk's unused whole pages back to the filesystem (a hole reads as unused records). */
+void locus_cursor_finish(struct locus_stream *s, struct locus_cursor *c);
 
 /* ---- proc.c ---- */
 struct locus_config {

@@ -13,7 +13,6 @@
 
 #include "runtime.h"
 
-#define GROW_STEP (1u << 20)
 /* Chunks grow x4 from CHUNK_FIRST to CHUNK_MAX: a thread that writes few records keeps
  * few pages of them resident. A chunk filled within HOT_MS of its claim (an allocation-heavy
  * thread under the comm lens writes a record per malloc and per free) lets the next
@@ -78,7 +77,11 @@ static int grow(struct locus_stream *s, int fd, uint64_t need) {
   }
   uint64_t size = atomic_load(&s->size);
   if (need > size) {
-    uint64_t to = (need + GROW_STEP - 1) / GROW_STEP * GROW_STEP;
+    /* Exactly the claimed chunks, one fallocate per claim (claims are rare: chunks grow
+     * with the rate of records): a process that writes a few records keeps a few KiB of
+     * disk, not a MiB per stream; a shell loop or a build runs thousands of processes.
+     * locus_cursor_finish gives a thread's unused tail back when it ends. */
+    uint64_t to = need;
     if (fallocate(fd, 0, (off_t)size, (off_t)(to - size)) != 0) {
       /* Filesystems without fallocate: extend sparsely. */
       if (errno != EOPNOTSUPP || ftruncate(fd, (off_t)to) != 0) rc = -1;
@@ -90,9 +93,15 @@ static int grow(struct locus_stream *s, int fd, uint64_t need) {
 }
 
 void *locus_stream_claim(struct locus_stream *s, size_t bytes) {
+  uint64_t off;
+  return locus_stream_claim_at(s, bytes, &off);
+}
+
+void *locus_stream_claim_at(struct locus_stream *s, size_t bytes, uint64_t *at) {
   if (s->fd < 0) return NULL;
   uint64_t c0 = locus_thread_cpu_ns();
   uint64_t off = atomic_fetch_add(&s->next, bytes);
+  *at = off;
   int fd = locus_stream_fd(s); /* checked once per claim */
   if (fd < 0 || (off + bytes > atomic_load(&s->size) && grow(s, fd, off + bytes) != 0)) return NULL;
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
@@ -129,7 +138,7 @@ int locus_cursor_put(struct locus_stream *s, struct locus_cursor *c, const void 
     if (next > (hot ? CHUNK_HOT_MAX : CHUNK_MAX)) next = hot ? CHUNK_HOT_MAX : CHUNK_MAX;
     c->t = now;
     locus_stream_release(c->base, c->chunk);
-    c->base = locus_stream_claim(s, next);
+    c->base = locus_stream_claim_at(s, next, &c->off);
     if (!c->base) {
       c->pos = c->end = NULL;
       c->chunk = 0;
@@ -150,4 +159,16 @@ int locus_cursor_put(struct locus_stream *s, struct locus_cursor *c, const void 
 void locus_cursor_close(struct locus_cursor *c) {
   locus_stream_release(c->base, c->chunk);
   memset(c, 0, sizeof *c);
+}
+
+void locus_cursor_finish(struct locus_stream *s, struct locus_cursor *c) {
+  size_t page = 4096, used = c->base ? (size_t)(c->pos - c->base) : 0;
+  size_t keep = (used + page - 1) / page * page;
+  uint64_t off = c->off + keep;
+  size_t tail = c->base && keep < c->chunk ? c->chunk - keep : 0;
+  locus_cursor_close(c);
+  /* The tail reads as zeros (unused records) either way; a filesystem without hole
+   * punching keeps it allocated. Never in a fork child: the chunk is the parent's. */
+  if (tail && s->fd >= 0)
+    fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)tail);
 }

@@ -401,8 +401,8 @@ static void flush_unreleased(void) {
 
 static void thread_fini(void) {
   flush_unreleased();
-  locus_cursor_close(&lt.ev);
-  locus_cursor_close(&lt.objs);
+  locus_cursor_finish(&ev_stream, &lt.ev);
+  locus_cursor_finish(&obj_stream, &lt.objs);
   if (lt.tab) locus_stream_release(lt.tab, (size_t)lt.nslots * sizeof lt.tab[0]);
   lt.tab = NULL;
   memset(lt.cache, 0, sizeof lt.cache);

@@ -260,7 +260,7 @@ static void flush(struct nthread *nt) {
     r.flags = c->flags;
     locus_cursor_put(&count_stream, &nt->cursor, &r, sizeof r);
   }
-  locus_cursor_close(&nt->cursor);
+  locus_cursor_finish(&count_stream, &nt->cursor);
   if (nt->tab) syscall(SYS_munmap, nt->tab, (size_t)nt->cap * sizeof *nt->tab);
   nt->tab = NULL;
   nt->cap = nt->n = 0;

@@ -668,4 +668,4 @@ void locus_ft_after_fork(void) {
 }
 
 /* Per-thread end: the numa lens closes the cursor through this. */
-void locus_ft_thread_fini(void) { locus_cursor_close(&touch_cursor); }
+void locus_ft_thread_fini(void) { locus_cursor_finish(&touch_stream, &touch_cursor); }

@@ -192,7 +192,7 @@ void locus_ft_thread_fini(void);
 static void thread_fini(void) {
   locus_numa_exact_thread_fini();
   pin_self(LOCUS_NP_END);
-  locus_cursor_close(&pin_cursor);
+  locus_cursor_finish(&pin_stream, &pin_cursor);
   locus_ft_thread_fini();
 }
 
@@ -200,7 +200,7 @@ static void proc_fini(void) {
   locus_numa_exact_proc_fini();
   locus_ft_proc_fini();
   pin_self(LOCUS_NP_END);
-  locus_cursor_close(&pin_cursor);
+  locus_cursor_finish(&pin_stream, &pin_cursor);
   locus_ft_thread_fini();
 }
 

@@ -192,6 +192,18 @@ def test_falseshare_fraction(exact_bins, tmp_path, fraction):
     assert set(ev["line"][~is_true].tolist()) == {lines["false"]}
 
 
+def test_free_running_false_sharing_has_no_true_transfer(exact_bins, tmp_path):
+    """Threads hammering their own counters of one line, with no turns (--free, false
+    fraction 1): every transfer is false sharing. The model's {writer, bytes} pair was two
+    stores; a thread that lost the line between them left its own bytes under the new
+    writer, and its next access read as true sharing with itself (1-9 % of transfers)."""
+    run = run_exact(exact_bins, tmp_path, "comm_falseshare", "2", "300000", "1", "16", "--free")
+    m = run.matrix()
+    true = sum(v for (_, _, is_true), v in m.items() if is_true)
+    total = sum(m.values())
+    assert total > 1000 and true <= 0.001 * total, (true, total)
+
+
 def test_readwrite_volume_grows_with_read_fraction(exact_bins, tmp_path):
     volumes = []
     for fraction in ("0.2", "0.8"):

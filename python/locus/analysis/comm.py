@@ -621,6 +621,8 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
     n = len(objs.info)
     if n == 0:
         return []
+    sampler: dict = {}  # per process: its sampled accesses (for _shared_words)
+    tids = np.array([t["tid"] for t in threads] + [-1], dtype=np.int64)
     S = _sums(obj, n, wk)
     det = np.bincount(obj, weights=sampled.astype(float), minlength=n)
     order = np.lexsort((-S["false"], -S["all"]))[: opts.top_objects]
@@ -693,6 +695,11 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
                     inside &= fa[:, 1] < size
                 fa = unique_rows(fa[inside])
         stores = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) != 0).all())
+        shared = (
+            _shared_words(names.run.procs[info["proc"]], ev, m, fm, tids, cfg["line_size"], sampler)
+            if len(fm)
+            else (0, 0)
+        )
         out.append(
             {
                 "name": name,
@@ -710,9 +717,70 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
                 "pairs": pairs,
                 "_false_accesses": np.asarray(fa, dtype=np.int64).tolist(),
                 "_false_stores": stores,
+                "_shared_words": shared,
             }
         )
     return out
+
+
+# Words used by two threads, one writing, that mark an object as shared over time: one is
+# proof (per-thread fields never have one), but a heap site's blocks reused by another
+# thread at the same address would give a stray one.
+SHARED_WORDS_MIN = 2
+WORD = 8  # bytes: the granule of _shared_words
+
+
+def _shared_words(
+    proc, ev: Events, m: np.ndarray, fm: np.ndarray, tids: np.ndarray, line: int, cache: dict
+) -> tuple[int, int]:
+    """(shared, seen) 8-byte words of the lines of the false-sharing events fm (of an
+    object whose events are m): a word is *shared* when the run shows two threads using it,
+    one of them writing it, at any time. Per-thread fields that only share lines never have
+    one; an array that threads sweep in turn, or an array of locks, does: false sharing
+    there comes with true sharing of the same elements. Sampling backends: from every
+    sampled access to those lines (comm.samples.bin) and both sides of the detections on
+    them (tids: thread index -> tid); exact: the words of the true-sharing
+    transfers on those lines (their bytes overlap a word the writer wrote)."""
+    lines = np.unique(ev.line[fm].astype(np.uint64))
+    if (ev.flags[m] & CE_EXACT).all():
+        on = m[np.isin(ev.line[m].astype(np.uint64), lines)]
+        t = on[(ev.flags[on] & CE_TRUE) != 0]
+        words = {(int(ev.line[i]), int(ev.dst_off[i]) // WORD) for i in t}
+        seen = {
+            (int(ev.line[i]), int(o) // WORD) for i in on for o in (ev.dst_off[i], ev.src_off[i])
+        }
+        return len(words), len(seen | words)
+    key = id(proc)
+    if key not in cache:
+        smp = proc.comm_samples()
+        cache[key] = smp[smp["addr"] != 0]
+    smp = cache[key]
+    smp = smp[np.isin(smp["addr"] - smp["addr"] % np.uint64(line), lines)]
+    # Uses: (first byte, length, thread, written) of the sampled accesses, and of both sides
+    # of the object's detections on those lines (the writer's side is a store).
+    on = m[np.isin(ev.line[m].astype(np.uint64), lines)]
+    ln = ev.line[on].astype(np.int64)
+    a = np.concatenate([smp["addr"].astype(np.int64), ln + ev.src_off[on], ln + ev.dst_off[on]])
+    n = np.concatenate([smp["len"], ev.src_len[on], ev.dst_len[on]]).astype(np.int64)
+    who = np.concatenate([smp["tid"].astype(np.int64), tids[ev.src[on]], tids[ev.dst[on]]])
+    wr = np.concatenate(
+        [smp["flags"] & AC_STORE != 0, np.ones(len(on), bool), ev.dst_flags[on] & AC_STORE != 0]
+    )
+    if not len(a):
+        return 0, 0
+    first = a // WORD
+    nw = np.maximum(1, (a % WORD + np.maximum(n, 1) + WORD - 1) // WORD)
+    k = np.arange(int(nw.max()))
+    sel = k[None, :] < nw[:, None]
+    w = (first[:, None] + k[None, :])[sel]
+    who = np.broadcast_to(who[:, None], sel.shape)[sel]
+    wr = np.broadcast_to(wr[:, None], sel.shape)[sel]
+    uw, inv = np.unique(w, return_inverse=True)
+    inv = inv.reshape(-1)
+    pairs = np.unique(np.stack([inv, who], axis=1), axis=0)
+    users = np.bincount(pairs[:, 0], minlength=len(uw))
+    written = np.bincount(inv, weights=wr.astype(float), minlength=len(uw)) > 0
+    return int(((users >= 2) & written).sum()), len(uw)
 
 
 def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
@@ -910,7 +978,16 @@ def _advice(objects: list[dict], cfg: dict, limit: int = 5) -> list[str]:
         verb = "write" if o["_false_stores"] else "access"
         name = f"`{o['name']}`" if o["kind"] == "static" else o["name"]
         where = f"at offsets {offs[0]}-{offs[-1]}" if len(offs) > 1 else f"at offset {offs[0]}"
-        if own:
+        shared, seen = o["_shared_words"]
+        if shared >= SHARED_WORDS_MIN:
+            out.append(
+                f"threads {thr} {verb} neighbouring {size}-byte words of {name} {where} at "
+                f"the same time (false sharing) and the same words at other times (true "
+                f"sharing: {shared} of {seen} sampled words used by two threads): padding "
+                f"each word to {line} bytes removes only the false part; give each thread "
+                f"its own block of whole lines, or a private copy combined at the end"
+            )
+        elif own:
             out.append(
                 f"threads {thr} {verb} adjacent {size}-byte fields of {name} {where}; "
                 f"pad each to {line} bytes (alignas({line})) or give each thread its own line"

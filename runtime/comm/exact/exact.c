@@ -33,9 +33,11 @@
  *     blocks come from one reserved region of LOCUS_EXACT_SHADOW_MB (default 4096) MiB;
  *     accesses to lines it cannot cover are counted in `skipped`.
  *   - an aggregate table holds at most AGG_MAX entries per thread (more: counted dropped).
- *   - races between threads updating one entry are resolved without locks: an update can be
- *     lost (approximate under true data races; exact for programs whose accesses to a line
- *     are ordered by synchronisation).
+ *   - races between threads updating one entry are resolved without locks. The writer and
+ *     its bytes change together (one 16-byte compare-and-swap), so a transfer's true/false
+ *     verdict never mixes two threads' epochs; the copy set is a separate word, so a
+ *     transfer can be lost or counted twice when two threads take a line at the same instant
+ *     (exact for programs whose accesses to a line are ordered by synchronisation).
  *   - not seen: uninstrumented code (libc's memcpy/memset, libraries not built with locus
  *     cc, inline asm).
  *
@@ -309,6 +311,28 @@ static inline int model_off(struct locus_xthread *x) {
   return 1;
 }
 
+/* {wip, bytes} of e: replaced together by cas16, read as a pair whose wip did not change
+ * meanwhile. */
+static inline uint64_t pair_of(struct locus_xshadow *e, uint64_t *bytes) {
+  for (int i = 0;; i++) {
+    uint64_t w = atomic_load_explicit(&e->wip, memory_order_acquire);
+    *bytes = atomic_load_explicit(&e->bytes, memory_order_acquire);
+    if (atomic_load_explicit(&e->wip, memory_order_acquire) == w || i == 8) return w;
+  }
+}
+
+/* {wip, bytes} = {w1, b1} if they are {w0, b0}; 1 if so. x86-64 (every CPU since 2008
+ * has cmpxchg16b; the runtime is x86-64 only). */
+static inline int cas16(struct locus_xshadow *e, uint64_t w0, uint64_t b0, uint64_t w1,
+                        uint64_t b1) {
+  unsigned char ok;
+  __asm__ __volatile__("lock cmpxchg16b (%[p])\n\tsete %[ok]"
+                       : [ok] "=q"(ok), "+a"(w0), "+d"(b0)
+                       : [p] "r"(&e->wip), "b"(w1), "c"(b1)
+                       : "memory", "cc");
+  return ok;
+}
+
 LOCUS_EXPORT COLD void locus_x_read_miss(struct locus_xthread *x, struct locus_xshadow *e,
                                          uint64_t ln, uint32_t off, uint32_t len, uint32_t fl,
                                          uint64_t ip) {
@@ -317,11 +341,9 @@ LOCUS_EXPORT COLD void locus_x_read_miss(struct locus_xthread *x, struct locus_x
     x->skipped++;
     return;
   }
-  uint64_t w = atomic_load_explicit(&e->wip, memory_order_relaxed);
+  uint64_t b, w = pair_of(e, &b);
   uint32_t ws = (uint32_t)(w >> 48);
-  if (ws && ws != x->serial)
-    transfer(x, ln, w, atomic_load_explicit(&e->bytes, memory_order_relaxed),
-             locus_x_granules(off, len), off, len, fl, ip);
+  if (ws && ws != x->serial) transfer(x, ln, w, b, locus_x_granules(off, len), off, len, fl, ip);
   atomic_fetch_or_explicit(&e->copies, x->bit, memory_order_relaxed);
 }
 
@@ -331,12 +353,11 @@ LOCUS_EXPORT COLD void locus_x_write_other(struct locus_xthread *x, struct locus
                                            uint64_t ip) {
   if (model_off(x)) return;
   uint64_t mine = locus_x_granules(off, len);
-  uint64_t w = atomic_load_explicit(&e->wip, memory_order_relaxed);
+  uint64_t b, w = pair_of(e, &b);
   uint64_t c = atomic_load_explicit(&e->copies, memory_order_relaxed);
   uint32_t ws = (uint32_t)(w >> 48);
   if (ws && ws != x->serial && x->bit && !(c & x->bit))
-    transfer(x, ln, w, atomic_load_explicit(&e->bytes, memory_order_relaxed), mine, off, len, fl,
-             ip);
+    transfer(x, ln, w, b, mine, off, len, fl, ip);
   if (x->serial) {
     int cpu = sched_getcpu();
     int16_t v = (int16_t)(cpu >= 0 && cpu < INT16_MAX - 1 ? cpu + 1 : 0);
@@ -344,8 +365,26 @@ LOCUS_EXPORT COLD void locus_x_write_other(struct locus_xthread *x, struct locus
   }
   /* A new modified epoch: T is the only holder, its bytes are the written ones. */
   atomic_store_explicit(&e->copies, x->bit, memory_order_relaxed);
-  atomic_store_explicit(&e->bytes, mine, memory_order_relaxed);
-  atomic_store_explicit(&e->wip, x->token | (ip & IP_MASK), memory_order_relaxed);
+  while (!cas16(e, w, b, x->token | (ip & IP_MASK), mine)) w = pair_of(e, &b);
+}
+
+/* A store by the line's last writer and only holder that adds bytes to its epoch (the hit
+ * path's rare case): added only while the epoch is still this thread's; if another thread
+ * took the line meanwhile, the store is a write miss. */
+LOCUS_EXPORT COLD void locus_x_add_bytes(struct locus_xthread *x, struct locus_xshadow *e,
+                                         uint64_t ln, uint32_t off, uint32_t len, uint32_t fl,
+                                         uint64_t ip) {
+  if (model_off(x)) return;
+  uint64_t mine = locus_x_granules(off, len);
+  for (;;) {
+    uint64_t b, w = pair_of(e, &b);
+    if ((w & LOCUS_X_WRITER) != x->token ||
+        atomic_load_explicit(&e->copies, memory_order_relaxed) != x->bit) {
+      locus_x_write_other(x, e, ln, off, len, fl, ip);
+      return;
+    }
+    if ((b | mine) == b || cas16(e, w, b, w, b | mine)) return;
+  }
 }
 
 static int thread_enter(struct locus_xthread *x);

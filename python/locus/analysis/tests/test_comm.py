@@ -249,6 +249,35 @@ def test_advice_for_an_object_that_starts_mid_line(tmp_path):
     ]
 
 
+def test_advice_for_an_array_both_threads_sweep(tmp_path):
+    """Two threads update the same elements of `stats` at different times and neighbouring
+    ones at the same time: every detection compares two different words (false sharing),
+    but the samples show the same words written by one thread and used by the other. Padding
+    each word would leave the true part; the advice says to partition or privatise. Per-
+    thread fields sampled the same way (each thread only its own word) keep the padding
+    advice."""
+    for sweep in (True, False):
+        run, p, c = _run(threads=2, cpus=2)
+        for k in range(4):
+            so, do = 16 * k, 16 * k + 8
+            c.event(src=10, dst=11, line=STATS, src_off=so, dst_off=do, store=True, count=10)
+            c.event(src=11, dst=10, line=STATS, src_off=do, dst_off=so, store=True, count=10)
+        for t, own in ((10, 0), (11, 8)):
+            for k in range(4):
+                words = (16 * k, 16 * k + 8) if sweep else (16 * k + own,)
+                for w in words:
+                    c.sample(t, STATS + w, ip=0x401100, store=True)
+            c.counters(t, samples=100, signals=100)
+        res = _res(tmp_path, run, name=f"sweep{sweep}")
+        (advice,) = res["advice"]
+        if sweep:
+            assert advice.startswith("threads 0-1 write neighbouring 8-byte words of `stats`")
+            assert "true sharing: 8 of 8 sampled words used by two threads" in advice
+            assert "give each thread its own block of whole lines" in advice
+        else:
+            assert "pad each to 64 bytes" in advice, advice
+
+
 def test_no_advice_for_a_stray_transfer_or_a_lone_thread(tmp_path):
     """Advice needs two threads in the object and a share of the largest false sharing: an
     exact run's single false transfer on another object (seen from one side: the other
