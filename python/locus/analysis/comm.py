@@ -312,6 +312,7 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
     return obj, off
 
 
+SKIPPED_NOTE = 0.5  # share of skipped interrupts above which a note says what they were
 WORK_SAMPLES = 2_000_000  # samples read per process for `work` (a stride beyond)
 WORK_IPS = 16  # instructions symbolized per thread for `work`
 WORK_MIN = 10  # samples (exact: transfers) a thread needs for a `work`
@@ -499,6 +500,18 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         )
     if counters["dropped"]:
         notes.append(f"{counters['dropped']} comm record(s) could not be written (dropped)")
+    seen = counters["samples"] + counters["skipped"]
+    if cfg["backend"] != "exact" and seen and counters["skipped"] > SKIPPED_NOTE * seen:
+        k, u = counters["kernel"], counters["undecoded"]
+        nomem = counters["skipped"] - k - u
+        notes.append(
+            f"{100 * counters['skipped'] / seen:.0f} % of the sampler's interrupts gave no "
+            f"access ({nomem} found no memory operand within the single-step budget or landed "
+            f"in locus's own records, {u} undecodable, {k} in the kernel): the threads spent "
+            "that time in register-only code (arithmetic, branches, spinning) or in system "
+            "calls (a timer signal arrives as the call returns); the volumes cover the time "
+            "in memory accesses only"
+        )
 
     names = _Names(run, opts)
     objs = _Objects()

@@ -114,6 +114,18 @@ def matrix_table(c: dict) -> Table:
     return Table(MATRIX_TABLE, f"Communication matrix by {by}, {kind} sharing", cols, rows)
 
 
+def _skip_parts(c: dict) -> str:
+    """': N no access, U undecodable, K in kernel' when any interrupt was skipped."""
+    k = c["counters"]
+    if not c["skipped"] or c["backend"] == "exact":
+        return ""
+    nomem = c["skipped"] - k.get("undecoded", 0) - k.get("kernel", 0)
+    return (
+        f": {count(nomem)} no access, {count(k.get('undecoded', 0))} undecodable,"
+        f" {count(k.get('kernel', 0))} in kernel"
+    )
+
+
 def summary_lines(report: dict) -> list[str]:
     c = _comm(report)
     dur = report["run"]["duration_s"] or 0.0
@@ -131,7 +143,7 @@ def summary_lines(report: dict) -> list[str]:
     lines = [
         f"comm      {how}, {wp if wp is not None else '?'} watchpoints,"
         f" {count(c['samples'])} samples, {count(c['skipped'])} skipped"
-        f" ({percent(_pct(c['skipped'], seen))})",
+        f" ({percent(_pct(c['skipped'], seen))}{_skip_parts(c)})",
     ]
     t = c["totals"]
     rse = f" (±{percent(100 * t['rse'])})" if t.get("rse") else ""

@@ -10,7 +10,7 @@ from locus.analysis.comm import Options, analyze
 from locus.cli import main
 from locus.errors import LocusError
 from locus.render import render
-from locus.render.comm import MAX_CELLS, heatmap_lines, thread_legend
+from locus.render.comm import MAX_CELLS, heatmap_lines, summary_lines, thread_legend
 from locus.report import Filters, build
 from locus.rundir import COMM_EVENT_DTYPE, RunDir
 from locus.symbolize import CodeLoc
@@ -353,6 +353,26 @@ def test_no_advice_from_a_few_samples(tmp_path):
     res = analyze(RunDir.open(path), FAKE)
     assert res["objects"] and res["objects"][0]["detections"] < 10
     assert res["advice"] == []
+
+
+def test_skipped_interrupts_broken_down(tmp_path):
+    """Most interrupts without an access (sysbench mutex: 92 %): the header says what they
+    were, and a note what that means for the volumes; a run with few has no note."""
+    for skipped in (90, 10):
+        run, p, c = _run(threads=2, cpus=2)
+        c.event(src=10, dst=11, line=STATS, src_off=0, dst_off=8, store=True, count=20)
+        c.counters(10, samples=100 - skipped, signals=100, skipped=skipped, undecoded=5, kernel=1)
+        path = run.write(str(tmp_path / f"skip{skipped}"))
+        res = analyze(RunDir.open(path), FAKE)
+        note = [n for n in res["notes"] if "gave no access" in n]
+        head = summary_lines(build(RunDir.open(path), ["comm"], Filters()))[0]
+        parts = f"{skipped - 6} no access, 5 undecodable, 1 in kernel"
+        assert f"{skipped} skipped ({skipped} %: {parts})" in head, head
+        if skipped == 90:
+            assert note and note[0].startswith("90 % of the sampler's interrupts"), note
+            assert "84 found no memory operand" in note[0]
+        else:
+            assert not note
 
 
 def test_kind_and_by_filters(tmp_path, capsys):
