@@ -321,18 +321,6 @@ static inline uint64_t pair_of(struct locus_xshadow *e, uint64_t *bytes) {
   }
 }
 
-/* {wip, bytes} = {w1, b1} if they are {w0, b0}; 1 if so. x86-64 (every CPU since 2008
- * has cmpxchg16b; the runtime is x86-64 only). */
-static inline int cas16(struct locus_xshadow *e, uint64_t w0, uint64_t b0, uint64_t w1,
-                        uint64_t b1) {
-  unsigned char ok;
-  __asm__ __volatile__("lock cmpxchg16b (%[p])\n\tsete %[ok]"
-                       : [ok] "=q"(ok), "+a"(w0), "+d"(b0)
-                       : [p] "r"(&e->wip), "b"(w1), "c"(b1)
-                       : "memory", "cc");
-  return ok;
-}
-
 LOCUS_EXPORT COLD void locus_x_read_miss(struct locus_xthread *x, struct locus_xshadow *e,
                                          uint64_t ln, uint32_t off, uint32_t len, uint32_t fl,
                                          uint64_t ip) {
@@ -365,7 +353,7 @@ LOCUS_EXPORT COLD void locus_x_write_other(struct locus_xthread *x, struct locus
   }
   /* A new modified epoch: T is the only holder, its bytes are the written ones. */
   atomic_store_explicit(&e->copies, x->bit, memory_order_relaxed);
-  while (!cas16(e, w, b, x->token | (ip & IP_MASK), mine)) w = pair_of(e, &b);
+  while (!locus_x_cas16(e, w, b, x->token | (ip & IP_MASK), mine)) w = pair_of(e, &b);
 }
 
 /* A store by the line's last writer and only holder that adds bytes to its epoch (the hit
@@ -383,7 +371,7 @@ LOCUS_EXPORT COLD void locus_x_add_bytes(struct locus_xthread *x, struct locus_x
       locus_x_write_other(x, e, ln, off, len, fl, ip);
       return;
     }
-    if ((b | mine) == b || cas16(e, w, b, w, b | mine)) return;
+    if ((b | mine) == b || locus_x_cas16(e, w, b, w, b | mine)) return;
   }
 }
 

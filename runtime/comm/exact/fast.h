@@ -87,6 +87,18 @@ LOCUS_X_INLINE uint64_t locus_x_granules(uint32_t off, uint32_t len) {
   return (n >= 64 ? ~0ull : ((1ull << n) - 1)) << a;
 }
 
+/* {wip, bytes} of e = {w1, b1} if they are {w0, b0}; 1 if so (lock cmpxchg16b: x86-64,
+ * every CPU since 2008; the runtime is x86-64 only). */
+LOCUS_X_INLINE int locus_x_cas16(struct locus_xshadow *e, uint64_t w0, uint64_t b0, uint64_t w1,
+                                 uint64_t b1) {
+  unsigned char ok;
+  __asm__ __volatile__("lock cmpxchg16b (%[p])\n\tsete %[ok]"
+                       : [ok] "=q"(ok), "+a"(w0), "+d"(b0)
+                       : [p] "r"(&e->wip), "b"(w1), "c"(b1)
+                       : "memory", "cc");
+  return ok;
+}
+
 /* An access inside one line whose shadow entry is e (l64: lines are 64 bytes). Hits (a read
  * of a line this thread holds; a write to a line it last wrote and holds alone) touch only e
  * and return. */
@@ -100,11 +112,12 @@ LOCUS_X_INLINE void locus_x_line(struct locus_xthread *x, struct locus_xshadow *
   }
   uint64_t w = atomic_load_explicit(&e->wip, memory_order_relaxed);
   if (LOCUS_X_LIKELY(((w & LOCUS_X_WRITER) == x->token) & (c == x->bit))) {
-    /* Already the last writer and the only copy: a hit; remember new bytes (rare: once
-     * per field per epoch) in a call, as {wip, bytes} change together. */
+    /* Already the last writer and the only copy: a hit; remember new bytes (once per
+     * field per epoch) with {wip, bytes} as one pair, as long as the pair is still ours. */
     uint64_t mine = l64 ? ((1ull << len) - 1) << off : locus_x_granules(off, len);
     uint64_t b = atomic_load_explicit(&e->bytes, memory_order_relaxed);
-    if (LOCUS_X_UNLIKELY((b | mine) != b)) locus_x_add_bytes(x, e, ln, off, len, fl, ip);
+    if (LOCUS_X_UNLIKELY((b | mine) != b) && !locus_x_cas16(e, w, b, w, b | mine))
+      locus_x_add_bytes(x, e, ln, off, len, fl, ip); /* the pair changed meanwhile */
     return;
   }
   locus_x_write_other(x, e, ln, off, len, fl, ip);
