@@ -575,6 +575,29 @@ def proc_entries(run_dir: str) -> list[str]:
         return []
 
 
+PERF_MAP = "/tmp/perf-{pid}.map"
+
+
+def copy_perf_maps(entries: list[str], since: float) -> int:
+    """Copy each recorded process's JIT symbol map, /tmp/perf-PID.map (the file perf reads:
+    the JVM writes it with -XX:+DumpPerfMapAtExit, node with --perf-basic-prof, Python 3.12+
+    with -X perf), into its run entry as perf.map, so that code compiled at run time is named
+    in reports read later or elsewhere. Only maps written since the run started (a pid may
+    be reused). Returns the number copied."""
+    n = 0
+    for e in entries:
+        pid = os.path.basename(e).split(".")[0]
+        src = PERF_MAP.format(pid=pid)
+        try:
+            if os.stat(src).st_mtime < since:
+                continue
+            shutil.copyfile(src, os.path.join(e, "perf.map"))
+            n += 1
+        except OSError:
+            continue
+    return n
+
+
 def count_threads(entry: str) -> int:
     """Threads of one process: the proc.bin counter, else the used slots of threads.bin.
 
@@ -734,6 +757,7 @@ def record(
         stop_monitor(engine, fifo, {})
         raise
     meta_path = os.path.join(run_dir, "meta.json")
+    start_wall = time.time() - 1.0  # mtimes have a coarse clock on some filesystems
 
     env = dict(os.environ)
     preload = env.get("LD_PRELOAD", "").strip()
@@ -817,6 +841,7 @@ def record(
         stop_monitor(engine, fifo, meta)
         status, signame = exit_status(child.returncode)
         entries = proc_entries(run_dir)
+        copy_perf_maps(entries, start_wall)
         finished = [proc_flags(os.path.join(e, "proc.bin")) for e in entries]
         # Every process finished its records: at exit, at exec, or in the runtime's handler
         # of a fatal signal (a crash or SIGTERM: the records are whole up to it). SIGKILL

@@ -441,6 +441,11 @@ class Proc:
     def maps_text(self) -> str:
         return _read_text(self.file("maps")) + "\n" + _read_text(self.file("maps.exit"))
 
+    def perf_map_text(self) -> str:
+        """The JIT symbol map the process wrote (/tmp/perf-PID.map, copied at the run's
+        end), or ""."""
+        return _read_text(self.file("perf.map"))
+
 
 class RunDir:
     """An opened run directory: meta.json, the processes, the launcher's samples."""

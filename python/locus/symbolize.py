@@ -162,11 +162,50 @@ def _locate(mods: list[_Module], addr: int) -> tuple[_Module, int] | None:
     return None
 
 
-class Symbolizer:
-    """Resolves the addresses of one process (one maps text)."""
+class PerfMap:
+    """A JIT's symbol map in perf's format (/tmp/perf-PID.map: one `START SIZE NAME` per
+    line, hex without 0x): names of code compiled at run time, outside every module. Code
+    may be moved or recompiled over an address: the newest (last) entry holding it wins."""
 
-    def __init__(self, maps_text: str, tool: str | None = None):
+    def __init__(self, text: str):
+        starts, ends, names = [], [], []
+        for ln in text.splitlines():
+            parts = ln.split(maxsplit=2)
+            if len(parts) < 3:
+                continue
+            try:
+                lo, n = int(parts[0], 16), int(parts[1], 16)
+            except ValueError:
+                continue
+            starts.append(lo)
+            ends.append(lo + n)
+            names.append(parts[2].strip())
+        import numpy as np
+
+        self._np = np
+        self.starts = np.array(starts, dtype=np.uint64)
+        self.ends = np.array(ends, dtype=np.uint64)
+        self.names = names
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def lookup(self, addr: int) -> str | None:
+        a = self._np.uint64(addr)
+        hit = self._np.flatnonzero((self.starts <= a) & (a < self.ends))
+        return self.names[int(hit[-1])] if len(hit) else None
+
+
+JIT_MODULE = "[jit]"  # CodeLoc.module of code named by a perf map
+
+
+class Symbolizer:
+    """Resolves the addresses of one process (one maps text; code outside every module
+    through the process's perf map, if it wrote one)."""
+
+    def __init__(self, maps_text: str, tool: str | None = None, perf_map: str = ""):
         self.mods = parse_maps(maps_text)
+        self.jit = PerfMap(perf_map) if perf_map else None
         if tool is None:
             tool = "llvm-symbolizer" if shutil.which("llvm-symbolizer") else None
             if tool is None and shutil.which("addr2line"):
@@ -180,7 +219,11 @@ class Symbolizer:
         for a in set(addrs):
             loc = _locate(self.mods, a)
             if loc is None:
-                out[a] = CodeLoc("", "", 0) if kind == "code" else None
+                name = self.jit.lookup(a) if self.jit is not None and kind == "code" else None
+                if kind != "code":
+                    out[a] = None
+                else:
+                    out[a] = CodeLoc(name, "", 0, JIT_MODULE) if name else CodeLoc("", "", 0)
                 continue
             m, v = loc
             per_mod.setdefault(m.path, []).append((a, v, m))
@@ -315,6 +358,11 @@ class Symbolizer:
 # standard library's templates), the Rust standard library, crates from the registry.
 LIBRARY_SOURCES = ("/usr/include/", "/usr/lib/", "/usr/local/include/", "/rustc/")
 LIBRARY_PARTS = ("/.cargo/registry/", "/.rustup/toolchains/")
+
+
+def for_proc(proc) -> Symbolizer:
+    """The symbolizer of a recorded process (rundir.Proc): its maps and its perf map."""
+    return Symbolizer(proc.maps_text(), perf_map=proc.perf_map_text())
 
 
 def is_library_source(file: str) -> bool:

@@ -173,6 +173,24 @@ def test_node_jit_false_sharing(locus, tmp_path):
     assert top["kind"] == "heap" and top["false"] >= 0.6 * top["all"], top
 
 
+@pytest.mark.skipif(not shutil.which("node"), reason="nodejs not installed (`make deps`)")
+def test_jit_code_named_from_the_perf_map(locus, tmp_path):
+    """A JIT that writes perf's symbol map (node --perf-basic-prof: /tmp/perf-PID.map) gets
+    its code named: the launcher copies the map into the run, and the worker threads' work
+    is the script's JavaScript function, not a bare address."""
+    script = tmp_path / "share.js"
+    script.write_text(NODE_FALSESHARE)
+    proc, run = locus.record(
+        ["node", "--perf-basic-prof", str(script)], options=("--lens", "comm"), timeout=120
+    )
+    assert proc.stdout.strip() == b"80000000"
+    maps = list((run / "procs").glob("*/perf.map"))
+    assert maps and maps[0].stat().st_size > 0
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    work = [t["work"] for t in c["threads"]]
+    assert sum(str(script) in w for w in work) >= 1, work
+
+
 CPP_FALSESHARE = """#include <atomic>
 #include <cstdio>
 #include <thread>

@@ -71,9 +71,9 @@ class Names:
             if self.opts.symbolizer is not None:
                 self.syms[proc] = self.opts.symbolizer(self.run.procs[proc])
             else:
-                from locus.symbolize import Symbolizer
+                from locus.symbolize import for_proc
 
-                self.syms[proc] = Symbolizer(self.run.procs[proc].maps_text())
+                self.syms[proc] = for_proc(self.run.procs[proc])
         return self.syms[proc]
 
     def data(self, proc: int, addrs: list[int]) -> dict[int, str | None]:

@@ -849,9 +849,9 @@ class _Names:
         if not self.enabled:
             return None
         if proc not in self.syms:
-            from locus.symbolize import Symbolizer
+            from locus.symbolize import for_proc
 
-            self.syms[proc] = Symbolizer(self.run.procs[proc].maps_text())
+            self.syms[proc] = for_proc(self.run.procs[proc])
         return self.syms[proc]
 
     def prefetch_locks(self, keys, ev, c_proc, c_lock, c_site, c_fam):

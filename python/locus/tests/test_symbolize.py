@@ -128,3 +128,27 @@ def test_user_frame_and_rust_names():
         "<T as core::fmt::Debug>::fmt"
     )
     assert rust_clean("std::vector<int>::push_back") == "std::vector<int>::push_back"
+
+
+def test_jit_code_named_by_the_perf_map():
+    """Code outside every module (a JIT's) is named by the process's perf map, newest entry
+    first (V8 and the JVM reuse code space); an address in no entry stays unknown, and data
+    lookups never use it."""
+    from locus.symbolize import JIT_MODULE
+
+    perf_map = "\n".join(
+        [
+            "7f0000001000 100 LazyCompile:~worker /app/share.js:12",
+            "7f0000001080 40 LazyCompile:*worker /app/share.js:12",  # recompiled over it
+            "7f0000002000 20 Interpreter",
+            "junk line",
+        ]
+    )
+    s = Symbolizer("", tool=None, perf_map=perf_map)
+    got = s.code([0x7F0000001010, 0x7F0000001090, 0x7F0000002000, 0x7F0000003000], False)
+    assert got[0x7F0000001010].function == "LazyCompile:~worker /app/share.js:12"
+    assert got[0x7F0000001090].function == "LazyCompile:*worker /app/share.js:12"
+    assert got[0x7F0000001090].module == JIT_MODULE
+    assert got[0x7F0000002000].function == "Interpreter"
+    assert got[0x7F0000003000].function == ""
+    assert s.data([0x7F0000001010]) == {0x7F0000001010: None}
