@@ -689,7 +689,11 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
         # the objects that can get one.
         fa = np.zeros((0, 3), np.int64)
         fm = m[:0]
-        if S["false"][o] >= 0.5 * S["all"][o] > 0 and kind != "unknown" and advisable < 10:
+        if (
+            S["false"][o] >= ADVICE_MIN_FALSE * S["all"][o] > 0
+            and kind != "unknown"
+            and advisable < 10
+        ):
             advisable += 1
             # An object may start in the middle of a line (a static array is rarely
             # line-aligned): the accesses that fall before it belong to its neighbours.
@@ -952,6 +956,10 @@ def _site_rows(ev, wk, names, opts) -> list:
 
 
 ADVICE_MIN_DETECTIONS = 10
+# The false share of an object's volume from which it gets advice: a lock array or a queue
+# whose head and tail share a line is half true sharing (the lock, the index itself), and
+# padding still removes the other half (sysbench mutex: 47 % false).
+ADVICE_MIN_FALSE = 0.25
 # An object whose false sharing is below this share of the largest object's gets no advice:
 # one stray transfer next to millions (the exact backend counts every one) is not a finding.
 ADVICE_MIN_SHARE = 0.01
@@ -968,7 +976,7 @@ def _advice(objects: list[dict], cfg: dict, limit: int = 5) -> list[str]:
     for o in objects:
         if len(out) >= limit:
             break
-        if o["false"] <= 0 or o["false"] < 0.5 * o["all"] or o["kind"] == "unknown":
+        if o["false"] <= 0 or o["false"] < ADVICE_MIN_FALSE * o["all"] or o["kind"] == "unknown":
             continue
         if o["false"] < ADVICE_MIN_SHARE * top:
             continue
@@ -992,13 +1000,15 @@ def _advice(objects: list[dict], cfg: dict, limit: int = 5) -> list[str]:
         name = f"`{o['name']}`" if o["kind"] == "static" else o["name"]
         where = f"at offsets {offs[0]}-{offs[-1]}" if len(offs) > 1 else f"at offset {offs[0]}"
         shared, seen = o["_shared_words"]
+        share = f"{100 * o['false'] / o['all']:.0f} % of its volume"
         if shared >= SHARED_WORDS_MIN:
             out.append(
                 f"threads {thr} {verb} neighbouring {size}-byte words of {name} {where} at "
-                f"the same time (false sharing) and the same words at other times (true "
-                f"sharing: {shared} of {seen} sampled words used by two threads): padding "
-                f"each word to {line} bytes removes only the false part; give each thread "
-                f"its own block of whole lines, or a private copy combined at the end"
+                f"the same time (false sharing, {share}) and the same words at other times "
+                f"(true sharing: {shared} of {seen} sampled words used by two threads): "
+                f"padding each word to {line} bytes (alignas({line})) removes the false "
+                "part; the true part needs fewer threads on the same words (give each "
+                "thread its own block of whole lines, or a private copy combined at the end)"
             )
         elif own:
             out.append(
