@@ -278,6 +278,30 @@ def test_advice_for_an_array_both_threads_sweep(tmp_path):
             assert "pad each to 64 bytes" in advice, advice
 
 
+@pytest.mark.parametrize("false_count,advised", [(40, True), (20, False)])
+def test_advice_from_a_quarter_false_sharing(tmp_path, false_count, advised):
+    """An object that is 40 % false sharing (a lock array: the rest is the lock words) gets
+    advice; one at 20 % does not."""
+    run, p, c = _run(threads=2, cpus=2)
+    for src, dst, so, do in ((10, 11, 0, 8), (11, 10, 8, 0)):
+        c.event(src=src, dst=dst, line=STATS, src_off=so, dst_off=do, store=True, count=false_count)
+        c.event(
+            src=src,
+            dst=dst,
+            line=STATS,
+            src_off=so,
+            dst_off=so,
+            store=True,
+            count=100 - false_count,
+        )
+    for t in (10, 11):
+        c.counters(t, samples=400, signals=400)
+    res = _res(tmp_path, run)
+    assert bool(res["advice"]) == advised, res["advice"]
+    if advised:
+        assert "`stats`" in res["advice"][0]
+
+
 def test_no_advice_for_a_stray_transfer_or_a_lone_thread(tmp_path):
     """Advice needs two threads in the object and a share of the largest false sharing: an
     exact run's single false transfer on another object (seen from one side: the other
