@@ -283,17 +283,10 @@ def test_advice_from_a_quarter_false_sharing(tmp_path, false_count, advised):
     """An object that is 40 % false sharing (a lock array: the rest is the lock words) gets
     advice; one at 20 % does not."""
     run, p, c = _run(threads=2, cpus=2)
+    # Each thread reads the other's word (false) or its own word after the other wrote it.
     for src, dst, so, do in ((10, 11, 0, 8), (11, 10, 8, 0)):
-        c.event(src=src, dst=dst, line=STATS, src_off=so, dst_off=do, store=True, count=false_count)
-        c.event(
-            src=src,
-            dst=dst,
-            line=STATS,
-            src_off=so,
-            dst_off=so,
-            store=True,
-            count=100 - false_count,
-        )
+        for off, n in ((do, false_count), (so, 100 - false_count)):
+            c.event(src=src, dst=dst, line=STATS, src_off=so, dst_off=off, store=True, count=n)
     for t in (10, 11):
         c.counters(t, samples=400, signals=400)
     res = _res(tmp_path, run)
