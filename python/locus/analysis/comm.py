@@ -177,8 +177,18 @@ def scaling(cfg: dict) -> dict:
             "scale": float(cfg["period_n"]),
             "unit": "lines",
         }
+    if cfg["backend"] == "hw":
+        # hw without a count: the kernel adapts the count period to reach about one sample
+        # per period_ns (AMD IBS: every IBS_PERIOD ops), and samples do not carry it, so a
+        # detection is one sampled access (perf c2c's unit): neither lines nor time.
+        return {
+            "period": cfg["period_ns"] or None,
+            "period_unit": "ns" if cfg["period_ns"] else None,
+            "scale": 1.0,
+            "unit": "samples",
+        }
     if cfg["period_ns"] > 0:
-        # Time-based (soft timer, hw time-based): a sample stands for period_ns of the
+        # Time-based (soft timer): a sample stands for period_ns of the
         # sampling thread's CPU time, so volumes estimate CPU time (seconds) spent in
         # accesses that communicate, not a number of lines.
         return {
@@ -541,6 +551,13 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             notes.append(
                 f"count-based sampling: each detection stands for {sc['period']} "
                 "communications (ComDetective scaling)"
+            )
+        elif sc["unit"] == "samples":
+            notes.append(
+                "hw sampling at a rate (the kernel adapts the number of accesses between "
+                "samples to the rate of events): a detection is one sampled access, not a "
+                "number of lines or seconds; compare shares, not totals across runs, or give "
+                "--period N (one sample every N accesses) for volumes in lines"
             )
         else:
             notes.append("sampling period unknown: volumes are raw detections (not scaled)")

@@ -38,6 +38,8 @@ def volume(v: float | None, unit: str) -> str:
         return seconds(v)
     if unit == "lines":
         return f"{count(round(v))} lines"
+    if unit == "samples":
+        return f"{count(round(v))} samples"
     return count(round(v))
 
 
@@ -132,6 +134,8 @@ def summary_lines(report: dict) -> list[str]:
     unit = c["unit"]
     if c["backend"] == "exact":
         how = "exact (every access instrumented)"
+    elif c["period_unit"] == "ns" and c["unit"] == "samples":
+        how = f"{c['backend']}, ~1 sample/{seconds(c['period'] / 1e9)} per event (adaptive)"
     elif c["period_unit"] == "ns":
         how = f"{c['backend']}, 1 sample/{seconds(c['period'] / 1e9)} CPU"
     elif c["period_unit"] == "accesses":

@@ -127,6 +127,16 @@ def test_scaling_soft_hw_exact(tmp_path):
     assert res["totals"]["all"] == 4000
     assert res["totals"]["bytes"] == 4000 * 64
 
+    # hw at a rate (the default: no count given): the kernel adapts the count period and
+    # samples do not carry it, so a detection is one sample, neither seconds nor lines.
+    run, _p, c = _run(backend="hw", period_ns=1_000_000)
+    c.event(src=10, dst=11, line=COUNTER, count=4)
+    c.event(src=10, dst=11, line=COUNTER, volume=2.0, trap=True)
+    res = _res(tmp_path, run, name="hw-rate")
+    assert (res["unit"], res["period"], res["period_unit"]) == ("samples", 1_000_000, "ns")
+    assert res["totals"]["all"] == 6 and res["totals"]["bytes"] is None
+    assert any("one sampled access" in n for n in res["notes"])
+
     run, _p, c = _run(backend="exact")
     c.event(src=10, dst=11, line=COUNTER, volume=7.0, count=2)
     res = _res(tmp_path, run, name="exact")
