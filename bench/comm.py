@@ -47,6 +47,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
+from locus.selfcheck import data_totals as on_data  # noqa: E402
+
 WL = common.REPO / "workloads" / "build"
 TIME = "/usr/bin/time"
 
@@ -74,19 +76,6 @@ def record(argv: list[str], options: list[str], name: str) -> tuple[dict, dict, 
     if r.returncode != 0:
         raise SystemExit(f"report failed: {r.stderr}")
     return json.loads(r.stdout)["lenses"]["comm"], truth, wall
-
-
-def on_data(comm: dict, truth: dict) -> dict:
-    """all/true/false volume and detections of the cache lines inside the workload's data
-    range (from the lines table, which lists every line)."""
-    lo, hi = truth.get("data", [0, 2**64])
-    tot = {"all": 0.0, "true": 0.0, "false": 0.0, "detections": 0}
-    for ln in comm["lines"]:
-        a = int(ln["address"], 16)
-        if lo <= a < hi:
-            for k in tot:
-                tot[k] += ln[k]
-    return tot
 
 
 def density(comm: dict, truth: dict) -> float | None:

@@ -391,6 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Report which lenses this machine supports, and how to enable the rest.",
     )
     doc.add_argument("--format", default="text", choices=("text", "json"))
+    doc.add_argument(
+        "--check",
+        action="store_true",
+        help="also record the bundled comm workloads with every sampling backend this "
+        "machine has and compare with their known truth (~15 s; exit 1 if one is off)",
+    )
     doc.set_defaults(handler=cmd_doctor)
 
     # `locus cc ARGS` / `locus c++ ARGS` never reach argparse (main() hands every word to the

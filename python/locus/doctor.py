@@ -830,12 +830,38 @@ def print_plain(f: Findings, verdicts: list[Verdict], out) -> None:
         print(f"{name:20} {v.status:12} {v.reason}{fix}", file=out)
 
 
+def print_check(rows: list[dict], out=None) -> None:
+    """The self-check's rows (locus.selfcheck) as one line each."""
+    out = out or sys.stdout
+    print("\ncomm lens against the bundled workloads' truth (locus doctor --check)", file=out)
+    for r in rows:
+        got = "n/a" if r["measured"] is None else f"{r['measured']:.3f}"
+        want = "" if r["expected"] is None else f" (expected {r['expected']:.2f})"
+        verdict = "ok" if r["ok"] else "FAILED"
+        print(f"  {r['backend']:5} {r['check']:22} {got}{want} {verdict}: {r['detail']}", file=out)
+
+
+def check_backends(f: Findings) -> list[str]:
+    """The comm sampling backends this machine has, hw first."""
+    return [b for b in ("hw", "soft") if comm_backend(f, b)[0]]
+
+
 def cmd_doctor(ns) -> int:
     f = probe()
     verdicts = lens_verdicts(f)
+    rows = None
+    if getattr(ns, "check", False):
+        from locus import selfcheck
+
+        rows = selfcheck.run(check_backends(f))
     if getattr(ns, "format", "text") == "json":
-        json.dump(to_json(f, verdicts), sys.stdout, indent=2)
+        data = to_json(f, verdicts)
+        if rows is not None:
+            data["check"] = rows
+        json.dump(data, sys.stdout, indent=2)
         print()
     else:
         print_text(f, verdicts)
-    return 0
+        if rows is not None:
+            print_check(rows)
+    return 0 if rows is None or all(r["ok"] for r in rows) else 1

@@ -73,3 +73,16 @@ def test_falseshare_fraction_extremes(locus, fraction, mostly):
     d = _on_data(comm, truth)
     assert d["detections"] >= 30, d  # enough for a fraction (rse < 20 %)
     assert d[mostly] >= 0.7 * d["all"], d
+
+
+def test_doctor_check_measures_the_comm_lens(locus):
+    """`locus doctor --check` records the bundled false-sharing and point-to-point workloads
+    with every sampling backend this machine has and compares with their truth: here soft,
+    within 5 points of the configured false fractions and nothing outside the pairs."""
+    p = locus.run("doctor", "--check", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)["check"]
+    soft = [r for r in rows if r["backend"] == "soft"]
+    assert len(soft) == 3 and all(r["ok"] for r in soft), soft
+    fs = [r for r in soft if r["check"].startswith("false sharing")]
+    assert all(abs(r["measured"] - r["expected"]) <= 0.05 for r in fs)

@@ -125,3 +125,16 @@ def test_thp_mode():
     assert doctor.thp_mode("[always] madvise never") == "always"
     assert doctor.thp_mode("always madvise [never]") == "never"
     assert doctor.thp_mode("") is None and doctor.thp_mode(None) is None
+
+
+def test_check_reports_a_backend_it_cannot_record_with():
+    """The self-check never raises: a run that cannot record is a failed row with the
+    launcher's reason, so `doctor --check` exits 1 with it."""
+    from locus import selfcheck
+
+    rows = selfcheck.run(["bogus"])
+    assert rows and all(not r["ok"] for r in rows)
+    assert any("invalid choice: 'bogus'" in r["detail"] for r in rows), rows
+    out = io.StringIO()
+    doctor.print_check(rows, out)
+    assert "FAILED" in out.getvalue()
