@@ -12,6 +12,8 @@ import json
 
 import pytest
 
+from locus.selfcheck import data_totals as _on_data
+
 
 def parse_truth(stderr: bytes) -> dict:
     lines = stderr.decode(errors="replace").splitlines()
@@ -40,16 +42,6 @@ def _soft(locus, *argv: str) -> tuple[dict, dict]:
         for kind in ("all", "true", "false"):
             _square_symmetric_zero_diagonal(comm["matrices"][by][kind])
     return comm, parse_truth(proc.stderr)
-
-
-def _on_data(comm: dict, truth: dict) -> dict:
-    lo, hi = truth["data"]
-    tot = {"all": 0.0, "true": 0.0, "false": 0.0, "detections": 0}
-    for ln in comm["lines"]:
-        if lo <= int(ln["address"], 16) < hi:
-            for k in tot:
-                tot[k] += ln[k]
-    return tot
 
 
 def test_p2p_no_communication_across_pairs(locus):
