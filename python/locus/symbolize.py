@@ -206,6 +206,7 @@ class Symbolizer:
     def __init__(self, maps_text: str, tool: str | None = None, perf_map: str = ""):
         self.mods = parse_maps(maps_text)
         self.jit = PerfMap(perf_map) if perf_map else None
+        self.sizes: dict[str, int] = {}  # data symbol -> bytes (data())
         if tool is None:
             tool = "llvm-symbolizer" if shutil.which("llvm-symbolizer") else None
             if tool is None and shutil.which("addr2line"):
@@ -270,11 +271,13 @@ class Symbolizer:
             lines = blocks[i].strip("\n").split("\n") if i < len(blocks) else []
             name = lines[0] if lines and lines[0] != "??" else ""
             if kind == "data":
+                size = None
                 if name and len(lines) > 1:
-                    start = lines[1].split()[0]
+                    start, _, sz = lines[1].partition(" ")
                     off = vaddrs[i] - int(start) if start.isdigit() else 0
+                    size = int(sz) if sz.strip().isdigit() and int(sz) > 0 else None
                     name = f"{name}+{off}" if off > 0 else name
-                res.append(name or None)
+                res.append((name, size) if name else None)
                 continue
             file, line = "", 0
             if len(lines) > 1:
@@ -350,8 +353,19 @@ class Symbolizer:
         return os.path.basename(m.path), "", v
 
     def data(self, addrs: list[int]) -> dict[int, str | None]:
-        """Name of the data symbol holding each address (None: heap, stack, stripped)."""
-        return self._batch("data", list(addrs))  # type: ignore[return-value]
+        """Name of the data symbol holding each address (None: heap, stack, stripped),
+        `name+OFFSET` inside it; its size in bytes is then data_size(name)."""
+        out: dict[int, str | None] = {}
+        for a, r in self._batch("data", list(addrs)).items():
+            name, size = r if isinstance(r, tuple) else (r, None)
+            out[a] = name
+            if name and size:
+                self.sizes[name.rpartition("+")[0] if _has_offset(name) else name] = size
+        return out
+
+    def data_size(self, name: str) -> int | None:
+        """Size in bytes of a data symbol data() named (None when the tool gave none)."""
+        return self.sizes.get(name)
 
 
 # Source files of libraries, inlined into a program's functions: system headers (the C++
@@ -419,7 +433,13 @@ def user_frame(frames: list[dict]) -> CodeLoc:
     )
 
 
-def _nm_data(path: str, vaddrs: list[int]) -> list[str | None]:
+def _has_offset(name: str) -> bool:
+    """`sym+12`: a data name with an offset into the symbol."""
+    base, plus, off = name.rpartition("+")
+    return bool(plus and base and off.isdigit())
+
+
+def _nm_data(path: str, vaddrs: list[int]) -> list[tuple[str, int | None] | None]:
     """Data symbols without llvm-symbolizer: `nm -S` (symbol table, sizes) per module."""
     try:
         p = subprocess.run(
@@ -436,12 +456,12 @@ def _nm_data(path: str, vaddrs: list[int]) -> list[str | None]:
             except ValueError:
                 continue
     syms.sort()
-    res: list[str | None] = []
+    res: list[tuple[str, int | None] | None] = []
     for v in vaddrs:
-        name = None
+        hit = None
         for lo, size, n in syms:
             if lo <= v < lo + max(size, 1):
-                name = n if v == lo else f"{n}+{v - lo}"
+                hit = (n if v == lo else f"{n}+{v - lo}", size or None)
                 break
-        res.append(name)
+        res.append(hit)
     return res

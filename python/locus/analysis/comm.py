@@ -686,6 +686,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
             size = info["size"]
         elif kind == "static":
             name = info["name"]
+            size = names.data_size(info["proc"], name)
         else:
             name = "(unattributed)"
         # Thread pairs, unordered, by volume.

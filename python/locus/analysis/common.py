@@ -80,6 +80,11 @@ class Names:
         s = self.sym(proc)
         return s.data(addrs) if s is not None and addrs else {}
 
+    def data_size(self, proc: int, name: str) -> int | None:
+        """Size in bytes of a data symbol data() named, if the symbolizer knows it."""
+        s = self.sym(proc)
+        return s.data_size(name) if s is not None and hasattr(s, "data_size") else None
+
     def section(self, proc: int, addr: int):
         """(module, section, ELF virtual address) of a module address, or None."""
         s = self.sym(proc)

@@ -62,6 +62,7 @@ def comm_tables(report: dict) -> list[Table]:
                 r,
                 false_pct=_pct(r["false"], r["all"]),
                 thread_list=_ranges(r["threads"]),
+                obj_size=r["size"],
             )
         )
     lines = []
@@ -84,7 +85,7 @@ def comm_tables(report: dict) -> list[Table]:
         Table(
             "comm_objects",
             "Objects by communication volume",
-            [("object", "", "name"), ("kind", "", "kind"), *vols]
+            [("object", "", "name"), ("kind", "", "kind"), ("size", "B", "obj_size"), *vols]
             + [("false%", "%", "false_pct"), ("threads", "", "thread_list")],
             objects,
         ),

@@ -29,7 +29,7 @@ PICTURES = {"comm": comm.heatmap_lines, "numa": numa.heatmap_lines}
 PICTURED = {comm.MATRIX_TABLE, numa.MATRIX_TABLE, numa.CPU_MATRIX_TABLE}
 # code of comm lines: see the sites table; numa's unpinned classes: their sum `unpinned`
 NARROW_SKIP = {"wait_pct", "code", "unpinned_page", "unpinned_thread", "unpinned_both"}
-NARROW_SKIP |= {"unknown", "meaning", "block_address", "unpinned_acc"}
+NARROW_SKIP |= {"unknown", "meaning", "block_address", "unpinned_acc", "obj_size"}
 WIDE = ("name", "where", "stack", "object_at", "ranges", "placement", "touched_by", "binding")
 
 

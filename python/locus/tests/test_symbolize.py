@@ -57,6 +57,8 @@ def test_code_and_data(prog, tool):
     names = s.data([lock, counter + 2])
     assert names[lock] == "queue_lock"
     assert names[counter + 2] == "counter+2"
+    # Sizes from the symbol table: a pthread_mutex_t is 40 bytes, a long 8.
+    assert (s.data_size("queue_lock"), s.data_size("counter")) == (40, 8)
 
 
 def test_no_tool_gives_empty(prog):

@@ -39,6 +39,9 @@ class FakeSym:
     def code(self, addrs, return_addresses=True):
         return {a: CodeLoc("worker", "/src/fs.c", a & 0xFFF) for a in addrs}
 
+    def data_size(self, name):
+        return {"stats": 64, "counter": 8}.get(name)
+
 
 FAKE = Options(symbolizer=lambda proc: FakeSym())
 
@@ -172,6 +175,7 @@ def test_objects_static_heap_stack(tmp_path):
     res = _res(tmp_path, run)
     by = {o["name"]: o for o in res["objects"]}
     assert by["stats"]["kind"] == "static" and by["stats"]["detections"] == 5
+    assert by["stats"]["size"] == 64  # the symbol's size
     assert by["stats"]["threads"] == [2, 3]
     h1 = by["heap block from worker fs.c:564"]  # 0x401234 & 0xfff
     assert (h1["kind"], h1["size"], h1["detections"]) == ("heap", 256, 3)
