@@ -36,6 +36,7 @@ from locus.rundir import (
     COMM_EVENT_DTYPE,
     COMM_SAMPLE_DTYPE,
     COMM_THREAD_DTYPE,
+    STACK_DTYPE,
 )
 from locus.synth import START_NS, SynthProc, SynthRun, write_allocs
 
@@ -56,6 +57,7 @@ class SynthComm:
         self.threads: dict[int, dict] = {}
         self.samples: list[tuple] = []
         self.allocs: list[tuple] = []
+        self.stacks: dict[int, list[int]] = {}
 
     def event(
         self,
@@ -118,11 +120,22 @@ class SynthComm:
     def free(self, addr, t):
         self.allocs.append((_ns(t), addr, 0, 0, 0, 0, AL_FREE))
 
+    def call_stack(self, sid: int, pcs: list[int]):
+        """Call stack `sid` of stacks.bin (--call-stack): return addresses, innermost first
+        (the first is the allocating call's)."""
+        self.stacks[sid] = list(pcs)
+
     def stack(self, tid, addr, size):
         """The stack of thread `tid`: [addr, addr + size)."""
         self.allocs.append((_ns(0.0), addr, size, 0, tid, 0, AL_STACK))
 
     def write(self, pdir: str):
+        if self.stacks:
+            st = np.zeros(len(self.stacks), dtype=STACK_DTYPE)
+            for i, (sid, pcs) in enumerate(sorted(self.stacks.items())):
+                st[i]["id"], st[i]["depth"] = sid, len(pcs)
+                st[i]["pc"][: len(pcs)] = pcs
+            st.tofile(os.path.join(pdir, "stacks.bin"))
         ev = np.zeros(len(self.events), dtype=COMM_EVENT_DTYPE)
         names = (
             "t line src_ip dst_ip volume src_tid dst_tid src_cpu dst_cpu src_off src_len "

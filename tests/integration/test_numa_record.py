@@ -353,3 +353,57 @@ def test_fake_numa_topology_file(locus, tmp_path):
     bad.write_text(json.dumps({"nodes": [{"id": 0, "cpus": [0]}]}))
     p = locus.run("record", "--lens", "numa", "--fake-numa", str(bad), "--", "true")
     assert p.returncode == 2 and "belong to no node" in locus.one_error_line(p)
+
+
+XMALLOC = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) void *xmalloc(size_t n) {
+  void *p = malloc(n); /* line 6 */
+  if (!p) abort();
+  return p;
+}
+struct stats { long a, b; };
+static struct stats *S;
+static void *w(void *arg) {
+  for (long i = 0; i < 300000000; i++) {
+    if (arg) S->b++; else S->a++;
+    __asm__ volatile("" ::: "memory");
+  }
+  return 0;
+}
+int main(void) {
+  S = xmalloc(sizeof *S); /* line 20 */
+  pthread_t a, b;
+  pthread_create(&a, 0, w, (void *)0);
+  pthread_create(&b, 0, w, (void *)1);
+  pthread_join(a, 0);
+  pthread_join(b, 0);
+  printf("%ld\n", S->a + S->b);
+}
+"""
+
+
+def test_allocations_named_past_a_wrapper(locus, tmp_path):
+    """A program that allocates through its own xmalloc: with --call-stack, the allocation
+    site is the line that called xmalloc, `via` names the wrapper; without, it is xmalloc
+    (and the comm lens says to record call stacks)."""
+    (tmp_path / "xm.c").write_text(XMALLOC)
+    exe = tmp_path / "xm"
+    subprocess.run(
+        ["cc", "-O1", "-g", "-o", str(exe), str(tmp_path / "xm.c"), "-lpthread"], check=True
+    )
+    for stacks in (True, False):
+        opts = ("--lens", "numa,comm") + (("--call-stack",) if stacks else ())
+        _proc, run = locus.record([str(exe)], options=opts)
+        rep = locus.report(run)
+        sites = {(s["function"], s["line"]): s for s in rep["lenses"]["numa"]["alloc_sites"]}
+        if stacks:
+            assert sites[("main", 20)]["via"] == ["xmalloc"], sites
+        else:
+            assert ("xmalloc", 6) in sites and sites[("xmalloc", 6)]["via"] == [], sites
+            notes = rep["lenses"]["comm"]["notes"]
+            objects = rep["lenses"]["comm"]["objects"]
+            if objects:  # a wrapper-named object needs a detection
+                assert any("allocation wrapper (xmalloc)" in n for n in notes), notes

@@ -22,9 +22,19 @@ from typing import Callable
 
 import numpy as np
 
+from locus.analysis.common import (
+    ALLOC_NAME_DEPTH,
+    add_os_names,
+    alloc_site,
+    cpu_nodes,
+    heap_blocks,
+    is_alloc_wrapper,
+    live_blocks,
+    stack_table,
+    thread_rows,
+)
 from locus.analysis.common import Names as _Names
 from locus.analysis.common import Threads as _Threads
-from locus.analysis.common import add_os_names, cpu_nodes, heap_blocks, live_blocks, thread_rows
 from locus.analysis.common import ranges as _ranges
 from locus.analysis.common import site_str as _site_str
 from locus.analysis.locks import group
@@ -225,6 +235,7 @@ class _Objects:
     def __init__(self):
         self.ids: dict[tuple, int] = {}
         self.info: list[dict] = []
+        self.wrapped: list[str] = []  # allocation wrappers naming objects (_object_rows)
 
     def get(self, key: tuple, **info) -> int:
         if key not in self.ids:
@@ -263,10 +274,16 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
             todo = np.flatnonzero(obj[m] < 0)
             bidx = live_blocks(b, bend, a[todo], t[todo])
             got = bidx >= 0
+            stacks = stack_table(run.procs[pi]) if (b["stack"] != 0).any() else {}
             for bi in np.unique(bidx[got]).tolist():
                 r = b[bi]
-                key = ("heap", pi, int(r["site"]), int(r["stack"]))
-                oid = objs.get(key, kind="heap", proc=pi, site=int(r["site"]), size=0, blocks=0)
+                # With --call-stack: grouped by the frames (threads number their stacks on
+                # their own, so one path has an id per thread), named past the wrappers.
+                frames = stacks.get(int(r["stack"]), ())
+                key = ("heap", pi, int(r["site"]), frames)
+                oid = objs.get(
+                    key, kind="heap", proc=pi, site=int(r["site"]), frames=frames, size=0, blocks=0
+                )
                 info = objs.info[oid]
                 info["size"] = max(info["size"], int(r["size"]))
                 info["blocks"] += 1
@@ -535,6 +552,12 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     sites = _site_rows(ev, wk, names, opts)
     advice = _advice(objects, cfg)
     _strip_private(objects)
+    if objs.wrapped:
+        notes.append(
+            f"heap objects are named by an allocation wrapper ({', '.join(objs.wrapped[:3])}): "
+            "record with --call-stack to name the code that called it (and tell apart the "
+            "objects it allocates)"
+        )
     _note_stripped(objs, obj, wk, notes)
 
     # Scaling and its uncertainty, honestly.
@@ -661,10 +684,17 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
         for o in order.tolist()
         if objs.info[o]["kind"] == "heap" and objs.info[o]["site"]
     ]
+    heap_sites += [
+        (objs.info[o]["proc"], pc)
+        for o in order.tolist()
+        if objs.info[o]["kind"] == "heap"
+        for pc in objs.info[o].get("frames", ())[1:ALLOC_NAME_DEPTH]
+    ]
     names.code(heap_sites, return_addresses=True)
     line_off = obj_off - ev.dst_off
     out = []
     advisable = 0
+    wrapped: set[str] = set()  # wrapper functions that name objects (no call stacks)
     for o in order.tolist():
         info = objs.info[o]
         m = np.flatnonzero(obj == o)
@@ -672,9 +702,13 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
         site = ""
         size = None
         if kind == "heap":
-            loc = names.site(info["proc"], info["site"]) if info["site"] else None
-            site = _site_str(loc) if loc else ""
+            loc, via = alloc_site(names, info["proc"], info["site"], info.get("frames", ()))
+            site = _site_str(loc) if info["site"] else ""
             name = f"heap block from {site}" if site else "heap block (site unknown)"
+            if via:
+                name += f" (via {', '.join(via)})"
+            elif site and is_alloc_wrapper(site.split(" ")[0]):
+                wrapped.add(site.split(" ")[0])
             size = info["size"]
         elif kind == "stack":
             k = info["thread"]
@@ -755,6 +789,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
                 "_shared_words": shared,
             }
         )
+    objs.wrapped = sorted(wrapped)
     return out
 
 

@@ -5,6 +5,7 @@ the lookup of the block alive at an address and a time, and the CPU -> NUMA node
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
@@ -252,3 +253,37 @@ def ranges(idx: list[int]) -> str:
         out.append(f"{idx[i]}" if i == j else f"{idx[i]}-{idx[j]}")
         i = j + 1
     return ",".join(out)
+
+
+# Allocation wrappers (xmalloc, g_malloc0, zmalloc, av_mallocz, PyMem_Malloc, xstrdup, C++
+# operator new when not interposed): a heap object is named by the first frame of its call
+# stack outside them.
+WRAPPER = re.compile(r"alloc|strn?dup|memdup|^operator new", re.IGNORECASE)
+ALLOC_NAME_DEPTH = 8  # frames of an allocation's call stack looked at for its name
+
+
+def is_alloc_wrapper(function: str) -> bool:
+    return bool(function) and bool(WRAPPER.search(function))
+
+
+def stack_table(proc) -> dict[int, tuple[int, ...]]:
+    """Stack id -> return addresses (innermost first) of a process's stacks.bin."""
+    return {int(r["id"]): tuple(int(x) for x in r["pc"][: int(r["depth"])]) for r in proc.stacks()}
+
+
+def alloc_site(names: Names, proc: int, site: int, frames: tuple = ()) -> tuple[dict, list[str]]:
+    """(names.site() of the allocating code, wrappers skipped): with a call stack (frames,
+    innermost first, the site's return address first), the first frame outside the
+    allocation wrappers, whose names are kept; else the allocating call itself. The frames
+    must have been symbolized (names.code, return addresses)."""
+    pcs = list(frames[:ALLOC_NAME_DEPTH]) or ([site] if site else [])
+    via: list[str] = []
+    for k, pc in enumerate(pcs):
+        s = names.site(proc, pc)
+        fn = s["function"]
+        if k + 1 < len(pcs) and is_alloc_wrapper(fn):
+            if fn not in via:
+                via.append(fn)
+            continue
+        return s, via
+    return {"function": "?", "file": "", "line": 0}, via

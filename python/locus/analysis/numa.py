@@ -34,14 +34,17 @@ from typing import Callable
 import numpy as np
 
 from locus.analysis.common import (
+    ALLOC_NAME_DEPTH,
     Names,
     Threads,
     add_os_names,
+    alloc_site,
     cpu_nodes,
     heap_blocks,
     live_blocks,
     ranges,
     site_str,
+    stack_table,
     thread_rows,
 )
 from locus.analysis.locks import group
@@ -981,6 +984,21 @@ def _site_rows(ev, names, opts) -> tuple[list[dict], list[list[tuple[int, int]]]
     return rows, mem
 
 
+def _alloc_frames(names, keys: list[tuple[int, int, int]]) -> list[tuple]:
+    """The call stack (stacks.bin frames) of each (proc, site, stack id), () where the run
+    has none (no --call-stack); the sites and frames symbolized (return addresses)."""
+    tables: dict[int, dict] = {}
+    out = []
+    for p, _site, sid in keys:
+        if sid and p not in tables:
+            tables[p] = stack_table(names.run.procs[p])
+        out.append(tables[p].get(sid, ()) if sid else ())
+    pcs = [(p, a) for p, a, _sid in keys if a]
+    pcs += [(p, pc) for (p, _a, _sid), fr in zip(keys, out) for pc in fr[:ALLOC_NAME_DEPTH]]
+    names.code(pcs, return_addresses=True)
+    return out
+
+
 def _alloc_site_rows(ev, blocks: _Blocks, names, opts) -> list[dict]:
     """Rows per allocation site: the source line of the allocating call (its return
     address; blocks from several call stacks or addresses of one line add up)."""
@@ -998,12 +1016,16 @@ def _alloc_site_rows(ev, blocks: _Blocks, names, opts) -> list[dict]:
     np.maximum.at(size, inv[ubi], br["size"][ub].astype(np.float64))
     order = _order(m)[: opts.top_sites]
     keys = [(int(blocks.proc[b[first[j]]]), int(br["site"][b[first[j]]])) for j in order]
-    names.code([k for k in keys if k[1]], return_addresses=True)
+    frames = _alloc_frames(
+        names, [(p, a, int(br["stack"][b[first[j]]])) for j, (p, a) in zip(order, keys)]
+    )
     merged: dict[tuple, dict] = {}
-    for j, (p, a) in zip(order.tolist(), keys):
-        s = names.site(p, a) if a else {"function": "?", "file": "", "line": 0}
-        key = (s["function"], s["file"], s["line"])
-        row = merged.setdefault(key, dict(s, address=f"{a:#x}", blocks=0, size=0, _m=np.zeros(NF)))
+    for j, (p, a), fr in zip(order.tolist(), keys, frames):
+        s, via = alloc_site(names, p, a, fr)
+        key = (s["function"], s["file"], s["line"], tuple(via))
+        row = merged.setdefault(
+            key, dict(s, via=via, address=f"{a:#x}", blocks=0, size=0, _m=np.zeros(NF))
+        )
         row["blocks"] += int(nblocks[j])
         row["size"] = max(row["size"], int(size[j]))
         row["_m"] = row["_m"] + m[j]
@@ -1060,7 +1082,9 @@ def _allocation_rows(
     pos[used[order]] = np.arange(len(order))
     br = blocks.rec
     keys = [(int(blocks.proc[used[j]]), int(br["site"][used[j]])) for j in order]
-    names.code([k for k in keys if k[1]], return_addresses=True)
+    frames = _alloc_frames(
+        names, [(p, a, int(br["stack"][used[j]])) for j, (p, a) in zip(order, keys)]
+    )
 
     s_k, s_w, cls, acc_node = acc["k"], acc["w"], acc["cls"], acc["node"]
     tidx, b_of_s = acc["touch"], acc["block"]
@@ -1122,7 +1146,7 @@ def _allocation_rows(
     rows = []
     for r, (j, (p, a)) in enumerate(zip(order.tolist(), keys)):
         rec = br[used[j]]
-        s = names.site(p, a) if a else {"function": "?", "file": "", "line": 0}
+        s, via = alloc_site(names, p, a, frames[r])
         ft = []
         for k, v in sorted(per_toucher_r.get(r, {}).items(), key=lambda kv: -kv[1]):
             _v, tp_, ip = best_ip.get((r, k), (0, p, 0))
@@ -1152,6 +1176,7 @@ def _allocation_rows(
                 "size": int(rec["size"]),
                 "site": site_str(s) if a else "",
                 **s,
+                "via": via,
                 "t": float(run.procs[p].seconds(np.array([rec["t"]]))[0]),
                 "pages": _num(sum(per_toucher_r.get(r, {}).values())),
                 "pages_per_node": {str(k): _num(v) for k, v in sorted(nodes.items()) if k >= 0},

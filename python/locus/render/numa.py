@@ -49,7 +49,12 @@ def _where(r: dict) -> str:
     where = r["function"]
     if r["file"]:
         where += f" {r['file'].rsplit('/', 1)[-1]}:{r['line']}"
-    return where
+    return where + _via(r)
+
+
+def _via(r: dict) -> str:
+    """' (via xmalloc)': the allocation wrappers an allocation was named past."""
+    return f" (via {', '.join(r['via'])})" if r.get("via") else ""
 
 
 def _unit(c: dict) -> str:
@@ -177,7 +182,7 @@ def numa_tables(report: dict) -> list[Table]:
         allocs.append(
             dict(
                 _with_unpinned(a),
-                where=a["site"] or a["address"],
+                where=(a["site"] + _via(a)) if a["site"] else a["address"],
                 block_address=a["address"],
                 placement=placement,
                 touched_by=who,

@@ -191,6 +191,43 @@ def test_objects_static_heap_stack(tmp_path):
     assert lines[(hex(stack + 4096), "stack of thread 1 (tid 11)")]["offset"] == 4096
 
 
+class WrapperSym(FakeSym):
+    """Code at 0x4015xx is in `xmalloc` (an allocation wrapper), the rest in worker()."""
+
+    def code(self, addrs, return_addresses=True):
+        return {
+            a: CodeLoc("xmalloc" if a & 0xFF00 == 0x1500 else "worker", "/src/fs.c", a & 0xFFF)
+            for a in addrs
+        }
+
+
+def test_heap_objects_named_past_allocation_wrappers(tmp_path):
+    """A block from an allocation wrapper (xmalloc) is named by the wrapper's caller when the
+    run has call stacks, one object per calling path even when two threads numbered the same
+    path differently; without call stacks it is named by the wrapper, with a note."""
+    heap = 0x7000_0000
+    for stacks in (True, False):
+        run, p, c = _run(threads=3)
+        site = 0x401510  # inside xmalloc
+        for k, (sid, caller) in enumerate(((1, 0x401234), (7, 0x401234), (2, 0x401888))):
+            if stacks:
+                c.call_stack(sid, [site, caller, 0x401999])
+            c.malloc(heap + k * 4096, 64, site=site, t=0.1, stack=sid if stacks else 0)
+            c.event(src=10, dst=11, line=heap + k * 4096, t=0.5, count=2)
+        res = _res(tmp_path, run, Options(symbolizer=lambda proc: WrapperSym()), f"w{stacks}")
+        names = sorted(o["name"] for o in res["objects"])
+        wrapped = [n for n in res["notes"] if "allocation wrapper (xmalloc)" in n]
+        if stacks:
+            assert names == [
+                "heap block from worker fs.c:2184 (via xmalloc)",  # 0x401888
+                "heap block from worker fs.c:564 (via xmalloc)",  # 0x401234: ids 1, 7 merged
+            ], names
+            assert not wrapped
+        else:
+            assert names == ["heap block from xmalloc fs.c:1296"], names
+            assert wrapped and "--call-stack" in wrapped[0]
+
+
 def test_line_byte_ranges_and_sites(tmp_path):
     run, _p, c = _run()
     c.event(src=10, dst=11, line=STATS, src_off=0, src_len=4, dst_off=2, dst_len=4,
