@@ -36,18 +36,13 @@ int locus_stream_open(struct locus_stream *s, int dirfd, const char *name) {
   return s->fd < 0 ? -1 : 0;
 }
 
-int locus_stream_fd(struct locus_stream *s) {
+/* The stream's file, closed behind our back, reopened by path (checking it is ours) by one
+ * thread; the others drop their record. Out of line: its 4 KiB path buffer makes the
+ * compiler probe (so make resident) a page of the stack (-fstack-clash-protection, Debian's
+ * default), and locus_stream_fd runs at every claim, in signal handlers too, on their
+ * alternate stacks. */
+static __attribute__((noinline)) int reopen(struct locus_stream *s, int fd) {
   struct stat st;
-  int fd = s->fd;
-  if (fd < 0) return -1;
-  /* Still open: a look at the descriptor table only. Not fstat: on a 9p share (the VM
-   * tier's run directories) each stat asks the server for the size and can shrink the
-   * guest's view of a file being extended under a MAP_SHARED chunk, which then raises
-   * SIGBUS (numa_pinning died of it in 3 runs of 8). A number the program reused after
-   * closing ours with a raw syscall goes unnoticed; ours sit high to make that unlikely. */
-  if (syscall(SYS_fcntl, fd, F_GETFD) >= 0) return fd;
-  /* Closed behind our back: never touch that number again, never close it. One thread
-   * reopens the file by path (checking it is ours); the others drop this record. */
   if (!locus_proc_path[0] || atomic_flag_test_and_set(&s->reopen_lock)) return -1;
   char path[4096 + 64];
   size_t n = strlen(locus_proc_path), k = strlen(s->name);
@@ -69,6 +64,19 @@ int locus_stream_fd(struct locus_stream *s) {
   }
   atomic_flag_clear(&s->reopen_lock);
   return nfd >= 0 ? s->fd : -1;
+}
+
+int locus_stream_fd(struct locus_stream *s) {
+  int fd = s->fd;
+  if (fd < 0) return -1;
+  /* Still open: a look at the descriptor table only. Not fstat: on a 9p share (the VM
+   * tier's run directories) each stat asks the server for the size and can shrink the
+   * guest's view of a file being extended under a MAP_SHARED chunk, which then raises
+   * SIGBUS (numa_pinning died of it in 3 runs of 8). A number the program reused after
+   * closing ours with a raw syscall goes unnoticed; ours sit high to make that unlikely. */
+  if (syscall(SYS_fcntl, fd, F_GETFD) >= 0) return fd;
+  /* Closed behind our back: never touch that number again, never close it. */
+  return reopen(s, fd);
 }
 
 static int grow(struct locus_stream *s, int fd, uint64_t need) {
