@@ -122,12 +122,23 @@ static int open_proc_dir(void) {
   }
   close(procs);
   locus_proc_path[0] = 0;
-  if (fd >= 0 && run_path[0] && strlen(run_path) + strlen(name) + 8 < sizeof locus_proc_path) {
+  fd = locus_fd_keep(fd);
+  /* The kernel's own name for it (symbolic links resolved), which is what /proc/self/fd
+   * says of the record files: locus_stream_fd compares the two. */
+  char link[32] = "/proc/self/fd/";
+  locus_fmt_u(link + strlen(link), (unsigned)fd);
+  ssize_t n = fd >= 0 ? readlink(link, locus_proc_path, sizeof locus_proc_path - 1) : -1;
+  if (n > 0 && locus_proc_path[0] == '/') {
+    locus_proc_path[n] = 0;
+  } else if (fd >= 0 && run_path[0] &&
+             strlen(run_path) + strlen(name) + 8 < sizeof locus_proc_path) {
     strcpy(locus_proc_path, run_path);
     strcat(locus_proc_path, "/procs/");
     strcat(locus_proc_path, name);
+  } else {
+    locus_proc_path[0] = 0;
   }
-  return locus_fd_keep(fd);
+  return fd;
 }
 
 static void on_fatal_signal(int sig, siginfo_t *si, void *uc);

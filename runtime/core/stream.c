@@ -66,16 +66,32 @@ static __attribute__((noinline)) int reopen(struct locus_stream *s, int fd) {
   return nfd >= 0 ? s->fd : -1;
 }
 
+/* Whether fd is still the record file `name` of this process's directory: 1 yes, 0 no
+ * (closed, or a number the program reused after closing ours behind our back: records
+ * written there would corrupt its file), -1 unknown (a path too long for the buffer). Its
+ * /proc/self/fd link names our path (locus_proc_path is the kernel's own name for the
+ * directory). Not fstat: on a 9p share (the VM tier's run directories) each stat asks the
+ * server for the size and can shrink the guest's view of a file being extended under a
+ * MAP_SHARED chunk, which then raises SIGBUS (numa_pinning died of it in 3 runs of 8). A
+ * buffer under a page: no stack probe (this runs in signal handlers, on their alternate
+ * stacks). Async-signal-safe. */
+int locus_fd_is_record(int fd, const char *name) {
+  char link[32] = "/proc/self/fd/", got[1024];
+  locus_fmt_u(link + strlen(link), (unsigned)fd);
+  size_t pl = strlen(locus_proc_path), nl = strlen(name);
+  if (!pl || pl + 1 + nl >= sizeof got) return -1;
+  long len = syscall(SYS_readlink, link, got, sizeof got);
+  if (len < 0) return 0;
+  return (size_t)len == pl + 1 + nl && !memcmp(got, locus_proc_path, pl) && got[pl] == '/' &&
+         !memcmp(got + pl + 1, name, nl);
+}
+
 int locus_stream_fd(struct locus_stream *s) {
   int fd = s->fd;
   if (fd < 0) return -1;
-  /* Still open: a look at the descriptor table only. Not fstat: on a 9p share (the VM
-   * tier's run directories) each stat asks the server for the size and can shrink the
-   * guest's view of a file being extended under a MAP_SHARED chunk, which then raises
-   * SIGBUS (numa_pinning died of it in 3 runs of 8). A number the program reused after
-   * closing ours with a raw syscall goes unnoticed; ours sit high to make that unlikely. */
-  if (syscall(SYS_fcntl, fd, F_GETFD) >= 0) return fd;
-  /* Closed behind our back: never touch that number again, never close it. */
+  int ours = locus_fd_is_record(fd, s->name);
+  if (ours > 0 || (ours < 0 && syscall(SYS_fcntl, fd, F_GETFD) >= 0)) return fd;
+  /* Closed or reused behind our back: never touch that number again, never close it. */
   return reopen(s, fd);
 }
 
@@ -177,6 +193,6 @@ void locus_cursor_finish(struct locus_stream *s, struct locus_cursor *c) {
   locus_cursor_close(c);
   /* The tail reads as zeros (unused records) either way; a filesystem without hole
    * punching keeps it allocated. Never in a fork child: the chunk is the parent's. */
-  if (tail && s->fd >= 0)
-    fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)tail);
+  int fd = tail ? locus_stream_fd(s) : -1;
+  if (fd >= 0) fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)tail);
 }

@@ -186,6 +186,7 @@ def test_report_of_a_lens_not_recorded(locus, small_run):
 
 CLOSER = r"""
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -205,6 +206,16 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "wrapper")) close_range(3, ~0U, 0);
   if (!strcmp(argv[1], "closefrom")) closefrom(3);
   if (!strcmp(argv[1], "loop")) for (int fd = 3; fd < 4096; fd++) close(fd);
+  /* Worse: the raw syscall, then its own file on every number the runtime had open. */
+  int theirs[256], n = 0;
+  if (!strcmp(argv[1], "reuse")) {
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < 256)
+      if (atoi(e->d_name) > 2 && atoi(e->d_name) != dirfd(d)) theirs[n++] = atoi(e->d_name);
+    closedir(d);
+    syscall(SYS_close_range, 3, ~0U, 0);
+  }
   int fds[8];
   char name[4200];
   for (int i = 0; i < 8; i++) {
@@ -212,6 +223,7 @@ int main(int argc, char **argv) {
     fds[i] = open(name, O_RDWR | O_CREAT | O_TRUNC, 0644);
     if (write(fds[i], "hello\n", 6) != 6) return 1;
   }
+  for (int i = 0; i < n; i++) syscall(SYS_dup3, fds[0], theirs[i], 0); /* past any interposer */
   pthread_t t[2];
   for (long i = 0; i < 2; i++) pthread_create(&t[i], 0, w, (void *)i);
   for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
@@ -221,14 +233,17 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.mark.parametrize("how", ["raw", "wrapper", "closefrom", "loop"])
+@pytest.mark.parametrize("how", ["raw", "wrapper", "closefrom", "loop", "reuse"])
 def test_program_closing_every_descriptor(locus, tmp_path, how):
     """A program that closes every descriptor it did not open (close_range, closefrom, a
     close() loop, or the raw syscall) and then opens files of its own. The runtime's record
     files must not become the program's: its files were filled with 1 MiB of locus records
     before (the reused descriptor numbers). They stay 6 bytes, and the run keeps its
     samples (the runtime's descriptors survive, or are reopened by path after a raw
-    close_range)."""
+    close_range). `reuse`: the program also puts its own file on every number the runtime
+    had, with the raw dup3 syscall (a Go program, or any that bypasses libc); an open
+    descriptor was taken for ours, and the records went into its file, until the runtime
+    checked what the number names."""
     src, exe = tmp_path / "closer.c", tmp_path / "closer"
     src.write_text(CLOSER)
     subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
