@@ -106,6 +106,17 @@ def _p2p(backend: str, out: str) -> dict:
 def run(backends: list[str]) -> list[dict]:
     """One row per check and backend: {backend, check, expected, measured, ok, detail}."""
     rows: list[dict] = []
+    if not backends:
+        return [
+            {
+                "backend": "-",
+                "check": "backends",
+                "expected": None,
+                "measured": None,
+                "ok": False,
+                "detail": "no comm sampling backend on this machine (see the lenses table)",
+            }
+        ]
     missing = [n for n in ("comm_falseshare", "comm_p2p") if not (WORKLOADS / n).exists()]
     if missing:
         return [

@@ -138,3 +138,4 @@ def test_check_reports_a_backend_it_cannot_record_with():
     out = io.StringIO()
     doctor.print_check(rows, out)
     assert "FAILED" in out.getvalue()
+    assert selfcheck.run([])[0]["ok"] is False  # nothing to check is not a pass
