@@ -276,7 +276,11 @@ def alloc_site(names: Names, proc: int, site: int, frames: tuple = ()) -> tuple[
     innermost first, the site's return address first), the first frame outside the
     allocation wrappers, whose names are kept; else the allocating call itself. The frames
     must have been symbolized (names.code, return addresses)."""
-    pcs = list(frames[:ALLOC_NAME_DEPTH]) or ([site] if site else [])
+    pcs = list(frames[:ALLOC_NAME_DEPTH])
+    if site and site in pcs:
+        pcs = pcs[pcs.index(site) :]
+    else:  # no stack, or one that does not start at the allocating call: the call alone
+        pcs = [site] if site else []
     via: list[str] = []
     for k, pc in enumerate(pcs):
         s = names.site(proc, pc)
