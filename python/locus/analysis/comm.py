@@ -800,6 +800,26 @@ SHARED_WORDS_MIN = 2
 WORD = 8  # bytes: the granule of _shared_words
 
 
+SHARED_SAMPLES = 4_000_000  # sampled accesses read per process for _shared_words (a stride)
+
+
+def _sampled_uses(proc, line: int) -> tuple[np.ndarray, np.ndarray]:
+    """(line address, record) of a process's sampled accesses with an address: at most
+    SHARED_SAMPLES of them, evenly strided (a long run's file holds tens of millions)."""
+    path = proc.file("comm.samples.bin")
+    try:
+        n = os.path.getsize(path) // COMM_SAMPLE_DTYPE.itemsize
+    except OSError:
+        n = 0
+    if n == 0:
+        z = np.zeros(0, dtype=COMM_SAMPLE_DTYPE)
+        return z["addr"], z
+    s = np.memmap(path, dtype=COMM_SAMPLE_DTYPE, mode="r", shape=(n,))
+    s = np.array(s[:: max(1, n // SHARED_SAMPLES)])
+    s = s[(s["kind"] != 0) & (s["addr"] != 0)]
+    return s["addr"] - s["addr"] % np.uint64(line), s
+
+
 def _shared_words(
     proc, ev: Events, m: np.ndarray, fm: np.ndarray, tids: np.ndarray, line: int, cache: dict
 ) -> tuple[int, int]:
@@ -822,10 +842,9 @@ def _shared_words(
         return len(words), len(seen | words)
     key = id(proc)
     if key not in cache:
-        smp = proc.comm_samples()
-        cache[key] = smp[smp["addr"] != 0]
-    smp = cache[key]
-    smp = smp[np.isin(smp["addr"] - smp["addr"] % np.uint64(line), lines)]
+        cache[key] = _sampled_uses(proc, line)
+    base, smp = cache[key]
+    smp = smp[np.isin(base, lines)]
     # Uses: (first byte, length, thread, written) of the sampled accesses, and of both sides
     # of the object's detections on those lines (the writer's side is a store).
     on = m[np.isin(ev.line[m].astype(np.uint64), lines)]
