@@ -407,6 +407,24 @@ def rust_clean(name: str) -> str:
     return name
 
 
+# "main()::<lambda()>" inside an outer frame's name (the std::thread / std::invoke frames
+# a lambda is inlined into carry its type as a template argument).
+_LAMBDA = re.compile(r"((?:[\w:~]+\([^()]*\)(?: const)?::)+<lambda\([^()]*\)>)")
+
+
+def lambda_name(function: str, outer: list[str]) -> str:
+    """An inlined lambda's call operator, which gcc's DWARF names only `operator()` (no
+    linkage name), named by its type where an outer frame's name carries it:
+    `main()::<lambda()>`. Other names are returned as they are."""
+    if function != "operator()":
+        return function
+    for name in outer:
+        m = _LAMBDA.search(name)
+        if m:
+            return m.group(1)
+    return function
+
+
 def user_frame(frames: list[dict]) -> CodeLoc:
     """The code location of an instruction, from its inline chain (innermost first): the
     innermost frame in the program's own source, so that an atomic add inlined from
@@ -426,7 +444,8 @@ def user_frame(frames: list[dict]) -> CodeLoc:
                 (field(g, "FunctionName"), field(g, "FileName"), int(g.get("Line") or 0))
                 for g in frames[i + 1 :]
             )
-            return CodeLoc(field(f, "FunctionName"), file, int(f.get("Line") or 0), inlined=outer)
+            name = lambda_name(field(f, "FunctionName"), [o[0] for o in outer])
+            return CodeLoc(name, file, int(f.get("Line") or 0), inlined=outer)
     inner, outer = frames[0], frames[-1]
     return CodeLoc(
         field(outer, "FunctionName"), field(inner, "FileName"), int(inner.get("Line") or 0)

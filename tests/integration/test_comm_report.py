@@ -246,7 +246,8 @@ int main() {
 def test_cpp_sites_are_the_programs_lines(locus, tmp_path):
     """Code inlined from the standard library (the vector's allocation from
     new_allocator.h, fetch_add from atomic_base.h) is named by the program's line that
-    made it: the block by line 6, the accesses by lines 7 and 8."""
+    made it: the block by line 6, the accesses by lines 7 and 8, in the two lambdas (named
+    `main()::<lambda()>`, not `operator()`)."""
     import subprocess
 
     src = tmp_path / "vec.cpp"
@@ -259,6 +260,8 @@ def test_cpp_sites_are_the_programs_lines(locus, tmp_path):
     assert top["kind"] == "heap" and top["name"].endswith("vec.cpp:6"), c["objects"][:2]
     lines = {(s["file"].rsplit("/", 1)[-1], s["line"]) for s in c["sites"][:2]}
     assert lines == {("vec.cpp", 7), ("vec.cpp", 8)}, c["sites"][:3]
+    # The lambdas' call operators, which gcc's DWARF calls `operator()`, by their type.
+    assert {s["function"] for s in c["sites"][:2]} == {"main()::<lambda()>"}, c["sites"][:3]
 
 
 CPP_PLUGIN = """#include <vector>
