@@ -154,3 +154,19 @@ def test_jit_code_named_by_the_perf_map():
     assert got[0x7F0000002000].function == "Interpreter"
     assert got[0x7F0000003000].function == ""
     assert s.data([0x7F0000001010]) == {0x7F0000001010: None}
+
+
+def test_inlined_lambda_named_by_its_type():
+    """gcc's DWARF names an inlined lambda's call operator `operator()`: the frames it is
+    inlined into carry its type (std::thread's invoker, std::__invoke)."""
+    from locus.symbolize import user_frame
+
+    frames = [
+        {"FunctionName": "std::__atomic_base<long>::fetch_add", "FileName": "/usr/include/c++/12/bits/atomic_base.h", "Line": 618},
+        {"FunctionName": "operator()", "FileName": "/src/w.cpp", "Line": 9},
+        {"FunctionName": "__invoke_impl<void, Worker::run(int) const::<lambda(int)> >", "FileName": "/usr/include/c++/12/bits/invoke.h", "Line": 61},
+    ]  # fmt: skip
+    loc = user_frame(frames)
+    assert (loc.function, loc.line) == ("Worker::run(int) const::<lambda(int)>", 9)
+    # Without such a frame the name stays what the debug information says.
+    assert user_frame(frames[:2]).function == "operator()"
