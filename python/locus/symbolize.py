@@ -407,21 +407,42 @@ def rust_clean(name: str) -> str:
     return name
 
 
-# "main()::<lambda()>" inside an outer frame's name (the std::thread / std::invoke frames
-# a lambda is inlined into carry its type as a template argument).
-_LAMBDA = re.compile(r"((?:[\w:~]+\([^()]*\)(?: const)?::)+<lambda\([^()]*\)>)")
+# The type of a lambda inside an outer frame's name: the std::thread / std::invoke frames
+# a lambda is inlined into carry it as a template argument, `main()::<lambda()>`.
+_LAMBDA = re.compile(r"::<lambda\([^()]*\)>")
+
+
+def _template_arg_before(name: str, end: int) -> str:
+    """The template argument of `name` that ends at `end`: back to the unmatched `<` or the
+    `,` that opens it (brackets and parentheses balanced on the way)."""
+    depth, k = 0, end - 1
+    while k >= 0:
+        ch = name[k]
+        if ch in ">)":
+            depth += 1
+        elif ch in "<(":
+            if depth == 0:
+                break
+            depth -= 1
+        elif ch == "," and depth == 0:
+            break
+        k -= 1
+    return name[k + 1 : end].strip()
 
 
 def lambda_name(function: str, outer: list[str]) -> str:
     """An inlined lambda's call operator, which gcc's DWARF names only `operator()` (no
     linkage name), named by its type where an outer frame's name carries it:
-    `main()::<lambda()>`. Other names are returned as they are."""
+    `main()::<lambda()>` (the innermost lambda of a nested one). Other names are returned
+    as they are."""
     if function != "operator()":
         return function
     for name in outer:
-        m = _LAMBDA.search(name)
-        if m:
-            return m.group(1)
+        last = None
+        for m in _LAMBDA.finditer(name):
+            last = m
+        if last is not None:
+            return _template_arg_before(name, last.end()) or function
     return function
 
 

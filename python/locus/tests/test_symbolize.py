@@ -172,3 +172,20 @@ def test_inlined_lambda_named_by_its_type():
     assert (loc.function, loc.line) == ("Worker::run(int) const::<lambda(int)>", 9)
     # Without such a frame the name stays what the debug information says.
     assert user_frame(frames[:2]).function == "operator()"
+
+
+@pytest.mark.parametrize(
+    "outer,name",
+    [
+        ("__invoke_impl<void, foo<int>(int)::<lambda()> >", "foo<int>(int)::<lambda()>"),
+        (
+            "_Invoker<std::tuple<main()::<lambda()>::operator()() const::<lambda()> > >",
+            "main()::<lambda()>::operator()() const::<lambda()>",  # the inner one
+        ),
+        ("_M_run", "operator()"),
+    ],
+)
+def test_lambda_types_in_template_arguments(outer, name):
+    from locus.symbolize import lambda_name
+
+    assert lambda_name("operator()", [outer]) == name
