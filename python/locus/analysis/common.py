@@ -216,13 +216,31 @@ def thread_rows(run: RunDir, th: Threads, names: Names) -> list[dict]:
     out = []
     for i in range(len(th)):
         p, tid = th.proc[i], th.tid[i]
-        if th.main[i] or (i == 0):
-            name = "main"
-        else:
-            name = names.site(p, th.routine[i])["function"] if th.routine[i] else ""
+        routine = names.site(p, th.routine[i])["function"] if th.routine[i] else ""
+        name = "main" if th.main[i] or i == 0 else trampoline_name(routine)
         pid = run.procs[p].pid if p < len(run.procs) else 0
-        out.append({"index": i, "tid": tid, "pid": pid, "name": name})
+        out.append({"index": i, "tid": tid, "pid": pid, "name": name, "routine": routine})
     return out
+
+
+# Start routines that only run the real one (whose name `work` gives): the name a user
+# knows them by. Matched on the function, or on the module of a stripped one.
+TRAMPOLINES = (
+    (("execute_native_thread_routine",), ("libstdc++.so",), "std::thread"),
+    (("gomp_thread_start",), ("libgomp.so",), "OpenMP worker"),
+    (("thread_start", "std::sys::unix::thread::Thread::new::thread_start"), (), "Rust thread"),
+    (("std::sys::pal::unix::thread::Thread::new::thread_start",), (), "Rust thread"),
+)
+
+
+def trampoline_name(routine: str) -> str:
+    """A thread's name from its start routine: the routine, or what a known trampoline
+    (std::thread, libgomp, Rust's std) is called."""
+    module = routine.split("+0x", 1)[0] if "+0x" in routine else ""
+    for functions, modules, name in TRAMPOLINES:
+        if routine in functions or (module and module.startswith(modules or ("\0",))):
+            return name
+    return routine
 
 
 def add_os_names(threads: list[dict], run: RunDir, th: Threads, ct_list: list | None = None):

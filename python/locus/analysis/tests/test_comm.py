@@ -545,3 +545,18 @@ def test_compare_comm_runs_and_gate_on_false_sharing(tmp_path, capsys):
     assert "comm.totals.false" in out and "+100%" in out
     assert main(["compare", a, b, "--fail-if", "comm.totals.false>+50%"]) == 1
     assert main(["compare", a, b, "--fail-if", "comm.totals.false>+150%"]) == 0
+
+
+def test_trampolines_named_as_users_know_them():
+    """A thread started by std::thread, libgomp or Rust's std runs a trampoline: `name` says
+    which (its `work` says what it ran); any other start routine is its own name."""
+    from locus.analysis.common import trampoline_name
+
+    assert trampoline_name("libstdc++.so.6.0.30+0xd4490") == "std::thread"
+    assert trampoline_name("execute_native_thread_routine") == "std::thread"
+    assert trampoline_name("libgomp.so.1.0.0+0x1cc40") == "OpenMP worker"
+    assert trampoline_name("std::sys::pal::unix::thread::Thread::new::thread_start") == (
+        "Rust thread"
+    )
+    assert trampoline_name("worker") == "worker"
+    assert trampoline_name("sysbench+0xc600") == "sysbench+0xc600"
