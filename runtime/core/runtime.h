@@ -43,8 +43,8 @@ struct locus_stream {
  * with a raw close_range syscall): reopened by path if not. -1 when neither works.
  * Async-signal-safe. */
 int locus_stream_fd(struct locus_stream *s);
-/* 1 when fd is still the record file `name` of this process's directory, 0 when not (closed,
- * or reused by the program), -1 unknown. Async-signal-safe. */
+/* 1 when fd is still the record file `name` of this process's directory, 0 when it names
+ * another file (reused by the program), -1 unknown (closed, no /proc). Async-signal-safe. */
 int locus_fd_is_record(int fd, const char *name);
 int locus_stream_open(struct locus_stream *s, int dirfd, const char *name);
 /* Map `bytes` (a multiple of the page size) of fresh file space; NULL when out of space. */

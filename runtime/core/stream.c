@@ -67,8 +67,8 @@ static __attribute__((noinline)) int reopen(struct locus_stream *s, int fd) {
 }
 
 /* Whether fd is still the record file `name` of this process's directory: 1 yes, 0 no
- * (closed, or a number the program reused after closing ours behind our back: records
- * written there would corrupt its file), -1 unknown (a path too long for the buffer). Its
+ * (a number the program reused after closing ours behind our back: records written there
+ * would corrupt its file), -1 unknown (closed, no /proc, a path too long for the buffer). Its
  * /proc/self/fd link names our path (locus_proc_path is the kernel's own name for the
  * directory). Not fstat: on a 9p share (the VM tier's run directories) each stat asks the
  * server for the size and can shrink the guest's view of a file being extended under a
@@ -81,7 +81,7 @@ int locus_fd_is_record(int fd, const char *name) {
   size_t pl = strlen(locus_proc_path), nl = strlen(name);
   if (!pl || pl + 1 + nl >= sizeof got) return -1;
   long len = syscall(SYS_readlink, link, got, sizeof got);
-  if (len < 0) return 0;
+  if (len < 0) return -1; /* closed, or no /proc (a chroot): the caller's F_GETFD decides */
   return (size_t)len == pl + 1 + nl && !memcmp(got, locus_proc_path, pl) && got[pl] == '/' &&
          !memcmp(got + pl + 1, name, nl);
 }
