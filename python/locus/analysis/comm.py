@@ -355,16 +355,8 @@ def _add_work(
     want = {(th.proc[i], th.tid[i]): t for i, t in enumerate(threads)}
     counts: dict[tuple[int, int], list[tuple[int, float]]] = {}
     for pi, p in enumerate(run.procs):
-        path = p.file("comm.samples.bin")
-        try:
-            n = os.path.getsize(path) // COMM_SAMPLE_DTYPE.itemsize
-        except OSError:
-            n = 0
-        if n == 0:
-            continue
-        s = np.memmap(path, dtype=COMM_SAMPLE_DTYPE, mode="r", shape=(n,))
-        s = s[:: max(1, n // WORK_SAMPLES)]
-        s = s[(s["kind"] != 0) & (s["ip"] != 0)]
+        s = _strided_samples(p, WORK_SAMPLES)
+        s = s[s["ip"] != 0]
         if not len(s):
             continue
         inv, first = group(s["tid"].astype(np.int64), s["ip"].astype(np.int64))
@@ -803,20 +795,27 @@ WORD = 8  # bytes: the granule of _shared_words
 SHARED_SAMPLES = 4_000_000  # sampled accesses read per process for _shared_words (a stride)
 
 
-def _sampled_uses(proc, line: int) -> tuple[np.ndarray, np.ndarray]:
-    """(line address, record) of a process's sampled accesses with an address: at most
-    SHARED_SAMPLES of them, evenly strided (a long run's file holds tens of millions)."""
+def _strided_samples(proc, most: int) -> np.ndarray:
+    """A process's used sample records, at most about `most` of them, evenly strided from a
+    memory map (a long run's comm.samples.bin holds tens of millions)."""
     path = proc.file("comm.samples.bin")
     try:
         n = os.path.getsize(path) // COMM_SAMPLE_DTYPE.itemsize
     except OSError:
         n = 0
     if n == 0:
-        z = np.zeros(0, dtype=COMM_SAMPLE_DTYPE)
-        return z["addr"], z
-    s = np.memmap(path, dtype=COMM_SAMPLE_DTYPE, mode="r", shape=(n,))
-    s = np.array(s[:: max(1, n // SHARED_SAMPLES)])
-    s = s[(s["kind"] != 0) & (s["addr"] != 0)]
+        return np.zeros(0, dtype=COMM_SAMPLE_DTYPE)
+    s = np.array(
+        np.memmap(path, dtype=COMM_SAMPLE_DTYPE, mode="r", shape=(n,))[:: max(1, n // most)]
+    )
+    return s[s["kind"] != 0]
+
+
+def _sampled_uses(proc, line: int) -> tuple[np.ndarray, np.ndarray]:
+    """(line address, record) of a process's sampled accesses with an address: at most
+    SHARED_SAMPLES of them."""
+    s = _strided_samples(proc, SHARED_SAMPLES)
+    s = s[s["addr"] != 0]
     return s["addr"] - s["addr"] % np.uint64(line), s
 
 
