@@ -235,6 +235,8 @@ def plot(report: dict, outdir: str) -> list[str]:
     if "comm" not in report["lenses"]:
         raise LocusError("--plot draws the comm lens: add --lens comm")
     plt = pyplot(outdir)
+    from matplotlib.ticker import MaxNLocator
+
     c = _comm(report)
     by, _kind = _view(c)
     mats = c["matrices"][by]
@@ -250,6 +252,9 @@ def plot(report: dict, outdir: str) -> list[str]:
         ax.set_title(f"{k} sharing")
         ax.set_xlabel(AXIS[by])
         ax.set_ylabel(AXIS[by])
+        # Whole indices only (a 2x2 matrix had ticks at -0.5, -0.25, ...).
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.colorbar(im, ax=list(axes), shrink=0.8, label=f"volume ({unit})")
     cmd = " ".join(report["run"].get("command") or [])
     fig.suptitle(f"locus comm: {cmd}" if cmd else "locus comm")
