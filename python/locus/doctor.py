@@ -842,8 +842,12 @@ def print_check(rows: list[dict], out=None) -> None:
 
 
 def check_backends(f: Findings) -> list[str]:
-    """The comm sampling backends this machine has, hw first."""
-    return [b for b in ("hw", "soft") if comm_backend(f, b)[0]]
+    """The comm backends to check: the sampling ones this machine has, hw first; exact when
+    the bundled workloads were built with `locus cc` (workloads/build/exact)."""
+    from locus import selfcheck
+
+    out = [b for b in ("hw", "soft") if comm_backend(f, b)[0]]
+    return out + (["exact"] if selfcheck.exe("exact", "comm_falseshare").exists() else [])
 
 
 def cmd_doctor(ns) -> int:

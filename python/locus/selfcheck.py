@@ -1,5 +1,6 @@
 """`locus doctor --check`: the comm lens measured on this machine against the bundled
-workloads' known truth, for each sampling backend the machine has (hw, soft).
+workloads' known truth, for each sampling backend the machine has (hw, soft), and the exact
+backend where the workloads' `locus cc` build exists.
 
 The development machines have no PMU, so the hw backend (PEBS, IBS) was never run there;
 this is how a machine that has one finds out whether it answers right: two threads add to
@@ -58,8 +59,14 @@ def record(backend: str, argv: list[str], out: str) -> tuple[dict, dict]:
     return json.loads(r.stdout)["lenses"]["comm"], truth
 
 
+def exe(backend: str, name: str) -> Path:
+    """The bundled workload `name` for `backend`: the exact backend records only the build
+    instrumented by `locus cc` (workloads/build/exact)."""
+    return WORKLOADS / "exact" / name if backend == "exact" else WORKLOADS / name
+
+
 def _falseshare(backend: str, frac: float, out: str) -> dict:
-    argv = [str(WORKLOADS / "comm_falseshare"), "2", "-", str(frac), "--free", "--truth"]
+    argv = [str(exe(backend, "comm_falseshare")), "2", "-", str(frac), "--free", "--truth"]
     comm, truth = record(backend, argv, out)
     d = data_totals(comm, truth)
     got = d["false"] / d["all"] if d["all"] else None
@@ -70,13 +77,14 @@ def _falseshare(backend: str, frac: float, out: str) -> dict:
         "expected": frac,
         "measured": got,
         "ok": ok,
-        "detail": f"false/total on the data lines from {d['detections']} detections, "
-        f"within {FALSE_POINTS:g} points",
+        "detail": "false/total on the data lines from "
+        + (f"{int(d['all'])} transfers" if backend == "exact" else f"{d['detections']} detections")
+        + f", within {FALSE_POINTS:g} points",
     }
 
 
 def _p2p(backend: str, out: str) -> dict:
-    argv = [str(WORKLOADS / "comm_p2p"), "4", "-", "--free", "--truth"]
+    argv = [str(exe(backend, "comm_p2p")), "4", "-", "--free", "--truth"]
     comm, truth = record(backend, argv, out)
     idx = {t["tid"]: t["index"] for t in comm["threads"]}
     tids = truth.get("tids", [])
@@ -117,7 +125,12 @@ def run(backends: list[str]) -> list[dict]:
                 "detail": "no comm sampling backend on this machine (see the lenses table)",
             }
         ]
-    missing = [n for n in ("comm_falseshare", "comm_p2p") if not (WORKLOADS / n).exists()]
+    missing = [
+        str(exe(b, n).relative_to(WORKLOADS))
+        for b in backends
+        for n in ("comm_falseshare", "comm_p2p")
+        if not exe(b, n).exists()
+    ]
     if missing:
         return [
             {
