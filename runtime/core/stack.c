@@ -4,6 +4,9 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "runtime.h"
 
@@ -12,11 +15,23 @@ static _Atomic uint32_t next_id;
 static int (*unw_backtrace_fn)(void **, int);
 
 #define CACHE 64
-static LOCUS_TLS struct {
+/* Per thread, mapped at its first stack (only --call-stack runs take any), not in
+ * thread-local storage, which every thread of every program carries. */
+struct tstacks {
   uint64_t hash[CACHE];
   uint32_t id[CACHE];
   struct locus_cursor cur;
-} tstacks;
+};
+static LOCUS_TLS struct tstacks *tsp;
+
+static struct tstacks *tstacks_of_thread(void) {
+  if (!tsp) {
+    void *p = (void *)syscall(SYS_mmap, NULL, sizeof *tsp, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    tsp = p == MAP_FAILED ? NULL : p;
+  }
+  return tsp;
+}
 
 void locus_stack_open(void) {
   if (!locus_cfg.call_stack) return;
@@ -35,7 +50,8 @@ void locus_stack_open(void) {
 }
 
 void locus_stack_after_fork(void) {
-  memset(&tstacks, 0, sizeof tstacks);
+  /* The forking thread's cache and cursor were the parent's (its chunk, its file). */
+  if (tsp) memset(tsp, 0, sizeof *tsp);
   locus_stream_reset_after_fork(&stacks);
   locus_stack_open();
 }
@@ -58,12 +74,14 @@ uint32_t locus_stack_capture(uint64_t site) {
     h = (h ^ st.pc[i]) * 1099511628211ull;
   }
   uint32_t k = (uint32_t)(h % CACHE);
-  if (tstacks.hash[k] == h && tstacks.id[k]) return tstacks.id[k];
+  struct tstacks *ts = tstacks_of_thread();
+  if (!ts) return 0;
+  if (ts->hash[k] == h && ts->id[k]) return ts->id[k];
   st.id = atomic_fetch_add(&next_id, 1) + 1;
   /* The id is the record's first field but a whole-record write is what readers check:
    * depth > 0 marks a used record. */
-  if (locus_cursor_put(&stacks, &tstacks.cur, &st, sizeof st) != 0) return 0;
-  tstacks.hash[k] = h;
-  tstacks.id[k] = st.id;
+  if (locus_cursor_put(&stacks, &ts->cur, &st, sizeof st) != 0) return 0;
+  ts->hash[k] = h;
+  ts->id[k] = st.id;
   return st.id;
 }

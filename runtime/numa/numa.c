@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -70,22 +71,44 @@ struct nc_entry {
   uint32_t epoch;
   int32_t node;
 };
-static LOCUS_TLS struct nc_entry nc[NC_SIZE];
+/* Mapped by the thread's first sample (a signal handler: mmap, not malloc), not in
+ * thread-local storage, which every thread of the program carries (its static TLS is zeroed
+ * at each thread's creation, resident on the thread's stack mapping). */
+static LOCUS_TLS struct nc_entry *nc;
 static uint64_t nc_ttl_ticks;
+
+static struct nc_entry *nc_table(void) {
+  if (!nc) {
+    void *p = (void *)syscall(SYS_mmap, NULL, NC_SIZE * sizeof *nc, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    nc = p == MAP_FAILED ? NULL : p;
+  }
+  return nc;
+}
+
+/* At the thread's end. Cleared first: a sample landing in between maps a new one (a page
+ * left behind) instead of using an unmapped one. */
+static void nc_free(void) {
+  struct nc_entry *t = nc;
+  nc = NULL;
+  if (t) syscall(SYS_munmap, t, NC_SIZE * sizeof *t);
+}
 
 int locus_numa_sample_node(uint64_t addr, uint32_t flags) {
   if (flags & LOCUS_AC_STACK) return -3;
   if (locus_numa.emulated) return -1;
   uint64_t pg = (addr >> 12) + 1, now = locus_ticks();
   uint32_t epoch = atomic_load_explicit(&locus_numa_page_epoch, memory_order_relaxed);
-  struct nc_entry *e = &nc[(pg ^ (pg >> 6)) & (NC_SIZE - 1)];
-  if (e->page == pg && e->epoch == epoch && now - e->t < nc_ttl_ticks) return e->node;
+  struct nc_entry *t = nc_table(), *e = t ? &t[(pg ^ (pg >> 6)) & (NC_SIZE - 1)] : NULL;
+  if (e && e->page == pg && e->epoch == epoch && now - e->t < nc_ttl_ticks) return e->node;
   int status = locus_numa_page_status(addr);
   if (status >= 0) {
-    e->page = pg;
-    e->t = now;
-    e->epoch = epoch;
-    e->node = status;
+    if (e) {
+      e->page = pg;
+      e->t = now;
+      e->epoch = epoch;
+      e->node = status;
+    }
     return status;
   }
   return status == -ENOENT ? -2 : -1;
@@ -194,6 +217,7 @@ static void thread_fini(void) {
   pin_self(LOCUS_NP_END);
   locus_cursor_finish(&pin_stream, &pin_cursor);
   locus_ft_thread_fini();
+  nc_free();
 }
 
 static void proc_fini(void) {

@@ -56,7 +56,6 @@ static LOCUS_TLS struct {
   struct hw_event ev[2];
   int n;
   pid_t pid; /* process that opened ev[]: after fork the child must not touch them */
-  unsigned char bounce[512];
 } ht;
 
 static atomic_flag warned_thread = ATOMIC_FLAG_INIT;
@@ -177,8 +176,12 @@ static void drain(struct hw_event *e, int use) {
     const char *ring = (const char *)pg + (pg->data_offset ? pg->data_offset : hw.page);
     size_t size = pg->data_size ? pg->data_size : RING_PAGES * hw.page;
     struct drain_ctx c = {e->flags, locus_mono_ns(), locus_ticks()};
+    /* A record that wraps the ring's end is copied here: on the handler's frame (on the
+     * alternate stack), not in thread-local storage, which every thread of the program
+     * carries whether or not it samples. */
+    unsigned char bounce[512];
     /* A malformed record (never expected) ends the walk: the rest is skipped to head. */
-    locus_hw_drain(ring, size, tail, head, SAMPLE_TYPE, on_access, &c, ht.bounce, sizeof ht.bounce);
+    locus_hw_drain(ring, size, tail, head, SAMPLE_TYPE, on_access, &c, bounce, sizeof bounce);
   }
   __atomic_store_n(&pg->data_tail, head, __ATOMIC_RELEASE);
 }
