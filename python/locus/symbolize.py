@@ -187,9 +187,6 @@ class PerfMap:
         self.ends = np.array(ends, dtype=np.uint64)
         self.names = names
 
-    def __len__(self) -> int:
-        return len(self.names)
-
     def lookup(self, addr: int) -> str | None:
         a = self._np.uint64(addr)
         hit = self._np.flatnonzero((self.starts <= a) & (a < self.ends))
@@ -220,11 +217,10 @@ class Symbolizer:
         for a in set(addrs):
             loc = _locate(self.mods, a)
             if loc is None:
-                name = self.jit.lookup(a) if self.jit is not None and kind == "code" else None
-                if kind != "code":
-                    out[a] = None
-                else:
-                    out[a] = CodeLoc(name, "", 0, JIT_MODULE) if name else CodeLoc("", "", 0)
+                jit = self.jit.lookup(a) if self.jit is not None and kind == "code" else None
+                out[a] = (
+                    CodeLoc(jit or "", "", 0, JIT_MODULE if jit else "") if kind == "code" else None
+                )
                 continue
             m, v = loc
             per_mod.setdefault(m.path, []).append((a, v, m))
@@ -360,7 +356,7 @@ class Symbolizer:
             name, size = r if isinstance(r, tuple) else (r, None)
             out[a] = name
             if name and size:
-                self.sizes[name.rpartition("+")[0] if _has_offset(name) else name] = size
+                self.sizes[split_offset(name)[0]] = size
         return out
 
     def data_size(self, name: str) -> int | None:
@@ -473,10 +469,11 @@ def user_frame(frames: list[dict]) -> CodeLoc:
     )
 
 
-def _has_offset(name: str) -> bool:
-    """`sym+12`: a data name with an offset into the symbol."""
+def split_offset(name: str) -> tuple[str, int]:
+    """`sym+12` -> ("sym", 12), a data name data() gave with an offset into the symbol;
+    `sym` -> ("sym", 0)."""
     base, plus, off = name.rpartition("+")
-    return bool(plus and base and off.isdigit())
+    return (base, int(off)) if plus and base and off.isdigit() else (name, 0)
 
 
 def _nm_data(path: str, vaddrs: list[int]) -> list[tuple[str, int | None] | None]:

@@ -22,9 +22,11 @@ from typing import Callable
 
 import numpy as np
 
+from locus.analysis.common import Names as _Names
+from locus.analysis.common import Threads as _Threads
 from locus.analysis.common import (
-    ALLOC_NAME_DEPTH,
     add_os_names,
+    alloc_prefetch,
     alloc_site,
     cpu_nodes,
     heap_blocks,
@@ -33,8 +35,6 @@ from locus.analysis.common import (
     stack_table,
     thread_rows,
 )
-from locus.analysis.common import Names as _Names
-from locus.analysis.common import Threads as _Threads
 from locus.analysis.common import ranges as _ranges
 from locus.analysis.common import site_str as _site_str
 from locus.analysis.locks import group
@@ -50,6 +50,7 @@ from locus.rundir import (
     COMM_SAMPLE_DTYPE,
     RunDir,
 )
+from locus.symbolize import split_offset
 
 BACKEND_NAMES = {BK_HW: "hw", BK_SOFT: "soft", BK_EXACT: "exact"}
 KINDS = ("all", "true", "false")
@@ -235,7 +236,6 @@ class _Objects:
     def __init__(self):
         self.ids: dict[tuple, int] = {}
         self.info: list[dict] = []
-        self.wrapped: list[str] = []  # allocation wrappers naming objects (_object_rows)
 
     def get(self, key: tuple, **info) -> int:
         if key not in self.ids:
@@ -302,11 +302,7 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 name = found.get(av)
                 if not name:
                     continue
-                base, plus, o2 = name.rpartition("+")
-                if plus and o2.isdigit():
-                    name, so = base, int(o2)
-                else:
-                    so = 0
+                name, so = split_offset(name)
                 uobj[u] = objs.get(("static", pi, name), kind="static", proc=pi, name=name)
                 uoff[u] = so
             obj[m[rest]] = uobj[uinv]
@@ -543,10 +539,11 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
     sites = _site_rows(ev, wk, names, opts)
     advice = _advice(objects, cfg)
+    wrapped = sorted({o["_wrapper"] for o in objects if o["_wrapper"]})
     _strip_private(objects)
-    if objs.wrapped:
+    if wrapped:
         notes.append(
-            f"heap objects are named by an allocation wrapper ({', '.join(objs.wrapped[:3])}): "
+            f"heap objects are named by an allocation wrapper ({', '.join(wrapped[:3])}): "
             "record with --call-stack to name the code that called it (and tell apart the "
             "objects it allocates)"
         )
@@ -671,36 +668,26 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
     S = _sums(obj, n, wk)
     det = np.bincount(obj, weights=sampled.astype(float), minlength=n)
     order = np.lexsort((-S["false"], -S["all"]))[: opts.top_objects]
-    heap_sites = [
-        (objs.info[o]["proc"], objs.info[o]["site"])
-        for o in order.tolist()
-        if objs.info[o]["kind"] == "heap" and objs.info[o]["site"]
-    ]
-    heap_sites += [
-        (objs.info[o]["proc"], pc)
-        for o in order.tolist()
-        if objs.info[o]["kind"] == "heap"
-        for pc in objs.info[o].get("frames", ())[1:ALLOC_NAME_DEPTH]
-    ]
-    names.code(heap_sites, return_addresses=True)
+    heaps = [objs.info[o] for o in order.tolist() if objs.info[o]["kind"] == "heap"]
+    alloc_prefetch(names, [(i["proc"], i["site"], i["frames"]) for i in heaps])
     line_off = obj_off - ev.dst_off
     out = []
     advisable = 0
-    wrapped: set[str] = set()  # wrapper functions that name objects (no call stacks)
     for o in order.tolist():
         info = objs.info[o]
         m = np.flatnonzero(obj == o)
         kind = info["kind"]
         site = ""
         size = None
+        wrapper = ""  # the allocation wrapper that names a heap object (no call stack)
         if kind == "heap":
-            loc, via = alloc_site(names, info["proc"], info["site"], info.get("frames", ()))
+            loc, via = alloc_site(names, info["proc"], info["site"], info["frames"])
             site = _site_str(loc) if info["site"] else ""
             name = f"heap block from {site}" if site else "heap block (site unknown)"
             if via:
                 name += f" (via {', '.join(via)})"
-            elif site and is_alloc_wrapper(site.split(" ")[0]):
-                wrapped.add(site.split(" ")[0])
+            elif info["site"] and is_alloc_wrapper(loc["function"]):
+                wrapper = loc["function"]
             size = info["size"]
         elif kind == "stack":
             k = info["thread"]
@@ -779,9 +766,9 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
                 "_false_accesses": np.asarray(fa, dtype=np.int64).tolist(),
                 "_false_stores": stores,
                 "_shared_words": shared,
+                "_wrapper": wrapper,
             }
         )
-    objs.wrapped = sorted(wrapped)
     return out
 
 

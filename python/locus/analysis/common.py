@@ -228,8 +228,15 @@ def thread_rows(run: RunDir, th: Threads, names: Names) -> list[dict]:
 TRAMPOLINES = (
     (("execute_native_thread_routine",), ("libstdc++.so",), "std::thread"),
     (("gomp_thread_start",), ("libgomp.so",), "OpenMP worker"),
-    (("thread_start", "std::sys::unix::thread::Thread::new::thread_start"), (), "Rust thread"),
-    (("std::sys::pal::unix::thread::Thread::new::thread_start",), (), "Rust thread"),
+    (
+        (
+            "thread_start",
+            "std::sys::unix::thread::Thread::new::thread_start",
+            "std::sys::pal::unix::thread::Thread::new::thread_start",
+        ),
+        (),
+        "Rust thread",
+    ),
 )
 
 
@@ -238,7 +245,7 @@ def trampoline_name(routine: str) -> str:
     (std::thread, libgomp, Rust's std) is called."""
     module = routine.split("+0x", 1)[0] if "+0x" in routine else ""
     for functions, modules, name in TRAMPOLINES:
-        if routine in functions or (module and module.startswith(modules or ("\0",))):
+        if routine in functions or (module and modules and module.startswith(modules)):
             return name
     return routine
 
@@ -287,6 +294,15 @@ def is_alloc_wrapper(function: str) -> bool:
 def stack_table(proc) -> dict[int, tuple[int, ...]]:
     """Stack id -> return addresses (innermost first) of a process's stacks.bin."""
     return {int(r["id"]): tuple(int(x) for x in r["pc"][: int(r["depth"])]) for r in proc.stacks()}
+
+
+def alloc_prefetch(names: Names, items: list[tuple[int, int, tuple]]) -> None:
+    """Symbolize, in one batch, what alloc_site will look at for each (proc, site, frames):
+    the allocating call and the first ALLOC_NAME_DEPTH frames of its stack (return
+    addresses)."""
+    keys = [(p, a) for p, a, _fr in items if a]
+    keys += [(p, pc) for p, _a, fr in items for pc in fr[:ALLOC_NAME_DEPTH]]
+    names.code(keys, return_addresses=True)
 
 
 def alloc_site(names: Names, proc: int, site: int, frames: tuple = ()) -> tuple[dict, list[str]]:

@@ -34,10 +34,10 @@ from typing import Callable
 import numpy as np
 
 from locus.analysis.common import (
-    ALLOC_NAME_DEPTH,
     Names,
     Threads,
     add_os_names,
+    alloc_prefetch,
     alloc_site,
     cpu_nodes,
     heap_blocks,
@@ -993,9 +993,7 @@ def _alloc_frames(names, keys: list[tuple[int, int, int]]) -> list[tuple]:
         if sid and p not in tables:
             tables[p] = stack_table(names.run.procs[p])
         out.append(tables[p].get(sid, ()) if sid else ())
-    pcs = [(p, a) for p, a, _sid in keys if a]
-    pcs += [(p, pc) for (p, _a, _sid), fr in zip(keys, out) for pc in fr[:ALLOC_NAME_DEPTH]]
-    names.code(pcs, return_addresses=True)
+    alloc_prefetch(names, [(p, a, fr) for (p, a, _sid), fr in zip(keys, out)])
     return out
 
 
