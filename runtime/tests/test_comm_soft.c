@@ -111,7 +111,8 @@ static void *chase(void *arg) {
 /* Code made at run time (as a JIT compiler makes it), in no loaded object: each thread's
  * stores to its own field of the shared line run in
  *   loop: mov [rdi], rax (x8); dec rsi; jnz loop; ret
- * Samples there cannot be skid-corrected (no function table): the access at pc is used. */
+ * No function table leads there: the instruction before pc comes from decoding the code
+ * around pc (copied; the page before this one may hold anything), else pc's own is used. */
 static void (*jit_stores)(volatile long *p, long n);
 
 static int make_jit(void) {
@@ -137,9 +138,44 @@ static void *stores_through(void (*fn)(volatile long *, long), long k) {
 
 static void *in_jit(void *arg) { return stores_through(jit_stores, (long)arg); }
 
+/* The same pair through a loop whose contended access is followed by eight register-only
+ * instructions (more than the sampler may single-step):
+ *   loop: lock add qword [rdi], 1; inc rcx (x8); dec rsi; jnz loop; ret
+ * The sampled pc is mostly the first inc, after the stalled lock add: with no function table,
+ * only the instruction before pc, found by decoding the code around pc, gives the access.
+ * Run with single steps off (LOCUS_SOFT_STEP=0). In code made at run time (placed 256 bytes
+ * into its page, after int3 padding, as a JIT compiler lays out its code) and in assembly
+ * without unwind information. */
+#define GAP_LOOP                                                                                 \
+  "\xf0\x48\x83\x07\x01\x48\xff\xc1\x48\xff\xc1\x48\xff\xc1\x48\xff\xc1\x48\xff\xc1\x48\xff\xc1" \
+  "\x48\xff\xc1\x48\xff\xc1\x48\xff\xce\x75\xde\xc3"
+static void (*jit_gap)(volatile long *p, long n);
+
+static int make_jit_gap(void) {
+  unsigned char *code =
+      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (code == MAP_FAILED) return -1;
+  memset(code, 0xcc, 4096);
+  memcpy(code + 256, GAP_LOOP, sizeof GAP_LOOP - 1);
+  if (mprotect(code, 4096, PROT_READ | PROT_EXEC) != 0) return -1;
+  jit_gap = (void (*)(volatile long *, long))(void *)(code + 256);
+  return 0;
+}
+
+static void *in_jit_gap(void *arg) { return stores_through(jit_gap, (long)arg); }
+
+void nocfi_gap(volatile long *p, long n);
+__asm__(
+    ".text\n.globl nocfi_gap\n.type nocfi_gap,@function\nnocfi_gap:\n"
+    "1: lock addq $1,(%rdi)\n inc %rcx\n inc %rcx\n inc %rcx\n inc %rcx\n inc %rcx\n"
+    " inc %rcx\n inc %rcx\n inc %rcx\n dec %rsi\n jnz 1b\n ret\n"
+    ".size nocfi_gap,.-nocfi_gap\n");
+
+static void *in_nocfi_gap(void *arg) { return stores_through(nocfi_gap, (long)arg); }
+
 /* The same loop as hand-written assembly without unwind information (no .cfi directives,
  * so no .eh_frame entry: OpenBLAS's kernels are like this): the function table does not
- * lead to pc, and the access at pc is used. */
+ * lead to pc. */
 void nocfi_stores(volatile long *p, long n);
 __asm__(
     ".text\n.globl nocfi_stores\n.type nocfi_stores,@function\nnocfi_stores:\n"
@@ -281,6 +317,7 @@ static int run_case(const char *self, const char *lib, const char *name, const c
     setenv("LOCUS_DIR", run, 1);
     setenv("LOCUS_LENSES", "comm", 1);
     setenv("LOCUS_COMM_BACKEND", "soft", 1);
+    if (strstr(name, "gap")) setenv("LOCUS_SOFT_STEP", "0", 1); /* see GAP_LOOP */
     execl(self, self, name, (char *)NULL);
     _exit(127);
   }
@@ -302,9 +339,9 @@ static int run_and_read(const char *self, const char *lib, const char *base, con
 }
 
 /* Cases whose two threads store to their own field of the shared line from code without a
- * known previous instruction: decoded (at pc), and the false sharing found. */
-static int false_sharing_decoded_at_pc(const char *self, const char *lib, const char *base,
-                                       const char *name) {
+ * function table: decoded, and the false sharing found. */
+static int false_sharing_decoded(const char *self, const char *lib, const char *base,
+                                 const char *name) {
   struct result r;
   int ok = run_and_read(self, lib, base, name, &r);
   if (ok) {
@@ -312,6 +349,28 @@ static int false_sharing_decoded_at_pc(const char *self, const char *lib, const 
     CHECK(r.undecoded * 10 < r.signals, "undecoded %lu of %lu signals", (unsigned long)r.undecoded,
           (unsigned long)r.signals);
     CHECK(r.on_line_store * 2 > r.samples, "most samples should be stores to the line: %lu of %lu",
+          (unsigned long)r.on_line_store, (unsigned long)r.samples);
+    CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
+    CHECK(r.false_sh * 10 >= r.pair * 8, "false sharing %lu of %lu", (unsigned long)r.false_sh,
+          (unsigned long)r.pair);
+  }
+  return ok;
+}
+
+/* Cases whose contended access is followed by register-only code (GAP_LOOP), with single
+ * steps off: their samples are the instruction before pc, found without a function table. */
+static int false_sharing_before_pc(const char *self, const char *lib, const char *base,
+                                   const char *name) {
+  struct result r;
+  int ok = run_and_read(self, lib, base, name, &r);
+  if (ok) {
+    CHECK(r.signals > 100, "too few signals: %lu", (unsigned long)r.signals);
+    CHECK(r.used * 2 > r.signals, "used %lu of %lu signals", (unsigned long)r.used,
+          (unsigned long)r.signals);
+    CHECK(r.skid * 10 >= r.samples * 9, "skid-corrected %lu of %lu samples", (unsigned long)r.skid,
+          (unsigned long)r.samples);
+    CHECK(r.on_line_store * 10 >= r.samples * 9,
+          "most samples should be the lock add on the line: %lu of %lu",
           (unsigned long)r.on_line_store, (unsigned long)r.samples);
     CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
     CHECK(r.false_sh * 10 >= r.pair * 8, "false sharing %lu of %lu", (unsigned long)r.false_sh,
@@ -330,6 +389,59 @@ struct dcase {
   uint64_t addr;
   uint32_t len, flags;
 };
+
+/* The instruction before pc without a function table: Go code has no unwind entries. The
+ * bytes are a Go closure (go1.26, cgo) from 0x4a09c0, after int3 padding:
+ *   4a0a24 jmp 4a0a29; 4a0a26 inc rcx; 4a0a29 cmp rcx, imm32; 4a0a30 jge 4a0a42;
+ *   4a0a32 test rax, rax; 4a0a35 jne 4a0a3c; 4a0a37 inc qword [rbx]; 4a0a3a jmp 4a0a26;
+ *   4a0a3c inc qword [rbx+8]; 4a0a40 jmp 4a0a26; 4a0a42 mov byte [rsp+7], 0; 4a0a47 mov ...
+ * (the two threads' contended increments are at 4a0a37 and 4a0a3c). */
+static const unsigned char go_loop[] = {
+    0xc3, 0xe8, 0x7a, 0xee, 0xfd, 0xff, 0xeb, 0xd8, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc,
+    0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc,
+    0xcc, 0xcc, 0x49, 0x3b, 0x66, 0x10, 0x76, 0x7c, 0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec,
+    0x20, 0x66, 0x44, 0x0f, 0xd6, 0x7c, 0x24, 0x18, 0xc6, 0x44, 0x24, 0x07, 0x00, 0x48, 0x8b,
+    0x4a, 0x08, 0x48, 0x8b, 0x5a, 0x10, 0x48, 0x8d, 0x35, 0x77, 0x00, 0x00, 0x00, 0x48, 0x89,
+    0x74, 0x24, 0x08, 0x48, 0x89, 0x4c, 0x24, 0x10, 0x48, 0x8d, 0x4c, 0x24, 0x08, 0x48, 0x89,
+    0x4c, 0x24, 0x18, 0xc6, 0x44, 0x24, 0x07, 0x01, 0x31, 0xc9, 0xeb, 0x03, 0x48, 0xff, 0xc1,
+    0x48, 0x81, 0xf9, 0x00, 0xa3, 0xe1, 0x11, 0x7d, 0x10, 0x48, 0x85, 0xc0, 0x75, 0x05, 0x48,
+    0xff, 0x03, 0xeb, 0xea, 0x48, 0xff, 0x43, 0x08, 0xeb, 0xe4, 0xc6, 0x44, 0x24, 0x07, 0x00,
+    0x48, 0x8b, 0x54, 0x24, 0x18, 0x48, 0x8b, 0x02, 0xff, 0xd0, 0x48, 0x83, 0xc4, 0x20, 0x5d,
+    0xc3, 0xe8, 0xe4, 0x5b, 0xfa, 0xff, 0x48, 0x83, 0xc4, 0x20, 0x5d, 0xc3};
+
+static int check_resync(void) {
+  typedef int (*resync_fn)(const uint8_t *, uint64_t, uint64_t, int *);
+  resync_fn rs = (resync_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_resync");
+  if (!rs) {
+    printf("  not ok: no locus_test_soft_resync preloaded\n");
+    return 0;
+  }
+  static const struct {
+    uint32_t pc;
+    int prev, target;
+  } want[] = {
+      {0x4a0a3a, 3, 0},  /* after inc [rbx]: the access */
+      {0x4a0a40, 4, 0},  /* after inc [rbx+8]: the access */
+      {0x4a0a29, 3, 1},  /* cmp: after inc rcx, and the target of jmp 4a0a29 */
+      {0x4a0a26, 0, 1},  /* after a jmp (no fall-through), the loop's head */
+      {0x4a0a37, 0, 0},  /* after jne: a branch is never "the instruction before" */
+      {0x4a0a3c, 0, 1},  /* jne's target */
+      {0x4a0a4c, 5, 0},  /* after mov rdx, [rsp+0x18] */
+      {0x4a0a38, -1, 0}, /* inside inc [rbx]: no instruction ends there */
+      {0x4a09c8, -1, 0}, /* 8 bytes from the start: too little before pc */
+  };
+  int ok = 1;
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    int target = 0;
+    int prev = rs(go_loop, sizeof go_loop, want[i].pc - 0x4a09c0u, &target);
+    if (prev != want[i].prev || (prev >= 0 && target != want[i].target)) {
+      printf("  not ok: resync at %#x: prev %d target %d (want %d %d)\n", want[i].pc, prev, target,
+             want[i].prev, want[i].target);
+      ok = 0;
+    }
+  }
+  return ok;
+}
 
 static int check_decoder(const char *prog) {
   int ok = 1;
@@ -382,7 +494,7 @@ static int check_decoder(const char *prog) {
       ok = 0;
     }
   }
-  return ok;
+  return ok && check_resync();
 }
 
 int main(int argc, char **argv) {
@@ -395,6 +507,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "chase")) return run_pair(chase, dir);
     if (!strcmp(argv[1], "jit")) return make_jit() ? 1 : run_pair(in_jit, dir);
     if (!strcmp(argv[1], "nocfi")) return run_pair(in_nocfi, dir);
+    if (!strcmp(argv[1], "jitgap")) return make_jit_gap() ? 1 : run_pair(in_jit_gap, dir);
+    if (!strcmp(argv[1], "nocfigap")) return run_pair(in_nocfi_gap, dir);
     if (!strcmp(argv[1], "rawexit")) return run_raw_exit(dir);
     if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
     return 2;
@@ -486,11 +600,19 @@ int main(int argc, char **argv) {
 
   /* (g) Code compiled at run time (JVM, V8, Julia): outside every loaded object, decoded
    * from a copy of its bytes, and the false sharing it does is found. */
-  finish("comm soft: samples in code made at run time are decoded (no skid correction)",
-         false_sharing_decoded_at_pc(self, lib, base, "jit"));
-  /* (h) Assembly without unwind information, in this program: decoded at pc. */
-  finish("comm soft: samples in assembly without unwind information are decoded at pc",
-         false_sharing_decoded_at_pc(self, lib, base, "nocfi"));
+  finish("comm soft: samples in code made at run time are decoded",
+         false_sharing_decoded(self, lib, base, "jit"));
+  /* (h) Assembly without unwind information, in this program. */
+  finish("comm soft: samples in assembly without unwind information are decoded",
+         false_sharing_decoded(self, lib, base, "nocfi"));
+
+  /* (j) The same two places, the access before pc found by decoding the code around pc. */
+  finish("comm soft: code made at run time is skid-corrected from the code around pc",
+         false_sharing_before_pc(self, lib, base, "jitgap"));
+  finish(
+      "comm soft: assembly without unwind information is skid-corrected from the code "
+      "around pc",
+      false_sharing_before_pc(self, lib, base, "nocfigap"));
 
   /* (i) A raw exit_group with both threads running: their counters records are the last
    * checkpoints (every 256 signals; ~800 ms of CPU each, so 3 each). */

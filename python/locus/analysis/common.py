@@ -237,12 +237,14 @@ TRAMPOLINES = (
         (),
         "Rust thread",
     ),
+    # runtime/cgo's start routine: every OS thread of a Go program built with cgo.
+    (("threadentry",), (), "Go thread"),
 )
 
 
 def trampoline_name(routine: str) -> str:
     """A thread's name from its start routine: the routine, or what a known trampoline
-    (std::thread, libgomp, Rust's std) is called."""
+    (std::thread, libgomp, Rust's std, Go's cgo) is called."""
     module = routine.split("+0x", 1)[0] if "+0x" in routine else ""
     for functions, modules, name in TRAMPOLINES:
         if routine in functions or (module and modules and module.startswith(modules)):

@@ -487,12 +487,89 @@ static int is_branch(const ZydisDecodedInstruction *in) {
 #define PC_REP (1ull << 54)
 #define PC_MASK ((1ull << 47) - 1)
 
+/* Skid information of pc from the code around it, where no function table leads to pc:
+ * code without unwind entries (Go, hand-written assembly kernels) and code compiled at run
+ * time. Bytes [lo, hi) are at code (code[0] is the byte at lo); lo <= pc < hi.
+ *
+ * x86 code decoded from an arbitrary byte falls into the real instruction stream within a
+ * few instructions (it is self-synchronising). Stream A is decoded from RESYNC_BACK bytes
+ * before pc (restarting after a byte that does not decode); it must reach pc exactly. Up
+ * to sixteen more streams start at the next offsets where A has no instruction start; each
+ * joins one of A's instruction starts before pc (it agrees with A from there on), stops
+ * decoding or passes over pc (it says nothing), or reaches pc without joining A: it would
+ * put another instruction before pc, and then there is no answer. After three joins and no
+ * disagreement, or with no disagreement when every start was tried (in int3 padding every
+ * byte is one of A's), A's instruction before pc is taken. Branch targets: direct branches decoded
+ * in [lo, hi) only (a function table sees the whole function). */
+#define RESYNC_BACK 64u
+#define RESYNC_TRIES 16
+#define RESYNC_JOINS 3
+
+static uint64_t resync_info(const uint8_t *code, uint64_t lo, uint64_t hi, uint64_t pc) {
+  if (pc - lo < 16) return PC_NONE; /* too little before pc to tell */
+  uint64_t start = pc - lo > RESYNC_BACK ? pc - RESYNC_BACK : lo;
+  uint8_t at[RESYNC_BACK] = {0}; /* at[ip - start]: A has an instruction start at ip */
+  ZydisDecoderContext ctx;
+  ZydisDecodedInstruction in;
+  uint64_t ip = start, prev = 0, info = 0;
+  while (ip < hi && ip < pc + FN_PAST_PC) {
+    size_t avail = hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
+    if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code + (ip - lo), avail, &in))) {
+      if (ip >= pc) break;
+      memset(at, 0, sizeof at); /* not code, or not in step: start again after it */
+      prev = 0;
+      ip++;
+      continue;
+    }
+    if (ip < pc) {
+      at[ip - start] = 1;
+      if (ip + in.length > pc) return PC_NONE; /* A passes over pc: not in step */
+      prev = ip + in.length == pc && !is_branch(&in) ? in.length : 0;
+    } else if (ip == pc && (in.attributes & (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE |
+                                             ZYDIS_ATTRIB_HAS_REPNE))) {
+      info |= PC_REP;
+    }
+    if (in.raw.imm[0].is_relative && is_branch(&in) &&
+        ip + in.length + (uint64_t)in.raw.imm[0].value.s == pc)
+      info |= PC_TARGET;
+    ip += in.length;
+  }
+  /* Checks start where A has no instruction (one that starts on A's proves nothing). One
+   * that stops decoding, or passes over pc, says nothing. */
+  int tries = 0, joins = 0;
+  for (uint64_t s = start + 1; tries < RESYNC_TRIES && joins < RESYNC_JOINS && s + 16 < pc; s++) {
+    if (at[s - start]) continue;
+    tries++;
+    for (ip = s; ip < pc;) {
+      size_t avail =
+          hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
+      if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code + (ip - lo), avail, &in)))
+        break;
+      ip += in.length;
+      if (ip < pc && at[ip - start]) {
+        joins++;
+        break;
+      }
+      if (ip == pc) return PC_NONE; /* another instruction ends at pc: no answer */
+    }
+  }
+  /* Fewer joins than asked for are enough when every start was tried: then no other
+   * stream through these bytes reaches pc (A's own starts are A). */
+  if (joins < RESYNC_JOINS && tries == RESYNC_TRIES) return PC_NONE;
+  return info | (prev << 48);
+}
+
 /* Decode the function holding pc from its start: the instruction before pc (when it falls
  * through to pc) and whether pc is a direct-branch target inside the function or its
- * start. Calls land at function starts, so targets from outside are rare. */
+ * start. Calls land at function starts, so targets from outside are rare. Where no function
+ * table leads to pc, the code around pc is decoded instead (resync_info). */
 static uint64_t skid_info(const struct module *m, uint64_t pc) {
   uint64_t start, end;
-  if (function_of(m, pc, &start, &end) != 0 || pc - start > FN_MAX) return PC_NONE;
+  if (function_of(m, pc, &start, &end) != 0 || pc - start > FN_MAX) {
+    uint64_t lo = pc - m->lo > RESYNC_BACK ? pc - RESYNC_BACK : m->lo;
+    uint64_t hi = m->hi - pc > FN_PAST_PC ? pc + FN_PAST_PC : m->hi;
+    return resync_info((const uint8_t *)lo, lo, hi, pc);
+  }
   uint64_t stop = end - pc > FN_PAST_PC ? pc + FN_PAST_PC : end;
   uint64_t ip = start, prev = 0, info = pc == start ? PC_TARGET : 0;
   int at_pc = pc == start;
@@ -678,17 +755,65 @@ static void code_at(uint64_t pc, struct code *c) {
   c->avail = n > 0 ? (size_t)n : 0;
 }
 
-/* The sampled access at pc, skid-corrected. In run-time compiled code, and where the
- * function table does not lead to pc, there is no previous instruction to take: the access
- * is the one at pc (or, by single steps, the next one). */
+/* Code bytes around pc outside every loaded object, copied (process_vm_readv, as in
+ * code_at) into buf: from RESYNC_BACK bytes before pc (from pc's page when the page before
+ * it is not mapped) to up to JIT_AFTER bytes after it. *lo: the address of buf[0]; returns
+ * the bytes copied (0: none). */
+#define JIT_AFTER 64u
+static size_t jit_code(uint64_t pc, uint8_t *buf, uint64_t *lo) {
+  uint64_t page = pc & ~4095ull, pid = (uint64_t)syscall(SYS_getpid);
+  for (int pass = 0; pass < 2; pass++) {
+    /* A failing element ends the copy: the page before pc's is its own element, first. */
+    *lo = pass == 0 ? pc - RESYNC_BACK : page;
+    struct iovec remote[3];
+    unsigned long nr = 0;
+    for (uint64_t a = *lo, end = pc + JIT_AFTER; a < end && nr < 3;) {
+      uint64_t next = (a | 4095u) + 1;
+      if (next > end) next = end;
+      remote[nr++] = (struct iovec){(void *)a, (size_t)(next - a)};
+      a = next;
+    }
+    struct iovec local = {buf, (size_t)(pc + JIT_AFTER - *lo)};
+    long n = syscall(SYS_process_vm_readv, pid, &local, 1UL, remote, nr, 0UL);
+    if (n > 0 && (uint64_t)n > pc - *lo) return (size_t)n;
+    if (*lo >= page) break; /* already from pc's page */
+  }
+  return 0;
+}
+
+/* The code before pc: its skid information, from the function table (lookup, cached) in a
+ * loaded object m, else from the code around pc (resync_info; for run-time compiled code
+ * from a fresh copy in b each time, as such code is replaced in place). */
+struct around {
+  uint8_t buf[RESYNC_BACK + JIT_AFTER];
+  uint64_t lo; /* address of buf[0] */
+  size_t n;    /* bytes copied */
+};
+
+static uint64_t skid_at(const struct module *m, uint64_t pc, struct around *b) {
+  if (m) return lookup(m, pc);
+  b->n = jit_code(pc, b->buf, &b->lo);
+  return b->n > pc - b->lo ? resync_info(b->buf, b->lo, b->lo + b->n, pc) : PC_NONE;
+}
+
+/* The access of the instruction of prevlen bytes before pc, which ran (see skid_at). */
+static int access_before(const struct module *m, const struct around *b, uint64_t pc,
+                         uint64_t prevlen, const ucontext_t *uc, struct locus_comm_access *a) {
+  uint64_t prev = pc - prevlen;
+  const void *code = m ? (const void *)prev : b->buf + (prev - b->lo);
+  size_t avail = m ? avail_in(m, prev) : b->lo + b->n - prev;
+  if (avail > ZYDIS_MAX_INSTRUCTION_LENGTH) avail = ZYDIS_MAX_INSTRUCTION_LENGTH;
+  return access_of(code, avail, prev, uc, 1, a);
+}
+
+/* The sampled access at pc, skid-corrected: the instruction before pc (skid_at). */
 static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *uc,
                           struct locus_comm_access *a) {
-  const struct module *m = c->m;
   if (!c->avail) return DEC_UNDECODED;
-  if (!m) return access_of(c->p, c->avail, pc, uc, 0, a);
-  uint64_t w = lookup(m, pc);
-  /* No previous instruction known (no unwind entry, as in hand-written assembly kernels;
-   * a function longer than FN_MAX; code the linear decode loses): pc itself is always an
+  struct around b;
+  uint64_t w = skid_at(c->m, pc, &b);
+  /* No previous instruction known (a function longer than FN_MAX; code the linear decode
+   * loses; code around pc that does not decode in step): pc itself is always an
    * instruction boundary, and its access is exact. */
   if (w & PC_NONE) return access_of(c->p, c->avail, pc, uc, 0, a);
   uint64_t prevlen = (w >> 48) & 0xf;
@@ -696,8 +821,7 @@ static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *u
    * middle: the access is its own, not the previous instruction's. */
   int mid_rep = (w & PC_REP) && uc->uc_mcontext.gregs[REG_RCX] != 0;
   if (!(w & PC_TARGET) && prevlen && !mid_rep) {
-    uint64_t prev = pc - prevlen;
-    int rc = access_of((const void *)prev, avail_in(m, prev), prev, uc, 1, a);
+    int rc = access_before(c->m, &b, pc, prevlen, uc, a);
     if (rc != DEC_CLOBBERED) {
       a->flags |= LOCUS_AC_SKID;
       return rc;
@@ -706,14 +830,25 @@ static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *u
   return access_of(c->p, c->avail, pc, uc, 0, a);
 }
 
+/* A watchpoint trap's pc follows the access that ran (a branch target or not). */
 int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a) {
+  if (pc >= 0x800000000000ull || pc < 4096) return -1;
   const struct module *m = module_of(pc);
-  if (!m) return -1;
-  uint64_t w = lookup(m, pc);
+  struct around b;
+  uint64_t w = skid_at(m, pc, &b);
   uint64_t prevlen = (w >> 48) & 0xf;
   if ((w & PC_NONE) || !prevlen) return -1;
-  uint64_t prev = pc - prevlen;
-  return access_of((const void *)prev, avail_in(m, prev), prev, uc, 1, a) == DEC_OK ? 0 : -1;
+  return access_before(m, &b, pc, prevlen, uc, a) == DEC_OK ? 0 : -1;
+}
+
+int locus_test_soft_resync(const uint8_t *code, uint64_t n, uint64_t at, int *target) {
+  if (zydis_open() != 0 ||
+      !ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)))
+    return -2;
+  uint64_t lo = (uint64_t)(uintptr_t)code;
+  uint64_t w = resync_info(code, lo, lo + n, lo + at);
+  *target = (w & PC_TARGET) != 0;
+  return (w & PC_NONE) ? -1 : (int)((w >> 48) & 0xf);
 }
 
 int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len, uint32_t *flags) {

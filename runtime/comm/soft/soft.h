@@ -35,6 +35,11 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc);
  * right before `pc` (a watchpoint trap reports the pc after the access). 0 when found. */
 int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a);
 
+/* Tests: resync_info on the code bytes [code, code + n) as if at their own address, for the
+ * pc at code + at: the length of the instruction before it (0: none usable), -1 when there
+ * is no answer; *target: pc is a branch target in the bytes. */
+LOCUS_EXPORT int locus_test_soft_resync(const uint8_t *code, uint64_t n, uint64_t at, int *target);
+
 /* Test-only entry point: decode the instruction at `ip` with the given registers
  * (ucontext_t), no skid correction. 0 when it has a usable memory access. */
 LOCUS_EXPORT int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,

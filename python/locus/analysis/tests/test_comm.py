@@ -548,8 +548,8 @@ def test_compare_comm_runs_and_gate_on_false_sharing(tmp_path, capsys):
 
 
 def test_trampolines_named_as_users_know_them():
-    """A thread started by std::thread, libgomp or Rust's std runs a trampoline: `name` says
-    which (its `work` says what it ran); any other start routine is its own name."""
+    """A thread started by std::thread, libgomp, Rust's std or Go's cgo runs a trampoline:
+    `name` says which (its `work` says what it ran); any other start routine is its own name."""
     from locus.analysis.common import trampoline_name
 
     assert trampoline_name("libstdc++.so.6.0.30+0xd4490") == "std::thread"
@@ -558,5 +558,6 @@ def test_trampolines_named_as_users_know_them():
     assert trampoline_name("std::sys::pal::unix::thread::Thread::new::thread_start") == (
         "Rust thread"
     )
+    assert trampoline_name("threadentry") == "Go thread"
     assert trampoline_name("worker") == "worker"
     assert trampoline_name("sysbench+0xc600") == "sysbench+0xc600"
