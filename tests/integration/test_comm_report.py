@@ -161,8 +161,8 @@ if (isMainThread) {
 def test_node_jit_false_sharing(locus, tmp_path):
     """Node.js: two worker threads add atomically to adjacent 8-byte slots of one
     SharedArrayBuffer, in code V8 compiles at run time (outside every loaded object). The
-    samples there are decoded (before, all of them were skipped as unknown code) and the
-    false sharing on the buffer is found."""
+    samples there are decoded (once, all of them were skipped as unknown code), skid-corrected,
+    and the false sharing on the buffer is found."""
     script = tmp_path / "share.js"
     script.write_text(NODE_FALSESHARE)
     proc, run = locus.record(["node", str(script)], options=("--lens", "comm"), timeout=120)
@@ -170,9 +170,10 @@ def test_node_jit_false_sharing(locus, tmp_path):
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     ct = c["counters"]
     assert ct["signals"] > 200 and ct["undecoded"] * 5 < ct["signals"], ct
-    # V8's code varies from run to run: 6 to 43 detections were seen; the undecoded share
-    # above is what failed before (981 of 1255 samples).
-    assert c["totals"]["detections"] >= 3, c["totals"]
+    # The access before each sampled pc is found by decoding the code around it (no
+    # function table there): 821-1076 detections in five runs; 6-87 before, when the
+    # access at pc was taken (the instruction after the stalled lock xadd).
+    assert c["totals"]["detections"] >= 300, c["totals"]
     assert c["totals"]["false"] >= 0.6 * c["totals"]["all"], c["totals"]
     top = c["objects"][0]
     assert top["kind"] == "heap" and top["false"] >= 0.6 * top["all"], top
