@@ -337,12 +337,37 @@ static void refresh_modules(void) {
  * segments its own mapping (alternate pages marked MADV_RANDOM, which only changes readahead, so
  * neighbours cannot merge). The non-executable read-only segments are also dropped from the
  * page tables (their contents come back from the file on the next read): the dynamic linker
- * read their relocations and symbols at load. Writable, RELRO and text-relocated pages are left
- * alone, and executable pages are never dropped (a debugger's breakpoints live there). */
+ * read their relocations and symbols at load. Executable pages still the file's are dropped
+ * too (drop_clean_pages). Writable, RELRO and text-relocated pages are left alone, and so are
+ * executable pages a debugger wrote its breakpoints in. */
 struct trim_arg {
   uint64_t addr;
   long page;
 };
+
+/* Executable pages of [lo, hi) that are still the file's (mapped, and not copied on write:
+ * a debugger's breakpoint makes its page the process's own) are dropped from the page tables
+ * (/proc/self/pagemap: bit 63 present, bit 61 file page). They were mapped by the faults
+ * that ran the object's first code, before its pages had their own mappings: 16 pages each.
+ * The pages the runtime runs come back one by one. Nothing is dropped if pagemap cannot be
+ * read. */
+#define PM_PRESENT (1ull << 63)
+#define PM_FILE (1ull << 61)
+static void drop_clean_pages(uint64_t lo, uint64_t hi, uint64_t pg) {
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  uint64_t e[64];
+  for (uint64_t a = lo; a < hi;) {
+    uint64_t n = (hi - a) / pg < 64 ? (hi - a) / pg : 64;
+    if (pread(fd, e, n * sizeof e[0], (off_t)(a / pg * sizeof e[0])) != (ssize_t)(n * sizeof e[0]))
+      break;
+    for (uint64_t i = 0; i < n; i++)
+      if ((e[i] & (PM_PRESENT | PM_FILE)) == (PM_PRESENT | PM_FILE))
+        madvise((void *)(a + i * pg), pg, MADV_DONTNEED);
+    a += n * pg;
+  }
+  close(fd);
+}
 
 static int trim_object_cb(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
@@ -371,7 +396,10 @@ static int trim_object_cb(struct dl_phdr_info *info, size_t size, void *arg) {
     if (relro_hi > relro_lo && lo < relro_hi && relro_lo < hi) continue;
     if (hi <= lo) continue;
     for (uint64_t a = lo + pg; a < hi; a += 2 * pg) madvise((void *)a, pg, MADV_RANDOM);
-    if (!(ph->p_flags & PF_X)) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    if (!(ph->p_flags & PF_X))
+      madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    else
+      drop_clean_pages(lo, hi, pg);
   }
   return 1;
 }
