@@ -437,6 +437,58 @@ static int check_resync(void) {
   return ok;
 }
 
+/* The size of a hardware address sample (hw: the PMU gives address and instruction, not
+ * the size), from the instruction in this program's text: 8 bytes were assumed, so two
+ * threads' 4-byte counters in one word read as true sharing. */
+__asm__(
+    ".text\n"
+    "sz_b: movb %al,(%rdi)\n"
+    "sz_w: movw %ax,(%rdi)\n"
+    "sz_l: movl %eax,(%rdi)\n"
+    "sz_q: movq (%rdi),%rax\n"
+    "sz_x: movups %xmm0,(%rdi)\n"
+    "sz_lock: lock xaddl %eax,(%rdi)\n"
+    "sz_rmw: addw $1,(%rdi)\n"
+    "sz_reg: add %eax,%ebx\n"
+    " ret\n");
+extern const char sz_b[], sz_w[], sz_l[], sz_q[], sz_x[], sz_lock[], sz_rmw[], sz_reg[];
+
+static int check_access_size(void) {
+  int (*open_dec)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "locus_comm_decoder_open");
+  int (*size)(uint64_t, int, uint32_t *, uint32_t *) =
+      (int (*)(uint64_t, int, uint32_t *, uint32_t *))dlsym(RTLD_DEFAULT, "locus_comm_access_size");
+  if (!open_dec || !size || open_dec() != 0) {
+    printf("  not ok: no locus_comm_access_size preloaded, or no decoder\n");
+    return 0;
+  }
+  static const struct {
+    const char *what, *ip;
+    int store, rc;
+    uint32_t len, flags;
+  } want[] = {
+      {"movb store", sz_b, 1, 0, 1, LOCUS_AC_STORE},
+      {"movw store", sz_w, -1, 0, 2, LOCUS_AC_STORE},
+      {"movl store", sz_l, 1, 0, 4, LOCUS_AC_STORE},
+      {"movq load", sz_q, 0, 0, 8, 0},
+      {"movq load as a store", sz_q, 1, 1, 0, 0},
+      {"movups store", sz_x, 1, 0, 16, LOCUS_AC_STORE},
+      {"lock xadd", sz_lock, 1, 0, 4, LOCUS_AC_STORE | LOCUS_AC_ATOMIC},
+      {"add word [mem] as a load", sz_rmw, 0, 0, 2, LOCUS_AC_STORE},
+      {"register add", sz_reg, -1, 1, 0, 0},
+  };
+  int ok = 1;
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    uint32_t len = 0, flags = 0;
+    int rc = size((uint64_t)(uintptr_t)want[i].ip, want[i].store, &len, &flags);
+    if (rc != want[i].rc || (rc == 0 && (len != want[i].len || flags != want[i].flags))) {
+      printf("  not ok: access size of %s: rc %d len %u flags %u (want %d %u %u)\n", want[i].what,
+             rc, len, flags, want[i].rc, want[i].len, want[i].flags);
+      ok = 0;
+    }
+  }
+  return ok;
+}
+
 static int check_decoder(const char *prog) {
   int ok = 1;
   decode_fn dec = (decode_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_decode");
@@ -488,7 +540,7 @@ static int check_decoder(const char *prog) {
       ok = 0;
     }
   }
-  return ok && check_resync();
+  return ok && check_resync() && check_access_size();
 }
 
 int main(int argc, char **argv) {

@@ -11,6 +11,8 @@
 #define _GNU_SOURCE
 #include "hw.h"
 
+#include "../soft/soft.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
@@ -160,6 +162,19 @@ static void on_access(const struct locus_comm_access *a, void *arg) {
     locus_ct.st.kernel++;
     locus_ct.st.skipped++;
     return;
+  }
+  /* The PMU gives no access size (8 was assumed): the instruction's memory operand does.
+   * Two threads' 4-byte counters in one 8-byte word are false sharing, not true. */
+  int store = (x.flags & LOCUS_AC_STORE) ? 1 : hw.kind == HW_INTEL ? 0 : -1;
+  uint32_t len, fl;
+  int rc = locus_comm_access_size(x.ip, store, &len, &fl);
+  if (rc == 1 && !x.addr) { /* an IBS op that is not a memory access */
+    locus_ct.st.skipped++;
+    return;
+  }
+  if (rc == 0) {
+    x.len = len;
+    x.flags |= fl & (store < 0 ? LOCUS_AC_STORE | LOCUS_AC_ATOMIC : LOCUS_AC_ATOMIC);
   }
   /* The record's time is CLOCK_MONOTONIC ns (use_clockid); samples carry runtime ticks. */
   uint64_t age = x.t && x.t <= c->now_ns ? c->now_ns - x.t : 0;
@@ -334,6 +349,10 @@ static int hw_proc_init(void) {
         "machine; the comm lens is off (use --backend soft)");
     return -1;
   }
+  if (locus_comm_decoder_open() != 0)
+    locus_warn(
+        "comm: --backend hw: libZydis.so.4.0 not found (apt-get install libzydis4.0): "
+        "access sizes are taken as 8 bytes");
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_signal;

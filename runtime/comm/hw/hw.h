@@ -21,7 +21,8 @@ extern struct locus_comm_backend_ops locus_comm_hw;
 /* Convert the PERF_RECORD_SAMPLE records of a linear byte range (whole records, as laid
  * out in the ring) into accesses and call cb for each; records of other types are skipped.
  * Access fields: ip, addr, cpu (-1 without PERF_SAMPLE_CPU), t = the record's time (ns of
- * the event's clock; 0 without PERF_SAMPLE_TIME), len = 8 (PEBS/IBS give no access size),
+ * the event's clock; 0 without PERF_SAMPLE_TIME), len = 8 (PEBS/IBS give no access size:
+ * the handler decodes the instruction for it, locus_comm_access_size),
  * flags = LOCUS_AC_STORE when data_src says PERF_MEM_OP_STORE. A sample whose sample_type
  * has fields of variable or attr-dependent size (READ, BRANCH_STACK, REGS_*, STACK_USER,
  * AUX) cannot be walked: -1. Returns the number of samples handed to cb, or -1 when a

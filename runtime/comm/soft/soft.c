@@ -869,6 +869,44 @@ int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_acces
   return access_before(m, &b, pc, prevlen, uc, a) == DEC_OK ? 0 : -1;
 }
 
+/* ---- sizes of hardware address samples ---- */
+static _Atomic int sizes_ready;
+
+int locus_comm_decoder_open(void) {
+  if (atomic_load(&sizes_ready)) return 0;
+  if (zydis_open() != 0 ||
+      !ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)))
+    return -1;
+  atomic_store(&sizes_ready, 1);
+  return 0;
+}
+
+int locus_comm_access_size(uint64_t ip, int store, uint32_t *len, uint32_t *flags) {
+  if (!atomic_load_explicit(&sizes_ready, memory_order_acquire)) return -1;
+  if (ip >= 0x800000000000ull || ip < 4096) return -1;
+  struct code c;
+  code_at(ip, &c);
+  ZydisDecodedInstruction in;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  if (!c.avail || !ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, c.p, c.avail, &in, ops))) return -1;
+  const ZydisDecodedOperand *mem = NULL;
+  for (int i = 0; i < in.operand_count; i++) {
+    const ZydisDecodedOperand *o = &ops[i];
+    if (o->type != ZYDIS_OPERAND_TYPE_MEMORY || o->mem.type != ZYDIS_MEMOP_TYPE_MEM) continue;
+    int r = (o->actions & ZYDIS_OPERAND_ACTION_MASK_READ) != 0;
+    int w = (o->actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) != 0;
+    if ((store == 1 && !w) || (store == 0 && !r) || (!r && !w)) continue;
+    if (!mem || w) mem = o; /* as in access_of: the written one of two */
+  }
+  if (!mem || mem->size < 8) return 1;
+  *len = mem->size / 8 > 64 ? 64 : mem->size / 8;
+  *flags = 0;
+  if (mem->actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) *flags |= LOCUS_AC_STORE;
+  if ((in.attributes & ZYDIS_ATTRIB_HAS_LOCK) || in.mnemonic == ZYDIS_MNEMONIC_XCHG)
+    *flags |= LOCUS_AC_ATOMIC;
+  return 0;
+}
+
 int locus_test_soft_resync(const uint8_t *code, uint64_t n, uint64_t at, int *target) {
   if (zydis_open() != 0 ||
       !ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)))

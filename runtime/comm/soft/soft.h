@@ -35,6 +35,16 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc);
  * right before `pc` (a watchpoint trap reports the pc after the access). 0 when found. */
 int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a);
 
+/* Sizes of hardware address samples (hw backend): the PMU gives the address and the
+ * instruction of an access, not its size. locus_comm_decoder_open (normal context, once)
+ * readies the decoder; locus_comm_access_size then decodes the instruction at ip (a copy of
+ * its bytes) and gives the size of its memory operand in bytes and its LOCUS_AC_STORE /
+ * LOCUS_AC_ATOMIC flags. store: the sample is a store (1), a load (0) or either (-1): the
+ * operand taken is one that does that. 0 when found; 1 when the instruction has no such
+ * memory operand; -1 when it cannot be read or decoded, or the decoder is not open. */
+LOCUS_EXPORT int locus_comm_decoder_open(void);
+LOCUS_EXPORT int locus_comm_access_size(uint64_t ip, int store, uint32_t *len, uint32_t *flags);
+
 /* Tests: resync_info on the code bytes [code, code + n) as if at their own address, for the
  * pc at code + at: the length of the instruction before it (0: none usable), -1 when there
  * is no answer; *target: pc is a branch target in the bytes. */
