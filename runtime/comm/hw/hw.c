@@ -163,16 +163,16 @@ static void on_access(const struct locus_comm_access *a, void *arg) {
     locus_ct.st.skipped++;
     return;
   }
+  /* No data address: an IBS op that is not a memory access, or whose address is not valid. */
+  if (x.addr < 4096) {
+    locus_ct.st.skipped++;
+    return;
+  }
   /* The PMU gives no access size (8 was assumed): the instruction's memory operand does.
    * Two threads' 4-byte counters in one 8-byte word are false sharing, not true. */
   int store = (x.flags & LOCUS_AC_STORE) ? 1 : hw.kind == HW_INTEL ? 0 : -1;
   uint32_t len, fl;
-  int rc = locus_comm_access_size(x.ip, store, &len, &fl);
-  if (rc == 1 && !x.addr) { /* an IBS op that is not a memory access */
-    locus_ct.st.skipped++;
-    return;
-  }
-  if (rc == 0) {
+  if (locus_comm_access_size(x.ip, store, &len, &fl) == 0) {
     x.len = len;
     x.flags |= fl & (store < 0 ? LOCUS_AC_STORE | LOCUS_AC_ATOMIC : LOCUS_AC_ATOMIC);
   }
