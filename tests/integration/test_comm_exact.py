@@ -249,7 +249,8 @@ def test_p2p_timed_default_with_lone_thread(exact_bins, tmp_path):
 
 def test_report_states_how_the_hooks_are_called(exact_bins, tmp_path):
     """`locus record` tells an inlined (clang LTO) build from one calling liblocus.so per
-    access, and the report says which."""
+    access, and the report says which; its volume line says every transfer was counted (its
+    events are aggregates: "from 2 detections" read as two sampled detections)."""
     want = "inlined" if "clang-lto" in exact_bins.name else "calls"
     run_dir = tmp_path / "run"
     cmd = [str(REPO / "locus"), "record", "-o", str(run_dir), "--lens", "comm"]
@@ -268,3 +269,11 @@ def test_report_states_how_the_hooks_are_called(exact_bins, tmp_path):
     assert any(
         ("inlined" if want == "inlined" else "one call per access") in n for n in comm["notes"]
     )
+    # Its events are aggregates, not sampled detections: the text says every transfer counts.
+    text = subprocess.run(
+        [str(REPO / "locus"), "report", str(run_dir), "--lens", "comm"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    ).stdout
+    assert "every transfer counted;" in text and "detections:" not in text, text[:600]

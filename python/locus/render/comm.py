@@ -152,8 +152,14 @@ def summary_lines(report: dict) -> list[str]:
     ]
     t = c["totals"]
     rse = f" (±{percent(100 * t['rse'])})" if t.get("rse") else ""
+    # exact: every transfer is counted; its events are aggregates (line, threads, verdict).
+    source = (
+        f"(every transfer counted; {count(t['detections'])} aggregates)"
+        if c["backend"] == "exact"
+        else f"from {count(t['detections'])} detections"
+    )
     lines.append(
-        f"volume    {volume(t['all'], unit)}{rse} from {count(t['detections'])} detections:"
+        f"volume    {volume(t['all'], unit)}{rse} {source}:"
         f" true {volume(t['true'], unit)}, false {volume(t['false'], unit)}"
         f" ({percent(_pct(t['false'], t['all']))})"
         + (f", {nbytes(t['bytes'])}" if t.get("bytes") is not None else "")
