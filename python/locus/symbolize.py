@@ -318,7 +318,7 @@ class Symbolizer:
                 line = int(ln.split()[0]) if ln else 0
             except ValueError:
                 line = 0
-            res.append(CodeLoc("" if fn == "??" else fn, "" if f == "??" else f, line))
+            res.append(CodeLoc("" if fn == "??" else clean_name(fn), "" if f == "??" else f, line))
         return res
 
     def code(self, addrs: list[int], return_addresses: bool = True) -> dict[int, CodeLoc]:
@@ -354,6 +354,7 @@ class Symbolizer:
         out: dict[int, str | None] = {}
         for a, r in self._batch("data", list(addrs)).items():
             name, size = r if isinstance(r, tuple) else (r, None)
+            name = fortran_clean(name) if name else name
             out[a] = name
             if name and size:
                 self.sizes[split_offset(name)[0]] = size
@@ -401,6 +402,29 @@ def rust_clean(name: str) -> str:
         )
         name = name.replace("..", "::")
     return name
+
+
+# Fortran module procedures and variables: gfortran `__counters_MOD_hits`, Intel
+# ifort/ifx `counters_mp_hits_`; both are `counters::hits` (as gdb shows them). A suffix
+# (`._omp_fn.0`, an outlined OpenMP region) is kept.
+_FORTRAN_GNU = re.compile(r"__([A-Za-z][A-Za-z0-9_]*?)_MOD_([A-Za-z_][A-Za-z0-9_]*)(\..*)?")
+_FORTRAN_INTEL = re.compile(r"([a-z][a-z0-9_]*?)_mp_([a-z][a-z0-9_]*)_(\..*)?")
+
+
+def fortran_clean(name: str) -> str:
+    """A Fortran module entity's symbol as its source names it: `module::entity`. Other
+    names (and an offset suffix `+N`) are returned unchanged."""
+    base, off = split_offset(name)
+    m = _FORTRAN_GNU.fullmatch(base) or _FORTRAN_INTEL.fullmatch(base)
+    if not m:
+        return name
+    clean = f"{m.group(1)}::{m.group(2)}{m.group(3) or ''}"
+    return f"{clean}+{off}" if off or base != name else clean
+
+
+def clean_name(name: str) -> str:
+    """A symbol as its language names it: Rust's legacy mangling, Fortran modules."""
+    return fortran_clean(rust_clean(name))
 
 
 # The type of a lambda inside an outer frame's name: the std::thread / std::invoke frames
@@ -452,7 +476,7 @@ def user_frame(frames: list[dict]) -> CodeLoc:
     def field(f: dict, k: str) -> str:
         v = f.get(k) or ""
         v = "" if v == "??" else str(v)
-        return rust_clean(v) if k == "FunctionName" else v
+        return clean_name(v) if k == "FunctionName" else v
 
     for i, f in enumerate(frames):
         file = field(f, "FileName")

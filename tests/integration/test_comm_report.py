@@ -298,6 +298,53 @@ def test_jvm_jit_false_sharing(locus, tmp_path):
     assert top["kind"] == "heap" and top["false"] >= 0.8 * top["all"], top
 
 
+FORTRAN_FALSESHARE = """module counters
+  implicit none
+  integer(8) :: hits(4)
+end module counters
+
+program fs
+  use counters
+  use omp_lib
+  implicit none
+  integer :: t, i
+  hits = 0
+  !$omp parallel private(t, i) num_threads(2)
+  t = omp_get_thread_num() + 1
+  do i = 1, 60000000
+     hits(t) = hits(t) + 1
+     !$omp flush
+  end do
+  !$omp end parallel
+  print *, sum(hits)
+end program fs
+"""
+
+
+@pytest.mark.skipif(not shutil.which("gfortran"), reason="gfortran not installed (`make deps`)")
+def test_fortran_openmp_false_sharing(locus, tmp_path):
+    """Fortran, OpenMP: two threads increment adjacent elements of a module array. The
+    object is named as the source names it (`counters::hits`, not gfortran's symbol
+    `__counters_MOD_hits`), the site is the Fortran line, and the advice uses Fortran's
+    means (a padded dimension, a reduction), not C's alignas."""
+    (tmp_path / "fs.f90").write_text(FORTRAN_FALSESHARE)
+    exe = tmp_path / "fs"
+    subprocess.run(
+        ["gfortran", "-O2", "-g", "-fopenmp", "-o", str(exe), str(tmp_path / "fs.f90")],
+        check=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    proc, run = locus.record([str(exe)], options=("--lens", "comm"), timeout=120)
+    assert proc.stdout.split() == [b"120000000"]
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    top = c["objects"][0]
+    assert (top["name"], top["kind"]) == ("counters::hits", "static"), top
+    assert top["false"] >= 0.8 * top["all"], top
+    assert any(s["file"].endswith("fs.f90") and s["line"] == 15 for s in c["sites"][:2])
+    assert any("hits(8, nthreads)" in a and "alignas" not in a for a in c["advice"]), c["advice"]
+
+
 CPP_FALSESHARE = """#include <atomic>
 #include <cstdio>
 #include <thread>

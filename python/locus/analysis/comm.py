@@ -538,7 +538,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     objects = _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
     lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
     sites = _site_rows(ev, wk, names, opts)
-    advice = _advice(objects, cfg)
+    advice = _advice(objects, cfg, names)
     wrapped = sorted({o["_wrapper"] for o in objects if o["_wrapper"]})
     _strip_private(objects)
     if wrapped:
@@ -743,6 +743,9 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
                     inside &= fa[:, 1] < size
                 fa = unique_rows(fa[inside])
         stores = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) != 0).all())
+        # The busiest false-sharing access, whose source file tells the advice's language.
+        top = int(fm[np.argmax(wk["false"][fm])]) if len(fm) else -1
+        top_ip = (int(ev.proc[top]), int(ev.dst_ip[top])) if top >= 0 else None
         shared = (
             _shared_words(names.run.procs[info["proc"]], ev, m, fm, tids, cfg["line_size"], sampler)
             if len(fm)
@@ -767,6 +770,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
                 "_false_stores": stores,
                 "_shared_words": shared,
                 "_wrapper": wrapper,
+                "_top_ip": top_ip,
             }
         )
     return out
@@ -1023,11 +1027,37 @@ ADVICE_MIN_FALSE = 0.25
 ADVICE_MIN_SHARE = 0.01
 
 
-def _advice(objects: list[dict], cfg: dict, limit: int = 5) -> list[str]:
+# Source files in Fortran: its advice names Fortran's means (a padded array dimension, a
+# reduction), not C's alignas.
+FORTRAN_SOURCES = (".f", ".for", ".ftn", ".f77", ".f90", ".f95", ".f03", ".f08")
+
+
+def _is_fortran(o: dict, names) -> bool:
+    if names is None or not o.get("_top_ip"):
+        return False
+    file = names.site(*o["_top_ip"])["file"]
+    return os.path.splitext(file)[1].lower() in FORTRAN_SOURCES
+
+
+def _pad_advice(o: dict, names, line: int, size: int) -> str:
+    """How to give each thread's field its own line, in the object's source language."""
+    if not _is_fortran(o, names):
+        return f"pad each to {line} bytes (alignas({line}))"
+    n = max(line // max(size, 1), 1)
+    var = o["name"].rsplit("::", 1)[-1] if o["kind"] == "static" else "a"
+    return (
+        f"give each thread's element its own {line}-byte line (declare {n} per thread, "
+        f"{var}({n}, nthreads), and use {var}(1, t)) or accumulate in a private variable "
+        "(an OpenMP reduction)"
+    )
+
+
+def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[str]:
     """One plain-language line per top false-sharing object. A sampled object needs
     ADVICE_MIN_DETECTIONS detections: advice from one or two samples would be noise; any
     object needs ADVICE_MIN_SHARE of the largest false-sharing volume, and two threads
-    accessing it (the accesses of the other side may fall outside the object)."""
+    accessing it (the accesses of the other side may fall outside the object). The means
+    are Fortran's where the busiest access is in a Fortran source (names: the symbolizer)."""
     out = []
     line = cfg["line_size"]
     top = max((o["false"] for o in objects if o["kind"] != "unknown"), default=0.0)
@@ -1064,14 +1094,20 @@ def _advice(objects: list[dict], cfg: dict, limit: int = 5) -> list[str]:
                 f"threads {thr} {verb} neighbouring {size}-byte words of {name} {where} at "
                 f"the same time (false sharing, {share}) and the same words at other times "
                 f"(true sharing: {shared} of {seen} sampled words used by two threads): "
-                f"padding each word to {line} bytes (alignas({line})) removes the false "
+                f"padding each word to {line} bytes"
+                f"{'' if _is_fortran(o, names) else f' (alignas({line}))'} removes the false "
                 "part; the true part needs fewer threads on the same words (give each "
                 "thread its own block of whole lines, or a private copy combined at the end)"
+            )
+        elif own and _is_fortran(o, names):
+            out.append(
+                f"threads {thr} {verb} adjacent {size}-byte elements of {name} {where}; "
+                + _pad_advice(o, names, line, size)
             )
         elif own:
             out.append(
                 f"threads {thr} {verb} adjacent {size}-byte fields of {name} {where}; "
-                f"pad each to {line} bytes (alignas({line})) or give each thread its own line"
+                f"{_pad_advice(o, names, line, size)} or give each thread its own line"
             )
         else:
             out.append(

@@ -132,6 +132,19 @@ def test_user_frame_and_rust_names():
     assert rust_clean("std::vector<int>::push_back") == "std::vector<int>::push_back"
 
 
+def test_fortran_module_names():
+    """gfortran's and Intel Fortran's module symbols read as the source names them."""
+    from locus.symbolize import clean_name, fortran_clean
+
+    assert fortran_clean("__counters_MOD_hits") == "counters::hits"
+    assert fortran_clean("__counters_MOD_hits+8") == "counters::hits+8"
+    assert fortran_clean("__my_mod_MOD_step._omp_fn.0") == "my_mod::step._omp_fn.0"
+    assert fortran_clean("counters_mp_hits_") == "counters::hits"
+    for other in ("MAIN__", "dgemm_", "hits+16", "__x_MOD_", "std::vector<int>"):
+        assert fortran_clean(other) == other
+    assert clean_name("__counters_MOD_sub") == "counters::sub"
+
+
 def test_jit_code_named_by_the_perf_map():
     """Code outside every module (a JIT's) is named by the process's perf map, newest entry
     first (V8 and the JVM reuse code space); an address in no entry stays unknown, and data

@@ -300,6 +300,37 @@ def test_advice_for_an_object_that_starts_mid_line(tmp_path):
     ]
 
 
+class FortranSym(MidLineSym):
+    """The same `hits`, a Fortran module variable (`counters::hits`, as the symbolizer names
+    gfortran's `__counters_MOD_hits`), written from a Fortran source."""
+
+    def data(self, addrs):
+        return {
+            a: n and n.replace("hits", "counters::hits") for a, n in super().data(addrs).items()
+        }
+
+    def code(self, addrs, return_addresses=True):
+        return {a: CodeLoc("MAIN__._omp_fn.0", "/src/fs.f90", 15) for a in addrs}
+
+
+def test_advice_in_fortran_names_fortran_means(tmp_path):
+    """Fortran has no alignas: for an array written from a .f90 source the advice pads a
+    dimension (hits(8, nthreads), element 1 of each thread's column) or names a reduction."""
+    run, p, c = _run(threads=2, cpus=2)
+    for src, dst, so, do in ((10, 11, 32, 40), (11, 10, 40, 32)):
+        c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
+                src_ip=0x401100, dst_ip=0x401100, store=True, count=30)  # fmt: skip
+    for t in (10, 11):
+        c.counters(t, samples=100, signals=100)
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: FortranSym()))
+    assert res["objects"][0]["name"] == "counters::hits"
+    assert res["advice"] == [
+        "threads 0-1 write adjacent 8-byte elements of `counters::hits` at offsets 0-8; give "
+        "each thread's element its own 64-byte line (declare 8 per thread, hits(8, nthreads), "
+        "and use hits(1, t)) or accumulate in a private variable (an OpenMP reduction)"
+    ]
+
+
 def test_advice_for_an_array_both_threads_sweep(tmp_path):
     """Two threads update the same elements of `stats` at different times and neighbouring
     ones at the same time: every detection compares two different words (false sharing),
