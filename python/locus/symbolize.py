@@ -16,7 +16,10 @@ import re
 import shutil
 import struct
 import subprocess
+import time
 from dataclasses import dataclass
+
+from . import dwarf
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,8 @@ class Symbolizer:
         self.mods = parse_maps(maps_text)
         self.jit = PerfMap(perf_map) if perf_map else None
         self.sizes: dict[str, int] = {}  # data symbol -> bytes (data())
+        self.layouts: dict[tuple, object] = {}  # (module, name, vaddr) -> dwarf.Layout
+        self.layout_s = 0.0  # seconds spent in data_layout's lookups
         if tool is None:
             tool = "llvm-symbolizer" if shutil.which("llvm-symbolizer") else None
             if tool is None and shutil.which("addr2line"):
@@ -364,6 +369,26 @@ class Symbolizer:
         """Size in bytes of a data symbol data() named (None when the tool gave none)."""
         return self.sizes.get(name)
 
+    def data_layout(self, name: str, addr: int):
+        """The fields of the static variable `name` (as data() named it) that starts at
+        `addr`, from its module's DWARF (dwarf.Layout), or None."""
+        loc = _locate(self.mods, addr)
+        if loc is None:
+            return None
+        m, v = loc
+        key = (m.path, name, v)
+        if key not in self.layouts:
+            # A module with gigabytes of DWARF and no index is read whole by each lookup:
+            # past LAYOUT_BUDGET_S of lookups, fields go unnamed.
+            if self.layout_s > LAYOUT_BUDGET_S:
+                return None
+            t0 = time.monotonic()
+            self.layouts[key] = dwarf.variable_layout(m.path, name, v)
+            self.layout_s += time.monotonic() - t0
+        return self.layouts[key]
+
+
+LAYOUT_BUDGET_S = 10.0  # seconds of DWARF lookups per process (data_layout)
 
 # Source files of libraries, inlined into a program's functions: system headers (the C++
 # standard library's templates), the Rust standard library, crates from the registry.

@@ -303,7 +303,9 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 if not name:
                     continue
                 name, so = split_offset(name)
-                uobj[u] = objs.get(("static", pi, name), kind="static", proc=pi, name=name)
+                uobj[u] = objs.get(
+                    ("static", pi, name), kind="static", proc=pi, name=name, addr=av - so
+                )
                 uoff[u] = so
             obj[m[rest]] = uobj[uinv]
             off[m[rest]] = uoff[uinv]
@@ -771,6 +773,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
                 "_shared_words": shared,
                 "_wrapper": wrapper,
                 "_top_ip": top_ip,
+                "_layout": (info["proc"], name, info["addr"]) if info.get("addr") else None,
             }
         )
     return out
@@ -1052,6 +1055,29 @@ def _pad_advice(o: dict, names, line: int, size: int) -> str:
     )
 
 
+def _fields_of(o: dict, names, per: dict[int, set]) -> str:
+    """` (thread 1 stats[0].hits, thread 2 stats[0].misses)`: the fields each thread
+    accessed, from the static variable's DWARF type; "" without one, or when the type says
+    no more than the variable's name."""
+    if names is None or not o.get("_layout"):
+        return ""
+    layout = names.layout(*o["_layout"])
+    if layout is None:
+        return ""
+    parts = []
+    for t in sorted(per)[:FIELDS_THREADS]:
+        fields = sorted({layout.field(off) for off in per[t]})
+        if fields == [layout.name]:
+            return ""
+        shown = ", ".join(fields[:2]) + (", ..." if len(fields) > 2 else "")
+        parts.append(f"thread {t} {shown}")
+    more = ", ..." if len(per) > FIELDS_THREADS else ""
+    return f" ({'; '.join(parts)}{more})"
+
+
+FIELDS_THREADS = 4  # threads whose fields the advice lists
+
+
 def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[str]:
     """One plain-language line per top false-sharing object. A sampled object needs
     ADVICE_MIN_DETECTIONS detections: advice from one or two samples would be noise; any
@@ -1087,6 +1113,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         verb = "write" if o["_false_stores"] else "access"
         name = f"`{o['name']}`" if o["kind"] == "static" else o["name"]
         where = f"at offsets {offs[0]}-{offs[-1]}" if len(offs) > 1 else f"at offset {offs[0]}"
+        where += _fields_of(o, names, per)
         shared, seen = o["_shared_words"]
         share = f"{100 * o['false'] / o['all']:.0f} % of its volume"
         if shared >= SHARED_WORDS_MIN:

@@ -86,6 +86,11 @@ class Names:
         s = self.sym(proc)
         return s.data_size(name) if s is not None and hasattr(s, "data_size") else None
 
+    def layout(self, proc: int, name: str, addr: int):
+        """The fields of the static variable `name` at `addr` (dwarf.Layout), or None."""
+        s = self.sym(proc)
+        return s.data_layout(name, addr) if s is not None and hasattr(s, "data_layout") else None
+
     def section(self, proc: int, addr: int):
         """(module, section, ELF virtual address) of a module address, or None."""
         s = self.sym(proc)

@@ -331,6 +331,48 @@ def test_advice_in_fortran_names_fortran_means(tmp_path):
     ]
 
 
+HITS_DWARF = """
+0x0000000c: DW_TAG_compile_unit
+              DW_AT_language	(DW_LANG_C11)
+
+0x00000020:   DW_TAG_base_type
+                DW_AT_byte_size	(0x08)
+
+0x00000030:   DW_TAG_array_type
+                DW_AT_type	(0x00000020 "long int")
+
+0x00000039:     DW_TAG_subrange_type
+                  DW_AT_upper_bound	(0x01)
+
+0x0000003f:     NULL
+"""
+
+
+class LayoutSym(MidLineSym):
+    """`hits` is `long hits[2]` in the program's DWARF."""
+
+    def data_layout(self, name, addr):
+        from locus.dwarf import Layout, parse
+
+        assert (name, addr) == ("hits", 0x603020)
+        return Layout(name, "long int[2]", 16, False, parse(HITS_DWARF), 0x30)
+
+
+def test_advice_names_the_fields_from_dwarf(tmp_path):
+    """With the variable's type from DWARF, the advice says which field each thread wrote."""
+    run, p, c = _run(threads=2, cpus=2)
+    for src, dst, so, do in ((10, 11, 32, 40), (11, 10, 40, 32)):
+        c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
+                src_ip=0x401100, dst_ip=0x401100, store=True, count=30)  # fmt: skip
+    for t in (10, 11):
+        c.counters(t, samples=100, signals=100)
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: LayoutSym()))
+    assert res["advice"] == [
+        "threads 0-1 write adjacent 8-byte fields of `hits` at offsets 0-8 (thread 0 hits[0]; "
+        "thread 1 hits[1]); pad each to 64 bytes (alignas(64)) or give each thread its own line"
+    ]
+
+
 def test_advice_for_an_array_both_threads_sweep(tmp_path):
     """Two threads update the same elements of `stats` at different times and neighbouring
     ones at the same time: every detection compares two different words (false sharing),

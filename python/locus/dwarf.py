@@ -1,0 +1,252 @@
+"""The fields of a global variable, from the module's DWARF (llvm-dwarfdump): an offset in
+`stats` is `stats[1].misses`, so that false-sharing advice names the fields threads share,
+not only their offsets.
+
+    layout = variable_layout("/path/app", "stats", 0x40a0)
+    layout.field(40)  ->  "stats[1].misses"
+
+The variable is found by name (`--name`, its DW_AT_name: the last `::` part of a C++ or
+Fortran name) and address (its DW_OP_addr, the ELF virtual address), then its compile unit
+is read whole (`--debug-info=CU --show-children`) and its type followed: typedefs and
+qualifiers, structures and unions (DW_AT_data_member_location), arrays (every subrange; C
+row-major, Fortran column-major from DW_AT_ordering, with its lower bounds; Fortran indices
+in parentheses). Anything else (no debug information, a type the walk does not know, a
+location that is not a plain address) gives None, or the deepest name known."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+_DIE = re.compile(r"^(0x[0-9a-f]+):(\s+)(DW_TAG_\w+|NULL)")
+_ATTR = re.compile(r"^\s+(DW_AT_\w+)\s+\((.*)\)\s*$")
+_REF = re.compile(r"^(0x[0-9a-f]+)")
+TIMEOUT_S = 20
+
+
+@dataclass
+class Die:
+    off: int
+    tag: str
+    attrs: dict = field(default_factory=dict)
+    children: list = field(default_factory=list)
+
+
+def _num(v: str | None) -> int | None:
+    if v is None:
+        return None
+    v = v.strip().strip('"')
+    try:
+        return int(v, 0)
+    except ValueError:
+        return None
+
+
+def _ref(v: str | None) -> int | None:
+    m = _REF.match(v.strip()) if v else None
+    return int(m.group(1), 16) if m else None
+
+
+def _name(v: str | None) -> str:
+    return v.strip().strip('"') if v else ""
+
+
+def parse(text: str) -> dict[int, Die]:
+    """The DIEs of llvm-dwarfdump's text output, by offset, with their children (by the
+    indentation of their tags)."""
+    dies: dict[int, Die] = {}
+    stack: list[tuple[int, Die]] = []  # (indent, die)
+    cur: Die | None = None
+    for line in text.splitlines():
+        m = _DIE.match(line)
+        if m:
+            indent = len(m.group(2))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            if m.group(3) == "NULL":
+                cur = None
+                continue
+            cur = Die(int(m.group(1), 16), m.group(3))
+            dies[cur.off] = cur
+            if stack:
+                stack[-1][1].children.append(cur)
+            stack.append((indent, cur))
+            continue
+        a = _ATTR.match(line)
+        if a and cur is not None:
+            cur.attrs[a.group(1)] = a.group(2)
+    return dies
+
+
+_QUALIFIERS = {
+    "DW_TAG_typedef",
+    "DW_TAG_const_type",
+    "DW_TAG_volatile_type",
+    "DW_TAG_atomic_type",
+    "DW_TAG_restrict_type",
+}
+_RECORDS = {"DW_TAG_structure_type", "DW_TAG_class_type", "DW_TAG_union_type"}
+
+
+@dataclass
+class Layout:
+    name: str  # the variable as the report names it
+    type: str  # its type as DWARF names it ("stats[4]")
+    size: int | None
+    fortran: bool
+    _dies: dict
+    _type: int | None
+
+    def field(self, off: int) -> str:
+        """The innermost field holding byte `off` of the variable: `stats[1].misses`,
+        `plain[3]`, `hits(2)` (Fortran); the variable's name where the type says no more."""
+        return self.name + _field(self._dies, self._type, off, self.fortran, 0)
+
+
+def _strip(dies: dict, t: int | None) -> Die | None:
+    for _ in range(16):
+        d = dies.get(t) if t is not None else None
+        if d is None or d.tag not in _QUALIFIERS:
+            return d
+        t = _ref(d.attrs.get("DW_AT_type"))
+    return None
+
+
+def _size(dies: dict, t: int | None, fortran: bool = False, depth: int = 0) -> int | None:
+    d = _strip(dies, t)
+    if d is None or depth > 16:
+        return None
+    n = _num(d.attrs.get("DW_AT_byte_size"))
+    if n is not None:
+        return n
+    if d.tag == "DW_TAG_pointer_type" or d.tag == "DW_TAG_reference_type":
+        return 8
+    if d.tag == "DW_TAG_array_type":
+        e = _size(dies, _ref(d.attrs.get("DW_AT_type")), fortran, depth + 1)
+        dims = _dims(d, fortran)
+        if e is None or dims is None:
+            return None
+        for _lo, n in dims:
+            e *= n
+        return e
+    return None
+
+
+def _dims(d: Die, fortran: bool) -> list[tuple[int, int]] | None:
+    """(lower bound, count) of each subrange of an array type, in declaration order; the
+    lower bound DWARF leaves out is the language's (Fortran 1, C 0)."""
+    out = []
+    for c in d.children:
+        if c.tag != "DW_TAG_subrange_type":
+            continue
+        lo = _num(c.attrs.get("DW_AT_lower_bound"))
+        lo = (1 if fortran else 0) if lo is None else lo
+        n = _num(c.attrs.get("DW_AT_count"))
+        if n is None:
+            hi = _num(c.attrs.get("DW_AT_upper_bound"))
+            if hi is None:
+                return None
+            n = hi - lo + 1
+        if n <= 0:
+            return None
+        out.append((lo, n))
+    return out or None
+
+
+def _field(dies: dict, t: int | None, off: int, fortran: bool, depth: int) -> str:
+    d = _strip(dies, t)
+    if d is None or depth > 8 or off < 0:
+        return ""
+    if d.tag in _RECORDS:
+        best = None
+        for c in d.children:
+            if c.tag != "DW_TAG_member":
+                continue
+            at = _num(c.attrs.get("DW_AT_data_member_location")) or 0
+            sz = _size(dies, _ref(c.attrs.get("DW_AT_type")), fortran)
+            if at <= off and (sz is None or off < at + sz):
+                best = (c, at)  # the last one that starts at or before off (unions: the first)
+                if sz is not None:
+                    break
+        if best is None:
+            return ""
+        c, at = best
+        name = _name(c.attrs.get("DW_AT_name"))
+        sep = "%" if fortran else "."
+        inner = _field(dies, _ref(c.attrs.get("DW_AT_type")), off - at, fortran, depth + 1)
+        return f"{sep}{name}{inner}" if name else inner
+    if d.tag == "DW_TAG_array_type":
+        et = _ref(d.attrs.get("DW_AT_type"))
+        e = _size(dies, et, fortran)
+        dims = _dims(d, fortran)
+        if not e or not dims:
+            return ""
+        k, rest = divmod(off, e)
+        col_major = "col_major" in d.attrs.get("DW_AT_ordering", "") or fortran
+        order = list(range(len(dims)))
+        if not col_major:
+            order.reverse()  # C: the last index varies fastest
+        idx = [0] * len(dims)
+        for i in order:
+            lo, n = dims[i]
+            idx[i] = lo + k % n
+            k //= n
+        if k:
+            return ""  # past the end
+        inner = _field(dies, et, rest, fortran, depth + 1)
+        text = ", ".join(str(i) for i in idx) if fortran else "][".join(str(i) for i in idx)
+        return f"({text}){inner}" if fortran else f"[{text}]{inner}"
+    return ""
+
+
+def tool() -> str | None:
+    return shutil.which("llvm-dwarfdump")
+
+
+def _run(args: list[str]) -> str:
+    exe = tool()
+    if exe is None:
+        return ""
+    try:
+        p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return p.stdout if p.returncode == 0 else ""
+
+
+def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
+    """The layout of the global `name` (as the report names it) at ELF virtual address
+    `vaddr` of the module at `path`; None without debug information for it."""
+    short = name.rsplit("::", 1)[-1]
+    if not short or not re.fullmatch(r"[A-Za-z_$][\w$]*", short):
+        return None
+    found = _run(["--name", short, "--show-parents", path])
+    # The variable whose location is this address, and the compile unit above it.
+    cu = var = None
+    addr = f"DW_OP_addr {vaddr:#x}"
+    for block in re.split(r"\n(?=0x[0-9a-f]+:)", found):
+        m = _DIE.match(block)
+        if not m:
+            continue
+        if m.group(3) == "DW_TAG_compile_unit":
+            cu = int(m.group(1), 16)
+        elif m.group(3) == "DW_TAG_variable" and addr in block and cu is not None:
+            var = int(m.group(1), 16)
+            break
+    if var is None or cu is None:
+        return None
+    dies = parse(_run([f"--debug-info={cu:#x}", "--show-children", path]))
+    unit, v = dies.get(cu), dies.get(var)
+    if unit is None or v is None:
+        return None
+    fortran = "Fortran" in unit.attrs.get("DW_AT_language", "")
+    t = _ref(v.attrs.get("DW_AT_type"))
+    if t is None:
+        # A definition that completes a declaration: its type is on the declaration.
+        spec = dies.get(_ref(v.attrs.get("DW_AT_specification")) or -1)
+        t = _ref(spec.attrs.get("DW_AT_type")) if spec is not None else None
+    ty = v.attrs.get("DW_AT_type", "")
+    tname = ty.split('"', 1)[1].rstrip('"') if '"' in ty else ""
+    return Layout(name, tname, _size(dies, t, fortran), fortran, dies, t)

@@ -1,0 +1,157 @@
+"""Fields of static variables from DWARF (locus.dwarf): offsets named as the source names
+them, in C (structures, arrays of structures, multi-dimensional arrays) and Fortran
+(column-major, 1-based, parentheses)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from locus.dwarf import Layout, parse, variable_layout
+
+# llvm-dwarfdump's text for `struct stats { long hits; long misses; int flags[4]; }
+# stats[4];` (gcc 12, trimmed to what the walk reads).
+C_UNIT = """
+0x0000000c: DW_TAG_compile_unit
+              DW_AT_language	(DW_LANG_C11)
+
+0x0000005b:   DW_TAG_base_type
+                DW_AT_byte_size	(0x08)
+                DW_AT_name	("long int")
+
+0x00000062:   DW_TAG_base_type
+                DW_AT_byte_size	(0x04)
+                DW_AT_name	("int")
+
+0x000000dd:   DW_TAG_structure_type
+                DW_AT_name	("stats")
+                DW_AT_byte_size	(0x20)
+
+0x000000e8:     DW_TAG_member
+                  DW_AT_name	("hits")
+                  DW_AT_type	(0x0000005b "long int")
+                  DW_AT_data_member_location	(0x00)
+
+0x000000f3:     DW_TAG_member
+                  DW_AT_name	("misses")
+                  DW_AT_type	(0x0000005b "long int")
+                  DW_AT_data_member_location	(0x08)
+
+0x000000fe:     DW_TAG_member
+                  DW_AT_name	("flags")
+                  DW_AT_type	(0x0000010a "int[4]")
+                  DW_AT_data_member_location	(0x10)
+
+0x00000109:     NULL
+
+0x0000010a:   DW_TAG_array_type
+                DW_AT_type	(0x00000062 "int")
+
+0x00000113:     DW_TAG_subrange_type
+                  DW_AT_upper_bound	(0x03)
+
+0x00000119:     NULL
+
+0x0000011a:   DW_TAG_array_type
+                DW_AT_type	(0x000000dd "stats")
+
+0x00000123:     DW_TAG_subrange_type
+                  DW_AT_upper_bound	(0x03)
+
+0x00000129:     NULL
+
+0x00000130:   DW_TAG_array_type
+                DW_AT_type	(0x00000062 "int")
+
+0x00000139:     DW_TAG_subrange_type
+                  DW_AT_upper_bound	(0x01)
+
+0x0000013f:     DW_TAG_subrange_type
+                  DW_AT_upper_bound	(0x02)
+
+0x00000145:     NULL
+
+0x00000146:   NULL
+"""
+
+# gfortran's `integer(8) :: hits(4)` in module counters: no lower bound (Fortran's is 1).
+FORTRAN_UNIT = """
+0x0000000c: DW_TAG_compile_unit
+              DW_AT_language	(DW_LANG_Fortran95)
+
+0x0000002b:   DW_TAG_array_type
+                DW_AT_type	(0x0000003b "integer(kind=8)")
+
+0x00000034:     DW_TAG_subrange_type
+                  DW_AT_upper_bound	(4)
+
+0x0000003a:     NULL
+
+0x0000003b:   DW_TAG_base_type
+                DW_AT_byte_size	(0x08)
+                DW_AT_name	("integer(kind=8)")
+
+0x00000042:   NULL
+"""
+
+
+def test_c_fields():
+    dies = parse(C_UNIT)
+    assert [c.tag for c in dies[0xDD].children] == ["DW_TAG_member"] * 3
+    stats = Layout("stats", "stats[4]", None, False, dies, 0x11A)
+    assert [stats.field(o) for o in (0, 7, 8, 16, 20, 40, 124)] == [
+        "stats[0].hits",
+        "stats[0].hits",
+        "stats[0].misses",
+        "stats[0].flags[0]",
+        "stats[0].flags[1]",
+        "stats[1].misses",
+        "stats[3].flags[3]",
+    ]
+    assert stats.field(128) == "stats"  # past the end: the variable only
+    grid = Layout("grid", "int[2][3]", None, False, dies, 0x130)
+    assert [grid.field(o) for o in (0, 4, 12, 20)] == [
+        "grid[0][0]",
+        "grid[0][1]",
+        "grid[1][0]",
+        "grid[1][2]",
+    ]  # row-major
+
+
+def test_fortran_fields():
+    dies = parse(FORTRAN_UNIT)
+    hits = Layout("counters::hits", "integer(kind=8)[]", None, True, dies, 0x2B)
+    assert [hits.field(o) for o in (0, 8, 24, 32)] == [
+        "counters::hits(1)",
+        "counters::hits(2)",
+        "counters::hits(4)",
+        "counters::hits",
+    ]
+
+
+@pytest.mark.skipif(not shutil.which("llvm-dwarfdump") or not shutil.which("cc"), reason="tools")
+def test_variable_layout_from_a_build(tmp_path):
+    """From a real build: the variable is found by name and address (two `slot` statics
+    of two files are told apart), its unit read, its type followed."""
+    (tmp_path / "a.c").write_text(
+        "struct pair { int a; int b; } slot[2];\nint main(void) { return slot[1].b; }\n"
+    )
+    (tmp_path / "b.c").write_text("static long slot[3];\nlong *other(void) { return slot; }\n")
+    exe = tmp_path / "app"
+    subprocess.run(
+        ["cc", "-g", "-O0", "-o", str(exe), str(tmp_path / "a.c"), str(tmp_path / "b.c")],
+        check=True,
+    )
+    syms = subprocess.run(["nm", str(exe)], capture_output=True, text=True, check=True).stdout
+    addrs = [int(ln.split()[0], 16) for ln in syms.splitlines() if ln.endswith(" slot")]
+    assert len(addrs) == 2
+    got = {}
+    for a in addrs:
+        layout = variable_layout(str(exe), "slot", a)
+        assert layout is not None
+        got[layout.size] = [layout.field(o) for o in (0, 4, 8, 12)]
+    assert got[16] == ["slot[0].a", "slot[0].b", "slot[1].a", "slot[1].b"]
+    assert got[24] == ["slot[0]", "slot[0]", "slot[1]", "slot[1]"]
+    assert variable_layout(str(exe), "slot", 0x1) is None  # no variable there
