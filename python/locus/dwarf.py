@@ -155,6 +155,20 @@ def _dims(d: Die, fortran: bool) -> list[tuple[int, int]] | None:
     return out or None
 
 
+def _member_offset(c: Die) -> int:
+    """A member's byte offset: DW_AT_data_member_location as a constant or, in older DWARF,
+    an expression `DW_OP_plus_uconst N`; a bit field's DW_AT_data_bit_offset / 8."""
+    loc = c.attrs.get("DW_AT_data_member_location")
+    if loc is not None:
+        n = _num(loc)
+        if n is None:
+            m = re.search(r"DW_OP_plus_uconst (0x[0-9a-f]+|\d+)", loc)
+            n = int(m.group(1), 0) if m else None
+        return n or 0
+    bits = _num(c.attrs.get("DW_AT_data_bit_offset"))
+    return bits // 8 if bits is not None else 0
+
+
 def _field(dies: dict, t: int | None, off: int, fortran: bool, depth: int) -> str:
     d = _strip(dies, t)
     if d is None or depth > 8 or off < 0:
@@ -164,7 +178,7 @@ def _field(dies: dict, t: int | None, off: int, fortran: bool, depth: int) -> st
         for c in d.children:
             if c.tag != "DW_TAG_member":
                 continue
-            at = _num(c.attrs.get("DW_AT_data_member_location")) or 0
+            at = _member_offset(c)
             sz = _size(dies, _ref(c.attrs.get("DW_AT_type")), fortran)
             if at <= off and (sz is None or off < at + sz):
                 best = (c, at)  # the last one that starts at or before off (unions: the first)

@@ -155,3 +155,21 @@ def test_variable_layout_from_a_build(tmp_path):
     assert got[16] == ["slot[0].a", "slot[0].b", "slot[1].a", "slot[1].b"]
     assert got[24] == ["slot[0]", "slot[0]", "slot[1]", "slot[1]"]
     assert variable_layout(str(exe), "slot", 0x1) is None  # no variable there
+
+
+def test_member_offsets_in_older_dwarf_and_bit_fields():
+    from locus.dwarf import _member_offset
+
+    dies = parse(
+        """
+0x00000010:   DW_TAG_member
+                DW_AT_name	("b")
+                DW_AT_data_member_location	(DW_OP_plus_uconst 0xc)
+
+0x00000020:   DW_TAG_member
+                DW_AT_name	("flag")
+                DW_AT_data_bit_offset	(0x23)
+"""
+    )
+    assert _member_offset(dies[0x10]) == 12
+    assert _member_offset(dies[0x20]) == 4
