@@ -1056,9 +1056,9 @@ def _pad_advice(o: dict, names, line: int, size: int) -> str:
 
 
 def _fields_of(o: dict, names, per: dict[int, set]) -> str:
-    """` (thread 1 stats[0].hits, thread 2 stats[0].misses)`: the fields each thread
-    accessed, from the static variable's DWARF type; "" without one, or when the type says
-    no more than the variable's name."""
+    """` (thread 1 stats[0].hits; thread 2 stats[0].misses)`: the fields each thread
+    accessed (FIELDS_THREADS threads, two fields each), from the static variable's DWARF
+    type; "" without one, or when the type says no more than the variable's name."""
     if names is None or not o.get("_layout"):
         return ""
     layout = names.layout(*o["_layout"])
