@@ -269,28 +269,23 @@ class MidLineSym(FakeSym):
         return out
 
 
+def _two_slots(tmp_path, sym) -> dict:
+    """Two threads writing bytes 32-39 and 40-47 of the line at 0x603000 (30 detections
+    each way), analysed with symbolizer `sym`."""
+    run, p, c = _run(threads=2, cpus=2)
+    for src, dst, so, do in ((10, 11, 32, 40), (11, 10, 40, 32)):
+        c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
+                src_ip=0x401100, dst_ip=0x401100, store=True, count=30)  # fmt: skip
+    for t in (10, 11):
+        c.counters(t, samples=100, signals=100)
+    return _res(tmp_path, run, Options(symbolizer=lambda proc: sym))
+
+
 def test_advice_for_an_object_that_starts_mid_line(tmp_path):
     """A static array is rarely line-aligned: `hits` starts at byte 32 of its line, and its
     two slots (bytes 32-39 and 40-47 of the line) are written by two threads. The advice
     names its object offsets 0-8 (it was dropped when the line began before the object)."""
-    run, p, c = _run(threads=2, cpus=2)
-    for src, dst, so, do in ((10, 11, 32, 40), (11, 10, 40, 32)):
-        c.event(
-            src=src,
-            dst=dst,
-            line=0x603000,
-            src_off=so,
-            src_len=8,
-            dst_off=do,
-            dst_len=8,
-            src_ip=0x401100,
-            dst_ip=0x401100,
-            store=True,
-            count=30,
-        )
-    for t in (10, 11):
-        c.counters(t, samples=100, signals=100)
-    res = _res(tmp_path, run, Options(symbolizer=lambda proc: MidLineSym()))
+    res = _two_slots(tmp_path, MidLineSym())
     assert res["objects"][0]["name"] == "hits"
     # The line starts 32 bytes before the object.
     assert (res["lines"][0]["object"], res["lines"][0]["offset"]) == ("hits", -32)
@@ -316,13 +311,7 @@ class FortranSym(MidLineSym):
 def test_advice_in_fortran_names_fortran_means(tmp_path):
     """Fortran has no alignas: for an array written from a .f90 source the advice pads a
     dimension (hits(8, nthreads), element 1 of each thread's column) or names a reduction."""
-    run, p, c = _run(threads=2, cpus=2)
-    for src, dst, so, do in ((10, 11, 32, 40), (11, 10, 40, 32)):
-        c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
-                src_ip=0x401100, dst_ip=0x401100, store=True, count=30)  # fmt: skip
-    for t in (10, 11):
-        c.counters(t, samples=100, signals=100)
-    res = _res(tmp_path, run, Options(symbolizer=lambda proc: FortranSym()))
+    res = _two_slots(tmp_path, FortranSym())
     assert res["objects"][0]["name"] == "counters::hits"
     assert res["advice"] == [
         "threads 0-1 write adjacent 8-byte elements of `counters::hits` at offsets 0-8; give "
@@ -360,13 +349,7 @@ class LayoutSym(MidLineSym):
 
 def test_advice_names_the_fields_from_dwarf(tmp_path):
     """With the variable's type from DWARF, the advice says which field each thread wrote."""
-    run, p, c = _run(threads=2, cpus=2)
-    for src, dst, so, do in ((10, 11, 32, 40), (11, 10, 40, 32)):
-        c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
-                src_ip=0x401100, dst_ip=0x401100, store=True, count=30)  # fmt: skip
-    for t in (10, 11):
-        c.counters(t, samples=100, signals=100)
-    res = _res(tmp_path, run, Options(symbolizer=lambda proc: LayoutSym()))
+    res = _two_slots(tmp_path, LayoutSym())
     assert res["advice"] == [
         "threads 0-1 write adjacent 8-byte fields of `hits` at offsets 0-8 (thread 0 hits[0]; "
         "thread 1 hits[1]); pad each to 64 bytes (alignas(64)) or give each thread its own line"
