@@ -921,6 +921,10 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
     for li, g in enumerate(order.tolist()):
         e = first[g]
         o = int(dom[li])
+        info = objs.info[o] if objs.info else {}
+        layout = None
+        if info.get("addr") and line_lo[li] != big:
+            layout = names.layout(info["proc"], info["name"], info["addr"])
         out.append(
             {
                 "address": f"{int(ev.line[e]):#x}",
@@ -933,12 +937,30 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
                 "detections": int(n_det[g]),
                 "verdict": _verdict(float(S["true"][g]), float(S["false"][g])),
                 "threads": [
-                    {"thread": t, "bytes": _union(sp)}
+                    {
+                        "thread": t,
+                        "bytes": _union(sp),
+                        "fields": _fields_at(layout, int(line_lo[li]), _union(sp)),
+                    }
                     for t, sp in sorted(spans.get(li, {}).items())
                 ],
                 "sites": line_sites.get(li, []),
             }
         )
+    return out
+
+
+def _fields_at(layout, line_lo: int, ranges: list) -> list[str]:
+    """The fields of a static variable (dwarf.Layout) that byte ranges [a, b] of a line
+    starting at object offset line_lo cover; [] without a layout."""
+    if layout is None:
+        return []
+    out: list[str] = []
+    for a, b in ranges:
+        for off in range(line_lo + a, line_lo + b + 1):
+            f = layout.field(off) if off >= 0 else ""
+            if f and f != layout.name and f not in out:
+                out.append(f)
     return out
 
 

@@ -354,6 +354,12 @@ def test_advice_names_the_fields_from_dwarf(tmp_path):
         "threads 0-1 write adjacent 8-byte fields of `hits` at offsets 0-8 (thread 0 hits[0]; "
         "thread 1 hits[1]); pad each to 64 bytes (alignas(64)) or give each thread its own line"
     ]
+    # The line starts 32 bytes before `hits`: bytes 32-39 are hits[0], 40-47 hits[1].
+    (ln,) = res["lines"]
+    assert [(t["bytes"], t["fields"]) for t in ln["threads"]] == [
+        ([[32, 39]], ["hits[0]"]),
+        ([[40, 47]], ["hits[1]"]),
+    ]
 
 
 def test_advice_for_an_array_both_threads_sweep(tmp_path):
