@@ -51,6 +51,16 @@ def _spans(spans: list) -> str:
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
 
 
+def _field_note(fields: list | None, obj: str) -> str:
+    """` (.hits)`: the first field a thread's bytes cover, relative to the line's object
+    (`stats[0].hits` of `stats`), `+` when there are more; "" without fields."""
+    if not fields:
+        return ""
+    f = fields[0]
+    f = f[len(obj) :] if f.startswith(obj) and len(f) > len(obj) else f
+    return f" ({f}{'+' if len(fields) > 1 else ''})"
+
+
 def comm_tables(report: dict) -> list[Table]:
     c = _comm(report)
     u = vol_unit(c)
@@ -72,7 +82,10 @@ def comm_tables(report: dict) -> list[Table]:
             # @+64: the line starts 64 bytes into the object; @-32: the object starts 32
             # bytes into the line.
             at += f" @{r['offset']:+d}"
-        ranges = " ".join(f"t{t['thread']}:{_spans(t['bytes'])}" for t in r["threads"])
+        ranges = " ".join(
+            f"t{t['thread']}:{_spans(t['bytes'])}{_field_note(t.get('fields'), r['object'])}"
+            for t in r["threads"]
+        )
         funcs = list(dict.fromkeys(str(x).split(" ")[0] for x in r["sites"]))
         lines.append(dict(r, object_at=at, ranges=ranges, code="\n".join(funcs[:4])))
     sites = []

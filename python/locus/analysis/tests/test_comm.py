@@ -360,6 +360,12 @@ def test_advice_names_the_fields_from_dwarf(tmp_path):
         ([[32, 39]], ["hits[0]"]),
         ([[40, 47]], ["hits[1]"]),
     ]
+    # The text's bytes column names them relative to the line's object.
+    from locus.render.comm import _field_note
+
+    assert _field_note(ln["threads"][1]["fields"], ln["object"]) == " ([1])"
+    assert _field_note(["stats[0].hits", "stats[0].misses"], "stats") == " ([0].hits+)"
+    assert _field_note([], "stats") == ""
 
 
 def test_advice_for_an_array_both_threads_sweep(tmp_path):
