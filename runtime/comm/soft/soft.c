@@ -515,6 +515,46 @@ static int is_branch(const ZydisDecodedInstruction *in) {
 #define PC_REP (1ull << 54)
 #define PC_MASK ((1ull << 47) - 1)
 
+#define RESYNC_BACK 64u /* bytes decoded before pc without a function table */
+
+/* Decodes the code at `code` (the byte at lo; bytes up to hi may be read) from `from` to
+ * `stop` as one instruction stream: the length of the instruction before pc when it falls
+ * through to pc (bits 48-51), whether pc is a direct-branch target in the stream
+ * (PC_TARGET) or a rep string instruction (PC_REP); PC_NONE when the stream passes over
+ * pc or loses its way before it. at (resync_info's stream A): marks each instruction start
+ * before pc at at[ip - from], and a byte that does not decode before pc restarts the stream
+ * after it instead of failing. */
+static uint64_t walk(const uint8_t *code, uint64_t lo, uint64_t hi, uint64_t from, uint64_t pc,
+                     uint64_t stop, uint8_t *at) {
+  ZydisDecoderContext ctx;
+  ZydisDecodedInstruction in;
+  uint64_t ip = from, prev = 0, info = 0;
+  while (ip < stop) {
+    size_t avail = hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
+    if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code + (ip - lo), avail, &in))) {
+      if (ip >= pc) break;
+      if (!at) return PC_NONE;    /* lost the instruction stream before pc */
+      memset(at, 0, RESYNC_BACK); /* not code, or not in step: start again after it */
+      prev = 0;
+      ip++;
+      continue;
+    }
+    if (ip < pc) {
+      if (at) at[ip - from] = 1;
+      if (ip + in.length > pc) return PC_NONE; /* passes over pc: pc inside an instruction */
+      prev = ip + in.length == pc && !is_branch(&in) ? in.length : 0;
+    } else if (ip == pc && (in.attributes & (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE |
+                                             ZYDIS_ATTRIB_HAS_REPNE))) {
+      info |= PC_REP;
+    }
+    if (in.raw.imm[0].is_relative && is_branch(&in) &&
+        ip + in.length + (uint64_t)in.raw.imm[0].value.s == pc)
+      info |= PC_TARGET;
+    ip += in.length;
+  }
+  return info | (prev << 48);
+}
+
 /* Skid information of pc from the code around it, where no function table leads to pc:
  * code without unwind entries (Go, hand-written assembly kernels) and code compiled at run
  * time. Bytes [lo, hi) are at code (code[0] is the byte at lo); lo <= pc < hi.
@@ -527,9 +567,8 @@ static int is_branch(const ZydisDecodedInstruction *in) {
  * decoding or passes over pc (it says nothing), or reaches pc without joining A: it would
  * put another instruction before pc, and then there is no answer. After three joins and no
  * disagreement, or with no disagreement when every start was tried (in int3 padding every
- * byte is one of A's), A's instruction before pc is taken. Branch targets: direct branches decoded
- * in [lo, hi) only (a function table sees the whole function). */
-#define RESYNC_BACK 64u
+ * byte is one of A's), A's instruction before pc is taken. Branch targets: direct branches
+ * decoded in [lo, hi) only (a function table sees the whole function). */
 #define RESYNC_TRIES 16
 #define RESYNC_JOINS 3
 
@@ -537,31 +576,11 @@ static uint64_t resync_info(const uint8_t *code, uint64_t lo, uint64_t hi, uint6
   if (pc - lo < 16) return PC_NONE; /* too little before pc to tell */
   uint64_t start = pc - lo > RESYNC_BACK ? pc - RESYNC_BACK : lo;
   uint8_t at[RESYNC_BACK] = {0}; /* at[ip - start]: A has an instruction start at ip */
+  uint64_t info = walk(code, lo, hi, start, pc, hi - pc > FN_PAST_PC ? pc + FN_PAST_PC : hi, at);
+  if (info & PC_NONE) return info;
   ZydisDecoderContext ctx;
   ZydisDecodedInstruction in;
-  uint64_t ip = start, prev = 0, info = 0;
-  while (ip < hi && ip < pc + FN_PAST_PC) {
-    size_t avail = hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
-    if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code + (ip - lo), avail, &in))) {
-      if (ip >= pc) break;
-      memset(at, 0, sizeof at); /* not code, or not in step: start again after it */
-      prev = 0;
-      ip++;
-      continue;
-    }
-    if (ip < pc) {
-      at[ip - start] = 1;
-      if (ip + in.length > pc) return PC_NONE; /* A passes over pc: not in step */
-      prev = ip + in.length == pc && !is_branch(&in) ? in.length : 0;
-    } else if (ip == pc && (in.attributes & (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE |
-                                             ZYDIS_ATTRIB_HAS_REPNE))) {
-      info |= PC_REP;
-    }
-    if (in.raw.imm[0].is_relative && is_branch(&in) &&
-        ip + in.length + (uint64_t)in.raw.imm[0].value.s == pc)
-      info |= PC_TARGET;
-    ip += in.length;
-  }
+  uint64_t ip;
   /* Checks start where A has no instruction (one that starts on A's proves nothing). One
    * that stops decoding, or passes over pc, says nothing. */
   int tries = 0, joins = 0;
@@ -584,7 +603,7 @@ static uint64_t resync_info(const uint8_t *code, uint64_t lo, uint64_t hi, uint6
   /* Fewer joins than asked for are enough when every start was tried: then no other
    * stream through these bytes reaches pc (A's own starts are A). */
   if (joins < RESYNC_JOINS && tries == RESYNC_TRIES) return PC_NONE;
-  return info | (prev << 48);
+  return info;
 }
 
 /* Decode the function holding pc from its start: the instruction before pc (when it falls
@@ -599,31 +618,8 @@ static uint64_t skid_info(const struct module *m, uint64_t pc) {
     return resync_info((const uint8_t *)lo, lo, hi, pc);
   }
   uint64_t stop = end - pc > FN_PAST_PC ? pc + FN_PAST_PC : end;
-  uint64_t ip = start, prev = 0, info = pc == start ? PC_TARGET : 0;
-  int at_pc = pc == start;
-  ZydisDecoderContext ctx;
-  ZydisDecodedInstruction in;
-  while (ip < stop) {
-    size_t avail =
-        end - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? end - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
-    if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, (const void *)ip, avail, &in))) {
-      if (ip < pc) return PC_NONE; /* lost the instruction stream before pc */
-      break;
-    }
-    if (ip == pc) {
-      at_pc = 1;
-      if (in.attributes & (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE | ZYDIS_ATTRIB_HAS_REPNE))
-        info |= PC_REP;
-    }
-    if (ip < pc && ip + in.length > pc) return PC_NONE; /* pc is inside an instruction */
-    if (ip + in.length == pc && !is_branch(&in)) prev = in.length;
-    if (in.raw.imm[0].is_relative && is_branch(&in) &&
-        ip + in.length + (uint64_t)in.raw.imm[0].value.s == pc)
-      info |= PC_TARGET;
-    ip += in.length;
-  }
-  if (!at_pc && ip != pc) return PC_NONE;
-  return info | (prev << 48);
+  return walk((const uint8_t *)start, start, end, start, pc, stop, NULL) |
+         (pc == start ? PC_TARGET : 0);
 }
 
 static uint64_t lookup(const struct module *m, uint64_t pc) {
@@ -877,6 +873,9 @@ int locus_comm_decoder_open(void) {
   if (zydis_open() != 0 ||
       !ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)))
     return -1;
+  /* The objects loaded now: their code is read in place, not copied by a system call per
+   * sample (later ones are copied). */
+  refresh_modules();
   atomic_store(&sizes_ready, 1);
   return 0;
 }
