@@ -152,6 +152,7 @@ uint32_t locus_join_map_peek(unsigned long pthread);
 uint32_t locus_stack_capture(uint64_t site);
 void locus_stack_open(void);
 void locus_stack_after_fork(void);
+void locus_stack_thread_fini(void);
 
 /* ---- lens table (lenses.c) ---- */
 struct locus_lens {

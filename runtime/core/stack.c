@@ -33,6 +33,16 @@ static struct tstacks *tstacks_of_thread(void) {
   return tsp;
 }
 
+/* At the thread's end: its chunk's unused tail back to the file, its cache unmapped.
+ * Cleared first: a stack captured after this (another key's destructor) maps a new one. */
+void locus_stack_thread_fini(void) {
+  struct tstacks *t = tsp;
+  tsp = NULL;
+  if (!t) return;
+  locus_cursor_finish(&stacks, &t->cur);
+  syscall(SYS_munmap, t, sizeof *t);
+}
+
 void locus_stack_open(void) {
   if (!locus_cfg.call_stack) return;
   if (!unw_backtrace_fn) {

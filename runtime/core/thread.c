@@ -197,6 +197,7 @@ void locus_thread_finish(void) {
   if (me->state != 1) return;
   me->guard++;
   if (locus_enabled) locus_lenses_thread_fini();
+  locus_stack_thread_fini();
   if (me->slot) {
     me->slot->records = me->records;
     me->slot->dropped = me->dropped;
