@@ -1064,10 +1064,8 @@ def _is_fortran(o: dict, names) -> bool:
     return os.path.splitext(file)[1].lower() in FORTRAN_SOURCES
 
 
-def _pad_advice(o: dict, names, line: int, size: int) -> str:
-    """How to give each thread's field its own line, in the object's source language."""
-    if not _is_fortran(o, names):
-        return f"pad each to {line} bytes (alignas({line}))"
+def _fortran_padding(o: dict, line: int, size: int) -> str:
+    """How to give each thread's element its own line, in Fortran (no alignas)."""
     n = max(line // max(size, 1), 1)
     var = o["name"].rsplit("::", 1)[-1] if o["kind"] == "static" else "a"
     return (
@@ -1138,25 +1136,26 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         where += _fields_of(o, names, per)
         shared, seen = o["_shared_words"]
         share = f"{100 * o['false'] / o['all']:.0f} % of its volume"
+        fortran = _is_fortran(o, names)
+        align = "" if fortran else f" (alignas({line}))"
         if shared >= SHARED_WORDS_MIN:
             out.append(
                 f"threads {thr} {verb} neighbouring {size}-byte words of {name} {where} at "
                 f"the same time (false sharing, {share}) and the same words at other times "
                 f"(true sharing: {shared} of {seen} sampled words used by two threads): "
-                f"padding each word to {line} bytes"
-                f"{'' if _is_fortran(o, names) else f' (alignas({line}))'} removes the false "
+                f"padding each word to {line} bytes{align} removes the false "
                 "part; the true part needs fewer threads on the same words (give each "
                 "thread its own block of whole lines, or a private copy combined at the end)"
             )
-        elif own and _is_fortran(o, names):
+        elif own and fortran:
             out.append(
                 f"threads {thr} {verb} adjacent {size}-byte elements of {name} {where}; "
-                + _pad_advice(o, names, line, size)
+                + _fortran_padding(o, line, size)
             )
         elif own:
             out.append(
                 f"threads {thr} {verb} adjacent {size}-byte fields of {name} {where}; "
-                f"{_pad_advice(o, names, line, size)} or give each thread its own line"
+                f"pad each to {line} bytes{align} or give each thread its own line"
             )
         else:
             out.append(
