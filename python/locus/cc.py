@@ -17,12 +17,16 @@ The real compiler is $LOCUS_CC / $CC (cc) for `locus cc` and $LOCUS_CXX / $CXX (
 - when linking: `-L<dir> -llocus -Wl,-rpath,<dir>`, <dir> being where liblocus.so is
   ($LOCUS_LIB, a file or a directory, else build/ of this checkout).
 
-With clang, `LOCUS_CC_LTO=1` (or an -flto option of your own) also inlines the hooks' hit
-test into the program: the objects are compiled with -flto, and the link adds
-runtime/cc/lto_hooks.c compiled by the same clang, so LLVM's link-time inliner puts the
-model's fast path (runtime/comm/exact/fast.h) in the program's loops instead of a call per
-access. It needs clang's linker plugin (LLVMgold, Debian's llvm package) or lld; gcc's
--fsanitize=thread hooks are builtins that cannot be inlined, so with gcc it is refused.
+The hit test is inlined into the program, so that only a miss calls liblocus.so:
+- by default, in the assembly: `-B<tmp>/` puts gas.py in front of the assembler (with clang,
+  `-fno-integrated-as` too), and gas.py rewrites each read/write hook call into the model's
+  hit test (runtime/comm/exact/fast.h) with the call kept for a miss. gcc's hooks are
+  builtins called after its inliner has run, so they cannot be inlined any other way.
+  `LOCUS_CC_INLINE=0` keeps a call per access (1.5-2x slower).
+- with clang and `LOCUS_CC_LTO=1` (or an -flto option of your own): the objects are compiled
+  with -flto, and the link adds runtime/cc/lto_hooks.c compiled by the same clang, so LLVM's
+  link-time inliner puts the fast path in the program's loops. It needs clang's linker plugin
+  (LLVMgold, Debian's llvm package) or lld; with gcc it is refused.
 
 The program runs normally without locus (the hooks return at once); recorded with
 `locus record --lens comm` and LOCUS_COMM_BACKEND=exact it reports every transfer.
@@ -107,15 +111,51 @@ def lto_hooks_source() -> Path:
     return Path(__file__).resolve().parents[2] / "runtime" / "cc" / "lto_hooks.c"
 
 
+def inline_asm() -> bool:
+    """Builds without LTO get the hit test inlined by gas.py unless LOCUS_CC_INLINE=0."""
+    return os.environ.get("LOCUS_CC_INLINE", "1") != "0"
+
+
+def real_assembler(cmd: list[str]) -> str | None:
+    """The assembler gcc runs (`gcc -print-prog-name=as`, as a path)."""
+    try:
+        name = subprocess.run(
+            [*cmd, "-print-prog-name=as"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        name = ""
+    return name if os.path.isabs(name) else shutil.which(name or "as")
+
+
+def write_assembler(directory: Path, real: str) -> None:
+    """<directory>/as: gas.py in front of the real assembler (gcc -B<directory>/ runs it)."""
+    script = directory / "as"
+    gas = Path(__file__).resolve().with_name("gas.py")
+    script.write_text(
+        f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -S {shlex.quote(str(gas))} "
+        f'{shlex.quote(real)} "$@"\n'
+    )
+    script.chmod(0o755)
+
+
 def build_command(
-    argv: list[str], cxx: bool, specs: Path | None = None, hooks: Path | None = None
+    argv: list[str],
+    cxx: bool,
+    specs: Path | None = None,
+    hooks: Path | None = None,
+    asdir: Path | None = None,
 ) -> tuple[list[str], str | None]:
     """The compiler command for `argv`, and the specs text to write to `specs` (gcc
-    compile-and-link) or None. `hooks`: the compiled lto_hooks object to link (clang LTO)."""
+    compile-and-link) or None. `hooks`: the compiled lto_hooks object to link (clang LTO);
+    `asdir`: the directory of gas.py's assembler script (gcc, inlined hit test)."""
     cmd = compiler(cxx)
     kind = family(cmd)
     link = links(argv)
     extra: list[str] = []
+    if asdir is not None:
+        # gcc runs <asdir>/as; clang only with its own assembler off.
+        extra += ["-fno-integrated-as"] if kind == "clang" else []
+        extra.append(f"-B{asdir}/")
     specs_text = None
     if kind == "clang":
         # Without -fno-sanitize-link-runtime clang links libtsan.
@@ -205,7 +245,17 @@ def main(argv: list[str], cxx: bool = False) -> int:
             rc = compile_lto_hooks(compiler(cxx), lto, hooks, name)
             if rc != 0:
                 return rc
-        cmd, specs_text = build_command(argv, cxx, specs, hooks)
+        asdir = None
+        if lto is None and inline_asm():
+            real = real_assembler(compiler(cxx))
+            if real is None:
+                print(
+                    f"{name}: the assembler (as) was not found: install binutils", file=sys.stderr
+                )
+                return 127
+            asdir = Path(tmpdir)
+            write_assembler(asdir, real)
+        cmd, specs_text = build_command(argv, cxx, specs, hooks, asdir)
         if specs_text is not None:
             specs.write_text(specs_text)
         if os.environ.get("LOCUS_CC_VERBOSE") == "1":

@@ -181,12 +181,13 @@ def elf_dynamic_symbols(path: str) -> set[bytes] | None:
 
 
 def exact_hooks(path: str) -> str | None:
-    """How a `locus cc` build calls the exact backend: "inlined" (clang LTO: the hit test in
-    the program, only misses call liblocus.so), "calls" (a call per access), None unknown."""
+    """How a `locus cc` build calls the exact backend: "inlined" (the hit test in the program,
+    only misses call liblocus.so: clang LTO references the model's slow path, gcc's rewritten
+    assembly its per-thread state locus_xt), "calls" (a call per access), None unknown."""
     names = elf_dynamic_symbols(path)
     if not names:
         return None
-    if b"locus_x_slow" in names:
+    if b"locus_x_slow" in names or b"locus_xt" in names:
         return "inlined"
     return "calls" if any(n.startswith(EXACT_SYMBOL_PREFIXES) for n in names) else None
 

@@ -34,13 +34,16 @@ CE_TRUE, CE_EXACT = 1, 4
 EVENT, THREAD = COMM_EVENT_DTYPE, COMM_THREAD_DTYPE
 
 
-@pytest.fixture(scope="module", params=["cc", "clang-lto"])
+@pytest.fixture(scope="module", params=["cc", "cc-calls", "clang-lto"])
 def exact_bins(request, tmp_path_factory) -> Path:
-    """The workloads built by `locus cc` with the default compiler (hooks called in
-    liblocus.so), and with clang and LOCUS_CC_LTO=1 (the hit test inlined at link time)."""
+    """The workloads built by `locus cc` with gcc (the hit test inlined into its assembly by
+    locus/gas.py), with gcc and LOCUS_CC_INLINE=0 (a call into liblocus.so per access), and
+    with clang and LOCUS_CC_LTO=1 (the hit test inlined at link time)."""
     if not LIBLOCUS.exists():
         pytest.skip("build/liblocus.so is not built: run `make build`")
-    env = {"CC": "cc", "LOCUS_CC_LTO": "0"}
+    env = {"CC": "gcc", "LOCUS_CC_LTO": "0", "LOCUS_CC_INLINE": "1"}
+    if request.param == "cc-calls":
+        env["LOCUS_CC_INLINE"] = "0"
     if request.param == "clang-lto":
         if shutil.which("clang") is None:
             pytest.skip("clang is not installed (apt-get install clang; `make deps`)")
@@ -59,12 +62,14 @@ def exact_bins(request, tmp_path_factory) -> Path:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+    nm = subprocess.run(["nm", "-u", str(out / "comm_writevol")], capture_output=True, text=True)
     if request.param == "clang-lto":
         # Inlined: the program calls no hook of liblocus.so.
-        nm = subprocess.run(
-            ["nm", "-u", str(out / "comm_writevol")], capture_output=True, text=True
-        )
         assert "__tsan_" not in nm.stdout and "locus_x_slow" in nm.stdout
+    else:
+        # gcc: the hooks stay (a miss calls them); inlined, the hit test reads locus_xt.
+        assert "__tsan_write8" in nm.stdout
+        assert ("locus_xt" in nm.stdout) == (request.param == "cc"), nm.stdout
     return out
 
 
@@ -251,7 +256,7 @@ def test_report_states_how_the_hooks_are_called(exact_bins, tmp_path):
     """`locus record` tells an inlined (clang LTO) build from one calling liblocus.so per
     access, and the report says which; its volume line says every transfer was counted (its
     events are aggregates: "from 2 detections" read as two sampled detections)."""
-    want = "inlined" if "clang-lto" in exact_bins.name else "calls"
+    want = "calls" if "cc-calls" in exact_bins.name else "inlined"
     run_dir = tmp_path / "run"
     cmd = [str(REPO / "locus"), "record", "-o", str(run_dir), "--lens", "comm"]
     cmd += ["--backend", "exact", "--", str(exact_bins / "comm_p2p"), "2", "200"]

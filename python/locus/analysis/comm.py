@@ -582,10 +582,11 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         )
     if cfg["backend"] == "exact" and cfg.get("exact_hooks"):
         notes.append(
-            "exact backend, hooks inlined into the program (clang LTO build): every access counted"
+            "exact backend, the hit test inlined into the program (only misses call "
+            "liblocus.so): every access counted"
             if cfg["exact_hooks"] == "inlined"
-            else "exact backend, one call per access into liblocus.so (a clang build with "
-            "LOCUS_CC_LTO=1 inlines the hit test and runs 2-3x faster): every access counted"
+            else "exact backend, one call per access into liblocus.so (a default `locus cc` "
+            "build inlines the hit test and runs about 2x faster): every access counted"
         )
     if n_ev == 0:
         notes.append("no communication was detected")

@@ -52,6 +52,8 @@ def test_gcc_flags_compile_only_and_link(monkeypatch):
     cmd, specs = cc.build_command(["-O2", "-c", "a.c"], cxx=False)
     assert cmd[0] == "gcc" and "-fsanitize=thread" in cmd and specs is None
     assert "-llocus" not in cmd
+    cmd, _ = cc.build_command(["-c", "a.c"], cxx=False, asdir=Path("/t"))
+    assert "-B/t/" in cmd and "-fno-integrated-as" not in cmd
     cmd, specs = cc.build_command(["-O2", "-o", "a", "a.c"], cxx=False, specs=Path("x.specs"))
     # Compile and link: the sanitizer reaches cc1 only (no libtsan), liblocus is linked.
     assert "-fsanitize=thread" not in cmd and "-specs=x.specs" in cmd
@@ -68,6 +70,9 @@ def test_clang_flags(monkeypatch):
     assert "-tsan-instrument-func-entry-exit=0" in cmd
     cmd, _ = cc.build_command(["a.o", "-o", "a"], cxx=False)
     assert "-fno-sanitize-link-runtime" in cmd and "-llocus" in cmd
+    # gas.py as clang's assembler: only with its integrated assembler off.
+    cmd, _ = cc.build_command(["-c", "a.c"], cxx=False, asdir=Path("/t"))
+    assert "-B/t/" in cmd and "-fno-integrated-as" in cmd
 
 
 def test_lto_flag(monkeypatch):
@@ -127,6 +132,26 @@ def test_builds_and_runs(src, tmp_path, monkeypatch):
     assert out.returncode == 0 and out.stdout.strip() == str(2 * sum(range(16)))
 
 
+@pytest.mark.parametrize("how", ["default", "pipe", "calls"])
+def test_gcc_hit_test_inlined_in_the_assembly(src, tmp_path, monkeypatch, how):
+    """gcc builds get the hit test in the program (gas.py rewrote the hook calls: the code
+    reads locus_xt, and keeps the calls for misses), also with -pipe (the assembly on the
+    assembler's standard input); LOCUS_CC_INLINE=0 keeps a plain call per access. The
+    program runs and computes the same without locus."""
+    needs_lib()
+    monkeypatch.setenv("CC", "gcc")
+    monkeypatch.setenv("LOCUS_CC_INLINE", "0" if how == "calls" else "1")
+    exe = tmp_path / f"prog_{how}"
+    extra = ["-pipe"] if how == "pipe" else []
+    assert cc.main(["-O2", *extra, "-o", str(exe), str(src)]) == 0
+    syms = undefined(exe)
+    assert "__tsan_write4" in syms
+    assert ("locus_xt" in syms) == (how != "calls"), syms
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUS_")}
+    out = subprocess.run([str(exe), "x"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == str(2 * sum(range(16)))
+
+
 def test_compile_then_link(src, tmp_path, monkeypatch):
     needs_lib()
     monkeypatch.setenv("CC", "cc")
@@ -152,7 +177,8 @@ def test_clang_builds_and_runs(src, tmp_path, monkeypatch):
     monkeypatch.delenv("LOCUS_CC_LTO", raising=False)
     exe = tmp_path / "prog_clang"
     assert cc.main(["-O2", "-o", str(exe), str(src)]) == 0
-    assert "__tsan_write4" in undefined(exe)
+    # The hit test inlined by gas.py (clang's own assembler off), the hooks kept for misses.
+    assert {"__tsan_write4", "locus_xt"} <= undefined(exe)
     assert not any("tsan" in line for line in _ldd(exe)), "libtsan must not be linked"
     p = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout == "120\n"

@@ -45,6 +45,7 @@
  * tracked, detections = events written, dropped = aggregates or events lost. */
 #define _GNU_SOURCE
 #include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -104,6 +105,15 @@ static int16_t cpu_of[1u << 16];
 
 LOCUS_EXPORT struct locus_xglobal locus_xg;
 LOCUS_EXPORT LOCUS_TLS struct locus_xthread locus_xt;
+/* python/locus/gas.py writes the hit test in assembly with these offsets and L2_BITS 16. */
+_Static_assert(offsetof(struct locus_xthread, key) == 0 && offsetof(struct locus_xthread, b) == 8 &&
+                   offsetof(struct locus_xthread, accesses) == 16 &&
+                   offsetof(struct locus_xthread, bit) == 24 &&
+                   offsetof(struct locus_xthread, serial) == 40,
+               "struct locus_xthread as python/locus/gas.py reads it");
+_Static_assert(sizeof(struct locus_xshadow) == 32 && offsetof(struct locus_xshadow, bytes) == 8 &&
+                   offsetof(struct locus_xshadow, copies) == 16 && LOCUS_X_L2_BITS == 16,
+               "struct locus_xshadow as python/locus/gas.py reads it");
 static LOCUS_TLS struct locus_xshadow *xt_spare; /* a block that lost an install race */
 
 /* ---- shadow ---- */
