@@ -90,7 +90,8 @@ def rewrite(text: str, first: int = 0) -> tuple[str, int]:
     """The assembly with every plain read/write hook call preceded by the inlined hit test,
     and how many calls were rewritten; labels are numbered from `first` (unique across the
     files of one assembler run)."""
-    if "__tsan_" not in text:
+    # Only x86-64 code in AT&T syntax (gcc -masm=intel, -m32 and -mx32 keep their calls).
+    if "__tsan_" not in text or ".intel_syntax" in text or ".code32" in text:
         return text, 0
     out: list[str] = []
     k = first
@@ -133,6 +134,8 @@ def main(argv: list[str]) -> int:
         return 2
     real, args = argv[0], argv[1:]
     idx = inputs(args)
+    if "--32" in args or "--x32" in args:
+        os.execv(real, [real, *args])
     tmp: list[str] = []
     done = 0
     try:

@@ -586,7 +586,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             "liblocus.so): every access counted"
             if cfg["exact_hooks"] == "inlined"
             else "exact backend, one call per access into liblocus.so (a default `locus cc` "
-            "build inlines the hit test and runs about 2x faster): every access counted"
+            "build inlines the hit test and runs 1.5-2x faster): every access counted"
         )
     if n_ev == 0:
         notes.append("no communication was detected")

@@ -56,6 +56,11 @@ def test_other_calls_are_left_alone():
     assert gas.rewrite(text) == (text, 0)
 
 
+def test_intel_syntax_is_left_alone():
+    text = "\t.intel_syntax noprefix\n" + ASM
+    assert gas.rewrite(text) == (text, 0)
+
+
 def test_labels_are_unique_across_files():
     a, na = gas.rewrite(ASM)
     b, nb = gas.rewrite(ASM, na)
