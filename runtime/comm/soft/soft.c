@@ -143,7 +143,11 @@ static int steps_allowed(void) {
 
 static void step_measured(uint64_t now) {
   uint64_t d = now - me_soft.step_t, c = atomic_load_explicit(&step_cost, memory_order_relaxed);
-  uint64_t cap = (uint64_t)(1000.0 * locus_ticks_per_us); /* 1 ms: a preemption, not a step */
+  /* A step the thread was preempted in (a busy host, another vCPU's turn) says nothing of
+   * the cost of a step: counted at most 4x the average (and 1 ms), so that one preemption
+   * does not cut the next dozen chains to one step; a real rise still shows within a few. */
+  uint64_t cap = (uint64_t)(1000.0 * locus_ticks_per_us);
+  if (c && 4 * c < cap) cap = 4 * c;
   if (d > cap) d = cap;
   atomic_store_explicit(&step_cost, c ? c - c / 8 + d / 8 : d, memory_order_relaxed);
   me_soft.step_t = now;
