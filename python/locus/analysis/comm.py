@@ -16,6 +16,7 @@ Matrices are symmetrised (M + M^T) with a zero diagonal, as ComDetective's are.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
@@ -1058,11 +1059,36 @@ ADVICE_MIN_SHARE = 0.01
 FORTRAN_SOURCES = (".f", ".for", ".ftn", ".f77", ".f90", ".f95", ".f03", ".f08")
 
 
-def _is_fortran(o: dict, names) -> bool:
+def _top_site(o: dict, names) -> dict | None:
+    """The site (function, file, line) of the object's busiest false-sharing access."""
     if names is None or not o.get("_top_ip"):
-        return False
-    file = names.site(*o["_top_ip"])["file"]
-    return os.path.splitext(file)[1].lower() in FORTRAN_SOURCES
+        return None
+    return names.site(*o["_top_ip"])
+
+
+def _is_fortran(o: dict, names) -> bool:
+    site = _top_site(o, names)
+    return site is not None and os.path.splitext(site["file"])[1].lower() in FORTRAN_SOURCES
+
+
+# Code that only touches synchronisation words: glibc's mutexes, spin locks, rwlocks,
+# condition variables and semaphores (inlined helpers lll_*, futex waits), OpenMP locks and
+# critical sections (libgomp), C++ std::mutex. An object whose busiest false-sharing access
+# is there holds locks next to each other.
+LOCK_CODE = re.compile(
+    r"pthread_(mutex|spin|rwlock|cond)_|(^|_)lll_|futex|(^|_)sem_(wait|post|timedwait)|"
+    r"omp_(set|unset|test)_(nest_)?lock|gomp_(mutex|sem|ptrlock)|GOMP_critical|std::mutex::|"
+    r"__gthread_mutex"
+)
+
+
+def _lock_code(o: dict, names) -> str | None:
+    """The lock function the object's busiest false-sharing access is in, else None."""
+    site = _top_site(o, names)
+    if site is None:
+        return None
+    func = site["function"] or ""
+    return func if LOCK_CODE.search(func) else None
 
 
 def _fortran_padding(o: dict, line: int, size: int) -> str:
@@ -1139,7 +1165,21 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         share = f"{100 * o['false'] / o['all']:.0f} % of its volume"
         fortran = _is_fortran(o, names)
         align = "" if fortran else f" (alignas({line}))"
-        if shared >= SHARED_WORDS_MIN:
+        lock = _lock_code(o, names)
+        if lock is not None:
+            true = (
+                "; the true part is each lock passing between the threads that take it (its "
+                "contention: --lens locks)"
+                if o["true"] > 0
+                else ""
+            )
+            out.append(
+                f"threads {thr} use different locks that share {line}-byte lines in {name} "
+                f"{where} (in {lock}): taking one moves its neighbours' line too (false "
+                f"sharing, {share}); give each lock its own {line}-byte line{align}, or pad "
+                f"the element that holds it to {line} bytes{true}"
+            )
+        elif shared >= SHARED_WORDS_MIN:
             out.append(
                 f"threads {thr} {verb} neighbouring {size}-byte words of {name} {where} at "
                 f"the same time (false sharing, {share}) and the same words at other times "

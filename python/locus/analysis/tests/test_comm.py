@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from locus.analysis import comm
 from locus.analysis.comm import Options, analyze
 from locus.cli import main
 from locus.errors import LocusError
@@ -318,6 +319,44 @@ def test_advice_in_fortran_names_fortran_means(tmp_path):
         "each thread's element its own 64-byte line (declare 8 per thread, hits(8, nthreads), "
         "and use hits(1, t)) or accumulate in a private variable (an OpenMP reduction)"
     ]
+
+
+class LockSym(MidLineSym):
+    """The same two slots, written by glibc's mutex code (sysbench mutex keeps its mutexes
+    in one array)."""
+
+    def code(self, addrs, return_addresses=True):
+        return {
+            a: CodeLoc("lll_mutex_unlock_optimized", "pthread_mutex_unlock.c", 43) for a in addrs
+        }
+
+
+def test_advice_for_neighbouring_locks(tmp_path):
+    """Words written by lock code are locks: the advice says so, and pads each lock (not
+    "each field"), naming the lock function."""
+    res = _two_slots(tmp_path, LockSym())
+    assert res["advice"] == [
+        "threads 0-1 use different locks that share 64-byte lines in `hits` at offsets 0-8 "
+        "(in lll_mutex_unlock_optimized): taking one moves its neighbours' line too (false "
+        "sharing, 100 % of its volume); give each lock its own 64-byte line (alignas(64)), or "
+        "pad the element that holds it to 64 bytes"
+    ]
+
+
+def test_lock_code_names():
+    for func in (
+        "lll_mutex_lock_optimized",
+        "__pthread_mutex_lock",
+        "__GI___lll_lock_wait",
+        "pthread_spin_lock",
+        "omp_set_lock",
+        "gomp_mutex_lock_slow",
+        "std::mutex::lock()",
+        "futex_wait",
+    ):
+        assert comm.LOCK_CODE.search(func), func
+    for func in ("update_stats", "worker", "mutexes_init_table", "allocate_lll"):
+        assert not comm.LOCK_CODE.search(func), func
 
 
 HITS_DWARF = """
