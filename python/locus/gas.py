@@ -18,8 +18,8 @@ rdx, rsi, r8-r11 and the flags, so the compiler keeps nothing live in them; the 
 in rdi, which the code leaves for the fallback call. The stack is not touched (no CFI
 change, the fallback call runs at the call's own stack pointer), and the inserted code
 carries the line of the access (the `.loc` before it), so the fallback's return address
-names the access as before. Unaligned accesses (which may span two lines), ranges and
-atomics keep their calls.
+names the access as before. Unaligned accesses take the test too (one that spans two lines
+fails it and calls); ranges and atomics keep their calls.
 
 The layout it reads (struct locus_xthread, struct locus_xshadow) is asserted in exact.c.
 Usage (from the wrapper script `locus cc` writes): gas.py REAL_AS [as arguments...]. Input
@@ -36,7 +36,7 @@ import tempfile
 
 # call *__tsan_write8@GOTPCREL(%rip) (-fno-plt), call __tsan_write8@PLT, call __tsan_write8
 CALL = re.compile(
-    r"^(\s*)callq?\s+\*?(__tsan_(?:volatile_)?(read|write)(1|2|4|8|16))"
+    r"^(\s*)callq?\s+\*?(__tsan_(?:volatile_|unaligned_)?(read|write)(1|2|4|8|16))"
     r"(@GOTPCREL\(%rip\)|@PLT)?\s*$"
 )
 

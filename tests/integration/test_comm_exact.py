@@ -282,3 +282,80 @@ def test_report_states_how_the_hooks_are_called(exact_bins, tmp_path):
         timeout=TIMEOUT_S,
     ).stdout
     assert "every transfer counted;" in text and "detections:" not in text, text[:600]
+
+
+UNALIGNED = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* x spans the first two lines (bytes 60-67), y is unaligned inside the second (68-75).
+ * Thread 0 writes x, thread 1 writes y, in turns: only the second line moves, by false
+ * sharing (x's bytes 64-67 against y's 68-75); the first stays thread 0's, so its store
+ * to x hits there and must still see that the second line is gone. */
+struct __attribute__((packed)) rec { char pad[60]; long x, y; };
+static _Alignas(64) struct { struct rec r; char tail[52]; } d; /* two lines of its own */
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static int turn;
+static long rounds;
+static int tids[2];
+
+static void *worker(void *arg) {
+  int me = (int)(long)arg;
+  tids[me] = (int)syscall(SYS_gettid);
+  for (long i = 0; i < rounds; i++) {
+    pthread_mutex_lock(&m);
+    while (turn != me) pthread_cond_wait(&c, &m);
+    if (me == 0)
+      d.r.x = i;
+    else
+      d.r.y = i;
+    turn = !me;
+    pthread_cond_broadcast(&c);
+    pthread_mutex_unlock(&m);
+  }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  rounds = argc > 1 ? atol(argv[1]) : 1000;
+  pthread_t t[2];
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, worker, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  /* Thread 0 writes first: each later turn moves the second line from the other thread. */
+  fprintf(stderr,
+          "{\"workload\":\"unaligned\",\"tids\":[%d,%d],\"data\":[%lu,%lu],\"expected\":"
+          "{\"pairs\":[{\"src_tid\":%d,\"dst_tid\":%d,\"true\":0,\"false\":%ld},"
+          "{\"src_tid\":%d,\"dst_tid\":%d,\"true\":0,\"false\":%ld}]}}\n",
+          tids[0], tids[1], (unsigned long)&d, (unsigned long)&d + 128, tids[0], tids[1],
+          rounds, tids[1], tids[0], rounds - 1);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("build", ["clang", "clang-calls", "gcc"])
+def test_unaligned_accesses_across_lines(tmp_path, monkeypatch, build):
+    """Packed fields: clang calls __tsan_unaligned_write8 for them, which gas.py inlines (a
+    store across two lines must fail the test even when the first line is a hit, and call:
+    the second line moved; one inside a line takes the hit test); gcc calls
+    __tsan_write_range. Inlined or called, every transfer is counted (1 per turn, false
+    sharing)."""
+    if not LIBLOCUS.exists():
+        pytest.skip("build/liblocus.so is not built: run `make build`")
+    if build.startswith("clang") and shutil.which("clang") is None:
+        pytest.skip("clang is not installed (apt-get install clang; `make deps`)")
+    monkeypatch.setenv("CC", build.split("-")[0])
+    monkeypatch.setenv("LOCUS_CC_INLINE", "0" if build.endswith("-calls") else "1")
+    monkeypatch.delenv("LOCUS_CC_LTO", raising=False)
+    src, exe = tmp_path / "unaligned.c", tmp_path / "unaligned"
+    src.write_text(UNALIGNED)
+    assert cc.main(["-O2", "-g", "-pthread", "-o", str(exe), str(src)]) == 0
+    nm = subprocess.run(["nm", "-u", str(exe)], capture_output=True, text=True).stdout
+    hook = "__tsan_write_range" if build == "gcc" else "__tsan_unaligned_write8"
+    assert hook in nm and ("locus_xt" in nm) == (not build.endswith("-calls")), nm
+    run = run_exact(tmp_path, tmp_path, "unaligned", "500")
+    assert run.matrix() == run.expected()
