@@ -633,7 +633,16 @@ def comm_backend(f: Findings, backend: str) -> tuple[bool, str, str]:
                 f"no compiler for `locus cc`: {f.tsan_error or 'none found'}",
                 "apt-get install gcc (or clang)",
             )
-        return True, f"`locus cc` instruments with {f.tsan_compiler} -fsanitize=thread", ""
+        how = (
+            "a call per access (LOCUS_CC_INLINE=0)"
+            if os.environ.get("LOCUS_CC_INLINE") == "0"
+            else "the hit test inlined into its assembly"
+        )
+        return (
+            True,
+            f"`locus cc` instruments with {f.tsan_compiler} -fsanitize=thread, {how}",
+            "",
+        )
     raise ValueError(backend)
 
 

@@ -204,3 +204,30 @@ def _ldd(exe: Path) -> list[str]:
     if shutil.which("ldd") is None:
         return []
     return subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout.splitlines()
+
+
+FORTRAN = """\
+program sums
+  implicit none
+  integer(8) :: a(16)
+  integer :: i
+  do i = 1, 16
+    a(i) = i
+  end do
+  print '(i0)', sum(a)
+end program
+"""
+
+
+@pytest.mark.skipif(shutil.which("gfortran") is None, reason="gfortran is not installed")
+def test_fortran_builds_instrumented(tmp_path, monkeypatch):
+    """LOCUS_CC=gfortran: Fortran sources get the same hooks (gfortran shares gcc's
+    -fsanitize=thread, and the specs reach f951) with the hit test inlined."""
+    needs_lib()
+    monkeypatch.setenv("LOCUS_CC", "gfortran")
+    src, exe = tmp_path / "sums.f90", tmp_path / "sums"
+    src.write_text(FORTRAN)
+    assert cc.main(["-O0", "-o", str(exe), str(src)]) == 0
+    assert {"__tsan_write8", "locus_xt"} <= undefined(exe)
+    p = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "136"
