@@ -143,13 +143,20 @@ static int steps_allowed(void) {
 
 static void step_measured(uint64_t now) {
   uint64_t d = now - me_soft.step_t, c = atomic_load_explicit(&step_cost, memory_order_relaxed);
-  /* A step the thread was preempted in (a busy host, another vCPU's turn) says nothing of
-   * the cost of a step: counted at most 4x the average (and 1 ms), so that one preemption
-   * does not cut the next dozen chains to one step; a real rise still shows within a few. */
+  /* The cost of a step is the platform's (a debug exception, a signal): the time also holds
+   * any preemption of the thread (a busy host's steal, another vCPU's turn), which says
+   * nothing of it. So the average follows a cheaper step at once (1/4) and a dearer one
+   * slowly (1/16, at most twice the average): under steal it stays near the real cost,
+   * where an even average climbed until the chains were cut to one step. */
   uint64_t cap = (uint64_t)(1000.0 * locus_ticks_per_us);
-  if (c && 4 * c < cap) cap = 4 * c;
   if (d > cap) d = cap;
-  atomic_store_explicit(&step_cost, c ? c - c / 8 + d / 8 : d, memory_order_relaxed);
+  if (!c)
+    c = d;
+  else if (d < c)
+    c -= (c - d) / 4;
+  else
+    c += ((d > 2 * c ? 2 * c : d) - c) / 16;
+  atomic_store_explicit(&step_cost, c, memory_order_relaxed);
   me_soft.step_t = now;
 }
 
