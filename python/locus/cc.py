@@ -15,7 +15,9 @@ The real compiler is $LOCUS_CC / $CC (cc) for `locus cc` and $LOCUS_CXX / $CXX (
   `-fno-sanitize-link-runtime` when linking (else clang links libtsan). (clang's other
   option, -fsanitize-coverage=trace-loads,trace-stores, does not see atomics.)
 - when linking: `-L<dir> -llocus -Wl,-rpath,<dir>`, <dir> being where liblocus.so is
-  ($LOCUS_LIB, a file or a directory, else build/ of this checkout).
+  ($LOCUS_LIB, a file or a directory, else build/ of this checkout), and (without LTO)
+  `-Wl,--wrap=memcpy,...`: the program's calls to memcpy, memmove, memset (and their
+  _FORTIFY_SOURCE variants) go through liblocus.so, which counts their ranges.
 
 The hit test is inlined into the program, so that only a miss calls liblocus.so:
 - by default, in the assembly: `-B<tmp>/` puts gas.py in front of the assembler (with clang,
@@ -46,6 +48,10 @@ from pathlib import Path
 # -fno-plt: each access calls a hook in liblocus.so; through the GOT directly, not a PLT stub.
 GCC_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-fno-plt"]
 CLANG_FLAGS = ["-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=0"]
+# libc's copies, which neither compiler instruments (libtsan intercepts them): the program's
+# own calls go to liblocus.so's __wrap_* (a read and a write range each, then libc's).
+WRAPPED = ("memcpy", "memmove", "memset", "__memcpy_chk", "__memmove_chk", "__memset_chk")
+WRAP_FLAG = "-Wl," + ",".join(f"--wrap={f}" for f in WRAPPED)
 # Any of these: the invocation does not link.
 NO_LINK = {"-c", "-S", "-E", "-M", "-MM", "-fsyntax-only"}
 # Static links cannot load liblocus.so.
@@ -177,6 +183,9 @@ def build_command(
         lib = library_dir()
         tail = [*([str(hooks)] if hooks is not None else []), f"-L{lib}", "-llocus"]
         tail.append(f"-Wl,-rpath,{lib}")
+        if hooks is None and lto_flag(argv) is None:
+            # Not with LTO: its code generator makes memcpy calls after symbols are resolved.
+            tail.append(WRAP_FLAG)
     return [*cmd, *extra, *argv, *tail], specs_text
 
 

@@ -359,3 +359,85 @@ def test_unaligned_accesses_across_lines(tmp_path, monkeypatch, build):
     assert hook in nm and ("locus_xt" in nm) == (not build.endswith("-calls")), nm
     run = run_exact(tmp_path, tmp_path, "unaligned", "500")
     assert run.matrix() == run.expected()
+
+
+COPIES = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Thread 0 fills `box` (memcpy, or memset every other round), thread 1 copies it out
+ * (memmove), in turns: every round moves box's lines from thread 0 to thread 1 (true
+ * sharing), and nothing goes back (thread 0 holds the lines it writes again). */
+static _Alignas(64) char box[4096];
+static _Alignas(64) char src[4096], dst[4096]; /* read at the end: the copies are kept */
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static int turn;
+static long rounds;
+static size_t n;
+static int tids[2];
+
+static void *worker(void *arg) {
+  int me = (int)(long)arg;
+  tids[me] = (int)syscall(SYS_gettid);
+  for (long i = 0; i < rounds; i++) {
+    pthread_mutex_lock(&m);
+    while (turn != me) pthread_cond_wait(&c, &m);
+    if (me == 1)
+      memmove(dst, box, n);
+    else if (i % 2)
+      memset(box, (int)i, n);
+    else
+      memcpy(box, src, n);
+    turn = !me;
+    pthread_cond_broadcast(&c);
+    pthread_mutex_unlock(&m);
+  }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  rounds = argc > 1 ? atol(argv[1]) : 100;
+  n = argc > 2 ? (size_t)atol(argv[2]) : 256; /* a run-time size: a real call */
+  for (size_t i = 0; i < sizeof src; i++) src[i] = (char)(i + (size_t)argc);
+  pthread_t t[2];
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, worker, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  long sum = 0;
+  for (size_t i = 0; i < n; i++) sum += dst[i];
+  printf("%ld\n", sum);
+  fprintf(stderr,
+          "{\"workload\":\"copies\",\"tids\":[%d,%d],\"data\":[%lu,%lu],\"expected\":"
+          "{\"pairs\":[{\"src_tid\":%d,\"dst_tid\":%d,\"true\":%ld,\"false\":0}]}}\n",
+          tids[0], tids[1], (unsigned long)box, (unsigned long)box + sizeof box, tids[0],
+          tids[1], rounds * (long)((n + 63) / 64));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_memcpy_memmove_memset_are_counted(tmp_path, monkeypatch, compiler):
+    """Neither compiler instruments calls to memcpy, memmove and memset (libtsan intercepts
+    them): `locus cc` links them to liblocus.so's wrappers, which count their ranges, so a
+    buffer handed over by memcpy/memset and read by memmove moves every line of it."""
+    if not LIBLOCUS.exists():
+        pytest.skip("build/liblocus.so is not built: run `make build`")
+    if shutil.which(compiler) is None:
+        pytest.skip(f"{compiler} is not installed")
+    monkeypatch.setenv("CC", compiler)
+    monkeypatch.delenv("LOCUS_CC_LTO", raising=False)
+    src, exe = tmp_path / "copies.c", tmp_path / "copies"
+    src.write_text(COPIES)
+    assert cc.main(["-O2", "-g", "-pthread", "-o", str(exe), str(src)]) == 0
+    nm = subprocess.run(["nm", "-u", str(exe)], capture_output=True, text=True).stdout
+    assert "__wrap_memcpy" in nm and "__wrap_memset" in nm, nm  # memmove may be a memcpy
+    run = run_exact(tmp_path, tmp_path, "copies", "300", "256")
+    assert run.matrix() == run.expected()
+    # Run without locus, it copies as before.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUS_")}
+    assert subprocess.run([str(exe), "10", "100"], env=env, timeout=60).returncode == 0

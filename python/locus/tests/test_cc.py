@@ -59,6 +59,7 @@ def test_gcc_flags_compile_only_and_link(monkeypatch):
     assert "-fsanitize=thread" not in cmd and "-specs=x.specs" in cmd
     assert "-fsanitize=thread" in specs and "*cc1:" in specs
     assert "-llocus" in cmd and any(a.startswith("-Wl,-rpath,") for a in cmd)
+    assert cc.WRAP_FLAG in cmd and "--wrap=memcpy" in cc.WRAP_FLAG
     assert cmd[1 : 1 + 1] == ["-specs=x.specs"] and cmd[2:6] == ["-O2", "-o", "a", "a.c"]
 
 
@@ -85,6 +86,7 @@ def test_lto_flag(monkeypatch):
     monkeypatch.setenv("CC", "clang-14")
     cmd, _ = cc.build_command(["a.o", "-o", "a"], cxx=False, hooks=Path("/t/h.o"))
     assert "-flto" in cmd and cmd.index("/t/h.o") < cmd.index("-llocus")
+    assert cc.WRAP_FLAG not in cmd  # LTO makes memcpy calls after symbol resolution
 
 
 def test_lto_with_gcc_is_refused(monkeypatch, capsys):

@@ -38,8 +38,9 @@
  *     verdict never mixes two threads' epochs; the copy set is a separate word, so a
  *     transfer can be lost or counted twice when two threads take a line at the same instant
  *     (exact for programs whose accesses to a line are ordered by synchronisation).
- *   - not seen: uninstrumented code (libc's memcpy/memset, libraries not built with locus
- *     cc, inline asm).
+ *   - not seen: uninstrumented code (libraries not built with locus cc, libc's functions
+ *     but memcpy/memmove/memset called from instrumented code, which are wrapped below;
+ *     inline asm).
  *
  * Per thread record (comm.threads.bin): samples = accesses seen, skipped = accesses not
  * tracked, detections = events written, dropped = aggregates or events lost. */
@@ -434,6 +435,55 @@ LOCUS_EXPORT __attribute__((noinline)) void locus_x_slow(uintptr_t a, uint64_t l
 /* ---- -fsanitize=thread (gcc and clang), hooks called through the GOT ---- */
 
 LOCUS_X_TSAN_HOOKS(LOCUS_EXPORT, RA)
+
+/* ---- memcpy, memmove, memset of instrumented code (`locus cc` links with
+ * -Wl,--wrap=memcpy,...): neither compiler instruments the calls (libtsan intercepts them),
+ * so each is a read of the source range and a write of the destination range here, then
+ * libc's function (this library is not linked with --wrap: the names below are libc's). */
+
+static inline void ranges(const void *src, void *dst, size_t n, uint64_t ip) {
+  if (n == 0) return;
+  if (locus_xg.on == LOCUS_X_OFF &&
+      !atomic_load_explicit(&locus_numa_exact_on, memory_order_relaxed))
+    return; /* not recording (the program run without locus) */
+  if (src) locus_x_slow((uintptr_t)src, n, 0, ip);
+  locus_x_slow((uintptr_t)dst, n, LOCUS_X_STORE, ip);
+}
+
+LOCUS_EXPORT void *__wrap_memcpy(void *d, const void *s, size_t n) {
+  ranges(s, d, n, RA);
+  return memcpy(d, s, n);
+}
+
+LOCUS_EXPORT void *__wrap_memmove(void *d, const void *s, size_t n) {
+  ranges(s, d, n, RA);
+  return memmove(d, s, n);
+}
+
+LOCUS_EXPORT void *__wrap_memset(void *d, int c, size_t n) {
+  ranges(NULL, d, n, RA);
+  return memset(d, c, n);
+}
+
+/* _FORTIFY_SOURCE's checked variants (glibc's; they abort on overflow as before). */
+void *__memcpy_chk(void *d, const void *s, size_t n, size_t dn);
+void *__memmove_chk(void *d, const void *s, size_t n, size_t dn);
+void *__memset_chk(void *d, int c, size_t n, size_t dn);
+
+LOCUS_EXPORT void *__wrap___memcpy_chk(void *d, const void *s, size_t n, size_t dn) {
+  if (n <= dn) ranges(s, d, n, RA);
+  return __memcpy_chk(d, s, n, dn);
+}
+
+LOCUS_EXPORT void *__wrap___memmove_chk(void *d, const void *s, size_t n, size_t dn) {
+  if (n <= dn) ranges(s, d, n, RA);
+  return __memmove_chk(d, s, n, dn);
+}
+
+LOCUS_EXPORT void *__wrap___memset_chk(void *d, int c, size_t n, size_t dn) {
+  if (n <= dn) ranges(NULL, d, n, RA);
+  return __memset_chk(d, c, n, dn);
+}
 
 /* ---- life cycle ---- */
 
