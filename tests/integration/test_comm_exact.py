@@ -284,24 +284,22 @@ def test_report_states_how_the_hooks_are_called(exact_bins, tmp_path):
     assert "every transfer counted;" in text and "detections:" not in text, text[:600]
 
 
-UNALIGNED = r"""
+# Two threads taking turns (a mutex and a condition variable, not instrumented): each turn
+# runs step(me, i) of the program below it, and main() prints its truth after run_turns().
+TURNS = r"""
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* x spans the first two lines (bytes 60-67), y is unaligned inside the second (68-75).
- * Thread 0 writes x, thread 1 writes y, in turns: only the second line moves, by false
- * sharing (x's bytes 64-67 against y's 68-75); the first stays thread 0's, so its store
- * to x hits there and must still see that the second line is gone. */
-struct __attribute__((packed)) rec { char pad[60]; long x, y; };
-static _Alignas(64) struct { struct rec r; char tail[52]; } d; /* two lines of its own */
 static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
 static int turn;
 static long rounds;
 static int tids[2];
+static void step(int me, long i);
 
 static void *worker(void *arg) {
   int me = (int)(long)arg;
@@ -309,10 +307,7 @@ static void *worker(void *arg) {
   for (long i = 0; i < rounds; i++) {
     pthread_mutex_lock(&m);
     while (turn != me) pthread_cond_wait(&c, &m);
-    if (me == 0)
-      d.r.x = i;
-    else
-      d.r.y = i;
+    step(me, i);
     turn = !me;
     pthread_cond_broadcast(&c);
     pthread_mutex_unlock(&m);
@@ -320,11 +315,33 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-int main(int argc, char **argv) {
-  rounds = argc > 1 ? atol(argv[1]) : 1000;
+static void run_turns(long n) {
+  rounds = n;
   pthread_t t[2];
   for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, worker, (void *)i);
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+}
+"""
+
+UNALIGNED = (
+    TURNS
+    + r"""
+/* x spans the first two lines (bytes 60-67), y is unaligned inside the second (68-75).
+ * Thread 0 writes x, thread 1 writes y, in turns: only the second line moves, by false
+ * sharing (x's bytes 64-67 against y's 68-75); the first stays thread 0's, so its store
+ * to x hits there and must still see that the second line is gone. */
+struct __attribute__((packed)) rec { char pad[60]; long x, y; };
+static _Alignas(64) struct { struct rec r; char tail[52]; } d; /* two lines of its own */
+
+static void step(int me, long i) {
+  if (me == 0)
+    d.r.x = i;
+  else
+    d.r.y = i;
+}
+
+int main(int argc, char **argv) {
+  run_turns(argc > 1 ? atol(argv[1]) : 1000);
   /* Thread 0 writes first: each later turn moves the second line from the other thread. */
   fprintf(stderr,
           "{\"workload\":\"unaligned\",\"tids\":[%d,%d],\"data\":[%lu,%lu],\"expected\":"
@@ -335,6 +352,24 @@ int main(int argc, char **argv) {
   return 0;
 }
 """
+)
+
+
+def build_and_run(tmp_path, monkeypatch, source: str, name: str, cc_env: dict, *args: str):
+    """`source` built by `locus cc` with `cc_env`, run under the exact backend: (the
+    program's undefined symbols, the Run)."""
+    if not LIBLOCUS.exists():
+        pytest.skip("build/liblocus.so is not built: run `make build`")
+    if shutil.which(cc_env["CC"]) is None:
+        pytest.skip(f"{cc_env['CC']} is not installed")
+    monkeypatch.delenv("LOCUS_CC_LTO", raising=False)
+    for k, v in cc_env.items():
+        monkeypatch.setenv(k, v)
+    src, exe = tmp_path / f"{name}.c", tmp_path / name
+    src.write_text(source)
+    assert cc.main(["-O2", "-g", "-pthread", "-o", str(exe), str(src)]) == 0
+    nm = subprocess.run(["nm", "-u", str(exe)], capture_output=True, text=True).stdout
+    return nm, run_exact(tmp_path, tmp_path, name, *args)
 
 
 @pytest.mark.parametrize("build", ["clang", "clang-calls", "gcc"])
@@ -344,69 +379,36 @@ def test_unaligned_accesses_across_lines(tmp_path, monkeypatch, build):
     the second line moved; one inside a line takes the hit test); gcc calls
     __tsan_write_range. Inlined or called, every transfer is counted (1 per turn, false
     sharing)."""
-    if not LIBLOCUS.exists():
-        pytest.skip("build/liblocus.so is not built: run `make build`")
-    if build.startswith("clang") and shutil.which("clang") is None:
-        pytest.skip("clang is not installed (apt-get install clang; `make deps`)")
-    monkeypatch.setenv("CC", build.split("-")[0])
-    monkeypatch.setenv("LOCUS_CC_INLINE", "0" if build.endswith("-calls") else "1")
-    monkeypatch.delenv("LOCUS_CC_LTO", raising=False)
-    src, exe = tmp_path / "unaligned.c", tmp_path / "unaligned"
-    src.write_text(UNALIGNED)
-    assert cc.main(["-O2", "-g", "-pthread", "-o", str(exe), str(src)]) == 0
-    nm = subprocess.run(["nm", "-u", str(exe)], capture_output=True, text=True).stdout
+    env = {"CC": build.split("-")[0], "LOCUS_CC_INLINE": "0" if build.endswith("-calls") else "1"}
+    nm, run = build_and_run(tmp_path, monkeypatch, UNALIGNED, "unaligned", env, "500")
     hook = "__tsan_write_range" if build == "gcc" else "__tsan_unaligned_write8"
     assert hook in nm and ("locus_xt" in nm) == (not build.endswith("-calls")), nm
-    run = run_exact(tmp_path, tmp_path, "unaligned", "500")
     assert run.matrix() == run.expected()
 
 
-COPIES = r"""
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
+COPIES = (
+    TURNS
+    + r"""
 /* Thread 0 fills `box` (memcpy, or memset every other round), thread 1 copies it out
  * (memmove), in turns: every round moves box's lines from thread 0 to thread 1 (true
  * sharing), and nothing goes back (thread 0 holds the lines it writes again). */
 static _Alignas(64) char box[4096];
 static _Alignas(64) char src[4096], dst[4096]; /* read at the end: the copies are kept */
-static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
-static int turn;
-static long rounds;
 static size_t n;
-static int tids[2];
 
-static void *worker(void *arg) {
-  int me = (int)(long)arg;
-  tids[me] = (int)syscall(SYS_gettid);
-  for (long i = 0; i < rounds; i++) {
-    pthread_mutex_lock(&m);
-    while (turn != me) pthread_cond_wait(&c, &m);
-    if (me == 1)
-      memmove(dst, box, n);
-    else if (i % 2)
-      memset(box, (int)i, n);
-    else
-      memcpy(box, src, n);
-    turn = !me;
-    pthread_cond_broadcast(&c);
-    pthread_mutex_unlock(&m);
-  }
-  return NULL;
+static void step(int me, long i) {
+  if (me == 1)
+    memmove(dst, box, n);
+  else if (i % 2)
+    memset(box, (int)i, n);
+  else
+    memcpy(box, src, n);
 }
 
 int main(int argc, char **argv) {
-  rounds = argc > 1 ? atol(argv[1]) : 100;
   n = argc > 2 ? (size_t)atol(argv[2]) : 256; /* a run-time size: a real call */
   for (size_t i = 0; i < sizeof src; i++) src[i] = (char)(i + (size_t)argc);
-  pthread_t t[2];
-  for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, worker, (void *)i);
-  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  run_turns(argc > 1 ? atol(argv[1]) : 100);
   long sum = 0;
   for (size_t i = 0; i < n; i++) sum += dst[i];
   printf("%ld\n", sum);
@@ -418,6 +420,7 @@ int main(int argc, char **argv) {
   return 0;
 }
 """
+)
 
 
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
@@ -425,19 +428,10 @@ def test_memcpy_memmove_memset_are_counted(tmp_path, monkeypatch, compiler):
     """Neither compiler instruments calls to memcpy, memmove and memset (libtsan intercepts
     them): `locus cc` links them to liblocus.so's wrappers, which count their ranges, so a
     buffer handed over by memcpy/memset and read by memmove moves every line of it."""
-    if not LIBLOCUS.exists():
-        pytest.skip("build/liblocus.so is not built: run `make build`")
-    if shutil.which(compiler) is None:
-        pytest.skip(f"{compiler} is not installed")
-    monkeypatch.setenv("CC", compiler)
-    monkeypatch.delenv("LOCUS_CC_LTO", raising=False)
-    src, exe = tmp_path / "copies.c", tmp_path / "copies"
-    src.write_text(COPIES)
-    assert cc.main(["-O2", "-g", "-pthread", "-o", str(exe), str(src)]) == 0
-    nm = subprocess.run(["nm", "-u", str(exe)], capture_output=True, text=True).stdout
+    nm, run = build_and_run(tmp_path, monkeypatch, COPIES, "copies", {"CC": compiler}, "300", "256")
     assert "__wrap_memcpy" in nm and "__wrap_memset" in nm, nm  # memmove may be a memcpy
-    run = run_exact(tmp_path, tmp_path, "copies", "300", "256")
     assert run.matrix() == run.expected()
     # Run without locus, it copies as before.
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUS_")}
+    exe = tmp_path / "copies"
     assert subprocess.run([str(exe), "10", "100"], env=env, timeout=60).returncode == 0
