@@ -20,8 +20,9 @@ The real compiler is $LOCUS_CC / $CC (cc) for `locus cc` and $LOCUS_CXX / $CXX (
   _FORTIFY_SOURCE variants) go through liblocus.so, which counts their ranges.
 
 The hit test is inlined into the program, so that only a miss calls liblocus.so:
-- by default, in the assembly: `-B<tmp>/` puts gas.py in front of the assembler (with clang,
-  `-fno-integrated-as` too), and gas.py rewrites each read/write hook call into the model's
+- by default, in the assembly: `-B<dir>/` puts gas.py in front of the assembler (with clang,
+  `-fno-integrated-as` too; <dir> is ~/.cache/locus/as-<version>, the same from one build
+  to the next for ccache), and gas.py rewrites each read/write hook call into the model's
   hit test (runtime/comm/exact/fast.h) with the call kept for a miss. gcc's hooks are
   builtins called after its inliner has run, so they cannot be inlined any other way.
   `LOCUS_CC_INLINE=0` keeps a call per access (1.5-2x slower).
@@ -37,6 +38,7 @@ The program runs normally without locus (the hooks return at once); recorded wit
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import shutil
@@ -133,15 +135,47 @@ def real_assembler(cmd: list[str]) -> str | None:
     return name if os.path.isabs(name) else shutil.which(name or "as")
 
 
-def write_assembler(directory: Path, real: str) -> None:
-    """<directory>/as: gas.py in front of the real assembler (gcc -B<directory>/ runs it)."""
-    script = directory / "as"
+def assembler_script(real: str) -> str:
     gas = Path(__file__).resolve().with_name("gas.py")
-    script.write_text(
+    return (
         f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -S {shlex.quote(str(gas))} "
         f'{shlex.quote(real)} "$@"\n'
     )
-    script.chmod(0o755)
+
+
+def write_assembler(directory: Path, real: str) -> None:
+    """<directory>/as: gas.py in front of the real assembler (gcc -B<directory>/ runs it),
+    written whole or not at all (builds run in parallel)."""
+    script = directory / "as"
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".as-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(assembler_script(real))
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, script)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def assembler_dir(real: str, fallback: Path) -> Path:
+    """The directory of the assembler script: one per gas.py version, interpreter and real
+    assembler under $XDG_CACHE_HOME/locus (~/.cache/locus), so that the -B option is the
+    same from one build to the next (ccache hashes it; a new gas.py is a new directory, so
+    objects rewritten for another layout are never served); `fallback` where that cannot
+    be written."""
+    gas = Path(__file__).resolve().with_name("gas.py")
+    try:
+        key = hashlib.sha256(gas.read_bytes() + assembler_script(real).encode()).hexdigest()
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+        directory = Path(cache) / "locus" / f"as-{key[:16]}"
+        if not (directory / "as").is_file():
+            directory.mkdir(parents=True, exist_ok=True)
+            write_assembler(directory, real)
+        return directory
+    except (OSError, RuntimeError):
+        write_assembler(fallback, real)
+        return fallback
 
 
 def build_command(
@@ -262,8 +296,7 @@ def main(argv: list[str], cxx: bool = False) -> int:
                     f"{name}: the assembler (as) was not found: install binutils", file=sys.stderr
                 )
                 return 127
-            asdir = Path(tmpdir)
-            write_assembler(asdir, real)
+            asdir = assembler_dir(real, Path(tmpdir))
         cmd, specs_text = build_command(argv, cxx, specs, hooks, asdir)
         if specs_text is not None:
             specs.write_text(specs_text)

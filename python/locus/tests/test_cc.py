@@ -233,3 +233,22 @@ def test_fortran_builds_instrumented(tmp_path, monkeypatch):
     assert {"__tsan_write8", "locus_xt"} <= undefined(exe)
     p = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "136"
+
+
+def test_assembler_directory_is_stable_per_version(tmp_path, monkeypatch):
+    """The -B directory is the same from one build to the next (ccache hashes the command
+    line), holds a script running gas.py, and is another one for another assembler (or
+    another gas.py); where the cache cannot be written, the invocation's own directory."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    a = cc.assembler_dir("/usr/bin/as", tmp_path)
+    assert (
+        a == cc.assembler_dir("/usr/bin/as", tmp_path) and a.parent == tmp_path / "cache" / "locus"
+    )
+    script = (a / "as").read_text()
+    assert "gas.py" in script and "/usr/bin/as" in script and os.access(a / "as", os.X_OK)
+    assert cc.assembler_dir("/opt/binutils/bin/as", tmp_path) != a
+    (tmp_path / "ro").write_text("")  # a file where the cache directory should be
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "ro"))
+    own = tmp_path / "own"
+    own.mkdir()
+    assert cc.assembler_dir("/usr/bin/as", own) == own and (own / "as").is_file()
