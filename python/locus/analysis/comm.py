@@ -1066,8 +1066,8 @@ def _top_site(o: dict, names) -> dict | None:
     return names.site(*o["_top_ip"])
 
 
-def _is_fortran(o: dict, names) -> bool:
-    site = _top_site(o, names)
+def _is_fortran(site: dict | None) -> bool:
+    """Whether `site` (_top_site) is in a Fortran source."""
     return site is not None and os.path.splitext(site["file"])[1].lower() in FORTRAN_SOURCES
 
 
@@ -1082,9 +1082,8 @@ LOCK_CODE = re.compile(
 )
 
 
-def _lock_code(o: dict, names) -> str | None:
-    """The lock function the object's busiest false-sharing access is in, else None."""
-    site = _top_site(o, names)
+def _lock_code(site: dict | None) -> str | None:
+    """The lock function `site` (_top_site) is in, else None."""
     if site is None:
         return None
     func = site["function"] or ""
@@ -1163,9 +1162,10 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         where += _fields_of(o, names, per)
         shared, seen = o["_shared_words"]
         share = f"{100 * o['false'] / o['all']:.0f} % of its volume"
-        fortran = _is_fortran(o, names)
+        site = _top_site(o, names)
+        fortran = _is_fortran(site)
         align = "" if fortran else f" (alignas({line}))"
-        lock = _lock_code(o, names)
+        lock = _lock_code(site)
         if lock is not None:
             true = (
                 "; the true part is each lock passing between the threads that take it (its "

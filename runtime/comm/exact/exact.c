@@ -443,10 +443,7 @@ LOCUS_X_TSAN_HOOKS(LOCUS_EXPORT, RA)
 
 static inline void ranges(const void *src, void *dst, size_t n, uint64_t ip) {
   if (n == 0) return;
-  if (locus_xg.on == LOCUS_X_OFF &&
-      !atomic_load_explicit(&locus_numa_exact_on, memory_order_relaxed))
-    return; /* not recording (the program run without locus) */
-  if (src) locus_x_slow((uintptr_t)src, n, 0, ip);
+  if (src) locus_x_slow((uintptr_t)src, n, 0, ip); /* returns at once when not recording */
   locus_x_slow((uintptr_t)dst, n, LOCUS_X_STORE, ip);
 }
 
