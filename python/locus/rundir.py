@@ -558,7 +558,9 @@ class RunDir:
 
 def _load_proc(name: str, pdir: str, h: np.void, origin: int) -> Proc:
     threads = read_records(os.path.join(pdir, "threads.bin"), THREAD_DTYPE)
-    threads = threads[threads["serial"] != 0]
+    # A slot pthread_create reserved for a thread that never ran (the create failed, or the
+    # process ended first) has no tid.
+    threads = threads[(threads["serial"] != 0) & (threads["tid"] != 0)]
     threads = threads[np.argsort(threads["serial"], kind="stable")]
     p = Proc(
         key=name,

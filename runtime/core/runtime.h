@@ -136,7 +136,8 @@ extern LOCUS_TLS struct locus_self locus_me;
  * runtime is off or the thread is finished. */
 struct locus_self *locus_self_get(void);
 void locus_threads_open(void);
-void locus_thread_start(uint32_t parent_tid, uint64_t start_routine);
+struct locus_thread *locus_thread_reserve(void);
+void locus_thread_start(uint32_t parent_tid, uint64_t start_routine, struct locus_thread *reserved);
 void locus_thread_finish(void);
 void locus_threads_after_fork(void);
 uint32_t locus_thread_count(void);

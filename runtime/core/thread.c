@@ -151,14 +151,22 @@ int locus_thread_stack(uintptr_t *lo, uintptr_t *hi) {
   return 0;
 }
 
-static void register_self(uint32_t parent_tid, uint64_t start_routine, uint32_t flags) {
+/* A slot taken by pthread_create before the thread exists, so that serials (and the
+ * reports' thread indices) follow creation order, not the order in which new threads
+ * happen to run first. A slot whose thread never starts keeps tid 0 and is not read. */
+struct locus_thread *locus_thread_reserve(void) {
+  return locus_enabled ? claim_slot() : NULL;
+}
+
+static void register_self(uint32_t parent_tid, uint64_t start_routine, uint32_t flags,
+                          struct locus_thread *reserved) {
   struct locus_self *me = &locus_me;
   int guard = me->guard;
   memset(me, 0, sizeof *me);
   me->guard = guard;
   me->tid = gettid_raw();
   me->state = 1;
-  struct locus_thread *s = claim_slot();
+  struct locus_thread *s = reserved ? reserved : claim_slot();
   me->slot = s;
   me->serial = s ? s->serial : 0;
   if (me->tid == (uint32_t)getpid()) flags |= LOCUS_THREAD_MAIN;
@@ -179,16 +187,17 @@ struct locus_self *locus_self_get(void) {
   if (LOCUS_LIKELY(me->state == 1)) return me;
   if (me->state == 2 || !locus_enabled) return NULL;
   me->guard++;
-  register_self(0, 0, LOCUS_THREAD_ADOPTED);
+  register_self(0, 0, LOCUS_THREAD_ADOPTED, NULL);
   me->guard--;
   return me;
 }
 
-void locus_thread_start(uint32_t parent_tid, uint64_t start_routine) {
+void locus_thread_start(uint32_t parent_tid, uint64_t start_routine,
+                        struct locus_thread *reserved) {
   locus_tsc_check(); /* a thread inherits a disabled TSC */
   if (!locus_enabled) return;
   locus_me.guard++;
-  register_self(parent_tid, start_routine, 0);
+  register_self(parent_tid, start_routine, 0, reserved);
   locus_me.guard--;
 }
 
@@ -226,7 +235,7 @@ void locus_threads_after_fork(void) {
   uint32_t parent = locus_me.tid;
   locus_me.state = 0;
   locus_enabled = 1; /* register_self needs it; the caller resets it if later steps fail */
-  register_self(parent, 0, 0);
+  register_self(parent, 0, 0, NULL);
 }
 
 /* ---- pthread_t -> tid, so a join names the thread it waited for ---- */

@@ -20,12 +20,13 @@ struct tramp {
   void *(*fn)(void *);
   void *arg;
   uint32_t parent;
+  struct locus_thread *slot; /* reserved at creation: serials in creation order */
 };
 
 static void *trampoline(void *p) {
   struct tramp t = *(struct tramp *)p;
   free(p);
-  locus_thread_start(t.parent, (uint64_t)(uintptr_t)t.fn);
+  locus_thread_start(t.parent, (uint64_t)(uintptr_t)t.fn, t.slot);
   locus_join_map_put((unsigned long)pthread_self(), locus_me.tid);
   return t.fn(t.arg);
 }
@@ -45,8 +46,9 @@ LOCUS_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void 
   t->fn = fn;
   t->arg = arg;
   t->parent = me->tid;
+  t->slot = locus_thread_reserve();
   int r = REAL(create, "pthread_create")(th, attr, trampoline, t);
-  if (r != 0) free(t);
+  if (r != 0) free(t); /* its slot, if any, keeps tid 0: not a thread */
   return r;
 }
 

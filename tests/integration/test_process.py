@@ -462,3 +462,63 @@ def test_ended_threads_leave_no_memory_behind(locus, tmp_path):
     stacks = list((run / "procs").glob("*/stacks.bin"))
     assert stacks and stacks[0].stat().st_size > 0, "no call stack was taken"
     assert data[3008] - data[64] < 2048, data
+
+
+LATE_STARTER = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+static volatile int second_ran;
+static void *first(void *a) { (void)a; printf("first %ld\n", syscall(SYS_gettid)); return 0; }
+static void *second(void *a) {
+  (void)a;
+  printf("second %ld\n", syscall(SYS_gettid));
+  fflush(stdout);
+  second_ran = 1;
+  return 0;
+}
+int main(void) {
+  /* The first thread is created on the main thread's CPU at idle priority: it cannot run
+   * before main blocks, while the second, on the other CPU, runs at once. */
+  cpu_set_t c0, c1;
+  CPU_ZERO(&c0);
+  CPU_ZERO(&c1);
+  CPU_SET(0, &c0);
+  CPU_SET(1, &c1);
+  sched_setaffinity(0, sizeof c0, &c0);
+  pthread_attr_t a1, a2;
+  pthread_attr_init(&a1), pthread_attr_init(&a2);
+  pthread_attr_setaffinity_np(&a1, sizeof c0, &c0);
+  pthread_attr_setinheritsched(&a1, PTHREAD_EXPLICIT_SCHED);
+  pthread_attr_setschedpolicy(&a1, SCHED_IDLE);
+  pthread_attr_setaffinity_np(&a2, sizeof c1, &c1);
+  pthread_t t1, t2;
+  if (pthread_create(&t1, &a1, first, 0) || pthread_create(&t2, &a2, second, 0)) return 1;
+  while (!second_ran) {
+  }
+  pthread_join(t1, 0), pthread_join(t2, 0);
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs")
+def test_thread_indices_follow_creation_order(locus, tmp_path):
+    """The contract numbers threads in creation order. A thread registered itself when it
+    first ran, so a thread created first but started second took the second index (and a
+    checker's pairs 0-1, 2-3 pointed at the wrong threads)."""
+    src, exe = tmp_path / "late.c", tmp_path / "late"
+    src.write_text(LATE_STARTER)
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
+    for _attempt in range(5):
+        proc, run = locus.record([str(exe)], ("--lens", "comm"))
+        tids = dict(line.split() for line in proc.stdout.decode().splitlines())
+        if list(tids) == ["second", "first"]:
+            break  # the setup did what it means to: the second thread ran first
+    assert list(tids) == ["second", "first"], f"the first thread ran first 5 times: {tids}"
+    rep = locus.report(run, "--lens", "comm")
+    threads = rep["lenses"]["comm"]["threads"]
+    assert [t["tid"] for t in threads[1:]] == [int(tids["first"]), int(tids["second"])]
