@@ -1124,6 +1124,22 @@ def _fields_of(o: dict, names, per: dict[int, set]) -> str:
 FIELDS_THREADS = 4  # threads whose fields the advice lists
 
 
+def _element_size(acc, line: int) -> int:
+    """The bytes each thread spans (first accessed byte to last), when every thread spans
+    the same number and it fits a line: the size of a per-thread element such as a struct
+    of counters; 0 otherwise."""
+    lo: dict[int, int] = {}
+    hi: dict[int, int] = {}
+    for t, off, ln in acc:
+        lo[t] = min(lo.get(t, off), off)
+        hi[t] = max(hi.get(t, off + ln), off + ln)
+    spans = {hi[t] - lo[t] for t in lo}
+    if len(spans) != 1:
+        return 0
+    span = spans.pop()
+    return span if 0 < span <= line else 0
+
+
 def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[str]:
     """One plain-language line per top false-sharing object. A sampled object needs
     ADVICE_MIN_DETECTIONS detections: advice from one or two samples would be noise; any
@@ -1194,8 +1210,15 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 + _fortran_padding(o, line, size)
             )
         elif own:
+            # Each thread's own element (struct) seen as several fields: name the element.
+            elem = _element_size(acc, line)
+            what = (
+                f"{elem}-byte elements ({size}-byte fields)"
+                if elem > size
+                else f"{size}-byte fields"
+            )
             out.append(
-                f"threads {thr} {verb} adjacent {size}-byte fields of {name} {where}; "
+                f"threads {thr} {verb} adjacent {what} of {name} {where}; "
                 f"pad each to {line} bytes{align} or give each thread its own line"
             )
         else:

@@ -213,6 +213,15 @@ def heatmap_lines(report: dict) -> list[str]:
     n = len(m)
     title = f"Communication heat map by {AXIS[by]}, {kind} sharing"
     if not n or not any(v for row in m for v in row):
+        # A pair's exchange is off the diagonal: say why the map is empty when the volume is
+        # not (one node, one CPU, or all of it within each).
+        total = (c.get("totals") or {}).get(kind) or 0
+        if total and by != "thread":
+            within = f"in one {AXIS[by]}" if n == 1 else f"within each {AXIS[by]}"
+            return [
+                f"{title}: none between {AXIS[by]}s; all {volume(total, c['unit'])} was "
+                f"exchanged {within} (the diagonal, zero by definition)"
+            ]
         return [f"{title}: none"]
     vmax = max(v for row in m for v in row)
     g = blocks[0][1] - blocks[0][0]

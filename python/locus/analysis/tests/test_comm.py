@@ -296,6 +296,39 @@ def test_advice_for_an_object_that_starts_mid_line(tmp_path):
     ]
 
 
+class PairSym(FakeSym):
+    """`pairs`, two 16-byte structs {hits, misses}, starting 32 bytes into 0x603000's line."""
+
+    def data(self, addrs):
+        out = {}
+        for a in addrs:
+            o = a - 0x603020
+            out[a] = ("pairs" if o == 0 else f"pairs+{o}") if 0 <= o < 32 else None
+        return out
+
+    def data_size(self, name):
+        return 32 if name == "pairs" else None
+
+
+def test_advice_names_each_threads_element(tmp_path):
+    """Each thread writes both 8-byte fields of its own 16-byte struct: the advice speaks of
+    16-byte elements (it said 8-byte fields, as if each thread had one word)."""
+    run, p, c = _run(threads=2, cpus=2)
+    for src, dst, so, do in (
+        (10, 11, 32, 48),
+        (10, 11, 40, 56),
+        (11, 10, 48, 32),
+        (11, 10, 56, 40),
+    ):
+        c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
+                src_ip=0x401100, dst_ip=0x401100, store=True, count=30)  # fmt: skip
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: PairSym()))
+    assert res["advice"] == [
+        "threads 0-1 write adjacent 16-byte elements (8-byte fields) of `pairs` at offsets "
+        "0-24; pad each to 64 bytes (alignas(64)) or give each thread its own line"
+    ]
+
+
 class FortranSym(MidLineSym):
     """The same `hits`, a Fortran module variable (`counters::hits`, as the symbolizer names
     gfortran's `__counters_MOD_hits`), written from a Fortran source."""
@@ -571,6 +604,21 @@ def test_kind_and_by_filters(tmp_path, capsys):
     assert pic[2].split()[1] == "··██····"  # CPU 0 row: exchanged with CPU 1 only
     with pytest.raises(SystemExit):
         main(argv + ["--kind", "bogus"])
+
+
+def test_empty_map_between_cpus_says_where_the_volume_went(tmp_path):
+    """Two threads on one CPU communicate: the CPU matrix is all diagonal (zero), and the map
+    says the volume was exchanged within a CPU rather than that there was none."""
+    run, _p, c = _run()
+    c.event(src=10, dst=11, line=COUNTER, src_cpu=1, dst_cpu=1, count=4)
+    rep = build(RunDir.open(run.write(str(tmp_path / "r"))), ["comm"], Filters(by="core"))
+    pic = heatmap_lines(rep)
+    assert (
+        len(pic) == 1 and "none between CPUs; all 4.00 ms was exchanged within each CPU" in pic[0]
+    ), pic
+    assert "zero by definition" in pic[0]
+    rep = build(RunDir.open(str(tmp_path / "r")), ["comm"], Filters(by="thread"))
+    assert "none" not in heatmap_lines(rep)[0]
 
 
 def test_text_csv_md_and_plots(tmp_path, capsys):
