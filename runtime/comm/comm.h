@@ -45,8 +45,9 @@ extern struct locus_comm_backend_ops locus_comm_exact __attribute__((weak));
 struct locus_comm_tls {
   struct locus_cursor samples, events;
   struct locus_comm_thread st;
-  int started;    /* thread_init ran and the counters are live */
-  uint32_t ticks; /* sampler signals since the record was last written */
+  int started;      /* thread_init ran and the counters are live */
+  uint32_t ticks;   /* sampler signals since the record was last written */
+  uint64_t written; /* locus_ticks() at the last write */
 };
 extern LOCUS_TLS struct locus_comm_tls locus_ct;
 

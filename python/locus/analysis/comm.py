@@ -266,7 +266,9 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
             if not hit.any():
                 continue
             k = th.index.get((pi, tid), -1)
-            oid = objs.get(("stack", pi, tid), kind="stack", proc=pi, thread=k, tid=tid, size=size)
+            oid = objs.get(
+                ("stack", pi, tid), kind="stack", proc=pi, thread=k, tid=tid, size=size, lo=lo
+            )
             obj[m[hit]] = oid
             off[m[hit]] = (a[hit] - np.uint64(lo)).astype(np.int64)
         # Heap blocks: the block alive at the event's time that holds the address.
@@ -776,6 +778,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
                 "_wrapper": wrapper,
                 "_top_ip": top_ip,
                 "_layout": (info["proc"], name, info["addr"]) if info.get("addr") else None,
+                "_stack_lo": info.get("lo"),
             }
         )
     return out
@@ -1174,7 +1177,15 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         own = all(len(per[a] & per[b]) == 0 for a in per for b in per if a < b)
         verb = "write" if o["_false_stores"] else "access"
         name = f"`{o['name']}`" if o["kind"] == "static" else o["name"]
-        where = f"at offsets {offs[0]}-{offs[-1]}" if len(offs) > 1 else f"at offset {offs[0]}"
+        if o["kind"] == "stack" and o.get("_stack_lo") is not None:
+            # Offsets into a stack of megabytes mean nothing: the addresses, and what they are.
+            lo = o["_stack_lo"]
+            span = (
+                f"{lo + offs[0]:#x}-{lo + offs[-1]:#x}" if len(offs) > 1 else f"{lo + offs[0]:#x}"
+            )
+            where = f"at {span} (a local variable other threads reach by its address)"
+        else:
+            where = f"at offsets {offs[0]}-{offs[-1]}" if len(offs) > 1 else f"at offset {offs[0]}"
         where += _fields_of(o, names, per)
         shared, seen = o["_shared_words"]
         share = f"{100 * o['false'] / o['all']:.0f} % of its volume"

@@ -329,6 +329,23 @@ def test_advice_names_each_threads_element(tmp_path):
     ]
 
 
+def test_advice_for_a_local_variable_shared_by_address(tmp_path):
+    """Threads 0 and 1 write neighbouring words of a local on thread 1's stack: the advice
+    gives the addresses (offsets into a stack of megabytes said nothing)."""
+    stack = 0x7F00_0000
+    run, p, c = _run(threads=2, cpus=2)
+    c.stack(11, stack, 1 << 20)
+    line = stack + (1 << 20) - 4096
+    for src, dst, so, do in ((10, 11, 0, 8), (11, 10, 8, 0)):
+        c.event(src=src, dst=dst, line=line, src_off=so, dst_off=do, store=True, count=30)
+    res = _res(tmp_path, run)
+    assert res["advice"] == [
+        f"threads 0-1 write adjacent 8-byte fields of stack of thread 1 (tid 11) at "
+        f"{line:#x}-{line + 8:#x} (a local variable other threads reach by its address); pad "
+        "each to 64 bytes (alignas(64)) or give each thread its own line"
+    ]
+
+
 class FortranSym(MidLineSym):
     """The same `hits`, a Fortran module variable (`counters::hits`, as the symbolizer names
     gfortran's `__counters_MOD_hits`), written from a Fortran source."""
