@@ -564,3 +564,37 @@ def test_stripped_static_data_named_by_line_and_section(locus, tmp_path):
     assert not any(o["kind"] == "unknown" for o in c["objects"]), c["objects"]
     assert any(top["name"] in a for a in c["advice"]), c["advice"]
     assert any("without symbols (stripped: comm_falseshare)" in n for n in c["notes"])
+
+
+SHARED_BETWEEN_PROCESSES = r"""
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void) {
+  long *w = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  for (int i = 0; i < 2; i++)
+    if (fork() == 0) { /* each child increments its own word of one line */
+      for (long k = 0; k < 200000000; k++) __atomic_fetch_add(&w[i], 1, __ATOMIC_RELAXED);
+      _exit(0);
+    }
+  while (wait(0) > 0) {
+  }
+  return 0;
+}
+"""
+
+
+def test_memory_shared_between_processes_is_named_not_silent(locus, tmp_path):
+    """Two processes false-share a line of a MAP_SHARED mapping (stress-ng --cacheline does
+    this): the detector matches the threads of one process and finds nothing, and the report
+    said only "no communication was detected". It now says where the accesses went."""
+    import subprocess
+
+    (tmp_path / "shm.c").write_text(SHARED_BETWEEN_PROCESSES)
+    exe = tmp_path / "shm"
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(tmp_path / "shm.c")], check=True)
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"), timeout=120)
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    note = [n for n in c["notes"] if "memory that processes of this run share" in n]
+    assert note and "/dev/zero (deleted)" in note[0], c["notes"]
+    assert int(note[0].split(" %")[0]) >= 50, note

@@ -553,6 +553,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             "objects it allocates)"
         )
     _note_stripped(objs, obj, wk, notes)
+    shm = _between_processes_note(run, cfg)
+    if shm:
+        notes.append(shm)
 
     # Scaling and its uncertainty, honestly.
     if n_sampled:
@@ -808,6 +811,74 @@ def _strided_samples(proc, most: int) -> np.ndarray:
         np.memmap(path, dtype=COMM_SAMPLE_DTYPE, mode="r", shape=(n,))[:: max(1, n // most)]
     )
     return s[s["kind"] != 0]
+
+
+# A run's own record files, mapped MAP_SHARED by the runtime: not the program's memory.
+RUN_FILE = re.compile(r"/procs/\d+/[\w.]+\.bin$")
+SHARED_NOTE_MIN = 0.01  # of the sampled accesses: memory shared between processes
+
+
+def _shared_mappings(proc) -> list[tuple[int, int, str, str]]:
+    """(lo, hi, key, path) of the process's writable MAP_SHARED mappings (maps at its start
+    and at its end), the run's own files left out. `key` is device:inode, the same in every
+    process that maps the memory (an anonymous shared mapping is "/dev/zero (deleted)" with
+    an inode of its own)."""
+    out = []
+    for ln in proc.maps_text().splitlines():
+        f = ln.split(None, 5)
+        if len(f) < 5 or len(f[1]) < 4 or f[1][1] != "w" or f[1][3] != "s":
+            continue
+        path = f[5].strip() if len(f) > 5 else ""
+        if RUN_FILE.search(path) or f[4] == "0":
+            continue
+        lo, _, hi = f[0].partition("-")
+        out.append((int(lo, 16), int(hi, 16), f"{f[3]}:{f[4]}", path))
+    return out
+
+
+def _between_processes_note(run: RunDir, cfg: dict) -> str | None:
+    """A note when a share of the sampled accesses went to memory that several processes of
+    the run map shared (stress-ng's cacheline workers, MPI shared-memory transports): the
+    detector matches the threads of one process, so what passes between processes there is
+    not measured, and "no communication" would mislead."""
+    if len(run.procs) < 2 or cfg["backend"] == "exact":
+        return None
+    maps = [_shared_mappings(p) for p in run.procs]
+    owners: dict[str, set[int]] = {}
+    for i, ms in enumerate(maps):
+        for _lo, _hi, key, _path in ms:
+            owners.setdefault(key, set()).add(i)
+    between = {k for k, v in owners.items() if len(v) >= 2}
+    if not between:
+        return None
+    hit = total = 0
+    procs: set[int] = set()
+    paths: set[str] = set()
+    for i, ms in enumerate(maps):
+        rs = [(lo, hi, path) for lo, hi, key, path in ms if key in between]
+        if not rs:
+            continue
+        a = _strided_samples(run.procs[i], SHARED_SAMPLES)["addr"]
+        a = a[a != 0]
+        total += len(a)
+        inside = np.zeros(len(a), dtype=bool)
+        for lo, hi, path in set(rs):  # maps at start and at exit list a mapping twice
+            m = (a >= np.uint64(lo)) & (a < np.uint64(hi))
+            if m.any():
+                inside |= m
+                paths.add(path or "anonymous")
+        if inside.any():
+            hit += int(inside.sum())
+            procs.add(run.procs[i].pid)
+    if not total or hit < SHARED_NOTE_MIN * total:
+        return None
+    shown = ", ".join(sorted(paths)[:3]) + (", ..." if len(paths) > 3 else "")
+    return (
+        f"{100 * hit / total:.0f} % of the sampled accesses of {len(procs)} process(es) went "
+        f"to memory that processes of this run share (MAP_SHARED: {shown}): the detector "
+        "matches the threads of one process, so cache lines passing between processes "
+        "through it are not counted here"
+    )
 
 
 def _sampled_uses(proc, line: int) -> tuple[np.ndarray, np.ndarray]:
