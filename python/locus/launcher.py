@@ -44,7 +44,19 @@ COMM_DEFAULTS = {
 SOFT_FLOOR_NS = 100_000  # below this a soft sample's ~20 us cost dominates (sampling.md)
 # Symbols a program built with `locus cc` references: the tsan hooks, or with the hooks
 # inlined (clang LTO, runtime/cc/lto_hooks.c) the model's slow path.
-EXACT_SYMBOL_PREFIXES = (b"__tsan_read", b"__tsan_write", b"locus_x_slow")
+# What a module built by `locus cc` references: the access hooks, the atomics' (a module
+# whose shared data is all atomic calls only those), the constructor's __tsan_init, and
+# the inlined hit test's slow path and per-thread state.
+EXACT_SYMBOL_PREFIXES = (
+    b"__tsan_read",
+    b"__tsan_write",
+    b"__tsan_unaligned",
+    b"__tsan_volatile",
+    b"__tsan_atomic",
+    b"__tsan_init",
+    b"locus_x_slow",
+    b"locus_xt",
+)
 LINE_SIZE_FILE = "/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size"
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 ENV_PREFIXES = ("LD_", "OMP_", "GOMP_", "KMP_", "LOCUS_")
@@ -77,17 +89,14 @@ def resolve_command(name: str) -> str:
     raise LocusError(f"{name}: command not found", 127)
 
 
-def elf_is_static(path: str) -> bool:
-    """True for an ELF executable the dynamic loader never sees (no PT_INTERP).
-
-    Such a program (static, or static-pie) ignores LD_PRELOAD. Scripts and non-ELF files
-    give False: their interpreter is what gets loaded.
-    """
+def elf_interp(path: str) -> str | None:
+    """The PT_INTERP path of an ELF executable (its dynamic loader); "" for an ELF file
+    without one (static, static-pie); None for a file that is not ELF (a script)."""
     try:
         with open(path, "rb") as f:
             ident = f.read(64)
             if len(ident) < 52 or ident[:4] != b"\x7fELF":
-                return False
+                return None
             is64 = ident[4] == 2
             end = "<" if ident[5] == 1 else ">"
             if is64:
@@ -97,16 +106,52 @@ def elf_is_static(path: str) -> bool:
                 (phoff,) = struct.unpack_from(end + "I", ident, 28)
                 phentsize, phnum = struct.unpack_from(end + "HH", ident, 42)
             if phnum == 0 or phentsize < 4:
-                return True
+                return ""
             f.seek(phoff)
             table = f.read(phentsize * phnum)
-    except OSError:
-        return False
-    for i in range(min(phnum, len(table) // phentsize)):
-        (p_type,) = struct.unpack_from(end + "I", table, i * phentsize)
-        if p_type == PT_INTERP:
-            return False
-    return True
+            for i in range(min(phnum, len(table) // phentsize)):
+                (p_type,) = struct.unpack_from(end + "I", table, i * phentsize)
+                if p_type != PT_INTERP:
+                    continue
+                if is64:
+                    off, size = struct.unpack_from(end + "Q16xQ", table, i * phentsize + 8)
+                else:
+                    off, size = struct.unpack_from(end + "I8xI", table, i * phentsize + 4)
+                f.seek(off)
+                return f.read(min(size, 4096)).split(b"\0")[0].decode(errors="replace") or "?"
+    except (OSError, struct.error):
+        return None
+    return ""
+
+
+def elf_is_static(path: str) -> bool:
+    """True for an ELF executable the dynamic loader never sees (no PT_INTERP).
+
+    Such a program (static, or static-pie) ignores LD_PRELOAD. Scripts and non-ELF files
+    give False: their interpreter is what gets loaded.
+    """
+    return elf_interp(path) == ""
+
+
+def linked_libraries(exe: str) -> list[str]:
+    """The shared libraries the dynamic loader would load for `exe` (its own `--list`, in
+    this environment: LD_LIBRARY_PATH, RUNPATH), or [] when that cannot be asked."""
+    interp = elf_interp(exe)
+    if not interp or not os.path.isfile(interp):
+        return []
+    try:
+        p = subprocess.run(
+            [interp, "--list", exe], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    libs = []
+    for ln in p.stdout.splitlines():
+        path = ln.split(" => ", 1)[1] if " => " in ln else ln.strip()
+        path = path.rsplit(" (0x", 1)[0].strip()
+        if path.startswith("/") and path not in libs:
+            libs.append(path)
+    return libs
 
 
 def find_runtime() -> str:
@@ -201,6 +246,20 @@ def built_with_locus_cc(path: str) -> bool | None:
     return any(n.startswith(EXACT_SYMBOL_PREFIXES) for n in names)
 
 
+def exact_module(exe: str) -> str | bool | None:
+    """The module `locus cc` instrumented: the executable, or else the first library it
+    links that references the hooks (a solver library built with `locus cc` under a plain
+    driver); False when none does; None when `exe` is not ELF (a script)."""
+    built = built_with_locus_cc(exe)
+    if built is not False:
+        return exe if built else None
+    for lib in linked_libraries(exe):
+        # liblocus.so defines the hooks; the modules that call them link it.
+        if not os.path.basename(lib).startswith("liblocus") and built_with_locus_cc(lib):
+            return lib
+    return False
+
+
 def comm_line_size() -> int:
     try:
         with open(LINE_SIZE_FILE) as f:
@@ -259,11 +318,13 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
             2,
         )
     elif asked == "exact":
-        built = built_with_locus_cc(exe)
-        if built is False:
+        module = exact_module(exe)
+        if module is False and os.environ.get("LOCUS_EXACT_UNCHECKED") != "1":
             raise LocusError(
-                f"--backend exact: {command[0]} is not instrumented (no __tsan_read*/"
-                "locus_x_slow symbols); rebuild it with `locus cc` / `locus c++`",
+                f"--backend exact: {command[0]} is not instrumented, nor is any library it "
+                "links (no __tsan_read*/locus_x_slow symbols); rebuild it with `locus cc` / "
+                "`locus c++` (code it loads with dlopen is not looked at: "
+                "LOCUS_EXACT_UNCHECKED=1 records anyway)",
                 2,
             )
         if period_given:
@@ -285,7 +346,8 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
     hooks = None
     if backend == "exact":
         o["period_ns"] = o["period_n"] = 0
-        hooks = exact_hooks(exe)
+        module = exact_module(exe)
+        hooks = exact_hooks(module) if module else None
     return {
         "exact_hooks": hooks,
         "backend": backend,

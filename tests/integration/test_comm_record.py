@@ -335,3 +335,97 @@ def test_counters_of_a_program_that_ends_by_raw_exit_group(locus, tmp_path):
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     assert c["samples"] + c["skipped"] >= 200, (c["samples"], c["skipped"])
     assert c["totals"]["detections"] > 0
+
+
+BUMP_LIB = r"""
+long c[2];
+void bump(int i, long n) {
+  for (long k = 0; k < n; k++) {
+    c[i]++;
+    __asm__ volatile("" ::: "memory"); /* a load and a store each time */
+  }
+}
+"""
+
+BUMP_DRIVER = r"""
+#include <pthread.h>
+#include <stdio.h>
+void bump(int i, long n);
+static void *work(void *a) { bump((int)(long)a, 200000); return 0; }
+int main(void) {
+  pthread_t t[2];
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], 0, work, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+  puts("done");
+  return 0;
+}
+"""
+
+
+def test_exact_with_an_instrumented_library_under_a_plain_driver(locus, tmp_path):
+    """A solver library built with `locus cc`, linked by a program built without it: the
+    exact backend records the library's accesses. It was refused, since only the
+    executable was looked at. Code loaded with dlopen cannot be seen beforehand:
+    LOCUS_EXACT_UNCHECKED=1 records anyway."""
+    import os
+    import subprocess
+
+    (tmp_path / "bump.c").write_text(BUMP_LIB)
+    (tmp_path / "main.c").write_text(BUMP_DRIVER)
+    lib, exe = tmp_path / "libbump.so", tmp_path / "driver"
+    built = locus.run(
+        "cc", "-O2", "-g", "-fPIC", "-shared", "-o", str(lib), str(tmp_path / "bump.c")
+    )
+    assert built.returncode == 0, built.stderr
+    subprocess.run(
+        ["cc", "-O2", "-pthread", "-o", str(exe), str(tmp_path / "main.c"), f"-L{tmp_path}",
+         "-lbump", f"-Wl,-rpath,{tmp_path}"],
+        check=True,
+    )  # fmt: skip
+    proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "exact"))
+    assert proc.stdout == b"done\n"
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["backend"] == "exact" and c["exact_hooks"] == "inlined"
+    assert c["totals"]["false"] > 0 and c["objects"][0]["name"] == "c", c["objects"][:1]
+    # A program that loads its instrumented code itself: the check is skipped on request.
+    env = {**locus.env, "LOCUS_EXACT_UNCHECKED": "1"}
+    out = locus.new_dir()
+    proc = locus.run("record", "-o", str(out), "--lens", "comm", "--backend", "exact", "--",
+                     "true", env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.isdir(out)
+
+
+ATOMICS_ONLY = r"""
+#include <pthread.h>
+static long c[2];
+static int done;
+static void *work(void *a) {
+  pthread_detach(pthread_self());
+  for (long k = 0; k < 100000; k++) __atomic_fetch_add(&c[(long)a], 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&done, 1, __ATOMIC_RELEASE);
+  return 0;
+}
+int main(void) {
+  for (long i = 0; i < 2; i++) {
+    pthread_t t;
+    pthread_create(&t, 0, work, (void *)i);
+  }
+  while (__atomic_load_n(&done, __ATOMIC_ACQUIRE) < 2) {
+  }
+  return 0;
+}
+"""
+
+
+def test_exact_accepts_a_program_whose_shared_data_is_all_atomic(locus, tmp_path):
+    """Its instrumented code calls only __tsan_atomic* hooks (and __tsan_init): it was
+    refused as 'not instrumented', the check knowing only the plain access hooks."""
+    (tmp_path / "at.c").write_text(ATOMICS_ONLY)
+    exe = tmp_path / "at"
+    built = locus.run("cc", "-O2", "-pthread", "-o", str(exe), str(tmp_path / "at.c"))
+    assert built.returncode == 0, built.stderr
+    _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "exact"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["exact_hooks"] == "calls" and c["totals"]["false"] > 0, c["totals"]
+    assert "c" in [o["name"] for o in c["objects"]], c["objects"]
