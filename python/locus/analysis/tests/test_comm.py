@@ -260,14 +260,21 @@ def test_advice_for_false_sharing(tmp_path):
 
 
 class MidLineSym(FakeSym):
-    """`hits` (16 bytes) starts 32 bytes into the line at 0x603000, after another object."""
+    """`hits` (16 bytes; or `name` of `size` bytes) starts 32 bytes into the line at
+    0x603000, after another object."""
+
+    def __init__(self, name: str = "hits", size: int = 16):
+        self.name, self.size = name, size
 
     def data(self, addrs):
         out = {}
         for a in addrs:
             o = a - 0x603020
-            out[a] = ("hits" if o == 0 else f"hits+{o}") if 0 <= o < 16 else None
+            out[a] = (self.name if o == 0 else f"{self.name}+{o}") if 0 <= o < self.size else None
         return out
+
+    def data_size(self, name):
+        return self.size if name == self.name else super().data_size(name)
 
 
 def _two_slots(tmp_path, sym) -> dict:
@@ -296,23 +303,10 @@ def test_advice_for_an_object_that_starts_mid_line(tmp_path):
     ]
 
 
-class PairSym(FakeSym):
-    """`pairs`, two 16-byte structs {hits, misses}, starting 32 bytes into 0x603000's line."""
-
-    def data(self, addrs):
-        out = {}
-        for a in addrs:
-            o = a - 0x603020
-            out[a] = ("pairs" if o == 0 else f"pairs+{o}") if 0 <= o < 32 else None
-        return out
-
-    def data_size(self, name):
-        return 32 if name == "pairs" else None
-
-
 def test_advice_names_each_threads_element(tmp_path):
-    """Each thread writes both 8-byte fields of its own 16-byte struct: the advice speaks of
-    16-byte elements (it said 8-byte fields, as if each thread had one word)."""
+    """Each thread writes both 8-byte fields of its own 16-byte struct (`pairs`, two of them,
+    32 bytes into 0x603000's line): the advice speaks of 16-byte elements (it said 8-byte
+    fields, as if each thread had one word)."""
     run, p, c = _run(threads=2, cpus=2)
     for src, dst, so, do in (
         (10, 11, 32, 48),
@@ -322,7 +316,7 @@ def test_advice_names_each_threads_element(tmp_path):
     ):
         c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
                 src_ip=0x401100, dst_ip=0x401100, store=True, count=30)  # fmt: skip
-    res = _res(tmp_path, run, Options(symbolizer=lambda proc: PairSym()))
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: MidLineSym("pairs", 32)))
     assert res["advice"] == [
         "threads 0-1 write adjacent 16-byte elements (8-byte fields) of `pairs` at offsets "
         "0-24; pad each to 64 bytes (alignas(64)) or give each thread its own line"
