@@ -662,26 +662,27 @@ def copy_perf_maps(entries: list[str], since: float) -> int:
 
 
 def count_threads(entry: str) -> int:
-    """Threads of one process: the proc.bin counter, else the used slots of threads.bin.
-
-    At least 1: a process whose main thread never reached the runtime still had one."""
+    """Threads of one process: the slots of threads.bin that a thread took (a tid; a slot
+    pthread_create reserved for a thread that never ran has none), else the proc.bin
+    counter (which counts those slots too). At least 1: a process whose main thread never
+    reached the runtime still had one."""
+    n = 0
+    try:
+        with open(os.path.join(entry, "threads.bin"), "rb") as f:
+            data = f.read()
+        for off in range(0, len(data) - 63, 64):
+            tid, serial = struct.unpack_from("<II", data, off)
+            n += bool(tid and serial)
+    except OSError:
+        pass
+    if n:
+        return n
     try:
         with open(os.path.join(entry, "proc.bin"), "rb") as f:
             f.seek(104)
             data = f.read(8)
         if len(data) == 8:
             n = struct.unpack("<Q", data)[0]
-            if n:
-                return n
-    except OSError:
-        pass
-    n = 0
-    try:
-        with open(os.path.join(entry, "threads.bin"), "rb") as f:
-            data = f.read()
-        for off in range(0, len(data) - 63, 64):
-            if struct.unpack_from("<I", data, off + 4)[0]:
-                n += 1
     except OSError:
         pass
     return max(n, 1)

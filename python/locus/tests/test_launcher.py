@@ -145,3 +145,10 @@ def test_count_threads_reads_proc_bin(tmp_path):
     struct.pack_into("<II", slots, 64, 11, 2)
     (entry / "threads.bin").write_bytes(bytes(slots))
     assert launcher.count_threads(str(entry)) == 2
+    # A slot pthread_create reserved for a thread that never ran (the create failed) has a
+    # serial but no tid; proc.bin counted it ("4 threads" for 3).
+    struct.pack_into("<II", slots, 128, 0, 3)
+    struct.pack_into("<Q", hdr, 104, 3)
+    (entry / "threads.bin").write_bytes(bytes(slots))
+    (entry / "proc.bin").write_bytes(bytes(hdr))
+    assert launcher.count_threads(str(entry)) == 2
