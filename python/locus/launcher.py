@@ -305,6 +305,7 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
         options.get("period_ns") is not None or options.get("period_n") is not None
     )
     backend = asked
+    module = None  # exact: the instrumented module
     if asked == "auto":
         hw_ok, _, _ = hw_backend_status()
         backend = "hw" if hw_ok else "soft"
@@ -318,7 +319,7 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
             2,
         )
     elif asked == "exact":
-        module = exact_module(exe)
+        module = exact_module(exe)  # may ask the loader: once, kept for exact_hooks below
         if module is False and os.environ.get("LOCUS_EXACT_UNCHECKED") != "1":
             raise LocusError(
                 f"--backend exact: {command[0]} is not instrumented, nor is any library it "
@@ -346,7 +347,6 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
     hooks = None
     if backend == "exact":
         o["period_ns"] = o["period_n"] = 0
-        module = exact_module(exe)
         hooks = exact_hooks(module) if module else None
     return {
         "exact_hooks": hooks,

@@ -540,7 +540,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     threads = thread_rows(run, th, names)
     add_os_names(threads, run, th, ct_list)
     _add_work(threads, th, run, names, ev, wk)
-    objects = _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
+    uses: dict = {}  # per process: its sampled accesses, read once (_sampled_uses)
+    objects = _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts, uses)
     lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
     sites = _site_rows(ev, wk, names, opts)
     advice = _advice(objects, cfg, names)
@@ -553,7 +554,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             "objects it allocates)"
         )
     _note_stripped(objs, obj, wk, notes)
-    shm = _between_processes_note(run, cfg)
+    shm = _between_processes_note(run, cfg, uses)
     if shm:
         notes.append(shm)
 
@@ -600,7 +601,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         notes.append(
             "incomplete run: a process ended without finishing its records (killed, or a raw "
             "exit without exit handlers): its events are kept, its threads' counters are "
-            "those of their last checkpoint (every 256 sampler signals)"
+            "those of their last checkpoint (every 256 sampler signals, and at least every "
+            "20 ms while they sample)"
         )
 
     return {
@@ -668,11 +670,10 @@ def _sums(ids: np.ndarray, n: int, wk: dict) -> dict:
     return {k: np.bincount(ids, weights=v, minlength=n) for k, v in wk.items()}
 
 
-def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts) -> list:
+def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts, uses) -> list:
     n = len(objs.info)
     if n == 0:
         return []
-    sampler: dict = {}  # per process: its sampled accesses (for _shared_words)
     tids = np.array([t["tid"] for t in threads] + [-1], dtype=np.int64)
     S = _sums(obj, n, wk)
     det = np.bincount(obj, weights=sampled.astype(float), minlength=n)
@@ -756,7 +757,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts)
         top = int(fm[np.argmax(wk["false"][fm])]) if len(fm) else -1
         top_ip = (int(ev.proc[top]), int(ev.dst_ip[top])) if top >= 0 else None
         shared = (
-            _shared_words(names.run.procs[info["proc"]], ev, m, fm, tids, cfg["line_size"], sampler)
+            _shared_words(names.run.procs[info["proc"]], ev, m, fm, tids, cfg["line_size"], uses)
             if len(fm)
             else (0, 0)
         )
@@ -836,7 +837,7 @@ def _shared_mappings(proc) -> list[tuple[int, int, str, str]]:
     return out
 
 
-def _between_processes_note(run: RunDir, cfg: dict) -> str | None:
+def _between_processes_note(run: RunDir, cfg: dict, uses: dict) -> str | None:
     """A note when a share of the sampled accesses went to memory that several processes of
     the run map shared (stress-ng's cacheline workers, MPI shared-memory transports): the
     detector matches the threads of one process, so what passes between processes there is
@@ -858,8 +859,7 @@ def _between_processes_note(run: RunDir, cfg: dict) -> str | None:
         rs = [(lo, hi, path) for lo, hi, key, path in ms if key in between]
         if not rs:
             continue
-        a = _strided_samples(run.procs[i], SHARED_SAMPLES)["addr"]
-        a = a[a != 0]
+        a = _sampled_uses(run.procs[i], cfg["line_size"], uses)[1]["addr"]
         total += len(a)
         inside = np.zeros(len(a), dtype=bool)
         for lo, hi, path in set(rs):  # maps at start and at exit list a mapping twice
@@ -881,12 +881,14 @@ def _between_processes_note(run: RunDir, cfg: dict) -> str | None:
     )
 
 
-def _sampled_uses(proc, line: int) -> tuple[np.ndarray, np.ndarray]:
+def _sampled_uses(proc, line: int, cache: dict) -> tuple[np.ndarray, np.ndarray]:
     """(line address, record) of a process's sampled accesses with an address: at most
-    SHARED_SAMPLES of them."""
-    s = _strided_samples(proc, SHARED_SAMPLES)
-    s = s[s["addr"] != 0]
-    return s["addr"] - s["addr"] % np.uint64(line), s
+    SHARED_SAMPLES of them, read once per process into `cache`."""
+    if id(proc) not in cache:
+        s = _strided_samples(proc, SHARED_SAMPLES)
+        s = s[s["addr"] != 0]
+        cache[id(proc)] = (s["addr"] - s["addr"] % np.uint64(line), s)
+    return cache[id(proc)]
 
 
 def _shared_words(
@@ -909,10 +911,7 @@ def _shared_words(
             (int(ev.line[i]), int(o) // WORD) for i in on for o in (ev.dst_off[i], ev.src_off[i])
         }
         return len(words), len(seen | words)
-    key = id(proc)
-    if key not in cache:
-        cache[key] = _sampled_uses(proc, line)
-    base, smp = cache[key]
+    base, smp = _sampled_uses(proc, line, cache)
     smp = smp[np.isin(base, lines)]
     # Uses: (first byte, length, thread, written) of the sampled accesses, and of both sides
     # of the object's detections on those lines (the writer's side is a store).
