@@ -367,7 +367,6 @@ def test_exact_with_an_instrumented_library_under_a_plain_driver(locus, tmp_path
     exact backend records the library's accesses. It was refused, since only the
     executable was looked at. Code loaded with dlopen cannot be seen beforehand:
     LOCUS_EXACT_UNCHECKED=1 records anyway."""
-    import os
     import subprocess
 
     (tmp_path / "bump.c").write_text(BUMP_LIB)
@@ -393,7 +392,11 @@ def test_exact_with_an_instrumented_library_under_a_plain_driver(locus, tmp_path
     proc = locus.run("record", "-o", str(out), "--lens", "comm", "--backend", "exact", "--",
                      "true", env=env)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert os.path.isdir(out)
+    # Recorded with the backend asked for (not refused, not another backend in its place):
+    # `true` has no instrumented code, so the exact backend saw no access.
+    plain = locus.report(out, "--lens", "comm")["lenses"]["comm"]
+    assert plain["backend"] == "exact" and plain["exact_hooks"] is None, plain["backend"]
+    assert plain["samples"] == 0 and plain["totals"]["all"] == 0, plain["totals"]
 
 
 ATOMICS_ONLY = r"""
