@@ -239,6 +239,13 @@ def heatmap_lines(report: dict) -> list[str]:
 LEGEND_THREADS = 12
 
 
+def _work_differs(t: dict) -> bool:
+    """Whether a thread's `work` ("function file:line") names another function than its
+    start routine: the legend shows it after an arrow only then."""
+    work, name = t.get("work") or "", t.get("name") or ""
+    return bool(work) and work != name and not work.startswith(name + " ")
+
+
 def thread_legend(threads: list[dict]) -> str:
     """'threads: 0 main (tid 10), 1 worker (tid 11), ...': what the matrix's indices are."""
     # The system's thread name where the program set one (the main thread's is the program's).
@@ -246,7 +253,7 @@ def thread_legend(threads: list[dict]) -> str:
     # What a thread ran, where its start routine does not say it (std::thread, libgomp).
     parts = [
         f"{t['index']} {t['name'] or '?'}"
-        + (f" → {t['work']}" if t.get("work") and t["work"] != t["name"] else "")
+        + (f" → {t['work']}" if _work_differs(t) else "")
         + (f" [{t['os_name']}]" if t.get("os_name") and t["os_name"] != base else "")
         + f" (tid {t['tid']})"
         for t in threads[:LEGEND_THREADS]

@@ -549,6 +549,20 @@ def test_thread_work_names_what_a_trampoline_ran(tmp_path):
     assert "1 ? → worker fs.c:291 (tid 11)" in thread_legend(res["threads"])
 
 
+def test_legend_shows_work_only_when_it_names_another_function():
+    """`work` is "function file:line": a thread whose most sampled function is its own start
+    routine gets no arrow (the legend said `2 work → work stats.c:13`)."""
+    threads = [
+        {"index": 0, "tid": 1, "name": "main", "work": "main app.c:3"},
+        {"index": 1, "tid": 2, "name": "work", "work": "work app.c:13"},
+        {"index": 2, "tid": 3, "name": "work", "work": "work_inner app.c:20"},
+        {"index": 3, "tid": 4, "name": "OpenMP worker", "work": "main._omp_fn.0 omp.c:8"},
+    ]
+    legend = thread_legend(threads)
+    assert "0 main (tid 1), 1 work (tid 2), 2 work → work_inner app.c:20 (tid 3)" in legend
+    assert "3 OpenMP worker → main._omp_fn.0 omp.c:8 (tid 4)" in legend
+
+
 def test_many_threads_listed_only_when_they_took_part(tmp_path):
     """Above 64 threads, `threads` keeps the main thread and those in events; the matrices
     follow it; `threads_total` counts every thread."""
