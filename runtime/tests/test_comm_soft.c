@@ -325,6 +325,8 @@ static int run_case(const char *self, const char *lib, const char *name, const c
     setenv("LOCUS_LENSES", "comm", 1);
     setenv("LOCUS_COMM_BACKEND", "soft", 1);
     if (strstr(name, "gap")) setenv("LOCUS_SOFT_STEP", "0", 1); /* see GAP_LOOP */
+    /* No sample while the test single-steps its snippets itself. */
+    if (!strcmp(name, "ahead")) setenv("LOCUS_COMM_PERIOD_NS", "10000000000", 1);
     execl(self, self, name, (char *)NULL);
     _exit(127);
   }
@@ -543,6 +545,181 @@ static int check_decoder(const char *prog) {
   return ok && check_resync() && check_access_size();
 }
 
+/* ---- the run ahead against the CPU ----
+ * Two code snippets are single-stepped natively (trap flag, one SIGTRAP per instruction).
+ * At every instruction the run ahead is asked for the next access from the registers of
+ * that moment; the truth is the first instruction from there on that the decoder finds an
+ * access in, with the registers it ran with. Every answer must be that access (same pc,
+ * address, size, direction); giving up is allowed but must stay rare. The snippets hold
+ * what loops and branchy code are made of: partial-register writes (8-bit merges, 32-bit
+ * zero extension), movzx/movsx/movsxd, lea with rip, add/sub/cmp with carries and signed
+ * overflow, and/or/xor/test, inc/dec, neg, not, shifts by an immediate and by cl, setcc,
+ * cmovcc, cdqe, and every condition code, on random inputs. */
+__asm__(
+    ".text\n"
+    ".globl ahead_loop\n.type ahead_loop,@function\n"
+    /* rdi = long g[8], rsi = id 0-3, rdx = n: the merge-point loop of
+     * `switch (id) { case 0: g[0]++; ... }` with a store every 4th round. */
+    "ahead_loop:\n"
+    " xor %eax,%eax\n jmp 2f\n"
+    "1: addq $1,(%rdi)\n"
+    "3: test $3,%eax\n je 4f\n"
+    "5: add $1,%rax\n cmp %rdx,%rax\n je 9f\n"
+    "2: cmp $1,%rsi\n je 6f\n cmp $2,%rsi\n je 7f\n test %rsi,%rsi\n je 1b\n"
+    " addq $1,24(%rdi)\n jmp 3b\n"
+    "6: addq $1,8(%rdi)\n jmp 3b\n"
+    "7: add %rax,16(%rdi)\n jmp 3b\n"
+    "4: mov %rax,32(%rdi)\n jmp 5b\n"
+    "9: ret\n"
+    ".size ahead_loop,.-ahead_loop\n"
+    ".globl ahead_alu\n.type ahead_alu,@function\n"
+    /* rdi = long buf[64], rsi = x, rdx = y: every store lands in buf. */
+    "ahead_alu:\n"
+    " mov %rsi,%rax\n mov %dl,%al\n movzbl %al,%ecx\n and $7,%ecx\n"
+    " mov %rax,(%rdi,%rcx,8)\n"
+    " mov %esi,%eax\n add %edx,%eax\n setc %cl\n movzbl %cl,%ecx\n"
+    " mov %rax,64(%rdi,%rcx,8)\n"
+    " movsbl %sil,%eax\n sar $3,%eax\n and $7,%eax\n cltq\n"
+    " mov %rdx,128(%rdi,%rax,8)\n"
+    " mov %rsi,%rax\n sub %rdx,%rax\n jl 1f\n jb 2f\n ja 3f\n"
+    " movq $1,192(%rdi)\n jmp 4f\n"
+    "1: movq $2,200(%rdi)\n jmp 4f\n"
+    "2: movq $3,208(%rdi)\n jmp 4f\n"
+    "3: movq $4,216(%rdi)\n"
+    "4: mov %dx,%ax\n add $0x7fff,%ax\n jo 5f\n js 6f\n jp 7f\n"
+    " movw $1,224(%rdi)\n jmp 8f\n"
+    "5: movw $2,226(%rdi)\n jmp 8f\n"
+    "6: movw $3,228(%rdi)\n jmp 8f\n"
+    "7: movw $4,230(%rdi)\n"
+    "8: mov %esi,%ecx\n and $31,%ecx\n mov %rdx,%rax\n shl %cl,%rax\n shr $60,%rax\n"
+    " mov %rsi,232(%rdi,%rax,8)\n"
+    /* A 32-bit write clears the upper half, a 16-bit one keeps it. */
+    " mov $-1,%rax\n mov %edx,%eax\n shr $29,%rax\n mov %rsi,440(%rdi,%rax,8)\n"
+    " mov $-1,%rcx\n mov %dx,%cx\n shr $61,%rcx\n movb $9,496(%rdi,%rcx,1)\n"
+    " mov %rsi,%rcx\n neg %rcx\n not %rcx\n xor %rdx,%rcx\n and $7,%ecx\n"
+    " movl $5,360(%rdi,%rcx,4)\n"
+    " movslq %edx,%rax\n cmp %rsi,%rax\n setg %cl\n cmovl %rsi,%rax\n"
+    " movzbl %cl,%ecx\n or %ecx,%eax\n and $1,%eax\n"
+    " movb $6,400(%rdi,%rax,1)\n"
+    " lea 9f(%rip),%rax\n lea ahead_alu(%rip),%rcx\n cmp %rcx,%rax\n jbe 9f\n"
+    " mov %edx,%ecx\n and $3,%ecx\n inc %ecx\n"
+    "10: dec %ecx\n jne 10b\n"
+    " mov %ecx,408(%rdi)\n"
+    " mov %rsi,%rax\n cmp %rdx,%rax\n jle 11f\n jge 12f\n"
+    "11: movq $7,416(%rdi)\n jmp 9f\n"
+    "12: movq $8,424(%rdi)\n"
+    "9: lea 16(%rdi),%rax\n sub $8,%rax\n mov (%rax),%rax\n ret\n"
+    ".size ahead_alu,.-ahead_alu\n"
+    ".globl ahead_end\nahead_end:\n nop\n");
+void ahead_loop(long *g, long id, long n);
+long ahead_alu(long *buf, long x, long y);
+
+#define AHEAD_STEPS 4096
+typedef int (*ahead_fn)(uint64_t, void *, uint64_t *, uint64_t *, uint32_t *, uint32_t *);
+static struct ahead_rec {
+  uint64_t pc;
+  int has;       /* the decoder finds an access here */
+  uint64_t addr; /* ... this one */
+  uint32_t len, flags;
+  int ans;               /* the run ahead answered */
+  uint64_t a_at, a_addr; /* ... this */
+  uint32_t a_len, a_flags;
+} ahead_recs[AHEAD_STEPS];
+static volatile int ahead_n, ahead_stepping;
+static decode_fn ahead_dec;
+static ahead_fn ahead_run;
+
+static int in_snippets(uint64_t pc) {
+  extern char ahead_end[];
+  return pc >= (uint64_t)(uintptr_t)ahead_loop && pc < (uint64_t)(uintptr_t)ahead_end;
+}
+
+static void ahead_trap(int sig, siginfo_t *si, void *ucv) {
+  (void)sig;
+  (void)si;
+  ucontext_t *uc = ucv;
+  uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+  if (!ahead_stepping) {
+    uc->uc_mcontext.gregs[REG_EFL] &= ~(greg_t)0x100;
+    return;
+  }
+  if (!in_snippets(pc) || ahead_n >= AHEAD_STEPS) return;
+  struct ahead_rec *r = &ahead_recs[ahead_n++];
+  memset(r, 0, sizeof *r);
+  r->pc = pc;
+  r->has = ahead_dec(pc, uc, &r->addr, &r->len, &r->flags) == 0;
+  r->ans = ahead_run(pc, uc, &r->a_at, &r->a_addr, &r->a_len, &r->a_flags) == 0;
+}
+
+/* Runs fn under the trap flag; the records of its instructions are in ahead_recs. */
+static void ahead_trace(void (*fn)(long *, long, long), long *buf, long x, long y) {
+  ahead_n = 0;
+  ahead_stepping = 1;
+  __asm__ volatile("pushfq\n orq $0x100,(%%rsp)\n popfq" ::: "memory", "cc");
+  fn(buf, x, y);
+  __asm__ volatile("pushfq\n andq $~0x100,(%%rsp)\n popfq" ::: "memory", "cc");
+  ahead_stepping = 0;
+}
+
+static void alu_void(long *buf, long x, long y) { ahead_alu(buf, x, y); }
+
+/* Checks the records: returns the number of wrong answers; adds up answered and asked. */
+static int ahead_check(long *answered, long *asked) {
+  int wrong = 0;
+  for (int i = 0; i < ahead_n; i++) {
+    const struct ahead_rec *r = &ahead_recs[i];
+    int j = i;
+    while (j < ahead_n && !ahead_recs[j].has) j++;
+    if (j == ahead_n) continue; /* no access left in the trace: nothing to compare */
+    (*asked)++;
+    if (!r->ans) continue;
+    (*answered)++;
+    const struct ahead_rec *t = &ahead_recs[j];
+    if (r->a_at != t->pc || r->a_addr != t->addr || r->a_len != t->len || r->a_flags != t->flags) {
+      if (wrong < 5)
+        printf("  not ok: run ahead from %#lx: %#lx [%#lx %u %u], the CPU: %#lx [%#lx %u %u]\n",
+               (unsigned long)r->pc, (unsigned long)r->a_at, (unsigned long)r->a_addr, r->a_len,
+               r->a_flags, (unsigned long)t->pc, (unsigned long)t->addr, t->len, t->flags);
+      wrong++;
+    }
+  }
+  return wrong;
+}
+
+static int check_ahead(void) {
+  ahead_dec = (decode_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_decode");
+  ahead_run = (ahead_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_ahead");
+  if (!ahead_dec || !ahead_run) {
+    printf("  not ok: no locus_test_soft_ahead preloaded\n");
+    return 0;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = ahead_trap;
+  sa.sa_flags = SA_SIGINFO;
+  if (sigaction(SIGTRAP, &sa, NULL) != 0) return 0;
+  static long buf[64];
+  long answered = 0, asked = 0;
+  int wrong = 0;
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+  for (long id = 0; id < 4; id++) {
+    ahead_trace(ahead_loop, buf, id, 9);
+    wrong += ahead_check(&answered, &asked);
+  }
+  for (int k = 0; k < 300; k++) {
+    long v[2];
+    for (int q = 0; q < 2; q++) {
+      seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+      /* Small values too, where equality, carries and signs flip. */
+      v[q] = (k % 3 == 0) ? (long)(seed % 5) - 2 : (long)seed;
+    }
+    ahead_trace(alu_void, buf, v[0], k % 7 == 0 ? v[0] : v[1]);
+    wrong += ahead_check(&answered, &asked);
+  }
+  printf("  run ahead: %ld of %ld instructions answered, %d wrong\n", answered, asked, wrong);
+  return wrong == 0 && answered * 10 >= asked * 9;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && getenv("LOCUS_DIR")) {
     const char *dir = getenv("LOCUS_DIR");
@@ -557,6 +734,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "nocfigap")) return run_pair(in_nocfi_gap, dir);
     if (!strcmp(argv[1], "rawexit")) return run_raw_exit(dir);
     if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
+    if (!strcmp(argv[1], "ahead")) return check_ahead() ? 0 : 1;
     return 2;
   }
   if (argc != 2) {
@@ -579,6 +757,12 @@ int main(int argc, char **argv) {
   mkdir(run, 0755);
   finish("soft decoder: address, size and direction of known instructions",
          run_case(self, lib, "decode", run) == 0);
+
+  /* (d2) The run ahead against the CPU's own single steps. */
+  snprintf(run, sizeof run, "%s/ahead", base);
+  mkdir(run, 0755);
+  finish("soft run ahead: the next access found without stepping is the one the CPU makes",
+         run_case(self, lib, "ahead", run) == 0);
 
   /* (a) Two threads writing the same word: communication between exactly them, mostly
    * true sharing. */

@@ -660,19 +660,19 @@ static ZydisRegister wide(ZydisRegister r) {
 }
 
 /* Value of a general-purpose register; -1 for anything else. */
-static int reg_value(ZydisRegister r, const ucontext_t *uc, uint64_t *v) {
+static int reg_value(ZydisRegister r, const greg_t *g, uint64_t *v) {
   r = wide(r);
   if (r < ZYDIS_REGISTER_RAX || r > ZYDIS_REGISTER_R15) return -1;
-  *v = (uint64_t)uc->uc_mcontext.gregs[gpr_slot[r]];
+  *v = (uint64_t)g[gpr_slot[r]];
   return 0;
 }
 
 enum { DEC_OK = 0, DEC_NOMEM = 1, DEC_UNDECODED = 2, DEC_CLOBBERED = 3 };
 
-/* The memory access of the instruction at ip. `executed`: the registers in uc are those
- * after it ran (skid), else before. */
-static int access_of(const void *code, size_t avail, uint64_t ip, const ucontext_t *uc,
-                     int executed, struct locus_comm_access *a) {
+/* The memory access of the instruction at ip. `executed`: the registers g (a ucontext's
+ * gregs) are those after it ran (skid), else before. */
+static int access_of(const void *code, size_t avail, uint64_t ip, const greg_t *g, int executed,
+                     struct locus_comm_access *a) {
   ZydisDecodedInstruction in;
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
   if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code, avail, &in, ops))) return DEC_UNDECODED;
@@ -725,11 +725,11 @@ static int access_of(const void *code, size_t avail, uint64_t ip, const ucontext
   if (mem->mem.base == ZYDIS_REGISTER_RIP || mem->mem.base == ZYDIS_REGISTER_EIP) {
     addr += ip + in.length;
   } else if (base != ZYDIS_REGISTER_NONE) {
-    if (reg_value(base, uc, &v) != 0) return DEC_UNDECODED;
+    if (reg_value(base, g, &v) != 0) return DEC_UNDECODED;
     addr += v;
   }
   if (index != ZYDIS_REGISTER_NONE) {
-    if (reg_value(index, uc, &v) != 0) return DEC_UNDECODED;
+    if (reg_value(index, g, &v) != 0) return DEC_UNDECODED;
     addr += v * (mem->mem.scale ? mem->mem.scale : 1);
   }
   if (in.address_width == 32) addr &= 0xffffffffu;
@@ -838,7 +838,7 @@ static int access_before(const struct module *m, const struct around *b, uint64_
   const void *code = m ? (const void *)prev : b->buf + (prev - b->lo);
   size_t avail = m ? avail_in(m, prev) : b->lo + b->n - prev;
   if (avail > ZYDIS_MAX_INSTRUCTION_LENGTH) avail = ZYDIS_MAX_INSTRUCTION_LENGTH;
-  return access_of(code, avail, prev, uc, 1, a);
+  return access_of(code, avail, prev, uc->uc_mcontext.gregs, 1, a);
 }
 
 /* The sampled access at pc, skid-corrected: the instruction before pc (skid_at). */
@@ -850,7 +850,7 @@ static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *u
   /* No previous instruction known (a function longer than FN_MAX; code the linear decode
    * loses; code around pc that does not decode in step): pc itself is always an
    * instruction boundary, and its access is exact. */
-  if (w & PC_NONE) return access_of(c->p, c->avail, pc, uc, 0, a);
+  if (w & PC_NONE) return access_of(c->p, c->avail, pc, uc->uc_mcontext.gregs, 0, a);
   uint64_t prevlen = (w >> 48) & 0xf;
   /* A rep string instruction (memset, memcpy) with iterations left was interrupted in its
    * middle: the access is its own, not the previous instruction's. */
@@ -862,7 +862,310 @@ static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *u
       return rc;
     }
   }
-  return access_of(c->p, c->avail, pc, uc, 0, a);
+  return access_of(c->p, c->avail, pc, uc->uc_mcontext.gregs, 0, a);
+}
+
+/* ---- running ahead without stepping ----
+ * Where the sampled instruction (and, skid-corrected, the one before it) has no usable
+ * memory access, the next instruction with one is the sample (as the single steps below
+ * find it). Most of the instructions in between only move registers and flags: a loop's
+ * compare and branch, an index update. They are interpreted here on a copy of the
+ * registers, from pc, following direct branches, until the first instruction with a memory
+ * operand, whose access is then computed from the interpreted registers, exactly as a step
+ * that reached it would; no trap, a few decodes. Anything not interpreted (a call, a
+ * return, an indirect branch, a system call, an instruction reading flags this code has
+ * not computed, SIMD) ends the run ahead and the thread is single-stepped from pc as
+ * before. A merge point (a loop's head, reached by a jump or by falling through: its
+ * previous instruction is not known to have run) is the common case: `if (id == 0)
+ * s.a++; else ...` compiled with the store before the loop's test. */
+#define AHEAD_MAX 32
+static int ahead_on = 1; /* LOCUS_SOFT_AHEAD=0: off (step only) */
+#define EF_CF 0x1ull
+#define EF_PF 0x4ull
+#define EF_ZF 0x40ull
+#define EF_SF 0x80ull
+#define EF_OF 0x800ull
+#define EF_ARITH (EF_CF | EF_PF | EF_ZF | EF_SF | EF_OF)
+
+struct ahead {
+  greg_t g[NGREG];
+  uint64_t known; /* the EFL bits that are those the code would see */
+};
+
+static uint64_t size_mask(uint32_t bits) { return bits >= 64 ? ~0ull : (1ull << bits) - 1; }
+
+/* A general-purpose register operand's value (bits of its size); -1: not one we track
+ * (AH-DH, segment, vector, flags). */
+static int ahead_reg(const struct ahead *s, const ZydisDecodedOperand *o, uint64_t *v) {
+  ZydisRegister r = o->reg.value;
+  if (r == ZYDIS_REGISTER_AH || r == ZYDIS_REGISTER_BH || r == ZYDIS_REGISTER_CH ||
+      r == ZYDIS_REGISTER_DH)
+    return -1;
+  if (reg_value(r, s->g, v) != 0) return -1;
+  *v &= size_mask(o->size);
+  return 0;
+}
+
+static int ahead_read(const struct ahead *s, const ZydisDecodedOperand *o, uint32_t bits,
+                      uint64_t *v) {
+  if (o->type == ZYDIS_OPERAND_TYPE_REGISTER) return ahead_reg(s, o, v);
+  if (o->type != ZYDIS_OPERAND_TYPE_IMMEDIATE) return -1;
+  *v = (o->imm.is_signed ? (uint64_t)o->imm.value.s : o->imm.value.u) & size_mask(bits);
+  return 0;
+}
+
+/* Writes a register operand as the CPU does: a 32-bit write clears the upper half, an 8- or
+ * 16-bit write keeps the other bits. */
+static int ahead_write(struct ahead *s, const ZydisDecodedOperand *o, uint64_t v) {
+  uint64_t old;
+  if (o->type != ZYDIS_OPERAND_TYPE_REGISTER || ahead_reg(s, o, &old) != 0) return -1;
+  greg_t *slot = &s->g[gpr_slot[wide(o->reg.value)]];
+  if (o->size == 64)
+    *slot = (greg_t)v;
+  else if (o->size == 32)
+    *slot = (greg_t)(v & 0xffffffffu);
+  else
+    *slot = (greg_t)(((uint64_t)*slot & ~size_mask(o->size)) | (v & size_mask(o->size)));
+  return 0;
+}
+
+static void ahead_flags(struct ahead *s, uint64_t r, uint32_t bits, uint64_t cf, uint64_t of) {
+  uint64_t f = (uint64_t)s->g[REG_EFL] & ~EF_ARITH;
+  r &= size_mask(bits);
+  if (cf) f |= EF_CF;
+  if (of) f |= EF_OF;
+  if (r == 0) f |= EF_ZF;
+  if (r >> (bits - 1) & 1) f |= EF_SF;
+  if (!(__builtin_popcount((unsigned)(r & 0xff)) & 1)) f |= EF_PF;
+  s->g[REG_EFL] = (greg_t)f;
+  s->known |= EF_ARITH;
+}
+
+/* The flags condition code cc (the low 4 bits of the jcc/setcc/cmovcc opcode) reads. */
+static const uint64_t cond_reads[8] = {EF_OF, EF_CF, EF_ZF,         EF_CF | EF_ZF,
+                                       EF_SF, EF_PF, EF_SF | EF_OF, EF_ZF | EF_SF | EF_OF};
+
+/* Condition code cc on the flags. */
+static int ahead_cond(uint64_t f, int cc) {
+  int cf = !!(f & EF_CF), zf = !!(f & EF_ZF), sf = !!(f & EF_SF), of = !!(f & EF_OF);
+  int pf = !!(f & EF_PF), r;
+  switch (cc >> 1) {
+    case 0:
+      r = of;
+      break;
+    case 1:
+      r = cf;
+      break;
+    case 2:
+      r = zf;
+      break;
+    case 3:
+      r = cf || zf;
+      break;
+    case 4:
+      r = sf;
+      break;
+    case 5:
+      r = pf;
+      break;
+    case 6:
+      r = sf != of;
+      break;
+    default:
+      r = zf || sf != of;
+      break;
+  }
+  return (cc & 1) ? !r : r;
+}
+
+static int ahead_cc(ZydisMnemonic m) {
+  static const ZydisMnemonic jcc[16] = {
+      ZYDIS_MNEMONIC_JO, ZYDIS_MNEMONIC_JNO, ZYDIS_MNEMONIC_JB,  ZYDIS_MNEMONIC_JNB,
+      ZYDIS_MNEMONIC_JZ, ZYDIS_MNEMONIC_JNZ, ZYDIS_MNEMONIC_JBE, ZYDIS_MNEMONIC_JNBE,
+      ZYDIS_MNEMONIC_JS, ZYDIS_MNEMONIC_JNS, ZYDIS_MNEMONIC_JP,  ZYDIS_MNEMONIC_JNP,
+      ZYDIS_MNEMONIC_JL, ZYDIS_MNEMONIC_JNL, ZYDIS_MNEMONIC_JLE, ZYDIS_MNEMONIC_JNLE};
+  static const ZydisMnemonic setcc[16] = {
+      ZYDIS_MNEMONIC_SETO, ZYDIS_MNEMONIC_SETNO, ZYDIS_MNEMONIC_SETB,  ZYDIS_MNEMONIC_SETNB,
+      ZYDIS_MNEMONIC_SETZ, ZYDIS_MNEMONIC_SETNZ, ZYDIS_MNEMONIC_SETBE, ZYDIS_MNEMONIC_SETNBE,
+      ZYDIS_MNEMONIC_SETS, ZYDIS_MNEMONIC_SETNS, ZYDIS_MNEMONIC_SETP,  ZYDIS_MNEMONIC_SETNP,
+      ZYDIS_MNEMONIC_SETL, ZYDIS_MNEMONIC_SETNL, ZYDIS_MNEMONIC_SETLE, ZYDIS_MNEMONIC_SETNLE};
+  static const ZydisMnemonic cmovcc[16] = {
+      ZYDIS_MNEMONIC_CMOVO, ZYDIS_MNEMONIC_CMOVNO, ZYDIS_MNEMONIC_CMOVB,  ZYDIS_MNEMONIC_CMOVNB,
+      ZYDIS_MNEMONIC_CMOVZ, ZYDIS_MNEMONIC_CMOVNZ, ZYDIS_MNEMONIC_CMOVBE, ZYDIS_MNEMONIC_CMOVNBE,
+      ZYDIS_MNEMONIC_CMOVS, ZYDIS_MNEMONIC_CMOVNS, ZYDIS_MNEMONIC_CMOVP,  ZYDIS_MNEMONIC_CMOVNP,
+      ZYDIS_MNEMONIC_CMOVL, ZYDIS_MNEMONIC_CMOVNL, ZYDIS_MNEMONIC_CMOVLE, ZYDIS_MNEMONIC_CMOVNLE};
+  for (int i = 0; i < 16; i++) {
+    if (m == jcc[i]) return i;
+    if (m == setcc[i]) return 16 + i;
+    if (m == cmovcc[i]) return 32 + i;
+  }
+  return -1;
+}
+
+/* One instruction without a memory access, interpreted: 0 done (s->g[REG_RIP] is the next
+ * pc), -1 not interpreted. */
+static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
+                      const ZydisDecodedOperand *ops) {
+  uint64_t pc = (uint64_t)s->g[REG_RIP], next = pc + in->length;
+  int n = in->operand_count_visible;
+  uint32_t bits = n ? ops[0].size : 0;
+  uint64_t a = 0, b = 0, r, sign = bits ? 1ull << (bits - 1) : 0;
+  ZydisMnemonic m = in->mnemonic;
+  s->g[REG_RIP] = (greg_t)next;
+  switch (m) {
+    case ZYDIS_MNEMONIC_NOP:
+    case ZYDIS_MNEMONIC_ENDBR64:
+      return 0;
+    case ZYDIS_MNEMONIC_JMP:
+      if (n != 1 || ops[0].type != ZYDIS_OPERAND_TYPE_IMMEDIATE || !ops[0].imm.is_relative)
+        return -1;
+      s->g[REG_RIP] = (greg_t)(next + (uint64_t)ops[0].imm.value.s);
+      return 0;
+    case ZYDIS_MNEMONIC_MOV:
+      if (n != 2 || ahead_read(s, &ops[1], bits, &b) != 0) return -1;
+      return ahead_write(s, &ops[0], b);
+    case ZYDIS_MNEMONIC_MOVZX:
+    case ZYDIS_MNEMONIC_MOVSX:
+    case ZYDIS_MNEMONIC_MOVSXD: {
+      if (n != 2 || ahead_reg(s, &ops[1], &b) != 0) return -1;
+      uint32_t sb = ops[1].size;
+      if (m != ZYDIS_MNEMONIC_MOVZX && sb < 64 && (b >> (sb - 1) & 1)) b |= ~size_mask(sb);
+      return ahead_write(s, &ops[0], b & size_mask(bits));
+    }
+    case ZYDIS_MNEMONIC_LEA: {
+      const ZydisDecodedOperand *o = &ops[1];
+      if (n != 2 || o->type != ZYDIS_OPERAND_TYPE_MEMORY || o->mem.segment == ZYDIS_REGISTER_FS ||
+          o->mem.segment == ZYDIS_REGISTER_GS)
+        return -1;
+      uint64_t ea = (uint64_t)o->mem.disp.value, v;
+      if (o->mem.base == ZYDIS_REGISTER_RIP)
+        ea += next;
+      else if (o->mem.base != ZYDIS_REGISTER_NONE) {
+        if (reg_value(o->mem.base, s->g, &v) != 0) return -1;
+        ea += v;
+      }
+      if (o->mem.index != ZYDIS_REGISTER_NONE) {
+        if (reg_value(o->mem.index, s->g, &v) != 0) return -1;
+        ea += v * (o->mem.scale ? o->mem.scale : 1);
+      }
+      if (in->address_width == 32) ea &= 0xffffffffu;
+      return ahead_write(s, &ops[0], ea & size_mask(bits));
+    }
+    case ZYDIS_MNEMONIC_ADD:
+    case ZYDIS_MNEMONIC_SUB:
+    case ZYDIS_MNEMONIC_CMP:
+    case ZYDIS_MNEMONIC_AND:
+    case ZYDIS_MNEMONIC_OR:
+    case ZYDIS_MNEMONIC_XOR:
+    case ZYDIS_MNEMONIC_TEST:
+      if (n != 2 || ahead_reg(s, &ops[0], &a) != 0 || ahead_read(s, &ops[1], bits, &b) != 0)
+        return -1;
+      if (m == ZYDIS_MNEMONIC_ADD) {
+        r = (a + b) & size_mask(bits);
+        ahead_flags(s, r, bits, r < a, (a ^ r) & (b ^ r) & sign);
+      } else if (m == ZYDIS_MNEMONIC_SUB || m == ZYDIS_MNEMONIC_CMP) {
+        r = (a - b) & size_mask(bits);
+        ahead_flags(s, r, bits, a < b, (a ^ b) & (a ^ r) & sign);
+      } else {
+        r = m == ZYDIS_MNEMONIC_OR ? a | b : m == ZYDIS_MNEMONIC_XOR ? a ^ b : a & b;
+        ahead_flags(s, r, bits, 0, 0);
+      }
+      return m == ZYDIS_MNEMONIC_CMP || m == ZYDIS_MNEMONIC_TEST ? 0 : ahead_write(s, &ops[0], r);
+    case ZYDIS_MNEMONIC_INC:
+    case ZYDIS_MNEMONIC_DEC: {
+      if (n != 1 || ahead_reg(s, &ops[0], &a) != 0) return -1;
+      uint64_t cf = (uint64_t)s->g[REG_EFL] & EF_CF, cf_known = s->known & EF_CF; /* kept */
+      r = (m == ZYDIS_MNEMONIC_INC ? a + 1 : a - 1) & size_mask(bits);
+      ahead_flags(s, r, bits, cf, m == ZYDIS_MNEMONIC_INC ? r == sign : a == sign);
+      s->known = (s->known & ~EF_CF) | cf_known;
+      return ahead_write(s, &ops[0], r);
+    }
+    case ZYDIS_MNEMONIC_NEG:
+      if (n != 1 || ahead_reg(s, &ops[0], &a) != 0) return -1;
+      r = (0 - a) & size_mask(bits);
+      ahead_flags(s, r, bits, a != 0, a == sign);
+      return ahead_write(s, &ops[0], r);
+    case ZYDIS_MNEMONIC_NOT:
+      if (n != 1 || ahead_reg(s, &ops[0], &a) != 0) return -1;
+      return ahead_write(s, &ops[0], ~a & size_mask(bits));
+    case ZYDIS_MNEMONIC_SHL:
+    case ZYDIS_MNEMONIC_SHR:
+    case ZYDIS_MNEMONIC_SAR: {
+      if (n != 2 || ahead_reg(s, &ops[0], &a) != 0 || ahead_read(s, &ops[1], 8, &b) != 0) return -1;
+      b &= bits == 64 ? 63 : 31;
+      if (b == 0) return 0; /* no change, flags kept */
+      if (m == ZYDIS_MNEMONIC_SHL)
+        r = b >= bits ? 0 : a << b;
+      else if (m == ZYDIS_MNEMONIC_SHR)
+        r = b >= bits ? 0 : a >> b;
+      else {
+        uint64_t x = (a & sign) ? a | ~size_mask(bits) : a;
+        r = (uint64_t)((int64_t)x >> (b >= 64 ? 63 : b));
+      }
+      ahead_flags(s, r, bits, 0, 0);
+      s->known &= ~(EF_CF | EF_OF); /* the carry shifted out and the overflow: not followed */
+      return ahead_write(s, &ops[0], r & size_mask(bits));
+    }
+    case ZYDIS_MNEMONIC_CDQE:
+      s->g[REG_RAX] = (greg_t)(int64_t)(int32_t)s->g[REG_RAX];
+      return 0;
+    default:
+      break;
+  }
+  int cc = ahead_cc(m);
+  if (cc < 0 || (s->known & cond_reads[(cc & 15) >> 1]) != cond_reads[(cc & 15) >> 1]) return -1;
+  int yes = ahead_cond((uint64_t)s->g[REG_EFL], cc & 15);
+  if (cc < 16) {
+    if (n != 1 || ops[0].type != ZYDIS_OPERAND_TYPE_IMMEDIATE || !ops[0].imm.is_relative) return -1;
+    if (yes) s->g[REG_RIP] = (greg_t)(next + (uint64_t)ops[0].imm.value.s);
+    return 0;
+  }
+  if (cc < 32) return n == 1 ? ahead_write(s, &ops[0], (uint64_t)yes) : -1;
+  if (n != 2 || ahead_reg(s, &ops[1], &b) != 0 || ahead_reg(s, &ops[0], &a) != 0) return -1;
+  return ahead_write(s, &ops[0], yes ? b : a); /* a 32-bit cmov clears the upper half */
+}
+
+/* Whether the instruction has a memory operand the access decoder would look at (explicit
+ * or hidden: push, call, string instructions), or enters the kernel. */
+static int ahead_stops(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
+  if (in->meta.category == ZYDIS_CATEGORY_SYSCALL || in->meta.category == ZYDIS_CATEGORY_INTERRUPT)
+    return 1;
+  if (in->mnemonic == ZYDIS_MNEMONIC_LEA || in->mnemonic == ZYDIS_MNEMONIC_NOP) return 0;
+  for (int i = 0; i < in->operand_count; i++)
+    if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.type != ZYDIS_MEMOP_TYPE_AGEN)
+      return 1;
+  return 0;
+}
+
+/* The next access from pc (code c, registers g), interpreted as above: DEC_OK with *a,
+ * DEC_NOMEM when the run ahead ended without one (step instead). */
+static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
+                        struct locus_comm_access *a) {
+  struct ahead s;
+  memcpy(s.g, g, sizeof s.g);
+  s.g[REG_RIP] = (greg_t)pc;
+  s.known = EF_ARITH; /* the interrupted context's own */
+  struct code here = *c;
+  if (here.p == c->buf) here.p = here.buf; /* a copy keeps pointing at its own bytes */
+  for (int k = 0; k < AHEAD_MAX; k++) {
+    uint64_t at = (uint64_t)s.g[REG_RIP];
+    if (k > 0) code_at(at, &here);
+    if (!here.avail) return DEC_NOMEM;
+    ZydisDecodedInstruction in;
+    ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+    if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, here.p, here.avail, &in, ops))) return DEC_NOMEM;
+    if (ahead_stops(&in, ops)) {
+      if (in.meta.category == ZYDIS_CATEGORY_SYSCALL ||
+          in.meta.category == ZYDIS_CATEGORY_INTERRUPT)
+        return DEC_NOMEM;
+      /* The registers are those before it runs (at pc itself too: after a skid-corrected
+       * instruction without an access, pc's is the next one). */
+      int rc = access_of(here.p, here.avail, at, s.g, 0, a);
+      return rc == DEC_OK ? DEC_OK : DEC_NOMEM;
+    }
+    if (ahead_step(&s, &in, ops) != 0) return DEC_NOMEM;
+  }
+  return DEC_NOMEM;
 }
 
 /* A watchpoint trap's pc follows the access that ran (a branch target or not). */
@@ -934,11 +1237,32 @@ int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,
            ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64));
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
-  int rc = access_of((const void *)ip, ZYDIS_MAX_INSTRUCTION_LENGTH, ip, uc, 0, &a);
+  int rc = access_of((const void *)ip, ZYDIS_MAX_INSTRUCTION_LENGTH, ip,
+                     ((ucontext_t *)uc)->uc_mcontext.gregs, 0, &a);
   *addr = a.addr;
   *len = a.len;
   *flags = a.flags;
   return rc;
+}
+
+int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, uint32_t *len,
+                          uint32_t *flags) {
+  static int init;
+  if (!init) {
+    init = zydis_open() == 0 &&
+           ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64));
+    refresh_modules();
+  }
+  struct code c;
+  code_at(ip, &c);
+  struct locus_comm_access a;
+  memset(&a, 0, sizeof a);
+  if (!init || access_ahead(ip, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, &a) != DEC_OK) return -1;
+  *at = a.ip;
+  *addr = a.addr;
+  *len = a.len;
+  *flags = a.flags;
+  return 0;
 }
 
 /* Whether the instruction at pc (not run yet) enters the kernel. Stepping stops before one:
@@ -977,6 +1301,10 @@ static void take_sample(ucontext_t *uc) {
     struct code c;
     code_at(pc, &c);
     int rc = sampled_access(pc, &c, uc, &a);
+    if (rc == DEC_NOMEM && ahead_on) {
+      rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a);
+      if (rc == DEC_OK) a.flags |= LOCUS_AC_STEP;
+    }
     /* Never with SIGTRAP blocked in the context we return to: the kernel delivers a sample
      * to a thread that blocks it (asynchronously), but a blocked trap-flag SIGTRAP kills. */
     if (rc == DEC_NOMEM && step_on && !sigismember(&uc->uc_sigmask, SIGTRAP) &&
@@ -1012,7 +1340,8 @@ static void on_step(ucontext_t *uc) {
   if (live) {
     locus_me.guard++;
     code_at(pc, &c);
-    if (c.avail) rc = access_of(c.p, c.avail, pc, uc, 0, &a);
+    if (c.avail) rc = access_of(c.p, c.avail, pc, uc->uc_mcontext.gregs, 0, &a);
+    if (rc == DEC_NOMEM && ahead_on) rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a);
     if (rc == DEC_OK) {
       a.t = t0;
       a.cpu = sched_getcpu();
@@ -1274,6 +1603,8 @@ static int soft_proc_init(void) {
   }
   const char *step = getenv("LOCUS_SOFT_STEP");
   step_on = !(step && *step == '0');
+  const char *ahead = getenv("LOCUS_SOFT_AHEAD");
+  ahead_on = !(ahead && *ahead == '0');
   const char *src = getenv("LOCUS_COMM_SOFT_SOURCE");
   if (src && !strcmp(src, "async")) forced_source = SRC_ASYNC;
   if (src && !strcmp(src, "timer")) forced_source = SRC_TIMER;

@@ -54,5 +54,10 @@ LOCUS_EXPORT int locus_test_soft_resync(const uint8_t *code, uint64_t n, uint64_
  * (ucontext_t), no skid correction. 0 when it has a usable memory access. */
 LOCUS_EXPORT int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,
                                         uint32_t *flags);
+/* Test-only entry point: the next access from `ip` on, found by interpreting the code
+ * without running it (the run ahead of the sampler): 0 with its instruction's address in
+ * *at, -1 when the run ahead gives up (the sampler would single-step). */
+LOCUS_EXPORT int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr,
+                                       uint32_t *len, uint32_t *flags);
 
 #endif
