@@ -230,6 +230,9 @@ struct locus_comm_event { /* 64 bytes */
 
 /* Per-thread counters of the comm lens, written when the thread ends (and at process exit
  * for the threads still running); one record per thread. */
+/* exact backend: the thread had no copy-set bit (more than 64 threads were live when it
+ * started): its loads were not tracked (its `skipped`), its stores were. */
+#define LOCUS_CT_NO_COPY_BIT 1u
 struct locus_comm_thread { /* 128 bytes */
   uint32_t tid;
   uint32_t backend;     /* enum locus_comm_backend */
@@ -247,8 +250,8 @@ struct locus_comm_thread { /* 128 bytes */
   uint64_t self_ns;     /* time spent in the handlers */
   uint32_t watchpoints; /* debug registers this thread could open (0-4) */
   uint16_t kind;        /* 1 = record; 0 = unused */
-  uint16_t flags;
-  char name[16]; /* the thread's name (PR_GET_NAME: pthread_setname_np, the JVM's names) */
+  uint16_t flags;       /* LOCUS_CT_* */
+  char name[16];        /* the thread's name (PR_GET_NAME: pthread_setname_np, the JVM's names) */
 };
 
 /* Allocations and other address ranges that the comm report names as objects. */

@@ -434,3 +434,43 @@ def test_exact_accepts_a_program_whose_shared_data_is_all_atomic(locus, tmp_path
     # (which object leads depends on whether the two workers overlapped in time).
     assert c["exact_hooks"] == "calls" and c["totals"]["all"] > 0, c["totals"]
     assert {o["name"] for o in c["objects"]} & {"c", "done"}, c["objects"]
+
+
+MANY_LIVE = r"""
+#include <pthread.h>
+#include <stdio.h>
+long shared[8];
+static pthread_barrier_t bar;
+static void *work(void *arg) {
+  long s = 0;
+  pthread_barrier_wait(&bar); /* all 70 live at once */
+  for (int i = 0; i < 1000; i++) s += __atomic_load_n(&shared[i & 7], __ATOMIC_RELAXED);
+  pthread_barrier_wait(&bar);
+  return (void *)s + (long)arg;
+}
+int main(void) {
+  pthread_t t[70];
+  pthread_barrier_init(&bar, NULL, 70);
+  for (long i = 0; i < 70; i++) pthread_create(&t[i], NULL, work, (void *)i);
+  for (int i = 0; i < 70; i++) pthread_join(t[i], NULL);
+  printf("%ld\n", shared[0]);
+  return 0;
+}
+"""
+
+
+def test_exact_says_which_loads_it_could_not_track(locus, tmp_path):
+    """The exact model keeps the copies of 64 threads at once: with 70 workers live and the
+    main thread, 7 start without a copy-set bit and their 1000 loads each are not tracked.
+    The summary said '... samples, 7000 skipped' beside 'every access counted'."""
+    (tmp_path / "many.c").write_text(MANY_LIVE)
+    exe = tmp_path / "many"
+    built = locus.run("cc", "-O2", "-pthread", "-o", str(exe), str(tmp_path / "many.c"))
+    assert built.returncode == 0, built.stderr
+    _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "exact"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["skipped"] == 7 * 1000 and c["samples"] >= 70 * 1000, (c["samples"], c["skipped"])
+    note = next(n for n in c["notes"] if n.startswith("exact: "))
+    assert "7,000 of them are the loads of 7 thread(s)" in note, note
+    text = locus.run("report", str(run), "--lens", "comm").stdout.decode()
+    assert "7000 not tracked (10.0 %)" in " ".join(text.split()), text

@@ -397,6 +397,33 @@ def _add_work(
             t["work"] = where[by_fn.most_common(1)[0][0]]
 
 
+CT_NO_COPY_BIT = 1  # LOCUS_CT_NO_COPY_BIT (locus_format.h)
+EXACT_COPY_BITS = 64  # threads the exact model keeps copies for at once (exact.c XS_BITS)
+
+
+def _untracked_note(ct: np.ndarray, counters: dict) -> str:
+    """Why the exact backend did not track some accesses (its `skipped`, part of `samples`)."""
+    nobit = (ct["flags"] & CT_NO_COPY_BIT) != 0
+    n_nobit, k_nobit = int(nobit.sum()), int(ct["skipped"][nobit].sum())
+    share = 100 * counters["skipped"] / max(counters["samples"], 1)
+    text = f"exact: {counters['skipped']:,} accesses ({share:.1f} % of them) were not tracked"
+    if n_nobit:
+        text += (
+            f"; {k_nobit:,} of them are the loads of {n_nobit} thread(s) that started while "
+            f"{EXACT_COPY_BITS} others were live: the model keeps the copies of "
+            f"{EXACT_COPY_BITS} threads at once (a 64-bit copy set), so transfers to these "
+            "threads by their loads are not counted (their stores are, and transfers from "
+            "them); fewer threads at once, or threads that end, are tracked whole"
+        )
+    if counters["skipped"] > k_nobit:
+        text += (
+            f"; {counters['skipped'] - k_nobit:,} were outside the shadow table (addresses "
+            "beyond its reserved region, LOCUS_EXACT_SHADOW_MB) or made by a signal handler "
+            "inside the model"
+        )
+    return text
+
+
 def _note_stripped(objs: _Objects, obj: np.ndarray, wk: dict, notes: list) -> None:
     """Say how much of the volume is in static data without symbols, and how to name it."""
     ids = [i for i, info in enumerate(objs.info) if info.get("stripped")]
@@ -588,13 +615,18 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             f"a cell or row with fewer than {MIN_DETECTIONS} detections is indicative only"
         )
     if cfg["backend"] == "exact" and cfg.get("exact_hooks"):
+        every = "every access counted" + (
+            f" but the {counters['skipped']:,} not tracked (below)" if counters["skipped"] else ""
+        )
         notes.append(
             "exact backend, the hit test inlined into the program (only misses call "
-            "liblocus.so): every access counted"
+            f"liblocus.so): {every}"
             if cfg["exact_hooks"] == "inlined"
             else "exact backend, one call per access into liblocus.so (a default `locus cc` "
-            "build inlines the hit test and runs 1.5-2x faster): every access counted"
+            f"build inlines the hit test and runs 1.5-2x faster): {every}"
         )
+    if cfg["backend"] == "exact" and counters["skipped"]:
+        notes.append(_untracked_note(ct, counters))
     if n_ev == 0:
         notes.append("no communication was detected")
     if not run.complete:

@@ -273,8 +273,13 @@ def add_os_names(threads: list[dict], run: RunDir, th: Threads, ct_list: list | 
         t["os_name"] = names.get((th.proc[i], th.tid[i]), "")
 
 
-def ranges(idx: list[int]) -> str:
-    """[0,1,2,3,5] -> '0-3,5'."""
+RANGES_MOST = 8  # parts a list of ranges shows before it is cut
+
+
+def ranges(idx: list[int], most: int = RANGES_MOST, count: bool = True) -> str:
+    """[0,1,2,3,5] -> '0-3,5'; past `most` parts the first ones and the count, '0-63,67,70,…
+    (412 in all)' ('0-63,67,70,…' without `count`), so that a thousand scattered threads
+    stay one readable line."""
     idx = sorted(set(idx))
     out = []
     i = 0
@@ -284,6 +289,8 @@ def ranges(idx: list[int]) -> str:
             j += 1
         out.append(f"{idx[i]}" if i == j else f"{idx[i]}-{idx[j]}")
         i = j + 1
+    if len(out) > most:
+        return ",".join(out[:most]) + (f",… ({len(idx)} in all)" if count else ",…")
     return ",".join(out)
 
 

@@ -61,6 +61,12 @@ def _field_note(fields: list | None, obj: str) -> str:
     return f" ({f}{'+' if len(fields) > 1 else ''})"
 
 
+# A table cell lists at most this many parts of a thread list, and a hot line the bytes of
+# at most this many threads: with a thousand threads the object's name stays readable.
+TABLE_RANGES = 3
+LINE_THREADS = 8
+
+
 def comm_tables(report: dict) -> list[Table]:
     c = _comm(report)
     u = vol_unit(c)
@@ -71,7 +77,7 @@ def comm_tables(report: dict) -> list[Table]:
             dict(
                 r,
                 false_pct=_pct(r["false"], r["all"]),
-                thread_list=_ranges(r["threads"]),
+                thread_list=_ranges(r["threads"], most=TABLE_RANGES, count=False),
                 obj_size=r["size"],
             )
         )
@@ -84,8 +90,10 @@ def comm_tables(report: dict) -> list[Table]:
             at += f" @{r['offset']:+d}"
         ranges = " ".join(
             f"t{t['thread']}:{_spans(t['bytes'])}{_field_note(t.get('fields'), r['object'])}"
-            for t in r["threads"]
+            for t in r["threads"][:LINE_THREADS]
         )
+        if len(r["threads"]) > LINE_THREADS:
+            ranges += f" … and {len(r['threads']) - LINE_THREADS} more threads (JSON `lines`)"
         funcs = list(dict.fromkeys(str(x).split(" ")[0] for x in r["sites"]))
         lines.append(dict(r, object_at=at, ranges=ranges, code="\n".join(funcs[:4])))
     sites = []
@@ -158,11 +166,17 @@ def summary_lines(report: dict) -> list[str]:
         how = f"{c['backend']}, period unknown"
     wp = c["watchpoints"]
     seen = c["samples"] + c["skipped"]
-    lines = [
-        f"comm      {how}, {wp if wp is not None else '?'} watchpoints,"
-        f" {count(c['samples'])} samples, {count(c['skipped'])} skipped"
-        f" ({percent(_pct(c['skipped'], seen))}{_skip_parts(c)})",
-    ]
+    if c["backend"] == "exact":  # samples: every access; skipped: those not tracked, of them
+        counted = (
+            f" {count(c['samples'])} accesses, {count(c['skipped'])} not tracked"
+            f" ({percent(_pct(c['skipped'], c['samples']))})"
+        )
+    else:
+        counted = (
+            f" {count(c['samples'])} samples, {count(c['skipped'])} skipped"
+            f" ({percent(_pct(c['skipped'], seen))}{_skip_parts(c)})"
+        )
+    lines = [f"comm      {how}, {wp if wp is not None else '?'} watchpoints,{counted}"]
     t = c["totals"]
     rse = f" (±{percent(100 * t['rse'])})" if t.get("rse") else ""
     # exact: every transfer is counted; its events are aggregates (line, threads, verdict).

@@ -547,6 +547,7 @@ static int thread_enter(struct locus_xthread *x) {
 static void publish_counts(struct locus_xthread *x) {
   locus_ct.st.samples += x->accesses;
   locus_ct.st.skipped += x->skipped;
+  if (x->state == 1 && !x->bit) locus_ct.st.flags |= LOCUS_CT_NO_COPY_BIT;
   locus_ct.st.period_ns = 0;
   x->accesses = x->skipped = 0;
 }

@@ -741,3 +741,16 @@ def test_trampolines_named_as_users_know_them():
     assert trampoline_name("threadentry") == "Go thread"
     assert trampoline_name("worker") == "worker"
     assert trampoline_name("sysbench+0xc600") == "sysbench+0xc600"
+
+
+def test_long_thread_lists_are_cut_with_their_count():
+    """A thousand threads whose indices scatter (the exact backend's 1000-thread counter run)
+    gave an advice line of 30 terminal lines and squeezed the object's name out of the
+    objects table: lists are cut after 8 ranges with the count, 3 without it in a table."""
+    from locus.analysis.common import ranges
+
+    idx = list(range(64)) + list(range(65, 200, 2))
+    assert ranges([0, 1, 2, 3, 5]) == "0-3,5"
+    assert ranges(idx) == "0-63,65,67,69,71,73,75,77,… (132 in all)"
+    assert ranges(idx, most=3, count=False) == "0-63,65,67,…"
+    assert ranges(list(range(1000))) == "0-999"
