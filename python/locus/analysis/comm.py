@@ -760,7 +760,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
         ]
         # The false-sharing accesses (both sides) in object offsets, for the advice, of
         # the objects that can get one.
-        fa = np.zeros((0, 3), np.int64)
+        fa: list = []
         fm = m[:0]
         if (
             S["false"][o] >= ADVICE_MIN_FALSE * S["all"][o] > 0
@@ -771,8 +771,11 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
             # An object may start in the middle of a line (a static array is rarely
             # line-aligned): the accesses that fall before it belong to its neighbours.
             fm = m[(ev.flags[m] & CE_TRUE) == 0]
+            # Rows (thread, offset, length, line of the object, false volume): the line is
+            # counted from the one the object starts in (which starts at most a line before it).
+            lidx = (line_off[fm] + cfg["line_size"]) // cfg["line_size"]
             parts = [
-                np.stack([tids, line_off[fm] + offs, np.maximum(lens, 1)], axis=1)
+                np.stack([tids, line_off[fm] + offs, np.maximum(lens, 1), lidx], axis=1)
                 for tids, offs, lens in (
                     (ev.src[fm], ev.src_off[fm], ev.src_len[fm]),
                     (ev.dst[fm], ev.dst_off[fm], ev.dst_len[fm]),
@@ -780,10 +783,17 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
             ]
             if len(fm):
                 fa = np.concatenate(parts)
+                fw = np.concatenate([wk["false"][fm], wk["false"][fm]])
                 inside = fa[:, 1] >= 0
                 if size:
                     inside &= fa[:, 1] < size
-                fa = unique_rows(fa[inside])
+                fa, fw = fa[inside], fw[inside]
+                if len(fa):
+                    inv, first = group(*(fa[:, k] for k in range(4)))
+                    w = np.bincount(inv, weights=fw, minlength=len(first))
+                    fa = [[*r, x] for r, x in zip(fa[first].tolist(), w.tolist())]
+                else:
+                    fa = []
         stores = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) != 0).all())
         # The busiest false-sharing access, whose source file tells the advice's language.
         top = int(fm[np.argmax(wk["false"][fm])]) if len(fm) else -1
@@ -808,7 +818,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                 "lines": int(len(np.unique(ev.line[m]))),
                 "threads": np.unique(np.concatenate([ev.src[m], ev.dst[m]])).tolist(),
                 "pairs": pairs,
-                "_false_accesses": np.asarray(fa, dtype=np.int64).tolist(),
+                "_false_accesses": fa,
                 "_false_stores": stores,
                 "_shared_words": shared,
                 "_wrapper": wrapper,
@@ -1150,6 +1160,9 @@ def _site_rows(ev, wk, names, opts) -> list:
 
 
 ADVICE_MIN_DETECTIONS = 10
+# An object whose false sharing is at least this much in one of its lines gets advice about
+# that line only.
+HOT_LINE_SHARE = 0.75
 # The false share of an object's volume from which it gets advice: a lock array or a queue
 # whose head and tail share a line is half true sharing (the lock, the index itself), and
 # padding still removes the other half (sysbench mutex: 47 % false).
@@ -1206,10 +1219,11 @@ def _fortran_padding(o: dict, line: int, size: int) -> str:
     )
 
 
-def _fields_of(o: dict, names, per: dict[int, set]) -> str:
+def _fields_of(o: dict, names, per: dict[int, Counter]) -> str:
     """` (thread 1 stats[0].hits; thread 2 stats[0].misses)`: the fields each thread
-    accessed (FIELDS_THREADS threads, two fields each), from the static variable's DWARF
-    type; "" without one, or when the type says no more than the variable's name."""
+    accessed (FIELDS_THREADS threads, two fields each, the most false sharing first), from
+    the static variable's DWARF type; "" without one, or when the type says no more than
+    the variable's name."""
     if names is None or not o.get("_layout"):
         return ""
     layout = names.layout(*o["_layout"])
@@ -1217,7 +1231,10 @@ def _fields_of(o: dict, names, per: dict[int, set]) -> str:
         return ""
     parts = []
     for t in sorted(per)[:FIELDS_THREADS]:
-        fields = sorted({layout.field(off) for off in per[t]})
+        weight: Counter = Counter()
+        for off, w in per[t].items():
+            weight[layout.field(off)] += w
+        fields = sorted(weight, key=lambda f: (-weight[f], f))
         if fields == [layout.name]:
             return ""
         shown = ", ".join(fields[:2]) + (", ..." if len(fields) > 2 else "")
@@ -1235,7 +1252,7 @@ def _element_size(acc, line: int) -> int:
     of counters; 0 otherwise."""
     lo: dict[int, int] = {}
     hi: dict[int, int] = {}
-    for t, off, ln in acc:
+    for t, off, ln, *_rest in acc:
         lo[t] = min(lo.get(t, off), off)
         hi[t] = max(hi.get(t, off + ln), off + ln)
     spans = {hi[t] - lo[t] for t in lo}
@@ -1266,17 +1283,26 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         acc = o["_false_accesses"]
         if not acc:
             continue
-        per: dict[int, set] = {}
+        # Most of a large object's false sharing in one of its lines (a queue's head and
+        # tail beside its ring): the advice is about that line.
+        by_line: Counter = Counter()
+        for _t, _off, _ln, li, w in acc:
+            by_line[li] += w
+        hot, hot_w = by_line.most_common(1)[0]
+        focus = len(by_line) > 1 and hot_w >= HOT_LINE_SHARE * sum(by_line.values()) > 0
+        if focus:
+            acc = [r for r in acc if r[3] == hot]
+        per: dict[int, Counter] = {}
         sizes = Counter()
-        for t, off, ln in acc:
-            per.setdefault(t, set()).add(off)
+        for t, off, ln, _li, w in acc:
+            per.setdefault(t, Counter())[off] += w
             sizes[ln] += 1
         if len(per) < 2:
             continue
         thr = _ranges(list(per))
-        offs = sorted({off for _t, off, _ln in acc})
+        offs = sorted({r[1] for r in acc})
         size = sizes.most_common(1)[0][0]
-        own = all(len(per[a] & per[b]) == 0 for a in per for b in per if a < b)
+        own = all(not (per[a].keys() & per[b].keys()) for a in per for b in per if a < b)
         verb = "write" if o["_false_stores"] else "access"
         name = f"`{o['name']}`" if o["kind"] == "static" else o["name"]
         if o["kind"] == "stack" and o.get("_stack_lo") is not None:
@@ -1288,6 +1314,9 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             where = f"at {span} (a local variable other threads reach by its address)"
         else:
             where = f"at offsets {offs[0]}-{offs[-1]}" if len(offs) > 1 else f"at offset {offs[0]}"
+        if focus:
+            pct = 100 * hot_w / sum(by_line.values())
+            where += f", the {line}-byte line with {pct:.0f} % of its false sharing"
         where += _fields_of(o, names, per)
         shared, seen = o["_shared_words"]
         share = f"{100 * o['false'] / o['all']:.0f} % of its volume"

@@ -754,3 +754,37 @@ def test_long_thread_lists_are_cut_with_their_count():
     assert ranges(idx) == "0-63,65,67,69,71,73,75,77,… (132 in all)"
     assert ranges(idx, most=3, count=False) == "0-63,65,67,…"
     assert ranges(list(range(1000))) == "0-999"
+
+
+@pytest.mark.parametrize("far", [5, 40])
+def test_advice_about_the_line_that_holds_most_false_sharing(tmp_path, far):
+    """A queue (`q`, 256 bytes, 32 bytes into 0x603000's line) whose head and tail (q+0,
+    q+8) two threads write, and whose ring (q+96, q+104) they also touch less often: the
+    advice named offsets 0-104 and the ring's elements first (fields were sorted by name).
+    When one line holds at least 3/4 of the false sharing, the advice is about that line."""
+    run, p, c = _run(threads=2, cpus=2)
+    for line, so, do, n in ((0x603000, 32, 40, 40), (0x603080, 0, 8, far)):
+        for src, dst, a, b in ((10, 11, so, do), (11, 10, do, so)):
+            c.event(src=src, dst=dst, line=line, src_off=a, src_len=8, dst_off=b, dst_len=8,
+                    src_ip=0x401100, dst_ip=0x401100, store=True, count=n)  # fmt: skip
+    for t in (10, 11):
+        c.counters(t, samples=200, signals=200)
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: MidLineSym("q", 256)))
+    (advice,) = res["advice"]
+    if far == 5:
+        assert "`q` at offsets 0-8, the 64-byte line with 89 % of its false sharing;" in advice
+    else:
+        assert "`q` at offsets 0-104;" in advice, advice
+
+
+def test_advice_lists_each_threads_busiest_field_first(tmp_path):
+    """Fields were listed by name: thread 1, mostly on hits[1], read `hits[0], hits[1]`."""
+    run, p, c = _run(threads=2, cpus=2)
+    for src, dst, so, do, n in ((10, 11, 32, 40, 40), (11, 10, 40, 32, 40), (10, 11, 40, 32, 2)):
+        c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
+                src_ip=0x401100, dst_ip=0x401100, store=True, count=n)  # fmt: skip
+    for t in (10, 11):
+        c.counters(t, samples=100, signals=100)
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: LayoutSym()))
+    (advice,) = res["advice"]
+    assert "(thread 0 hits[0], hits[1]; thread 1 hits[1], hits[0])" in advice, advice
