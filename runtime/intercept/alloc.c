@@ -355,15 +355,19 @@ static void *cxx_fallback(size_t n, size_t align, int nothrow) {
   return p;
 }
 
+/* libstdc++'s operator new[] calls operator new (a tail call, through the PLT: this one),
+ * whose return address is then in the operator new[] here: the outermost operator new keeps
+ * its caller as the site. */
 #define CXX_NEW(sym, params, args, n, align, nothrow)  \
   LOCUS_EXPORT void *sym params {                      \
     static void *(*next)params;                        \
     if (!next) next = (void *(*)params)cxx_next(#sym); \
     if (!next) return cxx_fallback(n, align, nothrow); \
     if (FAST) return next args;                        \
-    new_site = SITE;                                   \
+    int outer = !new_site;                             \
+    if (outer) new_site = SITE;                        \
     void *p = next args;                               \
-    new_site = 0;                                      \
+    if (outer) new_site = 0;                           \
     return p;                                          \
   }
 CXX_NEW(_Znwm, (size_t n), (n), n, 0, 0)

@@ -337,5 +337,15 @@ def alloc_site(names: Names, proc: int, site: int, frames: tuple = ()) -> tuple[
             if fn not in via:
                 via.append(fn)
             continue
+        # A wrapper inlined into its caller (`xmalloc` in `make_stats` in `main`): the first
+        # frame of the inline chain outside the wrappers.
+        loc = names.code_cache.get((proc, pc))
+        if is_alloc_wrapper(fn) and loc is not None and loc.inlined:
+            for ofn, ofile, oline in loc.inlined:
+                if ofn and not is_alloc_wrapper(ofn):
+                    via.append(fn)
+                    return {"function": ofn, "file": ofile, "line": oline}, via
+                if ofn and ofn not in via:
+                    via.append(ofn)
         return s, via
     return {"function": "?", "file": "", "line": 0}, via

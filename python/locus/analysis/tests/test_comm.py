@@ -229,6 +229,34 @@ def test_heap_objects_named_past_allocation_wrappers(tmp_path):
             assert wrapped and "--call-stack" in wrapped[0]
 
 
+class InlinedWrapperSym(FakeSym):
+    """Code at 0x4016xx is `xmalloc` inlined into `make_stats` inlined into `main`."""
+
+    def code(self, addrs, return_addresses=True):
+        out = {}
+        for a in addrs:
+            if a & 0xFF00 == 0x1600:
+                chain = (("make_stats", "/src/fs.c", 9), ("main", "/src/fs.c", 20))
+                out[a] = CodeLoc("xmalloc", "/src/fs.c", 7, inlined=chain)
+            else:
+                out[a] = CodeLoc("worker", "/src/fs.c", a & 0xFFF)
+        return out
+
+
+def test_heap_object_named_past_an_inlined_wrapper(tmp_path):
+    """An allocation wrapper inlined into its caller (g++ -O2: `xmalloc` into `make_stats`
+    into `main`) has its caller in the site's own inline chain: no call stack needed. The
+    block was named "heap block from xmalloc fs.c:7"."""
+    run, p, c = _run(threads=3)
+    c.malloc(0x7000_0000, 64, site=0x401610, t=0.1)
+    c.event(src=10, dst=11, line=0x7000_0000, t=0.5, count=2)
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: InlinedWrapperSym()))
+    assert [o["name"] for o in res["objects"]] == [
+        "heap block from make_stats fs.c:9 (via xmalloc)"
+    ]
+    assert not [n for n in res["notes"] if "allocation wrapper" in n], res["notes"]
+
+
 def test_line_byte_ranges_and_sites(tmp_path):
     run, _p, c = _run()
     c.event(src=10, dst=11, line=STATS, src_off=0, src_len=4, dst_off=2, dst_len=4,
