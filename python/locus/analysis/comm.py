@@ -47,6 +47,7 @@ from locus.rundir import (
     BK_HW,
     BK_SOFT,
     CE_EXACT,
+    CE_TRAP,
     CE_TRUE,
     COMM_SAMPLE_DTYPE,
     RunDir,
@@ -519,7 +520,18 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
 
     totals = {k: float(v.sum()) for k, v in wk.items()}
     totals["detections"] = n_ev
-    totals["bytes"] = totals["all"] * cfg["line_size"] if sc["unit"] == "lines" else None
+    # Bytes: exact, the transfers counted; count-based sampling, ComDetective's scaled
+    # lines; time-based or rate sampling, a lower bound: a sample's detection finds a line
+    # another thread wrote since the detecting thread's previous sample, so at least one
+    # transfer of it happened in that interval, and a thread's intervals do not overlap
+    # (traps give no such proof: a thread may have taken the line before the trap).
+    if sc["unit"] == "lines":
+        totals["bytes"] = totals["all"] * cfg["line_size"]
+        totals["bytes_method"] = "counted" if cfg["backend"] == "exact" else "scaled"
+    else:
+        lookups = int(((ev.flags & (CE_TRAP | CE_EXACT)) == 0).sum())
+        totals["bytes"] = float(lookups * cfg["line_size"])
+        totals["bytes_method"] = "lower_bound"
     n_sampled = int(sampled.sum())
     totals["rse"] = _rse(n_sampled) if n_sampled else (0.0 if n_ev else None)
 
@@ -574,6 +586,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     advice = _advice(objects, cfg, names)
     wrapped = sorted({o["_wrapper"] for o in objects if o["_wrapper"]})
     _strip_private(objects)
+    # `objects` keeps the contract's kinds (heap, static, stack); what no object holds is
+    # summed apart.
+    unattributed = _unattributed(objects)
     if wrapped:
         notes.append(
             f"heap objects are named by an allocation wrapper ({', '.join(wrapped[:3])}): "
@@ -659,6 +674,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "matrices": {by: {k: m.tolist() for k, m in mk.items()} for by, mk in matrices.items()},
         "totals": totals,
         "objects": objects,
+        "unattributed": unattributed,
         "lines": lines,
         "sites": sites,
         "advice": advice,
@@ -1369,6 +1385,22 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 f"{name} {where}; separate what each thread writes onto its own line"
             )
     return out
+
+
+def _unattributed(objects: list[dict]) -> dict | None:
+    """Removes the `(unattributed)` rows (one per process) from `objects` and returns their
+    sum: {all, true, false, detections, threads}, or None when every event has an object."""
+    unk = [o for o in objects if o["kind"] == "unknown"]
+    if not unk:
+        return None
+    objects[:] = [o for o in objects if o["kind"] != "unknown"]
+    return {
+        "all": sum(o["all"] for o in unk),
+        "true": sum(o["true"] for o in unk),
+        "false": sum(o["false"] for o in unk),
+        "detections": sum(o["detections"] for o in unk),
+        "threads": sorted({t for o in unk for t in o["threads"]}),
+    }
 
 
 def _strip_private(rows: list[dict]) -> None:

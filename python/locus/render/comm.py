@@ -72,7 +72,9 @@ def comm_tables(report: dict) -> list[Table]:
     u = vol_unit(c)
     vols = [("all", u, "all"), ("true", u, "true"), ("false", u, "false")]
     objects = []
-    for r in c["objects"]:
+    un = c.get("unattributed")
+    rows = c["objects"] + ([dict(un, name="(unattributed)", kind="", size=None)] if un else [])
+    for r in sorted(rows, key=lambda r: (-r["all"], -r["false"])):
         objects.append(
             dict(
                 r,
@@ -138,6 +140,16 @@ def matrix_table(c: dict) -> Table:
     return Table(MATRIX_TABLE, f"Communication matrix by {by}, {kind} sharing", cols, rows)
 
 
+def _bytes_part(t: dict) -> str:
+    """', 918.8 MiB' (lines moved), or ', ≥ 37.9 KiB moved (one line per sampled
+    detection)' where the volume is time or samples (totals.bytes_method)."""
+    if t.get("bytes") is None:
+        return ""
+    if t.get("bytes_method") == "lower_bound":
+        return f", ≥ {nbytes(t['bytes'])} moved (one line per sampled detection)"
+    return f", {nbytes(t['bytes'])}"
+
+
 def _skip_parts(c: dict) -> str:
     """': N no access, U undecodable, K in kernel' when any interrupt was skipped."""
     k = c["counters"]
@@ -188,8 +200,7 @@ def summary_lines(report: dict) -> list[str]:
     lines.append(
         f"volume    {volume(t['all'], unit)}{rse} {source}:"
         f" true {volume(t['true'], unit)}, false {volume(t['false'], unit)}"
-        f" ({percent(_pct(t['false'], t['all']))})"
-        + (f", {nbytes(t['bytes'])}" if t.get("bytes") is not None else "")
+        f" ({percent(_pct(t['false'], t['all']))})" + _bytes_part(t)
     )
     lines.append(
         f"comm cost {seconds(c['overhead_s'])} in the comm handlers"

@@ -120,7 +120,8 @@ def test_scaling_soft_hw_exact(tmp_path):
     res = _res(tmp_path, run, name="soft")
     assert (res["unit"], res["period"], res["period_unit"]) == ("s", 2_000_000, "ns")
     assert res["totals"]["all"] == pytest.approx(6 * 2e-3)
-    assert res["totals"]["bytes"] is None
+    # Bytes: a lower bound, one line per sample's detection (the trap proves no transfer).
+    assert (res["totals"]["bytes"], res["totals"]["bytes_method"]) == (4 * 64, "lower_bound")
     assert res["totals"]["rse"] == pytest.approx(1 / np.sqrt(5))
     assert any("time-based" in n for n in res["notes"])
 
@@ -129,7 +130,7 @@ def test_scaling_soft_hw_exact(tmp_path):
     res = _res(tmp_path, run, name="hw")
     assert (res["unit"], res["period"], res["period_unit"]) == ("lines", 1000, "accesses")
     assert res["totals"]["all"] == 4000
-    assert res["totals"]["bytes"] == 4000 * 64
+    assert (res["totals"]["bytes"], res["totals"]["bytes_method"]) == (4000 * 64, "scaled")
 
     # hw at a rate (the default: no count given): the kernel adapts the count period and
     # samples do not carry it, so a detection is one sample, neither seconds nor lines.
@@ -138,7 +139,7 @@ def test_scaling_soft_hw_exact(tmp_path):
     c.event(src=10, dst=11, line=COUNTER, volume=2.0, trap=True)
     res = _res(tmp_path, run, name="hw-rate")
     assert (res["unit"], res["period"], res["period_unit"]) == ("samples", 1_000_000, "ns")
-    assert res["totals"]["all"] == 6 and res["totals"]["bytes"] is None
+    assert res["totals"]["all"] == 6 and res["totals"]["bytes"] == 4 * 64
     assert any("one sampled access" in n for n in res["notes"])
 
     run, _p, c = _run(backend="exact")
@@ -146,6 +147,7 @@ def test_scaling_soft_hw_exact(tmp_path):
     res = _res(tmp_path, run, name="exact")
     assert res["backend"] == "exact" and res["unit"] == "lines" and res["period"] is None
     assert res["totals"]["all"] == 14 and res["totals"]["rse"] == 0.0
+    assert (res["totals"]["bytes"], res["totals"]["bytes_method"]) == (14 * 64, "counted")
 
 
 def test_config_without_meta_from_thread_records(tmp_path):
@@ -185,7 +187,9 @@ def test_objects_static_heap_stack(tmp_path):
     assert (h2["size"], h2["detections"]) == (128, 2)
     st = by["stack of thread 1 (tid 11)"]
     assert (st["kind"], st["detections"]) == ("stack", 4)
-    assert by["(unattributed)"]["detections"] == 1
+    # What no object holds is summed apart: `objects` has the contract's kinds only.
+    assert {o["kind"] for o in res["objects"]} == {"static", "heap", "stack"}
+    assert res["unattributed"]["detections"] == 1 and res["unattributed"]["threads"] == [0, 1]
     lines = {(r["address"], r["object"]): r for r in res["lines"]}
     assert lines[(hex(heap + 64), "heap block from worker fs.c:564")]["offset"] == 64
     assert lines[(hex(STATS), "stats")]["offset"] == 0
