@@ -86,7 +86,9 @@ def comm_tables(report: dict) -> list[Table]:
     lines = []
     for r in c["lines"]:
         at = r["object"]
-        if r["offset"] is not None:
+        # A line of a thread's stack is its own address: an offset into megabytes of stack
+        # says nothing (JSON keeps it).
+        if r["offset"] is not None and not at.startswith("stack of "):
             # @+64: the line starts 64 bytes into the object; @-32: the object starts 32
             # bytes into the line.
             at += f" @{r['offset']:+d}"

@@ -194,6 +194,12 @@ def test_objects_static_heap_stack(tmp_path):
     assert lines[(hex(heap + 64), "heap block from worker fs.c:564")]["offset"] == 64
     assert lines[(hex(STATS), "stats")]["offset"] == 0
     assert lines[(hex(stack + 4096), "stack of thread 1 (tid 11)")]["offset"] == 4096
+    # The text gives the offset into an object, not into a thread's stack (megabytes).
+    from locus.render.comm import comm_tables
+
+    shown = {r["address"]: r["object_at"] for r in comm_tables({"lenses": {"comm": res}})[1].rows}
+    assert shown[hex(stack + 4096)] == "stack of thread 1 (tid 11)"
+    assert shown[hex(heap + 64)] == "heap block from worker fs.c:564 @+64"
 
 
 class WrapperSym(FakeSym):
