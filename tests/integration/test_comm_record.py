@@ -421,15 +421,21 @@ int main(void) {
 """
 
 
+def _exact_run(locus, tmp_path, name: str, source: str):
+    """`source` built with `locus cc` and recorded with the exact backend: (run, its comm
+    report)."""
+    (tmp_path / f"{name}.c").write_text(source)
+    exe = tmp_path / name
+    built = locus.run("cc", "-O2", "-pthread", "-o", str(exe), str(tmp_path / f"{name}.c"))
+    assert built.returncode == 0, built.stderr
+    _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "exact"))
+    return run, locus.report(run, "--lens", "comm")["lenses"]["comm"]
+
+
 def test_exact_accepts_a_program_whose_shared_data_is_all_atomic(locus, tmp_path):
     """Its instrumented code calls only __tsan_atomic* hooks (and __tsan_init): it was
     refused as 'not instrumented', the check knowing only the plain access hooks."""
-    (tmp_path / "at.c").write_text(ATOMICS_ONLY)
-    exe = tmp_path / "at"
-    built = locus.run("cc", "-O2", "-pthread", "-o", str(exe), str(tmp_path / "at.c"))
-    assert built.returncode == 0, built.stderr
-    _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "exact"))
-    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    _run, c = _exact_run(locus, tmp_path, "at", ATOMICS_ONLY)
     # Recorded through the atomics' hooks: the lines of `c` and `done` moved between threads
     # (which object leads depends on whether the two workers overlapped in time).
     assert c["exact_hooks"] == "calls" and c["totals"]["all"] > 0, c["totals"]
@@ -463,12 +469,7 @@ def test_exact_says_which_loads_it_could_not_track(locus, tmp_path):
     """The exact model keeps the copies of 64 threads at once: with 70 workers live and the
     main thread, 7 start without a copy-set bit and their 1000 loads each are not tracked.
     The summary said '... samples, 7000 skipped' beside 'every access counted'."""
-    (tmp_path / "many.c").write_text(MANY_LIVE)
-    exe = tmp_path / "many"
-    built = locus.run("cc", "-O2", "-pthread", "-o", str(exe), str(tmp_path / "many.c"))
-    assert built.returncode == 0, built.stderr
-    _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "exact"))
-    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    run, c = _exact_run(locus, tmp_path, "many", MANY_LIVE)
     assert c["skipped"] == 7 * 1000 and c["samples"] >= 70 * 1000, (c["samples"], c["skipped"])
     note = next(n for n in c["notes"] if n.startswith("exact: "))
     assert "7,000 of them are the loads of 7 thread(s)" in note, note
