@@ -564,7 +564,7 @@ __asm__(
     " xor %eax,%eax\n jmp 2f\n"
     "1: addq $1,(%rdi)\n"
     "3: test $3,%eax\n je 4f\n"
-    "5: add $1,%rax\n cmp %rdx,%rax\n je 9f\n"
+    "5: pause\n add $1,%rax\n cmp %rdx,%rax\n je 9f\n"
     "2: cmp $1,%rsi\n je 6f\n cmp $2,%rsi\n je 7f\n test %rsi,%rsi\n je 1b\n"
     " addq $1,24(%rdi)\n jmp 3b\n"
     "6: addq $1,8(%rdi)\n jmp 3b\n"

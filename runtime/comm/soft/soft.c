@@ -1015,6 +1015,7 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
   switch (m) {
     case ZYDIS_MNEMONIC_NOP:
     case ZYDIS_MNEMONIC_ENDBR64:
+    case ZYDIS_MNEMONIC_PAUSE: /* a spin loop's */
       return 0;
     case ZYDIS_MNEMONIC_JMP:
       if (n != 1 || ops[0].type != ZYDIS_OPERAND_TYPE_IMMEDIATE || !ops[0].imm.is_relative)
