@@ -1278,6 +1278,30 @@ def _element_size(acc, line: int) -> int:
     return span if 0 < span <= line else 0
 
 
+def _interleave(per: dict, size: int, offs: list[int], line: int) -> int:
+    """k when k threads each access elements of `size` bytes k apart (thread offsets all
+    congruent modulo k x size, a different residue each) across more than two lines: a
+    cyclic distribution of an array; 0 otherwise."""
+    k = len(per)
+    step = k * size
+    if k < 2 or size <= 0 or step > line or offs[-1] - offs[0] < 2 * line:
+        return 0
+    residues = []
+    for o in per.values():
+        r = {off % step for off in o}
+        if len(r) != 1 or len(o) < 2:
+            return 0
+        residues.append(r.pop())
+    return k if len(set(residues)) == k else 0
+
+
+def _ordinal(k: int) -> str:
+    """2 -> '2nd', 11 -> '11th', 23 -> '23rd'."""
+    if 11 <= k % 100 <= 13:
+        return f"{k}th"
+    return f"{k}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th') }"
+
+
 def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[str]:
     """One plain-language line per top false-sharing object. A sampled object needs
     ADVICE_MIN_DETECTIONS detections: advice from one or two samples would be noise; any
@@ -1361,6 +1385,17 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 f"padding each word to {line} bytes{align} removes the false "
                 "part; the true part needs fewer threads on the same words (give each "
                 "thread its own block of whole lines, or a private copy combined at the end)"
+            )
+        elif own and (k := _interleave(per, size, offs, line)):
+            # A cyclic distribution (OpenMP schedule(static,1), i += nthreads): padding
+            # every element would be wasteful; whole lines per thread remove it.
+            chunk = max(line // max(size, 1), 1)
+            how = f"schedule(static) in OpenMP, or a chunk size of at least {chunk} elements"
+            out.append(
+                f"threads {thr} {verb} interleaved {size}-byte elements of {name} {where}: "
+                f"each thread every {_ordinal(k)} element (a cyclic distribution, as with "
+                f"OpenMP schedule(static,1) or i += nthreads), so every {line}-byte line is "
+                f"shared; give each thread contiguous blocks of whole lines instead ({how})"
             )
         elif own and fortran:
             out.append(

@@ -826,3 +826,35 @@ def test_advice_lists_each_threads_busiest_field_first(tmp_path):
     res = _res(tmp_path, run, Options(symbolizer=lambda proc: LayoutSym()))
     (advice,) = res["advice"]
     assert "(thread 0 hits[0], hits[1]; thread 1 hits[1], hits[0])" in advice, advice
+
+
+def test_advice_for_a_cyclic_distribution(tmp_path):
+    """Two threads updating the even and the odd elements of one heap array (OpenMP
+    schedule(static,1)): every line is shared, and padding each element (the advice before)
+    would take 8 times the memory; the fix is contiguous blocks of whole lines."""
+    from locus.analysis.comm import _ordinal
+
+    heap = 0x7000_0000
+    run, p, c = _run(threads=2, cpus=2)
+    c.malloc(heap, 4096, site=0x401234, t=0.1)
+    for j in range(8):
+        for w in (0, 2, 4, 6):
+            for src, dst, so, do in ((10, 11, 8 * w, 8 * w + 8), (11, 10, 8 * w + 8, 8 * w)):
+                c.event(src=src, dst=dst, line=heap + 64 * j, src_off=so, src_len=8,
+                        dst_off=do, dst_len=8, store=True, t=0.5)  # fmt: skip
+    res = _res(tmp_path, run)
+    (advice,) = res["advice"]
+    assert advice.startswith(
+        "threads 0-1 write interleaved 8-byte elements of heap block from worker fs.c:564 at "
+        "offsets 0-504: each thread every 2nd element (a cyclic distribution"
+    ), advice
+    assert "chunk size of at least 8 elements" in advice
+    assert [_ordinal(k) for k in (2, 3, 4, 11, 21, 22, 112)] == [
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "21st",
+        "22nd",
+        "112th",
+    ]
