@@ -60,6 +60,8 @@ PROC_DTYPE = np.dtype(
     ]
 )
 
+THREAD_TID_MAX = 1 << 22  # Linux's largest pid_max
+THREAD_FLAGS = 15  # MAIN | ADOPTED | EXITED | JOINED
 THREAD_DTYPE = np.dtype(
     [
         ("tid", "<u4"),
@@ -559,8 +561,16 @@ class RunDir:
 def _load_proc(name: str, pdir: str, h: np.void, origin: int) -> Proc:
     threads = read_records(os.path.join(pdir, "threads.bin"), THREAD_DTYPE)
     # A slot pthread_create reserved for a thread that never ran (the create failed, or the
-    # process ended first) has no tid.
-    threads = threads[(threads["serial"] != 0) & (threads["tid"] != 0)]
+    # process ended first) has no tid. Slot i holds serial i + 1 (runtime/core/thread.c): a
+    # row that does not, or has a tid no pid can be, or unknown flags, is damage.
+    slot = np.arange(1, len(threads) + 1, dtype=np.uint64)
+    threads = threads[
+        (threads["serial"] != 0)
+        & (threads["tid"] != 0)
+        & (threads["serial"].astype(np.uint64) == slot)
+        & (threads["tid"] <= THREAD_TID_MAX)
+        & ((threads["flags"] & ~np.uint32(THREAD_FLAGS)) == 0)
+    ]
     threads = threads[np.argsort(threads["serial"], kind="stable")]
     p = Proc(
         key=name,

@@ -101,11 +101,57 @@ def recorded(run: RunDir) -> bool:
     return any(os.path.exists(p.file(n)) for p in run.procs for n in names)
 
 
-def load_events(run: RunDir, th: _Threads) -> Events:
+# Bounds a record written by the runtime cannot pass: Linux's largest pid (pid_max at most
+# 2^22), CPU number (NR_CPUS at most 8192), and the flag bits it defines.
+PID_MAX = 1 << 22
+CPU_MAX = 8192
+CE_KNOWN = 7  # LOCUS_CE_TRUE | TRAP | EXACT
+AC_KNOWN = 31  # LOCUS_AC_STORE .. LOCUS_AC_STEP
+
+
+def valid_events(e: np.ndarray) -> np.ndarray:
+    """Rows of comm.events.bin that can be the runtime's (kind 1, known flags, tids, CPUs and
+    a finite volume in range): a damaged file's other rows would make matrices of any size."""
+    with np.errstate(invalid="ignore"):
+        vol_ok = np.isfinite(e["volume"]) & (e["volume"] >= 0) & (e["volume"] < 1e18)
+    return (
+        (e["kind"] == 1)
+        & ((e["flags"] & ~np.uint16(CE_KNOWN)) == 0)
+        & ((e["dst_flags"] & ~np.uint32(AC_KNOWN)) == 0)
+        & (e["src_tid"] > 0)
+        & (e["src_tid"] <= PID_MAX)
+        & (e["dst_tid"] > 0)
+        & (e["dst_tid"] <= PID_MAX)
+        & (e["src_cpu"] >= -1)
+        & (e["src_cpu"] < CPU_MAX)
+        & (e["dst_cpu"] >= -1)
+        & (e["dst_cpu"] < CPU_MAX)
+        & vol_ok
+    )
+
+
+def valid_threads(c: np.ndarray) -> np.ndarray:
+    """Rows of comm.threads.bin that can be the runtime's (kind 1, a backend, a tid)."""
+    return (
+        (c["kind"] == 1)
+        & np.isin(c["backend"], [BK_HW, BK_SOFT, BK_EXACT])
+        & (c["tid"] > 0)
+        & (c["tid"] <= PID_MAX)
+    )
+
+
+def load_events(run: RunDir, th: _Threads, notes: list[str] | None = None) -> Events:
     cols: dict[str, list] = {k: [] for k in Events.__dataclass_fields__}
     src_tid, dst_tid = [], []
     for i, p in enumerate(run.procs):
         e = p.comm_events()
+        ok = valid_events(e)
+        if not ok.all() and notes is not None:
+            notes.append(
+                f"{int((~ok).sum())} of {len(e)} records of {p.file('comm.events.bin')} are "
+                "not the runtime's (a damaged file): ignored"
+            )
+        e = e[ok]
         if len(e) == 0:
             continue
         cols["proc"].append(np.full(len(e), i, dtype=np.int64))
@@ -474,11 +520,20 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         raise LocusError(f"lens 'comm' was not recorded in {run.path} (recorded: {have})")
     notes: list[str] = []
     th = _Threads(run)
-    ct_list = [p.comm_threads() for p in run.procs]
+    ct_list = []
+    for p in run.procs:
+        c = p.comm_threads()
+        ok = valid_threads(c)
+        if not ok.all():
+            notes.append(
+                f"{int((~ok).sum())} of {len(c)} records of {p.file('comm.threads.bin')} are "
+                "not the runtime's (a damaged file): ignored"
+            )
+        ct_list.append(c[ok])
     ct = np.concatenate(ct_list) if ct_list else np.zeros(0)
     for i, c in enumerate(ct_list):
         th.lookup(np.full(len(c), i, dtype=np.int64), c["tid"])
-    ev = load_events(run, th)
+    ev = load_events(run, th, notes)
     self_ev = ev.src == ev.dst
     if self_ev.any():
         # A thread re-reading its own write is no communication (a runtime that wrote one

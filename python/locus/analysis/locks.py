@@ -29,7 +29,9 @@ from locus.analysis.kinds import (
 )
 from locus.rundir import RunDir
 
-_HOLD = np.zeros(16, dtype=bool)
+LK_KIND_MAX = 16  # LOCUS_LK_KIND_MAX
+TID_MAX = 1 << 22  # Linux's largest pid_max
+_HOLD = np.zeros(LK_KIND_MAX, dtype=bool)
 _HOLD[list(HOLD_KINDS)] = True
 _WAIT = np.zeros(16, dtype=bool)
 _WAIT[list(WAIT_KINDS)] = True
@@ -86,12 +88,21 @@ class Threads:
     end: np.ndarray
 
 
-def load_events(run: RunDir) -> LockEvents:
+def load_events(run: RunDir, notes: list[str] | None = None) -> LockEvents:
     cols: dict[str, list] = {
         k: [] for k in LockEvents.__dataclass_fields__ if k not in ("lock_id", "thread_rank")
     }
     for i, p in enumerate(run.procs):
         e = p.lock_events()
+        # Rows the runtime cannot have written (a damaged file): a kind it does not define
+        # (it indexes tables), a tid no pid can be.
+        ok = (e["kind"] < LK_KIND_MAX) & (e["tid"] > 0) & (e["tid"] <= TID_MAX)
+        if not ok.all() and notes is not None:
+            notes.append(
+                f"{int((~ok).sum())} of {len(e)} records of {p.file('locks.events.bin')} are "
+                "not the runtime's (a damaged file): ignored"
+            )
+        e = e[ok]
         if len(e) == 0:
             continue
         cols["proc"].append(np.full(len(e), i, dtype=np.int32))
@@ -240,10 +251,10 @@ class Options:
 def analyze(run: RunDir, opts: Options | None = None) -> dict:
     """The `lenses.locks` object of the report (full tables, sorted by wait desc)."""
     opts = opts or Options()
-    ev = load_events(run)
+    notes: list[str] = []
+    ev = load_events(run, notes)
     th = load_threads(run, ev)
     (c_proc, c_tid, c_lock, c_site, c_kind, c_acq, c_cont, c_fail), derived = _counts(run, ev)
-    notes: list[str] = []
     duration = run.duration_s
 
     # Lock identities over events and counts (instants other than cond/sem are excluded).

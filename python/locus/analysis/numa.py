@@ -397,10 +397,36 @@ class _Cols:
     rec: np.ndarray
 
 
-def _load(run: RunDir, name: str, dtype: np.dtype) -> _Cols:
+# Bounds no record of the runtime's passes (a damaged file's rows would size node tables):
+# Linux's largest pid, CPU number (NR_CPUS) and node number (MAX_NUMNODES).
+PID_MAX, CPU_MAX, NODE_MAX = 1 << 22, 8192, 1024
+
+
+def _sane(a: np.ndarray) -> np.ndarray:
+    """Rows that can be the runtime's: kind 1 (every numa and sample record), and the tid,
+    CPU and node in range."""
+    names = a.dtype.names
+    ok = a["kind"] == 1
+    if "tid" in names:
+        ok &= a["tid"] <= PID_MAX
+    if "cpu" in names:
+        ok &= (a["cpu"] >= -1) & (a["cpu"] < CPU_MAX)
+    if "node" in names:
+        ok &= (a["node"] >= -3) & (a["node"] < NODE_MAX)
+    return ok
+
+
+def _load(run: RunDir, name: str, dtype: np.dtype, notes: list[str] | None = None) -> _Cols:
     parts, procs = [], []
     for i, p in enumerate(run.procs):
         a = p.records(name, dtype)
+        ok = _sane(a)
+        if not ok.all() and notes is not None:
+            notes.append(
+                f"{int((~ok).sum())} of {len(a)} records of {p.file(name)} are not the "
+                "runtime's (a damaged file): ignored"
+            )
+        a = a[ok]
         if len(a):
             parts.append(a)
             procs.append(np.full(len(a), i, dtype=np.int64))
@@ -521,7 +547,7 @@ class _Accesses:
 
 
 def _accesses(run: RunDir, scale: float, notes: list[str]) -> _Accesses:
-    S = _load(run, "comm.samples.bin", COMM_SAMPLE_DTYPE)
+    S = _load(run, "comm.samples.bin", COMM_SAMPLE_DTYPE, notes)
     own = _runtime_samples(run, S)
     if own.any():
         # The samplers may interrupt the runtime itself (its fault handler placing a page):
@@ -530,7 +556,7 @@ def _accesses(run: RunDir, scale: float, notes: list[str]) -> _Accesses:
             f"{int(own.sum())} sample(s) taken inside locus's runtime (liblocus) were left out"
         )
         S = _Cols(S.proc[~own], S.rec[~own])
-    C = _load(run, "numa.counts.bin", NUMA_COUNT_DTYPE)
+    C = _load(run, "numa.counts.bin", NUMA_COUNT_DTYPE, notes)
     s, c = S.rec, C.rec
     ns, nc = len(s), len(c)
 
@@ -644,11 +670,11 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     a = _accesses(run, sc["scale"], notes)
     # numa.touch.bin: first touches, placements (the first write to a page first touched
     # by a read) and, apart, the census of each allocation's pages at its free or at exit.
-    T = _load(run, "numa.touch.bin", NUMA_TOUCH_DTYPE)
+    T = _load(run, "numa.touch.bin", NUMA_TOUCH_DTYPE, notes)
     final = (T.rec["flags"] & NT_FINAL) != 0
     FIN = _Cols(T.proc[final], T.rec[final])
     T = _Cols(T.proc[~final], T.rec[~final])
-    P = _load(run, "numa.pins.bin", NUMA_PIN_DTYPE)
+    P = _load(run, "numa.pins.bin", NUMA_PIN_DTYPE, notes)
     t = T.rec
     first = (t["flags"] & NT_PLACE) == 0
     a_k = th.lookup(a.proc, a.tid)

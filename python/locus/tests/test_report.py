@@ -143,3 +143,46 @@ def test_compare_and_fail_if(tmp_path, capsys):
     r = json.loads(capsys.readouterr().out)
     row = next(m for m in r["metrics"] if m["metric"] == "locks.wait_s")
     assert row["change_pct"][1] > 10
+
+
+# (lens, run maker, file damaged): the records a lens sizes its tables by.
+DAMAGED = [
+    ("locks", "locks", "threads.bin"),
+    ("locks", "locks", "locks.events.bin"),
+    ("comm", "comm", "comm.events.bin"),
+    ("comm", "comm", "comm.threads.bin"),
+    ("numa", "numa", "comm.samples.bin"),
+    ("numa", "numa", "numa.touch.bin"),
+]
+
+
+@pytest.mark.parametrize("lens,maker,name", DAMAGED)
+def test_damaged_record_files_are_read_around(tmp_path, capsys, lens, maker, name):
+    """A record file overwritten with 2 MB of noise: the report ran out of memory (a matrix
+    sized by a random CPU, node or thread count: 941 GiB) or raised IndexError (a lock kind
+    used as an index). Rows the runtime cannot have written are left out, with a note."""
+    import glob
+    import os
+
+    import numpy as np
+
+    from locus.synth_comm import false_sharing_run
+    from locus.synth_numa import first_touch_run
+
+    path = str(tmp_path / "r")
+    if maker == "comm":
+        false_sharing_run(path, threads=4, n=20)
+    elif maker == "numa":
+        first_touch_run(path, parallel_init=False)
+    else:
+        _write(tmp_path, "r")
+    (pdir,) = glob.glob(os.path.join(path, "procs", "*"))
+    noise = np.random.default_rng(7).integers(0, 256, 2_000_000, dtype=np.uint8).tobytes()
+    with open(os.path.join(pdir, name), "wb") as f:
+        f.write(noise)
+    assert main(["report", path, "--lens", lens, "--format", "json"]) == 0
+    r = json.loads(capsys.readouterr().out)["lenses"][lens]
+    if name != "threads.bin":  # threads.bin: its damaged slots are not threads
+        assert any("damaged file" in n for n in r["notes"]), r["notes"]
+    if lens == "comm":
+        assert len(r["matrices"]["core"]["all"]) <= 64 and len(r["threads"]) <= 64
