@@ -60,7 +60,9 @@ PROC_DTYPE = np.dtype(
     ]
 )
 
-THREAD_TID_MAX = 1 << 22  # Linux's largest pid_max
+# Bounds no record of the runtime's exceeds (readers drop damaged rows by them): Linux's
+# largest pid (pid_max at most 2^22), CPU number (NR_CPUS) and node number (MAX_NUMNODES).
+PID_MAX, CPU_MAX, NODE_MAX = 1 << 22, 8192, 1024
 THREAD_FLAGS = 15  # MAIN | ADOPTED | EXITED | JOINED
 THREAD_DTYPE = np.dtype(
     [
@@ -568,7 +570,7 @@ def _load_proc(name: str, pdir: str, h: np.void, origin: int) -> Proc:
         (threads["serial"] != 0)
         & (threads["tid"] != 0)
         & (threads["serial"].astype(np.uint64) == slot)
-        & (threads["tid"] <= THREAD_TID_MAX)
+        & (threads["tid"] <= PID_MAX)
         & ((threads["flags"] & ~np.uint32(THREAD_FLAGS)) == 0)
     ]
     threads = threads[np.argsort(threads["serial"], kind="stable")]

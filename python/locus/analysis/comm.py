@@ -30,6 +30,7 @@ from locus.analysis.common import (
     alloc_prefetch,
     alloc_site,
     cpu_nodes,
+    drop_damaged,
     heap_blocks,
     is_alloc_wrapper,
     live_blocks,
@@ -50,6 +51,8 @@ from locus.rundir import (
     CE_TRAP,
     CE_TRUE,
     COMM_SAMPLE_DTYPE,
+    CPU_MAX,
+    PID_MAX,
     RunDir,
 )
 from locus.symbolize import split_offset
@@ -101,10 +104,7 @@ def recorded(run: RunDir) -> bool:
     return any(os.path.exists(p.file(n)) for p in run.procs for n in names)
 
 
-# Bounds a record written by the runtime cannot pass: Linux's largest pid (pid_max at most
-# 2^22), CPU number (NR_CPUS at most 8192), and the flag bits it defines.
-PID_MAX = 1 << 22
-CPU_MAX = 8192
+# The flag bits the runtime defines (records with others are damage).
 CE_KNOWN = 7  # LOCUS_CE_TRUE | TRAP | EXACT
 AC_KNOWN = 31  # LOCUS_AC_STORE .. LOCUS_AC_STEP
 
@@ -145,13 +145,7 @@ def load_events(run: RunDir, th: _Threads, notes: list[str] | None = None) -> Ev
     src_tid, dst_tid = [], []
     for i, p in enumerate(run.procs):
         e = p.comm_events()
-        ok = valid_events(e)
-        if not ok.all() and notes is not None:
-            notes.append(
-                f"{int((~ok).sum())} of {len(e)} records of {p.file('comm.events.bin')} are "
-                "not the runtime's (a damaged file): ignored"
-            )
-        e = e[ok]
+        e = drop_damaged(p, "comm.events.bin", e, valid_events(e), notes)
         if len(e) == 0:
             continue
         cols["proc"].append(np.full(len(e), i, dtype=np.int64))
@@ -523,13 +517,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     ct_list = []
     for p in run.procs:
         c = p.comm_threads()
-        ok = valid_threads(c)
-        if not ok.all():
-            notes.append(
-                f"{int((~ok).sum())} of {len(c)} records of {p.file('comm.threads.bin')} are "
-                "not the runtime's (a damaged file): ignored"
-            )
-        ct_list.append(c[ok])
+        ct_list.append(drop_damaged(p, "comm.threads.bin", c, valid_threads(c), notes))
     ct = np.concatenate(ct_list) if ct_list else np.zeros(0)
     for i, c in enumerate(ct_list):
         th.lookup(np.full(len(c), i, dtype=np.int64), c["tid"])

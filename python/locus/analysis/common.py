@@ -276,6 +276,17 @@ def add_os_names(threads: list[dict], run: RunDir, th: Threads, ct_list: list | 
 RANGES_MOST = 8  # parts a list of ranges shows before it is cut
 
 
+def drop_damaged(proc, name: str, a: np.ndarray, ok: np.ndarray, notes: list[str] | None):
+    """The rows of `a` (records of `proc`'s file `name`) that `ok` marks as the runtime's,
+    with a note of how many were not (a damaged file)."""
+    if not ok.all() and notes is not None:
+        notes.append(
+            f"{int((~ok).sum())} of {len(a)} records of {proc.file(name)} are not the "
+            "runtime's (a damaged file): ignored"
+        )
+    return a[ok]
+
+
 def ranges(idx: list[int], most: int = RANGES_MOST, count: bool = True) -> str:
     """[0,1,2,3,5] -> '0-3,5'; past `most` parts the first ones and the count, '0-63,67,70,…
     (412 in all)' ('0-63,67,70,…' without `count`), so that a thousand scattered threads

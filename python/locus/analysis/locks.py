@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from locus.analysis import critical_path
+from locus.analysis.common import drop_damaged
 from locus.analysis.kinds import (
     BARRIER,
     EV_CONTENDED,
@@ -27,15 +28,14 @@ from locus.analysis.kinds import (
     WAIT_KINDS,
     family_of,
 )
-from locus.rundir import RunDir
+from locus.rundir import PID_MAX, RunDir
 
 LK_KIND_MAX = 16  # LOCUS_LK_KIND_MAX
-TID_MAX = 1 << 22  # Linux's largest pid_max
 _HOLD = np.zeros(LK_KIND_MAX, dtype=bool)
 _HOLD[list(HOLD_KINDS)] = True
-_WAIT = np.zeros(16, dtype=bool)
+_WAIT = np.zeros(LK_KIND_MAX, dtype=bool)
 _WAIT[list(WAIT_KINDS)] = True
-_INSTANT = np.zeros(16, dtype=bool)
+_INSTANT = np.zeros(LK_KIND_MAX, dtype=bool)
 _INSTANT[list(INSTANT_KINDS)] = True
 
 
@@ -96,13 +96,8 @@ def load_events(run: RunDir, notes: list[str] | None = None) -> LockEvents:
         e = p.lock_events()
         # Rows the runtime cannot have written (a damaged file): a kind it does not define
         # (it indexes tables), a tid no pid can be.
-        ok = (e["kind"] < LK_KIND_MAX) & (e["tid"] > 0) & (e["tid"] <= TID_MAX)
-        if not ok.all() and notes is not None:
-            notes.append(
-                f"{int((~ok).sum())} of {len(e)} records of {p.file('locks.events.bin')} are "
-                "not the runtime's (a damaged file): ignored"
-            )
-        e = e[ok]
+        ok = (e["kind"] < LK_KIND_MAX) & (e["tid"] > 0) & (e["tid"] <= PID_MAX)
+        e = drop_damaged(p, "locks.events.bin", e, ok, notes)
         if len(e) == 0:
             continue
         cols["proc"].append(np.full(len(e), i, dtype=np.int32))

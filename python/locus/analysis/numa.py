@@ -40,6 +40,7 @@ from locus.analysis.common import (
     alloc_prefetch,
     alloc_site,
     cpu_nodes,
+    drop_damaged,
     heap_blocks,
     live_blocks,
     ranges,
@@ -56,9 +57,12 @@ from locus.rundir import (
     BK_HW,
     BK_SOFT,
     COMM_SAMPLE_DTYPE,
+    CPU_MAX,
+    NODE_MAX,
     NUMA_COUNT_DTYPE,
     NUMA_PIN_DTYPE,
     NUMA_TOUCH_DTYPE,
+    PID_MAX,
     RunDir,
 )
 
@@ -397,11 +401,6 @@ class _Cols:
     rec: np.ndarray
 
 
-# Bounds no record of the runtime's passes (a damaged file's rows would size node tables):
-# Linux's largest pid, CPU number (NR_CPUS) and node number (MAX_NUMNODES).
-PID_MAX, CPU_MAX, NODE_MAX = 1 << 22, 8192, 1024
-
-
 def _sane(a: np.ndarray) -> np.ndarray:
     """Rows that can be the runtime's: kind 1 (every numa and sample record), and the tid,
     CPU and node in range."""
@@ -420,13 +419,7 @@ def _load(run: RunDir, name: str, dtype: np.dtype, notes: list[str] | None = Non
     parts, procs = [], []
     for i, p in enumerate(run.procs):
         a = p.records(name, dtype)
-        ok = _sane(a)
-        if not ok.all() and notes is not None:
-            notes.append(
-                f"{int((~ok).sum())} of {len(a)} records of {p.file(name)} are not the "
-                "runtime's (a damaged file): ignored"
-            )
-        a = a[ok]
+        a = drop_damaged(p, name, a, _sane(a), notes)
         if len(a):
             parts.append(a)
             procs.append(np.full(len(a), i, dtype=np.int64))
