@@ -148,6 +148,9 @@ def test_scaling_soft_hw_exact(tmp_path):
     assert res["backend"] == "exact" and res["unit"] == "lines" and res["period"] is None
     assert res["totals"]["all"] == 14 and res["totals"]["rse"] == 0.0
     assert (res["totals"]["bytes"], res["totals"]["bytes_method"]) == (14 * 64, "counted")
+    # No handler runs under exact: the summary says where its cost is, not "0 s".
+    text = "\n".join(summary_lines({"run": {"duration_s": 1.0}, "lenses": {"comm": res}}))
+    assert "comm cost in the program itself" in text and "in the comm handlers" not in text
 
 
 def test_config_without_meta_from_thread_records(tmp_path):
