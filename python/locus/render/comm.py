@@ -153,6 +153,8 @@ def _bytes_part(t: dict) -> str:
     if t.get("bytes") is None:
         return ""
     if t.get("bytes_method") == "lower_bound":
+        if not t["bytes"]:
+            return ""
         return f", ≥ {nbytes(t['bytes'])} moved (one line per sampled detection)"
     return f", {nbytes(t['bytes'])}"
 
