@@ -233,6 +233,9 @@ struct locus_comm_event { /* 64 bytes */
 /* exact backend: the thread had no copy-set bit (more than 64 threads were live when it
  * started): its loads were not tracked (its `skipped`), its stores were. */
 #define LOCUS_CT_NO_COPY_BIT 1u
+/* exact backend: the thread was not tracked at all (more than 1024 threads live at once, or
+ * a serial above 65535): none of its accesses were seen. */
+#define LOCUS_CT_UNTRACKED 2u
 struct locus_comm_thread { /* 128 bytes */
   uint32_t tid;
   uint32_t backend;     /* enum locus_comm_backend */

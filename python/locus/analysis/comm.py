@@ -439,7 +439,21 @@ def _add_work(
 
 
 CT_NO_COPY_BIT = 1  # LOCUS_CT_NO_COPY_BIT (locus_format.h)
+CT_UNTRACKED = 2  # LOCUS_CT_UNTRACKED
 EXACT_COPY_BITS = 64  # threads the exact model keeps copies for at once (exact.c XS_BITS)
+EXACT_THREADS = 1024  # threads it tracks at once (exact.c XS_MAX)
+
+
+def _untracked_threads_note(ct: np.ndarray) -> str | None:
+    """The exact threads the model did not track at all (none of their accesses seen)."""
+    n = int(((ct["flags"] & CT_UNTRACKED) != 0).sum()) if len(ct) else 0
+    if not n:
+        return None
+    return (
+        f"exact: {n} thread(s) were not tracked at all (they started while {EXACT_THREADS} "
+        "others were live, the most the model tracks at once): none of their accesses are "
+        "counted, in `samples` or anywhere else"
+    )
 
 
 def _untracked_note(ct: np.ndarray, counters: dict) -> str:
@@ -673,9 +687,10 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             f"a cell or row with fewer than {MIN_DETECTIONS} detections is indicative only"
         )
     if cfg["backend"] == "exact" and cfg.get("exact_hooks"):
-        every = "every access counted" + (
-            f" but the {counters['skipped']:,} not tracked (below)" if counters["skipped"] else ""
+        partial = bool(counters["skipped"]) or bool(
+            len(ct) and ((ct["flags"] & CT_UNTRACKED) != 0).any()
         )
+        every = "every access counted" + (" but those not tracked (below)" if partial else "")
         notes.append(
             "exact backend, the hit test inlined into the program (only misses call "
             f"liblocus.so): {every}"
@@ -685,6 +700,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         )
     if cfg["backend"] == "exact" and counters["skipped"]:
         notes.append(_untracked_note(ct, counters))
+    untracked = _untracked_threads_note(ct) if cfg["backend"] == "exact" else None
+    if untracked:
+        notes.append(untracked)
     if n_ev == 0:
         notes.append("no communication was detected")
     if not run.complete:

@@ -516,10 +516,12 @@ static void thread_init(void) {
   xt_spare = NULL;
   x->state = 2;
   uint32_t serial = locus_me.serial;
-  if (!serial || serial >= (1u << 16)) return;
   uint32_t index = 0;
-  struct locus_xslot *s = claim_slot(&index);
-  if (!s) return;
+  struct locus_xslot *s = serial && serial < (1u << 16) ? claim_slot(&index) : NULL;
+  if (!s) { /* said in the thread's record: the report counts such threads */
+    locus_ct.st.flags |= LOCUS_CT_UNTRACKED;
+    return;
+  }
   s->tid = locus_me.tid;
   s->serial = serial;
   s->dropped = 0;

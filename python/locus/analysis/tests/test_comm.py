@@ -861,3 +861,16 @@ def test_advice_for_a_cyclic_distribution(tmp_path):
         "22nd",
         "112th",
     ]
+
+
+def test_exact_names_the_threads_it_did_not_track(tmp_path):
+    """A thread that started while 1024 others were live has no slot in the exact model:
+    none of its accesses were seen, not even as `skipped` (1100 live workers: 77 such)."""
+    run, _p, c = _run(backend="exact")
+    c.event(src=10, dst=11, line=COUNTER, volume=3.0, count=1)
+    c.counters(10, samples=100, backend=3)
+    c.counters(11, samples=100, backend=3)
+    c.counters(12, samples=0, backend=3, flags=2)  # LOCUS_CT_UNTRACKED
+    res = _res(tmp_path, run, name="exact")
+    note = next(n for n in res["notes"] if "not tracked at all" in n)
+    assert note.startswith("exact: 1 thread(s) were not tracked at all"), note
