@@ -622,8 +622,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         nomem = counters["skipped"] - k - u
         notes.append(
             f"{100 * counters['skipped'] / seen:.0f} % of the sampler's interrupts gave no "
-            f"access ({nomem} found no memory operand within the single-step budget or landed "
-            f"in locus's own records, {u} undecodable, {k} in the kernel): the threads spent "
+            f"access ({nomem} found no memory operand by running ahead or single-stepping, "
+            f"or landed in locus's own records, {u} undecodable, {k} in the kernel): the "
+            "threads spent "
             "that time in register-only code (arithmetic, branches, spinning) or in system "
             "calls (a timer signal arrives as the call returns); the volumes cover the time "
             "in memory accesses only"
