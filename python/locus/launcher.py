@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import mmap
 import os
 import platform
 import shutil
@@ -89,16 +90,23 @@ def resolve_command(name: str) -> str:
     raise LocusError(f"{name}: command not found", 127)
 
 
+def _elf_class(head) -> tuple[bool, str] | None:
+    """(64-bit, struct byte order) from an ELF file's first bytes; None if not ELF."""
+    if len(head) < 52 or head[:4] != b"\x7fELF":
+        return None
+    return head[4] == 2, "<" if head[5] == 1 else ">"
+
+
 def elf_interp(path: str) -> str | None:
     """The PT_INTERP path of an ELF executable (its dynamic loader); "" for an ELF file
     without one (static, static-pie); None for a file that is not ELF (a script)."""
     try:
         with open(path, "rb") as f:
             ident = f.read(64)
-            if len(ident) < 52 or ident[:4] != b"\x7fELF":
+            cls = _elf_class(ident)
+            if cls is None:
                 return None
-            is64 = ident[4] == 2
-            end = "<" if ident[5] == 1 else ">"
+            is64, end = cls
             if is64:
                 (phoff,) = struct.unpack_from(end + "Q", ident, 32)
                 phentsize, phnum = struct.unpack_from(end + "HH", ident, 54)
@@ -179,16 +187,22 @@ def find_runtime() -> str:
 
 def elf_dynamic_symbols(path: str) -> set[bytes] | None:
     """Names in the .dynsym of an ELF file (defined and undefined), or None if `path` is
-    not an ELF file. Only the section headers, .dynsym and its string table are read."""
+    not an ELF file. Only the section headers, .dynsym and its string table are read (the
+    file is mapped, not read whole: the exact backend's check may look at every library a
+    program links)."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # unreadable, or empty (nothing to map)
         return None
-    if len(data) < 64 or data[:4] != b"\x7fELF":
-        return None
-    is64 = data[4] == 2
-    end = "<" if data[5] == 1 else ">"
+    with data:
+        cls = _elf_class(data[:64])
+        if cls is None:
+            return None
+        return _dynamic_symbols(data, *cls)
+
+
+def _dynamic_symbols(data, is64: bool, end: str) -> set[bytes]:
     try:
         if is64:
             (shoff,) = struct.unpack_from(end + "Q", data, 40)

@@ -150,9 +150,8 @@ void locus_comm_self_end(uint64_t begin) {
  * code, and its threads' counters are the last ones written. Under load a Go thread took
  * fewer than 256 samples and the report said 0 samples beside 160 detections. */
 #define CHECKPOINT_MS 20
-void locus_comm_checkpoint(void) {
+void locus_comm_checkpoint(uint64_t now) {
   if (!locus_ct.started) return;
-  uint64_t now = locus_ticks();
   if ((++locus_ct.ticks & 255u) != 0 &&
       now - locus_ct.written < (uint64_t)(CHECKPOINT_MS * 1000 * locus_ticks_per_us))
     return;

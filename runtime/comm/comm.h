@@ -78,10 +78,11 @@ int locus_comm_put_sample(const struct locus_comm_sample *s);
 int locus_comm_put_event(const struct locus_comm_event *e);
 /* Write the calling thread's counters now (thread end; exit for running threads). */
 void locus_comm_write_thread(void);
-/* Called by the backends at every sampler signal: every 256th writes this thread's counters
- * record as it is (a pwrite), so that a process ending without exit handlers (a Go
- * program's raw exit_group, SIGKILL) still leaves them, at most 256 signals old. */
-void locus_comm_checkpoint(void);
+/* Called by the backends at every sampler signal with its time (locus_ticks()): every
+ * 256th signal, and at least every 20 ms, writes this thread's counters record as it is (a
+ * pwrite), so that a process ending without exit handlers (a Go program's raw exit_group,
+ * SIGKILL) still leaves them. */
+void locus_comm_checkpoint(uint64_t now);
 /* The handlers' own cost, in this thread's CPU time (ns): wall time would also count the
  * time a preempted handler waited for a CPU (300 threads on 2 CPUs made a 5 us handler
  * look like 30 ms). locus_comm_self_end adds it to the counters and the runtime's cost. */

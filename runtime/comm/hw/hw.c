@@ -213,7 +213,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
   for (int i = 0; i < ht.n; i++) drain(&ht.ev[i], use);
   if (use) {
     locus_ct.st.signals++;
-    locus_comm_checkpoint();
+    locus_comm_checkpoint(locus_ticks());
     locus_comm_self_end(c0);
   }
   locus_me.guard--;

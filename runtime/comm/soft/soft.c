@@ -669,14 +669,11 @@ static int reg_value(ZydisRegister r, const greg_t *g, uint64_t *v) {
 
 enum { DEC_OK = 0, DEC_NOMEM = 1, DEC_UNDECODED = 2, DEC_CLOBBERED = 3 };
 
-/* The memory access of the instruction at ip. `executed`: the registers g (a ucontext's
- * gregs) are those after it ran (skid), else before. */
-static int access_of(const void *code, size_t avail, uint64_t ip, const greg_t *g, int executed,
-                     struct locus_comm_access *a) {
-  ZydisDecodedInstruction in;
-  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
-  if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code, avail, &in, ops))) return DEC_UNDECODED;
-  switch (in.mnemonic) {
+/* The memory access of the decoded instruction `in` (operands ops) at ip. `executed`: the
+ * registers g (a ucontext's gregs) are those after it ran (skid), else before. */
+static int access_decoded(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops,
+                          uint64_t ip, const greg_t *g, int executed, struct locus_comm_access *a) {
+  switch (in->mnemonic) {
     case ZYDIS_MNEMONIC_PREFETCH:
     case ZYDIS_MNEMONIC_PREFETCHNTA:
     case ZYDIS_MNEMONIC_PREFETCHT0:
@@ -695,7 +692,7 @@ static int access_of(const void *code, size_t avail, uint64_t ip, const greg_t *
       break;
   }
   const ZydisDecodedOperand *mem = NULL;
-  for (int i = 0; i < in.operand_count; i++) {
+  for (int i = 0; i < in->operand_count; i++) {
     const ZydisDecodedOperand *o = &ops[i];
     if (o->type != ZYDIS_OPERAND_TYPE_MEMORY) continue;
     if (o->mem.type == ZYDIS_MEMOP_TYPE_VSIB) return DEC_UNDECODED; /* gather/scatter */
@@ -707,11 +704,11 @@ static int access_of(const void *code, size_t avail, uint64_t ip, const greg_t *
   }
   if (!mem) return DEC_NOMEM;
   ZydisRegister base = wide(mem->mem.base), index = wide(mem->mem.index);
-  int push = in.mnemonic == ZYDIS_MNEMONIC_PUSH || in.mnemonic == ZYDIS_MNEMONIC_PUSHFQ ||
-             in.mnemonic == ZYDIS_MNEMONIC_CALL;
-  int pop = in.mnemonic == ZYDIS_MNEMONIC_POP || in.mnemonic == ZYDIS_MNEMONIC_POPFQ;
+  int push = in->mnemonic == ZYDIS_MNEMONIC_PUSH || in->mnemonic == ZYDIS_MNEMONIC_PUSHFQ ||
+             in->mnemonic == ZYDIS_MNEMONIC_CALL;
+  int pop = in->mnemonic == ZYDIS_MNEMONIC_POP || in->mnemonic == ZYDIS_MNEMONIC_POPFQ;
   if (executed && !push && !pop) {
-    for (int i = 0; i < in.operand_count; i++) {
+    for (int i = 0; i < in->operand_count; i++) {
       const ZydisDecodedOperand *o = &ops[i];
       if (o->type != ZYDIS_OPERAND_TYPE_REGISTER || !(o->actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
         continue;
@@ -723,7 +720,7 @@ static int access_of(const void *code, size_t avail, uint64_t ip, const greg_t *
   }
   uint64_t addr = (uint64_t)mem->mem.disp.value, v;
   if (mem->mem.base == ZYDIS_REGISTER_RIP || mem->mem.base == ZYDIS_REGISTER_EIP) {
-    addr += ip + in.length;
+    addr += ip + in->length;
   } else if (base != ZYDIS_REGISTER_NONE) {
     if (reg_value(base, g, &v) != 0) return DEC_UNDECODED;
     addr += v;
@@ -732,7 +729,7 @@ static int access_of(const void *code, size_t avail, uint64_t ip, const greg_t *
     if (reg_value(index, g, &v) != 0) return DEC_UNDECODED;
     addr += v * (mem->mem.scale ? mem->mem.scale : 1);
   }
-  if (in.address_width == 32) addr &= 0xffffffffu;
+  if (in->address_width == 32) addr &= 0xffffffffu;
   if (mem->mem.segment == ZYDIS_REGISTER_FS) addr += me_soft.fs_base;
   if (mem->mem.segment == ZYDIS_REGISTER_GS) addr += me_soft.gs_base;
   uint32_t len = mem->size / 8;
@@ -744,7 +741,7 @@ static int access_of(const void *code, size_t avail, uint64_t ip, const greg_t *
   if (pop && executed) addr -= len;
   uint32_t flags = 0;
   if (mem->actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) flags |= LOCUS_AC_STORE;
-  if ((in.attributes & ZYDIS_ATTRIB_HAS_LOCK) || in.mnemonic == ZYDIS_MNEMONIC_XCHG)
+  if ((in->attributes & ZYDIS_ATTRIB_HAS_LOCK) || in->mnemonic == ZYDIS_MNEMONIC_XCHG)
     flags |= LOCUS_AC_ATOMIC;
   if (addr >= me_soft.stack_lo && addr < me_soft.stack_hi) flags |= LOCUS_AC_STACK;
   a->addr = addr;
@@ -752,6 +749,15 @@ static int access_of(const void *code, size_t avail, uint64_t ip, const greg_t *
   a->ip = ip;
   a->flags = flags;
   return DEC_OK;
+}
+
+/* The same of the instruction in the bytes at code. */
+static int access_of(const void *code, size_t avail, uint64_t ip, const greg_t *g, int executed,
+                     struct locus_comm_access *a) {
+  ZydisDecodedInstruction in;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code, avail, &in, ops))) return DEC_UNDECODED;
+  return access_decoded(&in, ops, ip, g, executed, a);
 }
 
 static inline size_t avail_in(const struct module *m, uint64_t ip) {
@@ -1126,18 +1132,6 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
   return ahead_write(s, &ops[0], yes ? b : a); /* a 32-bit cmov clears the upper half */
 }
 
-/* Whether the instruction has a memory operand the access decoder would look at (explicit
- * or hidden: push, call, string instructions), or enters the kernel. */
-static int ahead_stops(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
-  if (in->meta.category == ZYDIS_CATEGORY_SYSCALL || in->meta.category == ZYDIS_CATEGORY_INTERRUPT)
-    return 1;
-  if (in->mnemonic == ZYDIS_MNEMONIC_LEA || in->mnemonic == ZYDIS_MNEMONIC_NOP) return 0;
-  for (int i = 0; i < in->operand_count; i++)
-    if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.type != ZYDIS_MEMOP_TYPE_AGEN)
-      return 1;
-  return 0;
-}
-
 /* The next access from pc (code c, registers g), interpreted as above: DEC_OK with *a,
  * DEC_NOMEM when the run ahead ended without one (step instead). */
 static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
@@ -1155,15 +1149,13 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
     ZydisDecodedInstruction in;
     ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
     if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, here.p, here.avail, &in, ops))) return DEC_NOMEM;
-    if (ahead_stops(&in, ops)) {
-      if (in.meta.category == ZYDIS_CATEGORY_SYSCALL ||
-          in.meta.category == ZYDIS_CATEGORY_INTERRUPT)
-        return DEC_NOMEM;
-      /* The registers are those before it runs (at pc itself too: after a skid-corrected
-       * instruction without an access, pc's is the next one). */
-      int rc = access_of(here.p, here.avail, at, s.g, 0, a);
-      return rc == DEC_OK ? DEC_OK : DEC_NOMEM;
-    }
+    if (in.meta.category == ZYDIS_CATEGORY_SYSCALL || in.meta.category == ZYDIS_CATEGORY_INTERRUPT)
+      return DEC_NOMEM;
+    /* The first instruction with an access (explicit or hidden: push, call, string
+     * instructions) is the answer, with the registers before it runs (at pc itself too:
+     * after a skid-corrected instruction without an access, pc's is the next one). */
+    int rc = access_decoded(&in, ops, at, s.g, 0, a);
+    if (rc != DEC_NOMEM) return rc == DEC_OK ? DEC_OK : DEC_NOMEM;
     if (ahead_step(&s, &in, ops) != 0) return DEC_NOMEM;
   }
   return DEC_NOMEM;
@@ -1222,9 +1214,7 @@ int locus_comm_access_size(uint64_t ip, int store, uint32_t *len, uint32_t *flag
 }
 
 int locus_test_soft_resync(const uint8_t *code, uint64_t n, uint64_t at, int *target) {
-  if (zydis_open() != 0 ||
-      !ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)))
-    return -2;
+  if (locus_comm_decoder_open() != 0) return -2;
   uint64_t lo = (uint64_t)(uintptr_t)code;
   uint64_t w = resync_info(code, lo, lo + n, lo + at);
   *target = (w & PC_TARGET) != 0;
@@ -1232,10 +1222,7 @@ int locus_test_soft_resync(const uint8_t *code, uint64_t n, uint64_t at, int *ta
 }
 
 int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len, uint32_t *flags) {
-  static int init;
-  if (!init)
-    init = zydis_open() == 0 &&
-           ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64));
+  if (locus_comm_decoder_open() != 0) return DEC_UNDECODED;
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
   int rc = access_of((const void *)ip, ZYDIS_MAX_INSTRUCTION_LENGTH, ip,
@@ -1248,17 +1235,12 @@ int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,
 
 int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, uint32_t *len,
                           uint32_t *flags) {
-  static int init;
-  if (!init) {
-    init = zydis_open() == 0 &&
-           ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64));
-    refresh_modules();
-  }
+  if (locus_comm_decoder_open() != 0) return -1;
   struct code c;
   code_at(ip, &c);
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
-  if (!init || access_ahead(ip, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, &a) != DEC_OK) return -1;
+  if (access_ahead(ip, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, &a) != DEC_OK) return -1;
   *at = a.ip;
   *addr = a.addr;
   *len = a.len;
@@ -1284,7 +1266,7 @@ static void take_sample(ucontext_t *uc) {
   if (!locus_ct.started) return;
   uint64_t t0 = locus_ticks(), c0 = locus_comm_self_begin();
   st->signals++;
-  locus_comm_checkpoint();
+  locus_comm_checkpoint(t0);
   if (locus_me.guard || locus_me.state != 1 || !locus_enabled) {
     st->skipped++;
     locus_comm_self_end(c0); /* the checkpoint and the signal were ours all the same */
