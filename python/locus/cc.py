@@ -105,6 +105,15 @@ def links(argv: list[str]) -> bool:
     return not any(a in NO_LINK for a in argv)
 
 
+# Questions to the compiler, without input: passed on as they are (with the hooks' link
+# flags added, `locus cc -v` tried to link and failed on `main`).
+QUERY = {"-v", "--version", "--help", "-dumpversion", "-dumpfullversion", "-dumpmachine"}
+
+
+def query_only(argv: list[str]) -> bool:
+    return all(a in QUERY or a.startswith("-print-") for a in argv)
+
+
 def lto_flag(argv: list[str]) -> str | None:
     """The -flto option in effect: the user's own, else -flto when LOCUS_CC_LTO=1."""
     for a in reversed(argv):
@@ -252,6 +261,12 @@ def main(argv: list[str], cxx: bool = False) -> int:
     if not argv:
         print(f"usage: {name} [compiler arguments...]", file=sys.stderr)
         return 2
+    if query_only(argv):
+        try:
+            return subprocess.call([*compiler(cxx), *argv])
+        except OSError as e:
+            print(f"{name}: cannot run {compiler(cxx)[0]}: {e.strerror}", file=sys.stderr)
+            return 127
     static = [a for a in argv if a in STATIC]
     if links(argv) and static:
         print(

@@ -11,7 +11,8 @@ is read whole (`--debug-info=CU --show-children`) and its type followed: typedef
 qualifiers, structures and unions (DW_AT_data_member_location), arrays (every subrange; C
 row-major, Fortran column-major from DW_AT_ordering, with its lower bounds; Fortran indices
 in parentheses). Anything else (no debug information, a type the walk does not know, a
-location that is not a plain address) gives None, or the deepest name known."""
+location that is neither a plain address nor DWARF 5's DW_OP_addrx, an index into the
+unit's .debug_addr table) gives None, or the deepest name known."""
 
 from __future__ import annotations
 
@@ -230,6 +231,26 @@ def _run(args: list[str]) -> str:
     return p.stdout if p.returncode == 0 else ""
 
 
+_ADDRX = re.compile(r"DW_OP_addrx (0x[0-9a-f]+)\)")
+
+
+def _address_tables(path: str) -> dict[int, list[int]]:
+    """The .debug_addr tables of the module by their DW_AT_addr_base (the offset of the
+    first address: the table's own offset + its 8-byte DWARF32 header)."""
+    tables: dict[int, list[int]] = {}
+    start, cur = 0, None
+    for line in _run(["--debug-addr", path]).splitlines():
+        h = re.match(r"Address table header: length = (0x[0-9a-f]+), format = DWARF32", line)
+        if h:
+            cur = tables.setdefault(start + 8, [])
+            start += 4 + int(h.group(1), 16)
+        elif cur is not None and re.fullmatch(r"0x[0-9a-f]+", line.strip()):
+            cur.append(int(line.strip(), 16))
+        elif line.startswith("Address table header"):
+            cur = None  # DWARF64 or unknown: not read
+    return tables
+
+
 def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
     """The layout of the global `name` (as the report names it) at ELF virtual address
     `vaddr` of the module at `path`; None without debug information for it."""
@@ -238,17 +259,30 @@ def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
         return None
     found = _run(["--name", short, "--show-parents", path])
     # The variable whose location is this address, and the compile unit above it.
-    cu = var = None
+    cu = var = base = None
     addr = f"DW_OP_addr {vaddr:#x}"
+    tables = None
     for block in re.split(r"\n(?=0x[0-9a-f]+:)", found):
         m = _DIE.match(block)
         if not m:
             continue
         if m.group(3) == "DW_TAG_compile_unit":
             cu = int(m.group(1), 16)
-        elif m.group(3) == "DW_TAG_variable" and addr in block and cu is not None:
-            var = int(m.group(1), 16)
-            break
+            b = re.search(r"DW_AT_addr_base\s+\((0x[0-9a-f]+)\)", block)
+            base = int(b.group(1), 16) if b else None
+        elif m.group(3) == "DW_TAG_variable" and cu is not None:
+            x = _ADDRX.search(block)
+            if x and base is not None:
+                # DWARF 5 (clang's default): an index into the unit's .debug_addr table.
+                tables = _address_tables(path) if tables is None else tables
+                entries = tables.get(base, [])
+                idx = int(x.group(1), 16)
+                if idx < len(entries) and entries[idx] == vaddr:
+                    var = int(m.group(1), 16)
+                    break
+            elif addr in block:
+                var = int(m.group(1), 16)
+                break
     if var is None or cu is None:
         return None
     dies = parse(_run([f"--debug-info={cu:#x}", "--show-children", path]))

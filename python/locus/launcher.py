@@ -260,14 +260,21 @@ def built_with_locus_cc(path: str) -> bool | None:
     return any(n.startswith(EXACT_SYMBOL_PREFIXES) for n in names)
 
 
-def exact_module(exe: str) -> str | bool | None:
+SYSTEM_LIBRARY_DIRS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/")
+
+
+def exact_module(exe: str, skip_system: bool = False) -> str | bool | None:
     """The module `locus cc` instrumented: the executable, or else the first library it
     links that references the hooks (a solver library built with `locus cc` under a plain
-    driver); False when none does; None when `exe` is not ELF (a script)."""
+    driver); False when none does; None when `exe` is not ELF (a script). skip_system: do
+    not read the distribution's libraries (`--backend auto` asks this of every program:
+    reading libc, libstdc++ and the rest took 50-110 ms)."""
     built = built_with_locus_cc(exe)
     if built is not False:
         return exe if built else None
     for lib in linked_libraries(exe):
+        if skip_system and lib.startswith(SYSTEM_LIBRARY_DIRS):
+            continue
         # liblocus.so defines the hooks; the modules that call them link it.
         if not os.path.basename(lib).startswith("liblocus") and built_with_locus_cc(lib):
             return lib
@@ -315,14 +322,21 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
     bulletin = int(o["bulletin"])
     if bulletin < 2 or bulletin & (bulletin - 1):
         raise LocusError(f"--bulletin-size must be a power of two >= 2, not {bulletin}", 2)
-    period_given = options is not None and (
-        options.get("period_ns") is not None or options.get("period_n") is not None
-    )
+    given = {k for k, v in (options or {}).items() if v is not None}
+    # Options only a sampling backend uses: given, `auto` keeps to sampling.
+    sampling_given = sorted(given & {"period_ns", "period_n", "watchpoints", "bulletin"})
     backend = asked
     module = None  # exact: the instrumented module
+    # A `locus cc` build, looked for when sampling: its hooks run anyway (and slow it).
+    built = exact_module(exe, skip_system=True) if asked != "exact" and exe else None
+    instrumented = built if isinstance(built, str) else None
     if asked == "auto":
-        hw_ok, _, _ = hw_backend_status()
-        backend = "hw" if hw_ok else "soft"
+        # ... and count every transfer: `auto` takes the exact backend for it.
+        if instrumented and not sampling_given:
+            backend, module, instrumented = "exact", instrumented, None
+        else:
+            hw_ok, _, _ = hw_backend_status()
+            backend = "hw" if hw_ok else "soft"
     elif asked == "hw":
         hw_ok, why, fix = hw_backend_status()
         if not hw_ok:
@@ -342,8 +356,14 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
                 "LOCUS_EXACT_UNCHECKED=1 records anyway)",
                 2,
             )
-        if period_given:
-            raise LocusError("--period does not apply to --backend exact (it sees every access)", 2)
+        if sampling_given:
+            flag = {"period_ns": "--period", "period_n": "--period", "watchpoints": "--watchpoints"}
+            flag["bulletin"] = "--bulletin-size"
+            raise LocusError(
+                f"{flag[sampling_given[0]]} does not apply to --backend exact (it sees every "
+                "access, with no sampling, bulletin board or watchpoints)",
+                2,
+            )
     if o["period_n"]:
         if backend != "hw":
             raise LocusError(
@@ -361,9 +381,11 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
     hooks = None
     if backend == "exact":
         o["period_ns"] = o["period_n"] = 0
+        o["watchpoints"] = 0
         hooks = exact_hooks(module) if module else None
     return {
         "exact_hooks": hooks,
+        "instrumented": instrumented,
         "backend": backend,
         "requested": asked,
         "period_ns": int(o["period_ns"]),
@@ -815,6 +837,13 @@ def record(
         )
     sampling = "comm" in lenses or "numa" in lenses
     comm_settings = resolve_comm(comm, exe, command) if sampling else None
+    if comm_settings and comm_settings["instrumented"]:
+        print(
+            f"locus: note: {os.path.basename(comm_settings['instrumented'])} is built with "
+            f"`locus cc`: its hooks slow it under the {comm_settings['backend']} backend too; "
+            "--backend exact counts every transfer",
+            file=sys.stderr,
+        )
     numa_settings = resolve_numa(numa, comm_settings) if "numa" in lenses else None
     runtime = find_runtime()
     engine = fifo = None

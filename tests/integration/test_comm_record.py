@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -421,14 +422,16 @@ int main(void) {
 """
 
 
-def _exact_run(locus, tmp_path, name: str, source: str):
+def _exact_run(locus, tmp_path, name: str, source: str, *args: str, check: bool = True):
     """`source` built with `locus cc` and recorded with the exact backend: (run, its comm
     report)."""
     (tmp_path / f"{name}.c").write_text(source)
     exe = tmp_path / name
     built = locus.run("cc", "-O2", "-pthread", "-o", str(exe), str(tmp_path / f"{name}.c"))
     assert built.returncode == 0, built.stderr
-    _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "exact"))
+    _proc, run = locus.record(
+        [str(exe), *args], ("--lens", "comm", "--backend", "exact"), check=check
+    )
     return run, locus.report(run, "--lens", "comm")["lenses"]["comm"]
 
 
@@ -475,3 +478,120 @@ def test_exact_says_which_loads_it_could_not_track(locus, tmp_path):
     assert "7,000 of them are the loads of 7 thread(s)" in note, note
     text = locus.run("report", str(run), "--lens", "comm").stdout.decode()
     assert "7000 not tracked (10.0 %)" in " ".join(text.split()), text
+
+
+STILL_RUNNING = r"""
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+volatile long cell[8];
+static _Atomic int done;
+static void *work(void *arg) {
+  for (long i = 0; i < 100000; i++) cell[i & 7] += 1; /* a load and a store each */
+  done = 1;
+  for (;;) pause(); /* still running when the process exits */
+  return arg;
+}
+int main(int argc, char **argv) {
+  pthread_t t;
+  pthread_create(&t, NULL, work, NULL);
+  while (!done) usleep(1000); /* a few hundred accesses of its own */
+  cell[0] += 1;               /* moves cell's line from the worker */
+  if (argc > 1 && !strcmp(argv[1], "kill")) raise(SIGKILL);
+  return 0;
+}
+"""
+
+
+def test_exact_counts_the_accesses_of_threads_running_at_exit(locus, tmp_path):
+    """A worker still running when main returns (an OpenMP pool, an unjoined thread): its
+    transfers were counted but its 200,000 accesses were not (the summary said 3 accesses
+    beside 230 k transfers): its counters lived in its TLS until its own end."""
+    _run, c = _exact_run(locus, tmp_path, "alive", STILL_RUNNING)
+    assert c["totals"]["all"] > 0, c["totals"]
+    assert c["samples"] >= 200_000, c["samples"]
+    assert c["watchpoints"] == 0
+
+
+def test_exact_says_a_killed_runs_transfers_are_lost(locus, tmp_path):
+    """The exact backend writes transfers at a thread's end and at exit: a killed process's
+    running threads lose theirs. The report said 'no communication was detected' and '4
+    watchpoints' (the exact backend arms none)."""
+    _run, c = _exact_run(locus, tmp_path, "killed", STILL_RUNNING, "kill", check=False)
+    assert c["watchpoints"] == 0
+    assert "no communication was detected" not in c["notes"], c["notes"]
+    assert any("running threads' transfers are missing" in n for n in c["notes"]), c["notes"]
+
+
+def test_a_locus_cc_build_is_recorded_exactly_by_default(locus, tmp_path):
+    """Its hooks run under any backend: `auto` sampled it with soft (2 ms from 1 detection,
+    hooks slowing it unseen) and said nothing. Now `auto` takes exact; an explicit sampling
+    backend is kept, with a note that it is a `locus cc` build; exact refuses the sampling
+    options as it refuses --period."""
+    run, c = _exact_run(locus, tmp_path, "at", ATOMICS_ONLY)
+    exe = str(tmp_path / "at")
+    _proc, auto = locus.record([exe], ("--lens", "comm"))
+    ca = locus.report(auto, "--lens", "comm")["lenses"]["comm"]
+    assert ca["backend"] == "exact" and ca["totals"]["all"] > 0, (ca["backend"], ca["totals"])
+    assert not any("built with `locus cc`" in n for n in ca["notes"]), ca["notes"]
+    proc, soft = locus.record([exe], ("--lens", "comm", "--backend", "soft"))
+    assert "at is built with `locus cc`" in proc.stderr.decode(), proc.stderr
+    cs = locus.report(soft, "--lens", "comm")["lenses"]["comm"]
+    assert cs["backend"] == "soft"
+    assert any(n.startswith("at is built with `locus cc`") for n in cs["notes"]), cs["notes"]
+    # A sampling option keeps `auto` to sampling.
+    _proc, wp = locus.record([exe], ("--lens", "comm", "--watchpoints", "2"))
+    assert locus.report(wp, "--lens", "comm")["lenses"]["comm"]["backend"] != "exact"
+    bad = locus.run(
+        "record", "--lens", "comm", "--backend", "exact", "--watchpoints", "2", "--", exe
+    )
+    assert bad.returncode == 2
+    assert "--watchpoints does not apply to --backend exact" in locus.one_error_line(bad)
+
+
+CAS128 = r"""
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#ifdef __SANITIZE_THREAD__ /* `locus cc` defines it, as -fsanitize=thread does */
+#include <sanitizer/tsan_interface.h>
+#endif
+static _Alignas(64) unsigned __int128 top; /* a tagged pointer, as lock-free stacks keep */
+static _Alignas(64) long turn;
+static void *run(void *a) {
+  long k = (long)a;
+  for (long i = 0; i < 5000; i++) {
+    while (__atomic_load_n(&turn, __ATOMIC_ACQUIRE) != k) sched_yield();
+#ifdef __SANITIZE_THREAD__
+    __tsan_acquire(&turn); /* annotations a race detector reads: accepted, ignored */
+#endif
+    unsigned __int128 old = __atomic_load_n(&top, __ATOMIC_ACQUIRE);
+    while (!__atomic_compare_exchange_n(&top, &old, old + ((unsigned __int128)1 << 64 | 1), 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    }
+    __atomic_store_n(&turn, 1 - k, __ATOMIC_RELEASE);
+  }
+  return 0;
+}
+int main(void) {
+  pthread_t t[2];
+  for (long k = 0; k < 2; k++) pthread_create(&t[k], 0, run, (void *)k);
+  for (int k = 0; k < 2; k++) pthread_join(t[k], 0);
+  printf("%lu %lu\n", (unsigned long)(top >> 64), (unsigned long)top);
+  return 0;
+}
+"""
+
+
+def test_exact_16_byte_atomics_and_tsan_annotations(locus, tmp_path):
+    """A 16-byte compare-and-swap (lock-free stacks' tagged pointers) did not link: no
+    __tsan_atomic128_* hooks; nor did code that annotates its synchronisation for
+    ThreadSanitizer (abseil, folly) under __SANITIZE_THREAD__. Two threads take turns, one
+    CAS each: `top` moves 2 x 5000 times (less the first)."""
+    run, c = _exact_run(locus, tmp_path, "cas", CAS128)
+    top = next(o for o in c["objects"] if o["name"] == "top")
+    assert 9998 <= top["all"] <= 10000 and top["true"] == top["all"], top
+    exe = tmp_path / "cas"
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout
+    assert out.split() == ["10000", "10000"], out  # the CAS is a real 16-byte CAS

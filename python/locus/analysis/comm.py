@@ -207,10 +207,14 @@ def _config(run: RunDir, ct: np.ndarray, ev: Events, notes: list[str]) -> dict:
         "backend": backend,
         "period_ns": period_ns,
         "period_n": period_n,
-        "watchpoints": num("watchpoints"),
+        # The exact backend arms none (a killed run has no thread records to say so).
+        "watchpoints": 0 if backend == "exact" else num("watchpoints"),
         "bulletin": num("bulletin"),
         "exact_hooks": cfg.get("exact_hooks")
         if cfg.get("exact_hooks") in ("inlined", "calls")
+        else None,
+        "instrumented": cfg.get("instrumented")
+        if isinstance(cfg.get("instrumented"), str)
         else None,
         "line_size": int(line),
         "bind": cfg.get("bind") if isinstance(cfg.get("bind"), str) else None,
@@ -699,14 +703,28 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             else "exact backend, one call per access into liblocus.so (a default `locus cc` "
             f"build inlines the hit test and runs 1.5-2x faster): {every}"
         )
+    if cfg["instrumented"] and cfg["backend"] != "exact":
+        notes.append(
+            f"{os.path.basename(cfg['instrumented'])} is built with `locus cc`: its exact "
+            "backend's hooks ran (and slowed the program) under this sampling backend; "
+            "`--backend exact` counts every transfer"
+        )
     if cfg["backend"] == "exact" and counters["skipped"]:
         notes.append(_untracked_note(ct, counters))
     untracked = _untracked_threads_note(ct) if cfg["backend"] == "exact" else None
     if untracked:
         notes.append(untracked)
-    if n_ev == 0:
+    if not run.complete and cfg["backend"] == "exact":
+        notes.append(
+            "incomplete run: a process ended without its exit handlers (killed, or a raw "
+            "exit): the exact backend writes a thread's transfers when the thread ends, and "
+            "those of the threads still running at the process's exit, so that process's "
+            "running threads' transfers are missing"
+            + (" (none were recorded)" if n_ev == 0 else "")
+        )
+    elif n_ev == 0:
         notes.append("no communication was detected")
-    if not run.complete:
+    if not run.complete and cfg["backend"] != "exact":
         notes.append(
             "incomplete run: a process ended without finishing its records (killed, or a raw "
             "exit without exit handlers): its events are kept, its threads' counters are "

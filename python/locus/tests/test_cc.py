@@ -252,3 +252,13 @@ def test_assembler_directory_is_stable_per_version(tmp_path, monkeypatch):
     own = tmp_path / "own"
     own.mkdir()
     assert cc.assembler_dir("/usr/bin/as", own) == own and (own / "as").is_file()
+
+
+def test_questions_to_the_compiler_pass_through(monkeypatch, capfd):
+    """`locus cc -v` (no input) added the hooks' link flags and tried to link a program
+    without main (exit 1); gcc -v answers with its version (exit 0)."""
+    monkeypatch.setenv("CC", "gcc")
+    assert cc.main(["-v"]) == 0
+    assert "gcc version" in capfd.readouterr().err
+    assert cc.main(["-dumpversion"]) == 0
+    assert capfd.readouterr().out.strip()[:1].isdigit()

@@ -91,6 +91,8 @@ struct locus_xslot {
   uint32_t tid, serial;
   struct agg_table *_Atomic agg;
   uint64_t dropped;
+  struct locus_xthread *x;   /* the owner's model state and comm counters (TLS), which */
+  struct locus_comm_tls *ct; /* proc_fini reads while the slot is LIVE */
 };
 
 static char *pool;
@@ -436,6 +438,154 @@ LOCUS_EXPORT __attribute__((noinline)) void locus_x_slow(uintptr_t a, uint64_t l
 
 LOCUS_X_TSAN_HOOKS(LOCUS_EXPORT, RA)
 
+/* 16-byte atomics (gcc and clang emit __tsan_atomic128_* for __int128 atomics): done with
+ * lock cmpxchg16b here, not with the __atomic builtins, which would need libatomic. A load
+ * is a compare-and-swap of 0 with 0 (it writes only what is there). */
+typedef unsigned __int128 u128;
+
+static inline int cas128(volatile u128 *a, u128 *expected, u128 desired) {
+  uint64_t lo = (uint64_t)*expected, hi = (uint64_t)(*expected >> 64);
+  unsigned char ok;
+  __asm__ __volatile__("lock cmpxchg16b %[m]\n\tsete %[ok]"
+                       : [ok] "=q"(ok), [m] "+m"(*a), "+a"(lo), "+d"(hi)
+                       : "b"((uint64_t)desired), "c"((uint64_t)(desired >> 64))
+                       : "memory", "cc");
+  *expected = (u128)hi << 64 | lo;
+  return ok;
+}
+
+static inline u128 load128(volatile u128 *a) {
+  u128 v = 0;
+  cas128(a, &v, 0);
+  return v;
+}
+
+#define RMW128(name, expr)                                                      \
+  LOCUS_EXPORT u128 __tsan_atomic128_##name(volatile u128 *a, u128 v, int mo) { \
+    (void)mo;                                                                   \
+    locus_x_access(a, 16, LOCUS_X_STORE | LOCUS_X_ATOMIC, RA);                  \
+    u128 old = load128(a);                                                      \
+    while (!cas128(a, &old, (expr))) {                                          \
+    }                                                                           \
+    return old;                                                                 \
+  }
+RMW128(exchange, v)
+RMW128(fetch_add, old + v)
+RMW128(fetch_sub, old - v)
+RMW128(fetch_and, old &v)
+RMW128(fetch_or, old | v)
+RMW128(fetch_xor, old ^ v)
+RMW128(fetch_nand, ~(old &v))
+
+LOCUS_EXPORT u128 __tsan_atomic128_load(const volatile u128 *a, int mo) {
+  (void)mo;
+  locus_x_access(a, 16, LOCUS_X_ATOMIC, RA);
+  return load128((volatile u128 *)a);
+}
+
+LOCUS_EXPORT void __tsan_atomic128_store(volatile u128 *a, u128 v, int mo) {
+  (void)mo;
+  locus_x_access(a, 16, LOCUS_X_STORE | LOCUS_X_ATOMIC, RA);
+  u128 old = load128(a);
+  while (!cas128(a, &old, v)) {
+  }
+}
+
+LOCUS_EXPORT int __tsan_atomic128_compare_exchange_strong(volatile u128 *a, u128 *c, u128 v, int mo,
+                                                          int fmo) {
+  (void)mo;
+  (void)fmo;
+  locus_x_access(a, 16, LOCUS_X_STORE | LOCUS_X_ATOMIC, RA);
+  return cas128(a, c, v);
+}
+
+LOCUS_EXPORT int __tsan_atomic128_compare_exchange_weak(volatile u128 *a, u128 *c, u128 v, int mo,
+                                                        int fmo) {
+  (void)mo;
+  (void)fmo;
+  locus_x_access(a, 16, LOCUS_X_STORE | LOCUS_X_ATOMIC, RA);
+  return cas128(a, c, v);
+}
+
+LOCUS_EXPORT u128 __tsan_atomic128_compare_exchange_val(volatile u128 *a, u128 c, u128 v, int mo,
+                                                        int fmo) {
+  (void)mo;
+  (void)fmo;
+  locus_x_access(a, 16, LOCUS_X_STORE | LOCUS_X_ATOMIC, RA);
+  cas128(a, &c, v);
+  return c;
+}
+
+/* ThreadSanitizer's annotation interface (<sanitizer/tsan_interface.h>) and the dynamic
+ * annotations libtsan also defines (abseil's, folly's, Valgrind's ANNOTATE_* under
+ * __SANITIZE_THREAD__, which `locus cc` defines): they tell a race detector about
+ * synchronisation it cannot see. The cache-line model needs none of it: accepted and
+ * ignored, so that such code links. */
+static char fiber_token;
+#define LOCUS_X_IGNORED(name) \
+  LOCUS_EXPORT void name(void) {}
+LOCUS_X_IGNORED(__tsan_acquire)
+LOCUS_X_IGNORED(__tsan_release)
+LOCUS_X_IGNORED(__tsan_mutex_create)
+LOCUS_X_IGNORED(__tsan_mutex_destroy)
+LOCUS_X_IGNORED(__tsan_mutex_pre_lock)
+LOCUS_X_IGNORED(__tsan_mutex_post_lock)
+LOCUS_X_IGNORED(__tsan_mutex_post_unlock)
+LOCUS_X_IGNORED(__tsan_mutex_pre_signal)
+LOCUS_X_IGNORED(__tsan_mutex_post_signal)
+LOCUS_X_IGNORED(__tsan_mutex_pre_divert)
+LOCUS_X_IGNORED(__tsan_mutex_post_divert)
+LOCUS_X_IGNORED(__tsan_external_register_header)
+LOCUS_X_IGNORED(__tsan_external_assign_tag)
+LOCUS_X_IGNORED(__tsan_external_read)
+LOCUS_X_IGNORED(__tsan_external_write)
+LOCUS_X_IGNORED(__tsan_destroy_fiber)
+LOCUS_X_IGNORED(__tsan_switch_to_fiber)
+LOCUS_X_IGNORED(__tsan_set_fiber_name)
+LOCUS_X_IGNORED(__tsan_on_initialize)
+LOCUS_X_IGNORED(__tsan_flush_memory)
+LOCUS_X_IGNORED(AnnotateHappensBefore)
+LOCUS_X_IGNORED(AnnotateHappensAfter)
+LOCUS_X_IGNORED(AnnotateCondVarSignal)
+LOCUS_X_IGNORED(AnnotateCondVarSignalAll)
+LOCUS_X_IGNORED(AnnotateMutexIsNotPHB)
+LOCUS_X_IGNORED(AnnotateCondVarWait)
+LOCUS_X_IGNORED(AnnotateRWLockCreate)
+LOCUS_X_IGNORED(AnnotateRWLockCreateStatic)
+LOCUS_X_IGNORED(AnnotateRWLockDestroy)
+LOCUS_X_IGNORED(AnnotateRWLockAcquired)
+LOCUS_X_IGNORED(AnnotateRWLockReleased)
+LOCUS_X_IGNORED(AnnotateTraceMemory)
+LOCUS_X_IGNORED(AnnotateFlushState)
+LOCUS_X_IGNORED(AnnotateNewMemory)
+LOCUS_X_IGNORED(AnnotateNoOp)
+LOCUS_X_IGNORED(AnnotateFlushExpectedRaces)
+LOCUS_X_IGNORED(AnnotateEnableRaceDetection)
+LOCUS_X_IGNORED(AnnotateMutexIsUsedAsCondVar)
+LOCUS_X_IGNORED(AnnotatePCQGet)
+LOCUS_X_IGNORED(AnnotatePCQPut)
+LOCUS_X_IGNORED(AnnotatePCQDestroy)
+LOCUS_X_IGNORED(AnnotatePCQCreate)
+LOCUS_X_IGNORED(AnnotateExpectRace)
+LOCUS_X_IGNORED(AnnotateBenignRaceSized)
+LOCUS_X_IGNORED(AnnotateBenignRace)
+LOCUS_X_IGNORED(AnnotateIgnoreReadsBegin)
+LOCUS_X_IGNORED(AnnotateIgnoreReadsEnd)
+LOCUS_X_IGNORED(AnnotateIgnoreWritesBegin)
+LOCUS_X_IGNORED(AnnotateIgnoreWritesEnd)
+LOCUS_X_IGNORED(AnnotateIgnoreSyncBegin)
+LOCUS_X_IGNORED(AnnotateIgnoreSyncEnd)
+LOCUS_X_IGNORED(AnnotatePublishMemoryRange)
+LOCUS_X_IGNORED(AnnotateUnpublishMemoryRange)
+LOCUS_X_IGNORED(AnnotateThreadName)
+LOCUS_X_IGNORED(AnnotateMemoryIsInitialized)
+LOCUS_X_IGNORED(AnnotateMemoryIsUninitialized)
+LOCUS_EXPORT int __tsan_mutex_pre_unlock(void) { return 0; }
+LOCUS_EXPORT int __tsan_on_finalize(int failed) { return failed; }
+LOCUS_EXPORT void *__tsan_external_register_tag(void) { return &fiber_token; }
+LOCUS_EXPORT void *__tsan_get_current_fiber(void) { return &fiber_token; }
+LOCUS_EXPORT void *__tsan_create_fiber(void) { return &fiber_token; }
+
 /* ---- memcpy, memmove, memset of instrumented code (`locus cc` links with
  * -Wl,--wrap=memcpy,...): neither compiler instruments the calls (libtsan intercepts them),
  * so each is a read of the source range and a write of the destination range here, then
@@ -525,6 +675,8 @@ static void thread_init(void) {
   s->tid = locus_me.tid;
   s->serial = serial;
   s->dropped = 0;
+  s->x = x;
+  s->ct = &locus_ct;
   atomic_store(&s->agg, NULL);
   tid_of[serial] = locus_me.tid;
   x->serial = serial;
@@ -546,11 +698,13 @@ static int thread_enter(struct locus_xthread *x) {
   return x->state == 1;
 }
 
-static void publish_counts(struct locus_xthread *x) {
-  locus_ct.st.samples += x->accesses;
-  locus_ct.st.skipped += x->skipped;
-  if (x->state == 1 && !x->bit) locus_ct.st.flags |= LOCUS_CT_NO_COPY_BIT;
-  locus_ct.st.period_ns = 0;
+/* A thread's access counters into its comm record (x and ct: the thread's own, or those of
+ * a thread still running at exit, read as they are). */
+static void publish_counts(struct locus_xthread *x, struct locus_comm_tls *ct) {
+  ct->st.samples += x->accesses;
+  ct->st.skipped += x->skipped;
+  if (x->state == 1 && !x->bit) ct->st.flags |= LOCUS_CT_NO_COPY_BIT;
+  ct->st.period_ns = 0;
   x->accesses = x->skipped = 0;
 }
 
@@ -568,8 +722,10 @@ static void thread_fini(void) {
     flush_slot(s);
     free_tables(s);
     atomic_store(&s->state, XS_FREE);
-  }
-  publish_counts(x);
+    publish_counts(x, &locus_ct);
+  } else if (!s) {
+    publish_counts(x, &locus_ct);
+  } /* else the process is exiting and proc_fini took this thread's counters */
   x->state = 2;
   x->busy = 0;
 }
@@ -579,14 +735,16 @@ static void proc_fini(void) {
   struct locus_xthread *x = &locus_xt;
   x->key = 0;
   x->busy = 1;
-  if (x->state == 1) publish_counts(x);
+  if (x->state == 1) publish_counts(x, &locus_ct);
   uint32_t hi = atomic_load(&slots_hi);
   if (hi > XS_MAX) hi = XS_MAX;
-  /* This thread's aggregates and those of the threads still running. */
+  /* This thread's aggregates and those of the threads still running, with their access
+   * counters (an OpenMP pool, unjoined workers: comm.c writes their records next). */
   for (uint32_t i = 0; i < hi; i++) {
     int expect = XS_LIVE;
-    if (atomic_compare_exchange_strong(&slots[i].state, &expect, XS_FLUSHING))
-      flush_slot(&slots[i]);
+    if (!atomic_compare_exchange_strong(&slots[i].state, &expect, XS_FLUSHING)) continue;
+    flush_slot(&slots[i]);
+    if (slots[i].x && slots[i].x != x) publish_counts(slots[i].x, slots[i].ct);
   }
   uint64_t lost = atomic_load(&shadow_lost_blocks);
   if (lost) locus_warn("comm exact: the shadow memory budget (LOCUS_EXACT_SHADOW_MB) ran out");
