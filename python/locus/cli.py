@@ -251,7 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LENS[,LENS...]",
         help=f"what to record (default: locks; known: {', '.join(LENSES)})",
     )
-    r.add_argument("--call-stack", action="store_true", help="record call stacks of lock events")
+    r.add_argument(
+        "--call-stack",
+        action="store_true",
+        help="record call stacks: of lock events (locks), and of allocations, which then name "
+        "heap objects by their caller's line beyond allocator wrappers (comm, numa)",
+    )
     r.add_argument(
         "--sample-interval",
         type=positive_float,

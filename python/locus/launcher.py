@@ -311,6 +311,31 @@ def format_ns(ns: int) -> str:
     return f"{ns}ns"
 
 
+def cpu_list(text: str) -> list[int]:
+    """ "0-3,8" -> [0, 1, 2, 3, 8]."""
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def check_bind_list(bind: str) -> None:
+    """A --bind CPU list names CPUs this process may run on (the runtime skipped the others
+    silently: `--bind 7` on 2 CPUs left every thread unbound)."""
+    if not bind[:1].isdigit():
+        return
+    allowed = sorted(os.sched_getaffinity(0))
+    missing = [c for c in cpu_list(bind) if c not in allowed]
+    if missing:
+        from locus.analysis.common import ranges
+
+        raise LocusError(
+            f"--bind {bind}: CPU {missing[0]} is not available here (CPUs {ranges(allowed)})",
+            2,
+        )
+
+
 def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
     """The comm lens settings, with `auto` resolved and every refusal a one-line error."""
     o = {**COMM_DEFAULTS, **{k: v for k, v in (options or {}).items() if v is not None}}
@@ -322,6 +347,7 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
     bulletin = int(o["bulletin"])
     if bulletin < 2 or bulletin & (bulletin - 1):
         raise LocusError(f"--bulletin-size must be a power of two >= 2, not {bulletin}", 2)
+    check_bind_list(str(o["bind"]))
     given = {k for k, v in (options or {}).items() if v is not None}
     # Options only a sampling backend uses: given, `auto` keeps to sampling.
     sampling_given = sorted(given & {"period_ns", "period_n", "watchpoints", "bulletin"})
@@ -674,6 +700,18 @@ def proc_entries(run_dir: str) -> list[str]:
         return []
 
 
+def unrecorded_execs(entries: list[str], flags: list[int | None]) -> list[str]:
+    """Pids whose last recorded image ended in exec: the image after it went unrecorded
+    (the images of one pid are procs/PID, procs/PID.1, ...)."""
+    last: dict[str, tuple[int, int | None]] = {}
+    for e, f in zip(entries, flags):
+        pid, _, k = os.path.basename(e).partition(".")
+        n = int(k) if k.isdigit() else 0
+        if pid not in last or n >= last[pid][0]:
+            last[pid] = (n, f)
+    return [pid for pid, (_n, f) in last.items() if f is not None and f & PROC_EXECED]
+
+
 PERF_MAP = "/tmp/perf-{pid}.map"
 
 
@@ -979,7 +1017,13 @@ def record(
             "or may clear LD_PRELOAD",
             file=sys.stderr,
         )
-    elif not meta["complete"]:
+    for pid in unrecorded_execs(entries, finished):
+        print(
+            f"locus: warning: process {pid} exec'd a program the runtime did not record (it "
+            "dropped LD_PRELOAD, as `env -u LD_PRELOAD` does, or is setuid or static)",
+            file=sys.stderr,
+        )
+    if entries and not meta["complete"]:
         print(
             "locus: warning: the run is incomplete: a process ended without finishing its "
             "records (killed, or exited without running its exit handlers: a raw exit_group, "

@@ -162,7 +162,9 @@ static void install_signal_handlers(void) {
   }
 }
 
-static int open_proc_header(int ppid_known_fork) {
+/* start_ns: CLOCK_MONOTONIC when the runtime began setting the process up (the start-up's
+ * time counts in self_ns: a later start made /bin/true's runtime time exceed its life). */
+static int open_proc_header(int ppid_known_fork, uint64_t start_ns) {
   int fd = openat(locus_proc_dirfd, "proc.bin", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   /* The file holds exactly one record; the mapping is a page (bytes past the end of the
    * file within its last page are valid memory, just not stored). */
@@ -180,7 +182,7 @@ static int open_proc_header(int ppid_known_fork) {
   h->ns0 = locus_mono_ns();
   h->tsc1 = h->tsc0;
   h->ns1 = h->ns0;
-  h->start_ns = h->ns0;
+  h->start_ns = start_ns ? start_ns : h->ns0;
   h->exit_status = INT32_MIN;
   h->flags = ppid_known_fork ? LOCUS_PROC_FORKED : 0;
   /* The magic goes last: a reader seeing it knows the header is whole. */
@@ -191,9 +193,9 @@ static int open_proc_header(int ppid_known_fork) {
 }
 
 static void start_process(int forked) {
-  uint64_t t0 = locus_ticks();
+  uint64_t t0 = locus_ticks(), before = atomic_load(&slow_ticks), ns = locus_mono_ns();
   locus_proc_dirfd = open_proc_dir();
-  if (locus_proc_dirfd < 0 || open_proc_header(forked) != 0) {
+  if (locus_proc_dirfd < 0 || open_proc_header(forked, ns) != 0) {
     locus_warn("cannot create the process directory in LOCUS_DIR; this process is not recorded");
     return;
   }
@@ -205,7 +207,12 @@ static void start_process(int forked) {
   install_signal_handlers();
   /* Register the main thread now: lenses that sample (comm) start with it. */
   locus_self_get();
-  atomic_fetch_add(&slow_ticks, locus_ticks() - t0);
+  /* The start-up's wall time, less what its parts already counted (stream claims, the comm
+   * lens's set-up): counted twice, /bin/true's runtime time exceeded its lifetime. */
+  uint64_t wall = locus_ticks() - t0;
+  uint64_t counted = atomic_load(&slow_ticks) - before;
+  if (locus_me.state == 1) counted += locus_me.self_ticks;
+  atomic_fetch_add(&slow_ticks, wall > counted ? wall - counted : 0);
 }
 
 static void after_fork_child(void) {
@@ -222,7 +229,7 @@ static void after_fork_child(void) {
   locus_proc_hdr = NULL; /* the parent's mapping stays the parent's */
   atomic_store(&slow_ticks, 0);
   locus_proc_dirfd = open_proc_dir();
-  if (locus_proc_dirfd >= 0 && open_proc_header(1) == 0) {
+  if (locus_proc_dirfd >= 0 && open_proc_header(1, 0) == 0) {
     copy_file("/proc/self/maps", locus_proc_dirfd, "maps");
     locus_threads_after_fork();
     locus_stack_after_fork();

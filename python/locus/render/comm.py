@@ -4,6 +4,7 @@ summary lines, the terminal heat map and the matplotlib heat maps (--plot DIR)."
 from __future__ import annotations
 
 import math
+import re
 
 from locus.analysis.comm import _ranges
 from locus.errors import LocusError
@@ -67,6 +68,15 @@ TABLE_RANGES = 3
 LINE_THREADS = 8
 
 
+def _short_site(site: str) -> str:
+    """'work /src/p2p.c:9' -> 'work p2p.c:9'; a bare function (C++ names have spaces) or
+    address as it is."""
+    func, _, where = site.rpartition(" ")
+    if func and re.fullmatch(r"\S+:\d+", where):
+        return f"{func} {where.rsplit('/', 1)[-1]}"
+    return site
+
+
 def comm_tables(report: dict) -> list[Table]:
     c = _comm(report)
     u = vol_unit(c)
@@ -98,8 +108,9 @@ def comm_tables(report: dict) -> list[Table]:
         )
         if len(r["threads"]) > LINE_THREADS:
             ranges += f" … and {len(r['threads']) - LINE_THREADS} more threads (JSON `lines`)"
-        funcs = list(dict.fromkeys(str(x).split(" ")[0] for x in r["sites"]))
-        lines.append(dict(r, object_at=at, ranges=ranges, code="\n".join(funcs[:4])))
+        # "function file:line" as the sites come (the file without its directory).
+        code = list(dict.fromkeys(_short_site(str(x)) for x in r["sites"]))
+        lines.append(dict(r, object_at=at, ranges=ranges, code="\n".join(code[:4])))
     sites = []
     for r in c["sites"]:
         where = r["function"]
@@ -267,7 +278,14 @@ def heatmap_lines(report: dict) -> list[str]:
     vmax = max(v for row in m for v in row)
     g = blocks[0][1] - blocks[0][0]
     out = [title + (f" ({g} {AXIS[by]}s per cell)" if g > 1 else "")]
-    out.append("      " + "".join(f"{lo % 100:>2}" for lo, _hi in blocks))
+    # Two characters per cell: from 10 on, the tens above the units ("91011" ran together).
+    if blocks[-1][0] >= 10:
+        out.append(
+            "      " + "".join(f"{lo // 10 % 10 if lo >= 10 else '':>2}" for lo, _ in blocks)
+        )
+    out.append(
+        "      " + "".join(f"{lo % 10 if blocks[-1][0] >= 10 else lo:>2}" for lo, _ in blocks)
+    )
     for (lo, _hi), row in zip(blocks, m):
         out.append(f"{lo:>5} " + "".join(shade(v, vmax) * 2 for v in row))
     out.append("      " + "  ".join(shade_legend(f"max {volume(vmax, c['unit'])}")))
@@ -320,6 +338,7 @@ def plot(report: dict, outdir: str) -> list[str]:
     unit = {"s": "CPU seconds", "lines": "cache lines"}.get(c["unit"], c["unit"])
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), constrained_layout=True)
     im = None
+    totals = c.get("totals") or {}
     for ax, k in zip(axes, ("all", "true", "false")):
         m = mats[k]
         im = ax.imshow(
@@ -328,9 +347,23 @@ def plot(report: dict, outdir: str) -> list[str]:
         ax.set_title(f"{k} sharing")
         ax.set_xlabel(AXIS[by])
         ax.set_ylabel(AXIS[by])
-        # Whole indices only (a 2x2 matrix had ticks at -0.5, -0.25, ...).
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        if len(m) <= 16:
+            # Every index (a 1x1 node matrix had ticks at -0.5 ... 0.5).
+            ax.set_xticks(range(max(len(m), 1)))
+            ax.set_yticks(range(max(len(m), 1)))
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        if not any(v for row in m for v in row):
+            # An empty panel says why, as the text does.
+            total = totals.get(k) or 0
+            why = (
+                f"none between {AXIS[by]}s:\n{volume(total, c['unit'])} exchanged\n"
+                f"{'in one ' + AXIS[by] if len(m) == 1 else 'within each ' + AXIS[by]}"
+                if total and by != "thread"
+                else "none"
+            )
+            ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center")
     fig.colorbar(im, ax=list(axes), shrink=0.8, label=f"volume ({unit})")
     cmd = " ".join(report["run"].get("command") or [])
     fig.suptitle(f"locus comm: {cmd}" if cmd else "locus comm")

@@ -163,7 +163,8 @@ def to_md(report: dict) -> str:
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     for pic in _pictures(report):
-        out += [f"## {pic[0]}", "", "```", *pic[1:], "```", ""]
+        # A picture that is only its title ("...: none") has no block to show.
+        out += [f"## {pic[0]}", ""] + (["```", *pic[1:], "```", ""] if pic[1:] else [])
     notes = _notes(report)
     if notes:
         out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]

@@ -321,3 +321,29 @@ def test_terminal_ctrl_c_reaches_child_once(tmp_path):
     assert (tmp_path / "count").read_text().strip() == "1"
     meta = json.loads((tmp_path / "run" / "meta.json").read_text())
     assert meta["signals_received"] == ["SIGINT"] and meta["signals_forwarded"] == []
+
+
+@needs_runtime
+def test_a_program_exec_d_without_the_preload_is_named(tmp_path):
+    """`env -u LD_PRELOAD prog`: only env was recorded, silently, and its 1.9 ms of runtime
+    start-up read '200 % of thread time' (the start-up counted twice, and before the
+    process's start). Now a warning names the exec, and the share is at most the whole."""
+    run = tmp_path / "run"
+    p = run_locus("record", "-o", str(run), "--", "env", "-u", "LD_PRELOAD", "true")
+    assert p.returncode == 0
+    assert "exec'd a program the runtime did not record" in p.stderr, p.stderr
+    q = run_locus("record", "-o", str(tmp_path / "ok"), "--", "env", "true")
+    assert "did not record" not in q.stderr, q.stderr
+    from locus.report import overhead
+    from locus.rundir import RunDir
+
+    for r in (run, tmp_path / "ok"):
+        ov = overhead(RunDir.open(str(r)))
+        assert 0 < ov["runtime_s"] <= 1.02 * ov["thread_time_s"], ov
+
+
+def test_bind_to_a_cpu_that_is_not_here(capsys):
+    """`--bind 7` on 2 CPUs was accepted and bound nothing."""
+    cpus = sorted(os.sched_getaffinity(0))
+    assert cli.main(["record", "--lens", "comm", "--bind", str(cpus[-1] + 1), "--", "true"]) == 2
+    assert f"CPU {cpus[-1] + 1} is not available here" in capsys.readouterr().err

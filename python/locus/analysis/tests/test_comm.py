@@ -11,7 +11,14 @@ from locus.analysis.comm import Options, analyze
 from locus.cli import main
 from locus.errors import LocusError
 from locus.render import render
-from locus.render.comm import MAX_CELLS, heatmap_lines, summary_lines, thread_legend
+from locus.render.comm import (
+    MAX_CELLS,
+    _short_site,
+    comm_tables,
+    heatmap_lines,
+    summary_lines,
+    thread_legend,
+)
 from locus.report import Filters, build
 from locus.rundir import COMM_EVENT_DTYPE, RunDir
 from locus.symbolize import CodeLoc
@@ -874,3 +881,43 @@ def test_exact_names_the_threads_it_did_not_track(tmp_path):
     res = _res(tmp_path, run, name="exact")
     note = next(n for n in res["notes"] if "not tracked at all" in n)
     assert note.startswith("exact: 1 thread(s) were not tracked at all"), note
+
+
+def test_heat_map_columns_from_ten_threads_and_md_without_a_map(tmp_path, capsys):
+    """12 threads: the column header read '0 1 2 ... 8 91011'; now the tens stand above the
+    units. A map that is only its title gave Markdown an empty code block."""
+    run, _p, c = _run(threads=12)
+    c.event(src=10, dst=21, line=COUNTER, count=2)
+    rep = build(RunDir.open(run.write(str(tmp_path / "r"))), ["comm"], Filters())
+    pic = heatmap_lines(rep)
+    assert pic[1].split() == ["1", "1"] and pic[2].split() == [str(i % 10) for i in range(12)]
+    assert pic[1].index("1") == pic[2].index("0", pic[2].index("9"))  # above 10's units
+    run, _p, c = _run()
+    c.event(src=10, dst=11, line=COUNTER, src_cpu=1, dst_cpu=1, count=4)
+    path = run.write(str(tmp_path / "one-cpu"))
+    assert main(["report", path, "--lens", "comm", "--by", "core", "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    title = next(i for i, ln in enumerate(md.splitlines()) if "heat map by CPU" in ln)
+    assert "```" not in md.splitlines()[title + 1 : title + 3], md
+
+
+def test_lines_table_names_code_with_file_and_line(tmp_path, capsys):
+    """The lines table's `code` column kept only the function ('work'), where the sites
+    and the docs have 'work p2p.c:9'."""
+    path = false_sharing_run(str(tmp_path / "fs"), threads=2, n=5)
+    rep = build(RunDir.open(path), ["comm"], Filters())
+    rep["lenses"]["comm"]["lines"][0]["sites"] = ["work /src/p2p.c:9", "0x401100"]
+    lines = next(t for t in comm_tables(rep) if t.name == "comm_lines")
+    assert lines.rows[0]["code"] == "work p2p.c:9\n0x401100"
+    cxx = "std::vector<int>::at(unsigned long) const"
+    assert _short_site(cxx) == cxx  # no file:line: as it is (it was cut at the first space)
+    assert _short_site(f"{cxx} /usr/include/c++/12/bits/stl_vector.h:1123") == (
+        f"{cxx} stl_vector.h:1123"
+    )
+
+
+def test_by_a_view_no_reported_lens_has(tmp_path, capsys):
+    """`--by site` under --lens comm was ignored silently (numa's view)."""
+    path = false_sharing_run(str(tmp_path / "fs"), threads=2, n=5)
+    assert main(["report", path, "--lens", "comm", "--by", "site"]) == 2
+    assert "--by site applies to no lens of this report" in capsys.readouterr().err

@@ -487,9 +487,9 @@ def test_top_keeps_binding_changes_in_the_log(tmp_path):
     log = rep["lenses"]["numa"]["pinning_log"]
     assert [e["what"] for e in log] == ["start", "sched_setaffinity", "mbind"]
     assert rep["lenses"]["numa"]["total"]["pinning_log"] == 8
-    rep = build(RunDir.open(path), ["numa"], Filters(top=3, by="core"))
-    assert rep["lenses"]["numa"]["view"] == {"by": "site"}
-    assert any("--by core applies to the comm lens" in x for x in rep["lenses"]["numa"]["notes"])
+    # A view only comm has: refused when numa is the only lens, a note beside comm.
+    with pytest.raises(LocusError, match="--by core applies to no lens of this report"):
+        build(RunDir.open(path), ["numa"], Filters(top=3, by="core"))
 
 
 def test_empty_numa_run_renders(tmp_path):
