@@ -8,6 +8,7 @@ their handler, so `locus record` starts fast and works even where the analysis c
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
@@ -69,6 +70,11 @@ def positive_int(value: str) -> int:
     return v
 
 
+WRITE_ERRORS = {errno.ENOSPC, errno.EIO, errno.EBADF, errno.EDQUOT, errno.EFBIG}
+PERIOD_MAX_NS = 60 * 10**9  # a sample a minute: beyond, a run would have none
+PERIOD_MAX_N = 1 << 40  # events per sample
+
+
 def parse_period(value: str) -> tuple[int, int]:
     """`--period`: a time with a unit (`1ms`, `500us`, `100000ns`) -> (ns, 0), or a bare
     count of events per sample (hw backend) -> (0, N)."""
@@ -77,13 +83,17 @@ def parse_period(value: str) -> tuple[int, int]:
     v = value.strip()
     m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s)", v)
     if m:
-        ns = round(float(m.group(1)) * TIME_UNITS_NS[m.group(2)])
-        if ns <= 0:
+        ns = float(m.group(1)) * TIME_UNITS_NS[m.group(2)]
+        if not ns > 0:
             raise argparse.ArgumentTypeError(f"must be positive: '{value}'")
-        return ns, 0
+        if ns > PERIOD_MAX_NS:
+            raise argparse.ArgumentTypeError(f"at most 60s: '{value}'")
+        return max(round(ns), 1), 0
     if v.isdigit():
         if int(v) <= 0:
             raise argparse.ArgumentTypeError(f"must be positive: '{value}'")
+        if int(v) > PERIOD_MAX_N:
+            raise argparse.ArgumentTypeError(f"at most {PERIOD_MAX_N} events per sample: '{value}'")
         return 0, int(v)
     raise argparse.ArgumentTypeError(
         f"'{value}' is neither a time (1ms, 500us, 100000ns) nor a count of events"
@@ -100,17 +110,27 @@ def parse_watchpoints(value: str) -> int:
     return v
 
 
+BULLETIN_MAX = 1 << 22  # entries: 4 Mi (the board is allocated whole at start)
+
+
 def parse_bulletin(value: str) -> int:
     v = positive_int(value)
     if v < 2 or v & (v - 1):
         raise argparse.ArgumentTypeError(f"must be a power of two: '{value}'")
+    if v > BULLETIN_MAX:
+        raise argparse.ArgumentTypeError(f"at most {BULLETIN_MAX} entries: '{value}'")
     return v
 
 
 def parse_bind(value: str) -> str:
     import re
 
-    if value in BIND_POLICIES or re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", value):
+    if value in BIND_POLICIES:
+        return value
+    if re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", value):
+        for a, b in re.findall(r"(\d+)-(\d+)", value):
+            if int(a) > int(b):
+                raise argparse.ArgumentTypeError(f"'{a}-{b}' is an empty range of CPUs")
         return value
     raise argparse.ArgumentTypeError(
         f"'{value}': use compact, scatter, none or a CPU list such as 0-3,8"
@@ -557,6 +577,8 @@ def cmd_doctor(ns: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = sys.argv[1:] if argv is None else list(argv)
+    if sys.stdout is None:  # started with stdout closed (`>&-`): what it prints goes nowhere
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
     try:
         if args and args[0] in ("cc", "c++"):
             rc = cmd_cc(args[1:], cxx=args[0] == "c++")
@@ -578,6 +600,13 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as e:
+        # Writing the output failed (`> /dev/full`, a closed descriptor, a full disk).
+        if e.filename is not None or e.errno not in WRITE_ERRORS:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"locus: error: cannot write the output: {e.strerror}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ it, and rewrites meta.json when the program has ended.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import mmap
 import os
@@ -700,6 +701,50 @@ def proc_entries(run_dir: str) -> list[str]:
         return []
 
 
+# Shells pass the signals they ignore on to what they run (`trap '' PIPE`); Python ignores
+# SIGPIPE and SIGXFSZ itself, so only a shell parent says what locus inherited for those.
+SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "busybox", "make", "nohup"}
+
+
+def inherited_ignored(sigs: tuple[int, ...]) -> set[int]:
+    """Of `sigs` (which Python's start-up sets to SIG_IGN), those the shell that started
+    locus ignores, and so passed on ignored: read from its SigIgn in /proc."""
+    ppid = os.getppid()
+    try:
+        with open(f"/proc/{ppid}/comm") as f:
+            if f.read().strip() not in SHELLS:
+                return set()
+        with open(f"/proc/{ppid}/status") as f:
+            mask = next(int(ln.split()[1], 16) for ln in f if ln.startswith("SigIgn:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return set()
+    return {s for s in sigs if mask >> (s - 1) & 1}
+
+
+def spawn(exe: str, command: list[str], env: dict) -> subprocess.Popen:
+    """The program as its shell would start it: argv exactly as given (argv[0] too: the
+    resolved path only to exec), every descriptor locus inherited (a make jobserver, `7<file`,
+    socket activation), the signal dispositions locus inherited; a file without `#!` run by
+    /bin/sh, as execvp does. SIGPIPE and SIGXFSZ, which Python ignores, are set for the
+    fork as they were given to locus (default, or ignored by the shell that started it)."""
+    py = (signal.SIGPIPE, signal.SIGXFSZ)
+    keep = inherited_ignored(py)
+    saved = {s: signal.getsignal(s) for s in py}
+    kw = {"env": env, "close_fds": False, "restore_signals": False}
+    try:
+        for s in py:
+            signal.signal(s, signal.SIG_IGN if s in keep else signal.SIG_DFL)
+        try:
+            return subprocess.Popen(command, executable=exe, **kw)
+        except OSError as e:
+            if e.errno != errno.ENOEXEC:
+                raise
+            return subprocess.Popen(["/bin/sh", exe, *command[1:]], **kw)
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
 def unrecorded_execs(entries: list[str], flags: list[int | None]) -> list[str]:
     """Pids whose last recorded image ended in exec: the image after it went unrecorded
     (the images of one pid are procs/PID, procs/PID.1, ...)."""
@@ -962,7 +1007,7 @@ def record(
     if engine is not None:
         engine.start()
     try:
-        child = subprocess.Popen([exe, *command[1:]], env=env)
+        child = spawn(exe, command, env)
     except OSError as e:
         # Raced with a file change, or exec failed (bad interpreter, wrong architecture).
         stop_monitor(engine, fifo, meta)

@@ -547,7 +547,7 @@ class RunDir:
     @property
     def cpus(self) -> int | None:
         c = self.host.get("cpus")
-        return int(c) if isinstance(c, int) and c > 0 else None
+        return int(c) if isinstance(c, int) and 0 < c <= CPU_MAX else None
 
     def sched(self) -> np.ndarray:
         """Launcher samples with a float `t` column (seconds since the run origin)."""

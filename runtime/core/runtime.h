@@ -132,6 +132,19 @@ struct locus_self {
   uint64_t records, dropped, self_ticks;
 };
 extern LOCUS_TLS struct locus_self locus_me;
+
+/* The alternate signal stack the runtime gave this thread (sp NULL: none), and the one the
+ * program believes it has while ours stays installed: a program's own smaller stack is kept
+ * virtual (intercept/numa.c, sigaltstack), since the runtime's handlers need more than the
+ * 2-4 KiB some programs give theirs. prog_flags SS_DISABLE: the program set none. */
+struct locus_altstack {
+  void *sp;
+  size_t size;
+  void *prog_sp;
+  size_t prog_size;
+  int prog_flags;
+};
+extern LOCUS_TLS struct locus_altstack locus_alt;
 /* Registered identity of the calling thread, registering it on first use. NULL while the
  * runtime is off or the thread is finished. */
 struct locus_self *locus_self_get(void);

@@ -187,11 +187,51 @@ LOCUS_EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) {
   return NEXT(next, "pthread_sigmask") ? next(how, set, old) : ENOSYS;
 }
 
-/* An alternate signal stack the kernel writes signal frames to: never kept protected. */
+LOCUS_TLS struct locus_altstack locus_alt;
+
+/* An alternate signal stack the kernel writes signal frames to: never kept protected.
+ * While the runtime's own stack is installed (soft sampling), a smaller one the program
+ * sets stays virtual: the program's handlers run on ours (the runtime's handlers overflowed
+ * a 2-4 KiB one: SIGSEGV; 8 KiB ran), and it reads back what it set. One of 32 KiB or more
+ * replaces ours for real. */
+#define LOCUS_ALTSTACK_ENOUGH (32u << 10)
 LOCUS_EXPORT int sigaltstack(const stack_t *ss, stack_t *old) {
   static int (*next)(const stack_t *, stack_t *);
   if (FT_ON && ss && !(ss->ss_flags & SS_DISABLE)) locus_ft_release(ss->ss_sp, ss->ss_size);
-  return NEXT(next, "sigaltstack") ? next(ss, old) : (int)syscall(SYS_sigaltstack, ss, old);
+  struct locus_altstack *a = &locus_alt;
+  stack_t cur;
+  if (!a->sp || syscall(SYS_sigaltstack, NULL, &cur) != 0 || cur.ss_sp != a->sp) {
+    a->sp = NULL; /* ours is gone (a raw syscall replaced it): nothing to keep */
+    return NEXT(next, "sigaltstack") ? next(ss, old) : (int)syscall(SYS_sigaltstack, ss, old);
+  }
+  int on = cur.ss_flags & SS_ONSTACK;
+  stack_t was = {.ss_sp = a->prog_sp, .ss_size = a->prog_size, .ss_flags = a->prog_flags};
+  if (!(was.ss_flags & SS_DISABLE)) was.ss_flags |= on;
+  if (ss) {
+    if (on) {
+      errno = EPERM;
+      return -1;
+    }
+    if (ss->ss_flags & SS_DISABLE) {
+      a->prog_sp = NULL;
+      a->prog_size = 0;
+      a->prog_flags = SS_DISABLE;
+    } else if (ss->ss_size < 2048) { /* the kernel's MINSIGSTKSZ (glibc's may be larger) */
+      errno = ENOMEM;
+      return -1;
+    } else if (ss->ss_size >= LOCUS_ALTSTACK_ENOUGH) {
+      int r = NEXT(next, "sigaltstack") ? next(ss, NULL) : (int)syscall(SYS_sigaltstack, ss, NULL);
+      if (r != 0) return r;
+      munmap(a->sp, a->size); /* not on it (checked above) */
+      a->sp = NULL;
+    } else {
+      a->prog_sp = ss->ss_sp;
+      a->prog_size = ss->ss_size;
+      a->prog_flags = ss->ss_flags;
+    }
+  }
+  if (old) *old = was;
+  return 0;
 }
 
 /* The I/O interposers' next functions: resolved at load (a program whose first write() is

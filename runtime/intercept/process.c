@@ -3,6 +3,8 @@
  * finished run when no exit handlers run), exec (the old image's run is closed first). */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,23 +33,76 @@ static void *trampoline(void *p) {
   return t.fn(t.arg);
 }
 
+/* The stack the program gave the thread itself, or NULL (glibc reports an unset address
+ * as 0 - size). */
+static void *own_stack(const pthread_attr_t *attr, size_t *size) {
+  void *sa = NULL;
+  *size = 0;
+  if (!attr || pthread_attr_getstack(attr, &sa, size) != 0) return NULL;
+  return sa && (uintptr_t)sa + *size != 0 ? sa : NULL;
+}
+
+/* liblocus's static TLS (~3 KiB) is carved out of every thread's stack, and its interposers
+ * and record writers add frames to the program's deepest ones. A small stack size the
+ * program chose (PTHREAD_STACK_MIN, 16 KiB, in thread pools) crashed at a depth that ran
+ * without locus: such a size gets STACK_ROOM more, in a copy of the attributes (the
+ * program's own may be shared by threads creating at the same time). */
+#define STACK_ROOM (8u << 10)
+#define STACK_SMALL (1u << 20)
+static int with_room(const pthread_attr_t *attr, pthread_attr_t *mine) {
+  size_t ss = 0, gs = 0;
+  if (!attr || own_stack(attr, &ss) || pthread_attr_getstacksize(attr, &ss) != 0 ||
+      ss >= STACK_SMALL || pthread_attr_init(mine) != 0)
+    return 0;
+  int v;
+  struct sched_param sp;
+  cpu_set_t cpus;
+  sigset_t mask;
+  int ok =
+      pthread_attr_setstacksize(mine, ss + STACK_ROOM) == 0 &&
+      pthread_attr_getdetachstate(attr, &v) == 0 && pthread_attr_setdetachstate(mine, v) == 0 &&
+      pthread_attr_getguardsize(attr, &gs) == 0 && pthread_attr_setguardsize(mine, gs) == 0 &&
+      pthread_attr_getinheritsched(attr, &v) == 0 && pthread_attr_setinheritsched(mine, v) == 0 &&
+      pthread_attr_getschedpolicy(attr, &v) == 0 && pthread_attr_setschedpolicy(mine, v) == 0 &&
+      pthread_attr_getschedparam(attr, &sp) == 0 && pthread_attr_setschedparam(mine, &sp) == 0 &&
+      pthread_attr_getscope(attr, &v) == 0 && pthread_attr_setscope(mine, v) == 0 &&
+      pthread_attr_getaffinity_np(attr, sizeof cpus, &cpus) == 0;
+  /* An attribute without an affinity reads as all CPUs: set only a narrower one. */
+  if (ok && CPU_COUNT(&cpus) < CPU_SETSIZE)
+    ok = pthread_attr_setaffinity_np(mine, sizeof cpus, &cpus) == 0;
+  int m = ok ? pthread_attr_getsigmask_np(attr, &mask) : -1;
+  if (ok && m == 0) ok = pthread_attr_setsigmask_np(mine, &mask) == 0;
+  if (!ok || (m != 0 && m != PTHREAD_ATTR_NO_SIGMASK_NP)) {
+    pthread_attr_destroy(mine);
+    return 0;
+  }
+  return 1;
+}
+
 LOCUS_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
                                 void *arg) {
   /* A stack the program allocated itself must be writable before the thread runs: the
    * kernel cannot deliver the first-touch fault on a stack it cannot write. */
   if (attr && atomic_load_explicit(&locus_ft_live, memory_order_relaxed)) {
-    void *sa = NULL;
     size_t ss = 0;
-    if (pthread_attr_getstack(attr, &sa, &ss) == 0 && sa && ss) locus_ft_release(sa, ss);
+    void *sa = own_stack(attr, &ss);
+    if (sa && ss) locus_ft_release(sa, ss);
   }
   struct locus_self *me = locus_enabled && !locus_me.guard ? locus_self_get() : NULL;
   struct tramp *t = me ? malloc(sizeof *t) : NULL;
-  if (!t) return REAL(create, "pthread_create")(th, attr, fn, arg);
+  pthread_attr_t mine;
+  int roomy = with_room(attr, &mine);
+  if (!t) {
+    int r = REAL(create, "pthread_create")(th, roomy ? &mine : attr, fn, arg);
+    if (roomy) pthread_attr_destroy(&mine);
+    return r;
+  }
   t->fn = fn;
   t->arg = arg;
   t->parent = me->tid;
   t->slot = locus_thread_reserve();
-  int r = REAL(create, "pthread_create")(th, attr, trampoline, t);
+  int r = REAL(create, "pthread_create")(th, roomy ? &mine : attr, trampoline, t);
+  if (roomy) pthread_attr_destroy(&mine);
   if (r != 0) free(t); /* its slot, if any, keeps tid 0: not a thread */
   return r;
 }

@@ -522,3 +522,92 @@ def test_thread_indices_follow_creation_order(locus, tmp_path):
     rep = locus.report(run, "--lens", "comm")
     threads = rep["lenses"]["comm"]["threads"]
     assert [t["tid"] for t in threads[1:]] == [int(tids["first"]), int(tids["second"])]
+
+
+def test_program_gets_its_argv_descriptors_and_ignored_signals(locus, tmp_path):
+    """The program is started as its shell would start it. Popen's defaults closed the
+    descriptors locus inherited (`cat <&7` failed: a make jobserver, socket activation),
+    reset an inherited ignored SIGPIPE (a program that expects EPIPE was killed), and argv[0]
+    was the resolved path (`sort: ...` became `/usr/bin/sort: ...`)."""
+    run = str(tmp_path / "r")
+    rec = " ".join([*locus.argv, "record", "-o", run, "--"])
+    show = "cat <&7; tr '\\0' ' ' </proc/$$/cmdline; echo; grep SigIgn /proc/$$/status"
+    # `; true`: bash stays the launcher's parent (it would exec the last command).
+    script = f"trap '' PIPE; {rec} sh -c \"$0\" 7</etc/hostname; true"
+    alone = "trap '' PIPE; sh -c \"$0\" 7</etc/hostname; true"
+    got = subprocess.run(
+        ["bash", "-c", script, show], capture_output=True, text=True, env=locus.env, timeout=60
+    )
+    want = subprocess.run(["bash", "-c", alone, show], capture_output=True, text=True, timeout=60)
+    assert want.returncode == 0 and want.stdout.count("\n") == 3, want
+
+    def standard(out: str) -> list:  # SigIgn's signals 1-31 (32-33 are glibc's own)
+        lines = out.splitlines()
+        return lines[:2] + [int(lines[2].split()[1], 16) & 0x7FFFFFFF]
+
+    assert standard(got.stdout) == standard(want.stdout), (got.stdout, want.stdout, got.stderr)
+    assert got.stdout.splitlines()[1].startswith("sh -c "), got.stdout
+
+
+SMALL_STACKS = r"""
+#define _GNU_SOURCE
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+volatile long sink[2];
+static long depth;
+__attribute__((noinline)) static long deep(long n) {
+  volatile char b[1024];
+  b[0] = (char)n;
+  if (n > 0) return deep(n - 1) + b[0];
+  for (long i = 0; i < 30000000; i++) sink[i & 1] += b[i & 1023];
+  return b[0];
+}
+static void *tiny(void *a) { /* PTHREAD_STACK_MIN, used to its depth */
+  (void)a;
+  return (void *)deep(depth);
+}
+static void *small_alt(void *a) { /* its own 2 KiB signal stack */
+  stack_t s = {.ss_sp = malloc(2048), .ss_size = 2048, .ss_flags = 0};
+  if (sigaltstack(&s, NULL) != 0) return (void *)1;
+  for (long i = 0; i < 60000000; i++) sink[(long)a & 1] += i;
+  stack_t back;
+  sigaltstack(NULL, &back);
+  return (void *)(long)(back.ss_sp != s.ss_sp || back.ss_size != 2048); /* reads its own */
+}
+int main(int argc, char **argv) {
+  depth = atol(argv[1]);
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setstacksize(&at, PTHREAD_STACK_MIN);
+  pthread_t t[4];
+  void *r[4];
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], &at, tiny, NULL);
+  for (long i = 2; i < 4; i++) pthread_create(&t[i], NULL, small_alt, (void *)i);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], &r[i]);
+  printf("%ld\n", (long)r[2] + (long)r[3]);
+  return 0;
+}
+"""
+
+
+def test_small_thread_and_signal_stacks(locus, tmp_path):
+    """Threads on PTHREAD_STACK_MIN stacks used to the depth that runs alone (liblocus's TLS
+    and frames took 3-4 KiB of them: SIGSEGV), and threads with their own 2 KiB signal stack
+    (the sampler's handler ran on it: SIGSEGV) run under the comm lens at 100 us."""
+    src, exe = tmp_path / "stacks.c", tmp_path / "stacks"
+    src.write_text(SMALL_STACKS)
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
+    depth = 0
+    for d in range(4, 16):  # the deepest recursion that runs without locus
+        if subprocess.run([str(exe), str(d)], capture_output=True, timeout=60).returncode != 0:
+            break
+        depth = d
+    assert depth >= 4
+    proc, run = locus.record(
+        [str(exe), str(depth)], ("--lens", "comm", "--period", "100us"), check=False
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == b"0", (proc.returncode, proc.stdout)
+    assert locus.report(run, "--lens", "comm")["lenses"]["comm"]["samples"] > 100

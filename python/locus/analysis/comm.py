@@ -195,9 +195,13 @@ def _config(run: RunDir, ct: np.ndarray, ev: Events, notes: list[str]) -> dict:
     if used and period_ns and used != period_ns and backend != "exact":
         notes.append(f"sampling period {used} ns used by the runtime ({period_ns} ns asked)")
     period_ns = int(used or period_ns or 0)
-    period_n = int(num("period_n", 0) or 0)
+    period_n = num("period_n", 0) or 0
+    period_n = int(period_n) if period_n <= 1 << 40 else 0  # the launcher's bound (cli.py)
     host_line = run.host.get("cache_line")
     line = num("line_size") or (host_line if isinstance(host_line, int) else 0) or 64
+    if not (isinstance(line, int) and 8 <= line <= 4096 and line & (line - 1) == 0):
+        notes.append(f"line size {line!r} in meta.json is not a cache line's: 64 bytes taken")
+        line = 64
     if not cfg:
         notes.append(
             "meta.json has no comm configuration: backend and period were read from the "

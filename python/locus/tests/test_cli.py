@@ -347,3 +347,39 @@ def test_bind_to_a_cpu_that_is_not_here(capsys):
     cpus = sorted(os.sched_getaffinity(0))
     assert cli.main(["record", "--lens", "comm", "--bind", str(cpus[-1] + 1), "--", "true"]) == 2
     assert f"CPU {cpus[-1] + 1} is not available here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--period", "9" * 400 + "s", "at most 60s"),  # was a traceback (float infinity)
+        ("--period", "1" + "0" * 30 + "ns", "at most 60s"),  # was taken modulo 2^64
+        ("--period", str(1 << 41), "events per sample"),
+        ("--bulletin-size", str(1 << 30), "at most 4194304 entries"),  # could not be mapped
+        ("--bind", "1-0", "empty range of CPUs"),
+    ],
+)
+def test_sampling_options_out_of_range(capsys, option, value, says):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["record", "--lens", "comm", option, value, "--", "true"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
+
+
+@needs_runtime
+def test_output_that_cannot_be_written(tmp_path):
+    """`locus report RUN > /dev/full` and with stdout closed were tracebacks."""
+    run = tmp_path / "run"
+    assert run_locus("record", "-o", str(run), "--", "true").returncode == 0
+    env = dict(os.environ, PYTHONPATH=str(PYDIR))
+    argv = [sys.executable, "-m", "locus", "report", str(run)]
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, env=env)
+    assert p.returncode == 1 and p.stderr.strip() == (
+        "locus: error: cannot write the output: No space left on device"
+    ), p.stderr
+    closed = subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", *argv], capture_output=True, text=True, env=env
+    )
+    assert closed.returncode == 0 and "Traceback" not in closed.stderr, closed.stderr

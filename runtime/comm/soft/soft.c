@@ -107,7 +107,6 @@ struct soft_tls {
   int fd;
   int source;
   timer_t timer;
-  void *altstack;
   uint64_t fs_base, gs_base;
   uint64_t stack_lo, stack_hi;
   int step_left;   /* single steps left towards the next memory access (0: not stepping) */
@@ -1498,28 +1497,32 @@ static void stop_sampler(void) {
   me_soft.source = SRC_NONE;
 }
 
+/* The thread's alternate signal stack (raw system calls: the sigaltstack interposer keeps
+ * a smaller one the program sets later virtual, see locus_alt). */
 static void setup_altstack(void) {
   stack_t cur;
-  if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE)) return; /* the program's */
+  if (syscall(SYS_sigaltstack, NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE))
+    return; /* the program's */
   void *p = mmap(NULL, ALTSTACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return;
   stack_t ss = {.ss_sp = p, .ss_flags = 0, .ss_size = ALTSTACK_SIZE};
-  if (sigaltstack(&ss, NULL) != 0) {
+  if (syscall(SYS_sigaltstack, &ss, NULL) != 0) {
     munmap(p, ALTSTACK_SIZE);
     return;
   }
-  me_soft.altstack = p;
+  locus_alt = (struct locus_altstack){
+      .sp = p, .size = ALTSTACK_SIZE, .prog_sp = NULL, .prog_size = 0, .prog_flags = SS_DISABLE};
 }
 
 static void free_altstack(void) {
-  if (!me_soft.altstack) return;
+  if (!locus_alt.sp) return;
   stack_t cur;
-  if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == me_soft.altstack &&
+  if (syscall(SYS_sigaltstack, NULL, &cur) == 0 && cur.ss_sp == locus_alt.sp &&
       !(cur.ss_flags & SS_ONSTACK)) {
     stack_t off = {.ss_sp = NULL, .ss_flags = SS_DISABLE, .ss_size = 0};
-    if (sigaltstack(&off, NULL) == 0) munmap(me_soft.altstack, ALTSTACK_SIZE);
+    if (syscall(SYS_sigaltstack, &off, NULL) == 0) munmap(locus_alt.sp, ALTSTACK_SIZE);
   }
-  me_soft.altstack = NULL;
+  locus_alt.sp = NULL;
 }
 
 static void thread_context(void) {

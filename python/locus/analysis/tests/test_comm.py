@@ -921,3 +921,23 @@ def test_by_a_view_no_reported_lens_has(tmp_path, capsys):
     path = false_sharing_run(str(tmp_path / "fs"), threads=2, n=5)
     assert main(["report", path, "--lens", "comm", "--by", "site"]) == 2
     assert "--by site applies to no lens of this report" in capsys.readouterr().err
+
+
+def test_meta_values_out_of_range(tmp_path):
+    """A hand-edited or damaged meta.json: a line size of 1e308, a count period of 1e308
+    and 2^70 CPUs were tracebacks (OverflowError, non-JSON floats, a numpy dimension)."""
+    run, _p, c = _run()
+    c.event(src=10, dst=11, line=COUNTER, count=2)
+    path = run.write(str(tmp_path / "r"))
+    meta_path = os.path.join(path, "meta.json")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    meta.setdefault("comm", {}).update(line_size=1e308, period_n=1e308)
+    meta.setdefault("host", {})["cpus"] = 2**70
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
+    rep = build(RunDir.open(path), ["comm"], Filters())
+    c = rep["lenses"]["comm"]
+    assert c["line_size"] == 64 and any("not a cache line's" in n for n in c["notes"])
+    json.dumps(rep, allow_nan=False)  # what --format json writes
+    assert render(rep, "text")
