@@ -32,10 +32,13 @@ from locus.analysis.common import (
     cpu_nodes,
     drop_damaged,
     heap_blocks,
+    in_system_header,
     is_alloc_wrapper,
     live_blocks,
+    short_function,
     stack_table,
     thread_rows,
+    via_text,
 )
 from locus.analysis.common import ranges as _ranges
 from locus.analysis.common import site_str as _site_str
@@ -824,10 +827,12 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
         wrapper = ""  # the allocation wrapper that names a heap object (no call stack)
         if kind == "heap":
             loc, via = alloc_site(names, info["proc"], info["site"], info["frames"])
+            if in_system_header(loc["file"]):  # std::vector's allocate, without a stack
+                loc = dict(loc, function=short_function(loc["function"]))
             site = _site_str(loc) if info["site"] else ""
             name = f"heap block from {site}" if site else "heap block (site unknown)"
             if via:
-                name += f" (via {', '.join(via)})"
+                name += via_text(via)
             elif info["site"] and is_alloc_wrapper(loc["function"]):
                 wrapper = loc["function"]
             size = info["size"]

@@ -316,6 +316,42 @@ def is_alloc_wrapper(function: str) -> bool:
     return bool(function) and bool(WRAPPER.search(function))
 
 
+# Library code compiled into the program from system headers: at -O0, std::vector's
+# allocation is ~6 frames of <bits/...> (allocate, _M_allocate, _M_create_storage, ...)
+# between operator new and the line that built the vector.
+SYSTEM_HEADER = re.compile(r"^/usr/(local/)?include/|/include/c\+\+/")
+
+
+def in_system_header(file: str) -> bool:
+    return bool(file) and bool(SYSTEM_HEADER.search(file))
+
+
+def short_function(function: str) -> str:
+    """'std::__new_allocator<std::atomic<int> >::allocate(unsigned long, void const*)' ->
+    'std::__new_allocator::allocate': template arguments and parameters dropped."""
+    out, depth = [], 0
+    for ch in function:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).strip() or function
+
+
+VIA_MOST = 2
+
+
+def via_text(via: list[str]) -> str:
+    """' (via xmalloc)': the wrappers an allocation was named past, short, at most two."""
+    if not via:
+        return ""
+    names = list(dict.fromkeys(short_function(v) for v in via))
+    more = f", +{len(names) - VIA_MOST} more" if len(names) > VIA_MOST else ""
+    return f" (via {', '.join(names[:VIA_MOST])}{more})"
+
+
 def stack_table(proc) -> dict[int, tuple[int, ...]]:
     """Stack id -> return addresses (innermost first) of a process's stacks.bin."""
     return {int(r["id"]): tuple(int(x) for x in r["pc"][: int(r["depth"])]) for r in proc.stacks()}
@@ -344,8 +380,9 @@ def alloc_site(names: Names, proc: int, site: int, frames: tuple = ()) -> tuple[
     for k, pc in enumerate(pcs):
         s = names.site(proc, pc)
         fn = s["function"]
-        if k + 1 < len(pcs) and is_alloc_wrapper(fn):
-            if fn not in via:
+        if k + 1 < len(pcs) and (is_alloc_wrapper(fn) or in_system_header(s["file"])):
+            # The program's own wrappers are named; the library's internals are not news.
+            if fn not in via and not in_system_header(s["file"]):
                 via.append(fn)
             continue
         # A wrapper inlined into its caller (`xmalloc` in `make_stats` in `main`): the first

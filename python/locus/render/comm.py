@@ -81,6 +81,13 @@ def comm_tables(report: dict) -> list[Table]:
     c = _comm(report)
     u = vol_unit(c)
     vols = [("all", u, "all"), ("true", u, "true"), ("false", u, "false")]
+    # A run of several processes (fork): the same static in each is its own object: the
+    # text says whose (a line's threads, in the legend, say it for the lines).
+    many = len({t.get("pid") for t in c.get("threads") or []}) > 1
+
+    def of(r: dict) -> str:
+        return f" [pid {r['pid']}]" if many and r.get("pid") else ""
+
     objects = []
     un = c.get("unattributed")
     rows = c["objects"] + ([dict(un, name="(unattributed)", kind="", size=None)] if un else [])
@@ -88,6 +95,7 @@ def comm_tables(report: dict) -> list[Table]:
         objects.append(
             dict(
                 r,
+                name=r["name"] + of(r),
                 false_pct=_pct(r["false"], r["all"]),
                 thread_list=_ranges(r["threads"], most=TABLE_RANGES, count=False),
                 obj_size=r["size"],
@@ -309,12 +317,13 @@ def thread_legend(threads: list[dict]) -> str:
     """'threads: 0 main (tid 10), 1 worker (tid 11), ...': what the matrix's indices are."""
     # The system's thread name where the program set one (the main thread's is the program's).
     base = threads[0].get("os_name", "")
+    many = len({t.get("pid") for t in threads}) > 1  # fork: whose thread
     # What a thread ran, where its start routine does not say it (std::thread, libgomp).
     parts = [
         f"{t['index']} {t['name'] or '?'}"
         + (f" → {t['work']}" if _work_differs(t) else "")
         + (f" [{t['os_name']}]" if t.get("os_name") and t["os_name"] != base else "")
-        + f" (tid {t['tid']})"
+        + (f" (pid {t['pid']}, tid {t['tid']})" if many and t.get("pid") else f" (tid {t['tid']})")
         for t in threads[:LEGEND_THREADS]
     ]
     more = len(threads) - LEGEND_THREADS

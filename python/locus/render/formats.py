@@ -65,6 +65,7 @@ def to_json(report: dict) -> str:
 def to_text(report: dict, width: int | None = None) -> str:
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
     buf = io.StringIO()
@@ -101,7 +102,8 @@ def to_text(report: dict, width: int | None = None) -> str:
                 ratio=1 if wide else None,
             )
         for r in t.rows:
-            rt.add_row(*(fmt(r.get(k), u) for _h, u, k in cols))
+            # Cells are text, not rich markup ("fsv [pid 4]" lost its "[pid 4]").
+            rt.add_row(*(escape(fmt(r.get(k), u)) for _h, u, k in cols))
         con.print(rt)
     for pic in _pictures(report):
         con.print()

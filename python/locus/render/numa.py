@@ -4,7 +4,7 @@ terminal and the matplotlib heat maps (--plot DIR)."""
 
 from __future__ import annotations
 
-from locus.analysis.common import ranges
+from locus.analysis.common import ranges, via_text
 from locus.errors import LocusError
 from locus.render.heat import pyplot, save, shade, shade_legend
 from locus.render.tables import Table
@@ -54,7 +54,7 @@ def _where(r: dict) -> str:
 
 def _via(r: dict) -> str:
     """' (via xmalloc)': the allocation wrappers an allocation was named past."""
-    return f" (via {', '.join(r['via'])})" if r.get("via") else ""
+    return via_text(r.get("via") or [])
 
 
 def _unit(c: dict) -> str:

@@ -941,3 +941,73 @@ def test_meta_values_out_of_range(tmp_path):
     assert c["line_size"] == 64 and any("not a cache line's" in n for n in c["notes"])
     json.dumps(rep, allow_nan=False)  # what --format json writes
     assert render(rep, "text")
+
+
+class VectorSym(FakeSym):
+    """A -O0 std::vector: operator new is called from `allocate` in new_allocator.h, through
+    five more frames of libstdc++ headers, from main at vec.cpp:7."""
+
+    NEW = "std::__new_allocator<std::atomic<int> >::allocate(unsigned long, void const*)"
+
+    def code(self, addrs, return_addresses=True):
+        hdr = "/usr/include/c++/12/bits/"
+        table = {
+            0x401510: CodeLoc(self.NEW, hdr + "new_allocator.h", 137),
+            0x401520: CodeLoc(
+                "std::allocator_traits<A>::allocate(A&, unsigned long)", hdr + "alloc_traits.h", 464
+            ),  # fmt: skip
+            0x401530: CodeLoc(
+                "std::_Vector_base<int>::_M_create_storage(unsigned long)",
+                hdr + "stl_vector.h",
+                398,
+            ),  # fmt: skip
+            0x401540: CodeLoc("main", "/src/vec.cpp", 7),
+        }
+        return {a: table.get(a, CodeLoc("worker", "/src/vec.cpp", 20)) for a in addrs}
+
+
+def test_heap_object_named_past_library_headers(tmp_path):
+    """With a call stack, the frames in system headers are skipped like wrappers and not
+    listed ('via std::__new_allocator<...>::allocate(unsigned long, void const*),
+    std::allocator_traits<...>, ...': six frames, thirty terminal lines); without one, the
+    header's function is named short."""
+    for stacks in (True, False):
+        run, p, c = _run(threads=3)
+        if stacks:
+            c.call_stack(1, [0x401510, 0x401520, 0x401530, 0x401540])
+        c.malloc(0x7000_0000, 64, site=0x401510, t=0.1, stack=1 if stacks else 0)
+        c.event(src=10, dst=11, line=0x7000_0000, t=0.5, count=2)
+        res = _res(tmp_path, run, Options(symbolizer=lambda proc: VectorSym()), f"v{stacks}")
+        names = [o["name"] for o in res["objects"]]
+        if stacks:
+            assert names == ["heap block from main vec.cpp:7"], names
+        else:
+            assert names == ["heap block from std::__new_allocator::allocate new_allocator.h:137"]
+
+
+def test_via_text_is_short():
+    from locus.analysis.common import short_function, via_text
+
+    assert short_function(VectorSym.NEW) == "std::__new_allocator::allocate"
+    assert short_function("operator new(unsigned long)") == "operator new"
+    assert via_text([]) == ""
+    assert via_text(["xmalloc"]) == " (via xmalloc)"
+    assert via_text(["a(int)", "b<int>::c()", "d", "e"]) == " (via a, b::c, +2 more)"
+
+
+def test_objects_of_forked_processes_say_whose(tmp_path):
+    """A static shared in a parent and in its forked child: two rows 'fsv static', and the
+    legend's '0 main', '3 main'. The text now names the pid of each (JSON had it); rich took
+    '[pid N]' for markup and dropped it."""
+    from locus.report import filter_comm
+
+    path = false_sharing_run(str(tmp_path / "fs"), threads=2, n=5)
+    rep = build(RunDir.open(path), ["comm"], Filters())
+    rep["lenses"]["comm"] = c = filter_comm(analyze(RunDir.open(path), FAKE), Filters())
+    (o,) = c["objects"]
+    c["objects"] = [dict(o, pid=100), dict(o, pid=200, all=o["all"] / 2, false=o["false"] / 2)]
+    c["threads"] = [dict(t, pid=100 if t["index"] < 2 else 200) for t in c["threads"]]
+    c["threads"].append(dict(c["threads"][-1], index=2, tid=201, pid=200))
+    text = " ".join(render(rep, "text").split())
+    assert f"{o['name']} [pid 100]" in text and f"{o['name']} [pid 200]" in text, text
+    assert "(pid 200, tid 201)" in text, text
