@@ -443,7 +443,9 @@ class Proc:
         return s[s["id"] != 0]
 
     def maps_text(self) -> str:
-        return _read_text(self.file("maps")) + "\n" + _read_text(self.file("maps.exit"))
+        """The process's maps at start, at exit and before each dlclose (maps.dl): a library
+        unloaded during the run is still found."""
+        return "\n".join(_read_text(self.file(f)) for f in ("maps", "maps.exit", "maps.dl"))
 
     def perf_map_text(self) -> str:
         """The JIT symbol map the process wrote (/tmp/perf-PID.map, copied at the run's

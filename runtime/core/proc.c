@@ -74,11 +74,11 @@ static int env_flag(const char *name) {
   return v && v[0] == '1';
 }
 
-/* Copy a small file (maps) with read/write only. */
-static void copy_file(const char *from, int dirfd, const char *to) {
+/* Copy a small file (maps) with read/write only, replacing `to` or appended to it. */
+static void copy_file_to(const char *from, int dirfd, const char *to, int append) {
   int in = open(from, O_RDONLY | O_CLOEXEC);
   if (in < 0) return;
-  int out = openat(dirfd, to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int out = openat(dirfd, to, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
   if (out >= 0) {
     char buf[8192];
     ssize_t n;
@@ -87,6 +87,18 @@ static void copy_file(const char *from, int dirfd, const char *to) {
     close(out);
   }
   close(in);
+}
+
+static void copy_file(const char *from, int dirfd, const char *to) {
+  copy_file_to(from, dirfd, to, 0);
+}
+
+/* The maps before a library is unloaded (dlclose): its statics and code stay nameable.
+ * At most 64 per process (a plugin loop). */
+void locus_maps_before_unload(void) {
+  static _Atomic int taken;
+  if (!locus_enabled || locus_proc_dirfd < 0 || atomic_fetch_add(&taken, 1) >= 64) return;
+  copy_file_to("/proc/self/maps", locus_proc_dirfd, "maps.dl", 1);
 }
 
 void locus_fmt_u(char *out, unsigned v) {

@@ -114,6 +114,8 @@ void locus_keep_signal(int sig);
 /* Lazily initialise if an interposer runs before the constructor. */
 void locus_ensure_init(void);
 void locus_proc_finish(int status, uint32_t flags);
+/* Appends /proc/self/maps to the process's maps.dl (before dlclose unmaps a library). */
+void locus_maps_before_unload(void);
 void locus_before_exec(void);
 void locus_after_failed_exec(void);
 void locus_add_self_ticks(uint64_t ticks);

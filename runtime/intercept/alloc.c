@@ -169,7 +169,10 @@ static __attribute__((noinline)) void free_slow(void *p, uint64_t site) {
   if (!(s & LOCUS_ALLOC_RESOLVED)) s = resolve();
   /* A real block while nothing is resolved cannot happen (it came from the real malloc). */
   if (!(s & LOCUS_ALLOC_RESOLVED)) return;
-  if (s & LOCUS_ALLOC_TRACKING) locus_allocs_record(LOCUS_AL_FREE, p, 0, site);
+  if (s & LOCUS_ALLOC_TRACKING) {
+    locus_allocs_record(LOCUS_AL_FREE, p, 0, site);
+    locus_comm_exact_freed(p);
+  }
   /* Only an mmap'd chunk can be a tracked region: no region scan for heap blocks. */
   if ((s & LOCUS_ALLOC_NUMA) && chunk_mmapped(p)) locus_ft_release(p, 0);
   real.free(p);
@@ -190,6 +193,7 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t n, uint64_t 
   if (!(s & LOCUS_ALLOC_RESOLVED)) return p ? NULL : boot_alloc(n, 16);
   /* mremap would carry PROT_NONE along; only an mmap'd chunk can be a tracked region. */
   if ((s & LOCUS_ALLOC_NUMA) && p && chunk_mmapped(p)) locus_ft_release(p, 0);
+  if ((s & LOCUS_ALLOC_TRACKING) && p) locus_comm_exact_freed(p);
   void *q = real.realloc(p, n);
   if (s & LOCUS_ALLOC_TRACKING) {
     if (q) {

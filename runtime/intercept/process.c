@@ -2,6 +2,7 @@
  * and joins become waits the critical path can follow), exit and _exit (the status, and a
  * finished run when no exit handlers run), exec (the old image's run is closed first). */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -105,6 +106,14 @@ LOCUS_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void 
   if (roomy) pthread_attr_destroy(&mine);
   if (r != 0) free(t); /* its slot, if any, keeps tid 0: not a thread */
   return r;
+}
+
+/* A library about to be unloaded: the maps are kept first, so that its statics and code
+ * (a plugin's shared counters) are named in the report, not bare addresses. */
+LOCUS_EXPORT int dlclose(void *handle) {
+  static int (*next)(void *);
+  if (!locus_me.guard) locus_maps_before_unload();
+  return NEXT(next, "dlclose") ? next(handle) : -1;
 }
 
 LOCUS_EXPORT int pthread_join(pthread_t th, void **ret) {

@@ -611,3 +611,14 @@ def test_small_thread_and_signal_stacks(locus, tmp_path):
     )
     assert proc.returncode == 0 and proc.stdout.strip() == b"0", (proc.returncode, proc.stdout)
     assert locus.report(run, "--lens", "comm")["lenses"]["comm"]["samples"] > 100
+
+
+@pytest.mark.parametrize("lens", ["locks", "comm"])
+def test_forked_child_keeps_its_stdin(locus, lens):
+    """Every forked child lost its stdin: a record stream never opened (--call-stack off)
+    has descriptor 0, and the child's reset after fork closed it (`cat` in a subshell: Bad
+    file descriptor; openssl speed -multi's workers then dup()ed their pipe onto 0)."""
+    proc, _run = locus.record(
+        ["bash", "-c", "cat; true"], ("--lens", lens), input=b"through the fork\n"
+    )
+    assert proc.stdout == b"through the fork\n", proc.stderr

@@ -310,11 +310,14 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
         a = addr[m]
         t = ev.t[m].astype(np.uint64)
         al = run.procs[pi].allocs()
-        # Stacks.
+        # Stacks: the thread whose stack it was at the event's time. glibc gives a joined
+        # thread's stack to the next one (sort's workers, one after another, all had one):
+        # the latest stack that started before the event holds it.
         st = al[al["kind"] == AL_STACK]
+        st = st[np.argsort(st["t"], kind="stable")[::-1]]
         for row in st:
             lo, size, tid = int(row["addr"]), int(row["size"]), int(row["tid"])
-            hit = (obj[m] < 0) & (a >= lo) & (a < lo + size)
+            hit = (obj[m] < 0) & (a >= lo) & (a < lo + size) & (t >= np.uint64(row["t"]))
             if not hit.any():
                 continue
             k = th.index.get((pi, tid), -1)
@@ -724,9 +727,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     if not run.complete and cfg["backend"] == "exact":
         notes.append(
             "incomplete run: a process ended without its exit handlers (killed, or a raw "
-            "exit): the exact backend writes a thread's transfers when the thread ends, and "
-            "those of the threads still running at the process's exit, so that process's "
-            "running threads' transfers are missing"
+            "exit): the exact backend writes a thread's transfers every 100 ms while it "
+            "transfers, when it ends, and at the process's exit, so that process's running "
+            "threads' transfers are missing (up to their last 100 ms)"
             + (" (none were recorded)" if n_ev == 0 else "")
         )
     elif n_ev == 0:
@@ -826,14 +829,9 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
         size = None
         wrapper = ""  # the allocation wrapper that names a heap object (no call stack)
         if kind == "heap":
-            loc, via = alloc_site(names, info["proc"], info["site"], info["frames"])
-            if in_system_header(loc["file"]):  # std::vector's allocate, without a stack
-                loc = dict(loc, function=short_function(loc["function"]))
+            name, loc, via = _heap_name(info, names)
             site = _site_str(loc) if info["site"] else ""
-            name = f"heap block from {site}" if site else "heap block (site unknown)"
-            if via:
-                name += via_text(via)
-            elif info["site"] and is_alloc_wrapper(loc["function"]):
+            if not via and info["site"] and is_alloc_wrapper(loc["function"]):
                 wrapper = loc["function"]
             size = info["size"]
         elif kind == "stack":
@@ -924,6 +922,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                 "threads": np.unique(np.concatenate([ev.src[m], ev.dst[m]])).tolist(),
                 "pairs": pairs,
                 "_false_accesses": fa,
+                "_false_lines": (int(names.run.procs[info["proc"]].pid), set(ev.line[fm].tolist())),
                 "_false_stores": stores,
                 "_shared_words": shared,
                 "_wrapper": wrapper,
@@ -1098,13 +1097,18 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
     rank[order] = np.arange(len(order))
     keep = np.flatnonzero(rank[inv] >= 0)
     r = rank[inv[keep]]
-    # Byte ranges each thread touched on each line, both roles.
-    acc = np.concatenate(
-        [
-            np.stack([r, ev.src[keep], ev.src_off[keep], np.maximum(ev.src_len[keep], 1)], 1),
-            np.stack([r, ev.dst[keep], ev.dst_off[keep], np.maximum(ev.dst_len[keep], 1)], 1),
-        ]
-    )
+    # Byte ranges each thread touched on each line, both roles. An exact transfer's writer
+    # range is the hull of every byte it wrote while it held the line (two fields with one
+    # between read as three): a thread's own reads and writes of the line, where it has
+    # some, are its accesses one by one.
+    src = np.stack([r, ev.src[keep], ev.src_off[keep], np.maximum(ev.src_len[keep], 1)], 1)
+    dst = np.stack([r, ev.dst[keep], ev.dst_off[keep], np.maximum(ev.dst_len[keep], 1)], 1)
+    hull = (ev.flags[keep] & CE_EXACT) != 0
+    if hull.any():
+        width = int(max(ev.src.max(initial=0), ev.dst.max(initial=0))) + 1
+        hull &= np.isin(r * width + ev.src[keep], r * width + ev.dst[keep])
+        src = src[~hull]
+    acc = np.concatenate([src, dst])
     acc = unique_rows(acc)
     spans: dict[int, dict[int, list]] = {}
     for li, t, o, ln in acc.tolist():
@@ -1210,10 +1214,19 @@ def _obj_label(info: dict, threads, names) -> str:
             f"stack of thread {t} (tid {info['tid']})" if t >= 0 else f"stack of tid {info['tid']}"
         )
     if k == "heap":
-        loc = names.site(info["proc"], info["site"]) if info["site"] else None
-        site = _site_str(loc) if loc else ""
-        return f"heap block from {site}" if site else "heap block (site unknown)"
+        return _heap_name(info, names)[0]
     return "(unattributed)"
+
+
+def _heap_name(info: dict, names) -> tuple[str, dict, list[str]]:
+    """(name, allocating site, wrappers passed) of a heap object: the objects table's and
+    the lines' (they differed: a line named the wrapper or the library header)."""
+    loc, via = alloc_site(names, info["proc"], info["site"], info["frames"])
+    if in_system_header(loc["file"]):  # std::vector's allocate, without a stack
+        loc = dict(loc, function=short_function(loc["function"]))
+    site = _site_str(loc) if info["site"] else ""
+    name = f"heap block from {site}" if site else "heap block (site unknown)"
+    return name + via_text(via), loc, via
 
 
 def _site_rows(ev, wk, names, opts) -> list:
@@ -1398,6 +1411,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
     accessing it (the accesses of the other side may fall outside the object). The means
     are Fortran's where the busiest access is in a Fortran source (names: the symbolizer)."""
     out = []
+    alone: list[tuple[dict, int]] = []
     line = cfg["line_size"]
     top = max((o["false"] for o in objects if o["kind"] != "unknown"), default=0.0)
     for o in objects:
@@ -1427,6 +1441,9 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             per.setdefault(t, Counter())[off] += w
             sizes[ln] += 1
         if len(per) < 2:
+            # One thread's variable: its false sharing is with a neighbour on its line
+            # (two counters side by side), said below for both.
+            alone.append((o, next(iter(per))))
             continue
         thr = _ranges(list(per))
         offs = sorted({r[1] for r in acc})
@@ -1508,6 +1525,52 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 f"threads {thr} {verb} different bytes of the same {line}-byte line(s) of "
                 f"{name} {where}; separate what each thread writes onto its own line"
             )
+    return out + _neighbours_advice(alone, line, names, limit - len(out))
+
+
+def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
+    """Advice for variables each used by one thread that share a line (`hits_a` and
+    `hits_b` side by side): no object alone shows two threads, the line does."""
+    by_line: dict[tuple, list] = {}
+    for o, t in alone:
+        pid, lines = o["_false_lines"]
+        for ln in lines:
+            by_line.setdefault((pid, ln), []).append((o, t))
+    out, said = [], set()
+    for (_pid, ln), on_line in sorted(
+        by_line.items(), key=lambda kv: -sum(o["false"] for o, _ in kv[1])
+    ):
+        members = list({id(o): (o, t) for o, t in on_line}.values())
+        if len({t for _o, t in members}) < 2 or len(out) >= limit:
+            continue
+        key = frozenset(id(o) for o, _t in members)
+        if key in said:
+            continue
+        said.add(key)
+        members.sort(key=lambda ot: ot[1])
+        each = ", ".join(
+            f"{'`' + o['name'] + '`' if o['kind'] == 'static' else o['name']} (thread {t})"
+            for o, t in members[:FIELDS_THREADS]
+        )
+        more = f" and {len(members) - FIELDS_THREADS} more" if len(members) > FIELDS_THREADS else ""
+        thr = _ranges([t for _o, t in members])
+        total = sum(o["all"] for o, _t in members)
+        share = (
+            f"{100 * sum(o['false'] for o, _t in members) / total:.0f} % of their volume"
+            if total
+            else ""
+        )
+        fortran = _is_fortran(_top_site(members[0][0], names))
+        fix = (
+            "put them in different common blocks or modules, or pad between them"
+            if fortran
+            else f"align each to {line} bytes (alignas({line})) or place them apart"
+        )
+        verb = "write" if all(o["_false_stores"] for o, _t in members) else "use"
+        out.append(
+            f"threads {thr} each {verb} their own variable, {each}{more}, and these share "
+            f"the {line}-byte line {ln:#x} (false sharing, {share}): {fix}"
+        )
     return out
 
 

@@ -54,6 +54,7 @@
 #include "../comm.h"
 #include "../../numa/numa.h"
 #include "fast.h"
+#include <malloc.h>
 
 #define L2_BITS LOCUS_X_L2_BITS /* 2^16 lines per second-level block (4 MiB of 64-byte lines) */
 #define ADDR_BITS 47
@@ -70,9 +71,11 @@ struct agg {
   uint32_t src_serial;
   uint32_t dst_flags;
   uint8_t is_true, src_off, src_len, dst_off, dst_len;
-  uint8_t pad[3];
+  uint8_t dst_word; /* the reader's 8-byte word in the line (part of the key) */
+  uint8_t pad[2];
   int16_t src_cpu, dst_cpu; /* -1 unknown */
-  uint32_t pad2[3];
+  uint32_t gen;             /* the line's generation (locus_comm_exact_freed; part of the key) */
+  uint32_t pad2[2];
 };
 
 struct agg_table {
@@ -91,6 +94,7 @@ struct locus_xslot {
   uint32_t tid, serial;
   struct agg_table *_Atomic agg;
   uint64_t dropped;
+  uint64_t flushed;          /* locus_ticks() of the owner's last flush */
   struct locus_xthread *x;   /* the owner's model state and comm counters (TLS), which */
   struct locus_comm_tls *ct; /* proc_fini reads while the slot is LIVE */
 };
@@ -150,6 +154,27 @@ static inline struct locus_xshadow *shadow_of(uint64_t ln) {
   return b ? &b[ln & ((1u << L2_BITS) - 1)] : NULL;
 }
 
+/* A heap block is being freed (or reallocated): its lines start a new generation, so that
+ * the transfers of the block that comes next at the same address are aggregated apart (an
+ * aggregate is attributed by its time: one spanning both blocks went to the later one).
+ * Blocks up to 64 KiB: a bigger one's lines are left as they are (glibc returns those to
+ * the system with munmap anyway). */
+#define GEN_MAX_LINES 1024u
+void locus_comm_exact_freed(void *p) {
+  if (!p || !locus_xg.on || !locus_xg.l1) return;
+  size_t n = malloc_usable_size(p);
+  if (!n) return;
+  uint64_t a = (uintptr_t)p >> locus_xg.lshift, b = ((uintptr_t)p + n - 1) >> locus_xg.lshift;
+  if (b - a >= GEN_MAX_LINES) return;
+  for (uint64_t ln = a; ln <= b; ln++) {
+    uint64_t hi = ln >> L2_BITS;
+    if (hi >= locus_xg.l1_n) return;
+    struct locus_xshadow *blk = atomic_load_explicit(&locus_xg.l1[hi], memory_order_acquire);
+    if (blk)
+      atomic_fetch_add_explicit(&blk[ln & ((1u << L2_BITS) - 1)].gen, 1, memory_order_relaxed);
+  }
+}
+
 static void envelope(uint64_t m, uint8_t *off, uint8_t *len) {
   if (!m) {
     *off = *len = 0;
@@ -177,18 +202,23 @@ static struct agg_table *agg_new(uint32_t cap, struct agg_table *older) {
   return t;
 }
 
-/* An aggregate: one line, source thread, verdict and CPU pair (a migration starts another). */
+/* An aggregate: one line, source thread, verdict, CPU pair (a migration starts another)
+ * and the reader's 8-byte word: a line that holds several objects (two counters side by
+ * side, a struct and a union) gives each its own transfers; with the line alone, the whole
+ * volume went to the object at the last access's offset, and the others vanished. */
 struct agg_key {
   uint64_t line;
   uint32_t src;
   int is_true;
   int16_t src_cpu, dst_cpu;
+  uint32_t word;
+  uint32_t gen;
 };
 
 static inline uint32_t agg_hash(const struct agg_key *k) {
   uint64_t cpus = (uint64_t)(uint16_t)k->src_cpu << 16 | (uint16_t)k->dst_cpu;
   uint64_t h = (k->line * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)k->src << 1 | (uint64_t)k->is_true) ^
-               (cpus << 32);
+               (cpus << 32) ^ ((uint64_t)k->word << 56) ^ ((uint64_t)k->gen << 40);
   h ^= h >> 29;
   h *= 0xbf58476d1ce4e5b9ull;
   return (uint32_t)(h ^ (h >> 32));
@@ -198,15 +228,16 @@ static struct agg *agg_find(struct agg_table *t, const struct agg_key *k) {
   uint32_t m = t->cap - 1;
   for (uint32_t i = agg_hash(k) & m;; i = (i + 1) & m) {
     struct agg *a = &t->e[i];
-    if (a->line == 0 ||
-        (a->line == k->line && a->src_serial == k->src && a->is_true == k->is_true &&
-         a->src_cpu == k->src_cpu && a->dst_cpu == k->dst_cpu))
+    if (a->line == 0 || (a->line == k->line && a->src_serial == k->src &&
+                         a->is_true == k->is_true && a->src_cpu == k->src_cpu &&
+                         a->dst_cpu == k->dst_cpu && a->dst_word == k->word && a->gen == k->gen))
       return a;
   }
 }
 
 static inline struct agg_key key_of(const struct agg *a) {
-  return (struct agg_key){a->line, a->src_serial, a->is_true, a->src_cpu, a->dst_cpu};
+  return (struct agg_key){a->line,    a->src_serial, a->is_true, a->src_cpu,
+                          a->dst_cpu, a->dst_word,   a->gen};
 }
 
 static struct agg_table *agg_grow(struct locus_xslot *s, struct agg_table *t) {
@@ -226,10 +257,15 @@ static struct agg_table *agg_grow(struct locus_xslot *s, struct agg_table *t) {
   return n;
 }
 
+#define FLUSH_MS 100 /* see flush_own */
+static uint64_t flush_ticks = UINT64_MAX;
+static void flush_own(struct locus_xslot *s, uint64_t now);
+
 /* One transfer src -> this thread of line `ln`. */
-static __attribute__((noinline)) void transfer(struct locus_xthread *x, uint64_t ln, uint64_t wip,
-                                               uint64_t wbytes, uint64_t mine, uint32_t off,
-                                               uint32_t len, uint32_t fl, uint64_t ip) {
+static __attribute__((noinline)) void transfer(struct locus_xthread *x, uint32_t gen, uint64_t ln,
+                                               uint64_t wip, uint64_t wbytes, uint64_t mine,
+                                               uint32_t off, uint32_t len, uint32_t fl,
+                                               uint64_t ip) {
   struct locus_xslot *s = x->slot;
   if (!s) return;
   /* A signal handler's accesses meanwhile take the slow path (empty cache) and are skipped. */
@@ -238,7 +274,9 @@ static __attribute__((noinline)) void transfer(struct locus_xthread *x, uint64_t
   x->busy = 1;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   uint32_t src = (uint32_t)(wip >> 48);
-  struct agg_key k = {ln, src, (wbytes & mine) != 0, (int16_t)(cpu_of[src] - 1), -1};
+  struct agg_key k = {
+      ln, src, (wbytes & mine) != 0, (int16_t)(cpu_of[src] - 1), -1, off / 8 > 255 ? 255 : off / 8,
+      gen};
   int cpu = sched_getcpu(); /* glibc reads it from rseq: no system call */
   if (cpu >= 0 && cpu < INT16_MAX) k.dst_cpu = (int16_t)cpu;
   struct agg_table *t = atomic_load_explicit(&s->agg, memory_order_relaxed);
@@ -256,17 +294,21 @@ static __attribute__((noinline)) void transfer(struct locus_xthread *x, uint64_t
     a->is_true = (uint8_t)k.is_true;
     a->src_cpu = k.src_cpu;
     a->dst_cpu = k.dst_cpu;
+    a->dst_word = (uint8_t)k.word;
+    a->gen = gen;
     a->line = ln;
     t->n++;
   }
   a->count++;
-  a->t = locus_ticks();
+  uint64_t now = locus_ticks();
+  a->t = now;
   a->src_ip = wip & IP_MASK;
   a->dst_ip = ip;
   a->dst_flags = fl;
   envelope(wbytes, &a->src_off, &a->src_len);
   a->dst_off = (uint8_t)(off > 255 ? 255 : off);
   a->dst_len = (uint8_t)(len > 255 ? 255 : len);
+  if (now - s->flushed > flush_ticks) flush_own(s, now);
 out:
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   x->busy = 0;
@@ -300,6 +342,24 @@ static void flush_slot(struct locus_xslot *s) {
     locus_comm_put_event(&e);
   }
   locus_ct.st.dropped += s->dropped;
+}
+
+/* A running thread writes its aggregates out every FLUSH_MS and starts them again: an
+ * aggregate's time then places its transfers within FLUSH_MS (a block freed and another
+ * allocated at its address got the earlier one's transfers: attribution is by time), and
+ * a killed process loses at most that much. proc_fini skips a slot the owner is flushing. */
+static void flush_own(struct locus_xslot *s, uint64_t now) {
+  s->flushed = now;
+  int expect = XS_LIVE;
+  if (!atomic_compare_exchange_strong(&s->state, &expect, XS_FLUSHING)) return;
+  flush_slot(s);
+  struct agg_table *t = atomic_load_explicit(&s->agg, memory_order_relaxed);
+  if (t) {
+    memset(t->e, 0, (size_t)t->cap * sizeof *t->e);
+    t->n = 0;
+  }
+  s->dropped = 0;
+  atomic_store(&s->state, XS_LIVE);
 }
 
 static void free_tables(struct locus_xslot *s) {
@@ -344,7 +404,9 @@ LOCUS_EXPORT COLD void locus_x_read_miss(struct locus_xthread *x, struct locus_x
   }
   uint64_t b, w = pair_of(e, &b);
   uint32_t ws = (uint32_t)(w >> 48);
-  if (ws && ws != x->serial) transfer(x, ln, w, b, locus_x_granules(off, len), off, len, fl, ip);
+  if (ws && ws != x->serial)
+    transfer(x, (uint32_t)atomic_load_explicit(&e->gen, memory_order_relaxed), ln, w, b,
+             locus_x_granules(off, len), off, len, fl, ip);
   atomic_fetch_or_explicit(&e->copies, x->bit, memory_order_relaxed);
 }
 
@@ -358,7 +420,8 @@ LOCUS_EXPORT COLD void locus_x_write_other(struct locus_xthread *x, struct locus
   uint64_t c = atomic_load_explicit(&e->copies, memory_order_relaxed);
   uint32_t ws = (uint32_t)(w >> 48);
   if (ws && ws != x->serial && x->bit && !(c & x->bit))
-    transfer(x, ln, w, b, mine, off, len, fl, ip);
+    transfer(x, (uint32_t)atomic_load_explicit(&e->gen, memory_order_relaxed), ln, w, b, mine, off,
+             len, fl, ip);
   if (x->serial) {
     int cpu = sched_getcpu();
     int16_t v = (int16_t)(cpu >= 0 && cpu < INT16_MAX - 1 ? cpu + 1 : 0);
@@ -675,6 +738,7 @@ static void thread_init(void) {
   s->tid = locus_me.tid;
   s->serial = serial;
   s->dropped = 0;
+  s->flushed = locus_ticks();
   s->x = x;
   s->ct = &locus_ct;
   atomic_store(&s->agg, NULL);
@@ -784,6 +848,7 @@ static int setup_shadow(void) {
 
 static int proc_init(void) {
   if (setup_shadow() != 0) return -1;
+  flush_ticks = (uint64_t)(FLUSH_MS * 1000.0 * locus_ticks_per_us);
   memset(slots, 0, sizeof slots);
   atomic_store(&slots_hi, 0);
   /* The numa lens alone (no detection asked): its own hook only, no cache-line model. */

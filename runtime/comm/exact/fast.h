@@ -30,7 +30,8 @@ struct locus_xshadow {
   _Atomic uint64_t wip;    /* writer serial << 48 | pc of the write that took the line; 0: never */
   _Atomic uint64_t bytes;  /* granules written by the writer since it took the line */
   _Atomic uint64_t copies; /* slots holding a copy since the last write */
-  uint64_t pad;            /* 32 bytes: every entry's {wip, bytes} is 16-byte aligned */
+  _Atomic uint64_t gen;    /* heap blocks freed over the line: transfers of each block apart
+                            * (32 bytes: every entry's {wip, bytes} is 16-byte aligned) */
 };
 
 struct locus_xslot;

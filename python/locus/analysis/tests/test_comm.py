@@ -979,6 +979,8 @@ def test_heap_object_named_past_library_headers(tmp_path):
         c.event(src=10, dst=11, line=0x7000_0000, t=0.5, count=2)
         res = _res(tmp_path, run, Options(symbolizer=lambda proc: VectorSym()), f"v{stacks}")
         names = [o["name"] for o in res["objects"]]
+        # A line's object is the objects table's name (the line said the header's function).
+        assert [ln["object"] for ln in res["lines"]] == names, res["lines"]
         if stacks:
             assert names == ["heap block from main vec.cpp:7"], names
         else:
@@ -1011,3 +1013,39 @@ def test_objects_of_forked_processes_say_whose(tmp_path):
     text = " ".join(render(rep, "text").split())
     assert f"{o['name']} [pid 100]" in text and f"{o['name']} [pid 200]" in text, text
     assert "(pid 200, tid 201)" in text, text
+
+
+class NeighbourSym(FakeSym):
+    """Two 8-byte statics side by side on one line: `hits_a` at 0x603000, `hits_b` at
+    0x603008."""
+
+    def data(self, addrs):
+        names = {0x603000: "hits_a", 0x603008: "hits_b"}
+        out = {}
+        for a in addrs:
+            base = a & ~7
+            out[a] = (
+                (names[base] if a == base else f"{names[base]}+{a - base}")
+                if base in names
+                else None
+            )
+        return out
+
+    def data_size(self, name):
+        return 8 if name in ("hits_a", "hits_b") else None
+
+
+def test_advice_for_neighbouring_variables_of_one_thread_each(tmp_path):
+    """`long hits_a, hits_b;` each written by its own thread: all of it false sharing, and
+    no advice (no object alone shows two threads); the line does."""
+    run, _p, c = _run()
+    for k in range(24):
+        a, b = (10, 11) if k % 2 else (11, 10)
+        off = {10: 0, 11: 8}
+        c.event(src=a, dst=b, line=0x603000, src_off=off[a], dst_off=off[b], store=True)
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: NeighbourSym()))
+    assert sorted(o["name"] for o in res["objects"]) == ["hits_a", "hits_b"]
+    (adv,) = res["advice"]
+    want = "threads 0-1 each write their own variable, `hits_a` (thread 0), `hits_b` (thread 1)"
+    assert adv.startswith(want + ", and these share the 64-byte line 0x603000"), adv
+    assert "alignas(64)" in adv
