@@ -125,9 +125,9 @@ class SynthComm:
         (the first is the allocating call's)."""
         self.stacks[sid] = list(pcs)
 
-    def stack(self, tid, addr, size):
+    def stack(self, tid, addr, size, t=0.0):
         """The stack of thread `tid`: [addr, addr + size)."""
-        self.allocs.append((_ns(0.0), addr, size, 0, tid, 0, AL_STACK))
+        self.allocs.append((_ns(t), addr, size, 0, tid, 0, AL_STACK))
 
     def write(self, pdir: str):
         if self.stacks:

@@ -1049,3 +1049,18 @@ def test_advice_for_neighbouring_variables_of_one_thread_each(tmp_path):
     want = "threads 0-1 each write their own variable, `hits_a` (thread 0), `hits_b` (thread 1)"
     assert adv.startswith(want + ", and these share the 64-byte line 0x603000"), adv
     assert "alignas(64)" in adv
+
+
+def test_a_reused_thread_stack_belongs_to_the_thread_of_the_time(tmp_path):
+    """glibc gives a joined thread's stack to the next thread (sort's workers ran one after
+    another on one stack): every event on it was 'stack of thread 1', the first owner."""
+    run, _p, c = _run(threads=4)
+    lo = 0x7F00_0000_0000
+    c.stack(11, lo, 1 << 20, t=0.1)
+    c.stack(13, lo, 1 << 20, t=0.5)  # thread 11 ended; 13 got its stack
+    c.event(src=12, dst=11, line=lo + 4096, t=0.2, count=2)
+    c.event(src=12, dst=13, line=lo + 8192, t=0.7, count=3)
+    res = _res(tmp_path, run)
+    by = {o["name"]: o for o in res["objects"]}
+    assert by["stack of thread 1 (tid 11)"]["detections"] == 2, by
+    assert by["stack of thread 3 (tid 13)"]["detections"] == 3, by
