@@ -447,6 +447,14 @@ def _add_work(
             if loc is not None and loc.function:
                 by_fn[loc.function] += c
                 where.setdefault(loc.function, loc.short() or loc.function)
+            else:
+                # Code without symbols (a stripped library's loop, [vdso]) counts too, by its
+                # module: `liblzma.so.5 (no symbols)` (xz's workers read "": their samples
+                # were all there; sysbench's were named by the 12 % that had a name).
+                module, plus, _off = names.site(p, ip)["function"].rpartition("+0x")
+                if plus and module:
+                    by_fn[module] += c
+                    where.setdefault(module, f"{module} (no symbols)")
         # A handful of samples (a thread that mostly waits) names nothing reliably.
         if by_fn and sum(by_fn.values()) >= WORK_MIN:
             t["work"] = where[by_fn.most_common(1)[0][0]]

@@ -1064,3 +1064,33 @@ def test_a_reused_thread_stack_belongs_to_the_thread_of_the_time(tmp_path):
     by = {o["name"]: o for o in res["objects"]}
     assert by["stack of thread 1 (tid 11)"]["detections"] == 2, by
     assert by["stack of thread 3 (tid 13)"]["detections"] == 3, by
+
+
+class StrippedSym(FakeSym):
+    """Code at 0x4019xx has no symbol (a stripped library's loop): liblzma.so.5+0x..."""
+
+    def code(self, addrs, return_addresses=True):
+        return {
+            a: CodeLoc("", "", 0) if a & 0xFF00 == 0x1900 else CodeLoc("worker", "/src/fs.c", 7)
+            for a in addrs
+        }
+
+    def module_offset(self, ip):
+        return f"liblzma.so.5+{ip - 0x400000:#x}"
+
+
+def test_thread_work_counts_code_without_symbols(tmp_path):
+    """xz's workers spent their samples in stripped liblzma: `work` was "" (only named code
+    counted), and a thread with a few named samples was named by them."""
+    run, p, c = _run(threads=2, cpus=2)
+    for k in range(30):
+        c.sample(11, STATS, ip=0x401900 + 4 * (k % 6))  # one loop, several instructions
+    for _ in range(12):
+        c.sample(11, STATS, ip=0x401123)  # a named function, fewer samples
+    for t in (10, 11):
+        c.counters(t, samples=42, signals=42)
+    res = analyze(
+        RunDir.open(run.write(str(tmp_path / "w"))), Options(symbolizer=lambda p: StrippedSym())
+    )
+    work = {t["tid"]: t["work"] for t in res["threads"]}
+    assert work[11] == "liblzma.so.5 (no symbols)", work
