@@ -175,23 +175,39 @@ def _field(dies: dict, t: int | None, off: int, fortran: bool, depth: int) -> st
     if d is None or depth > 8 or off < 0:
         return ""
     if d.tag in _RECORDS:
-        best = None
+        sep = "%" if fortran else "."
+        found = []
         for c in d.children:
             if c.tag != "DW_TAG_member":
                 continue
             at = _member_offset(c)
-            sz = _size(dies, _ref(c.attrs.get("DW_AT_type")), fortran)
+            bits = _num(c.attrs.get("DW_AT_bit_size"))
+            if bits:
+                # A bit field covers the bytes of its bits, not its type's size (`int c:8`
+                # at bit 16 is byte 2 alone).
+                start = _num(c.attrs.get("DW_AT_data_bit_offset"))
+                start = start if start is not None else at * 8
+                at, sz = start // 8, (start % 8 + bits + 7) // 8
+            else:
+                sz = _size(dies, _ref(c.attrs.get("DW_AT_type")), fortran)
             if at <= off and (sz is None or off < at + sz):
-                best = (c, at)  # the last one that starts at or before off (unions: the first)
-                if sz is not None:
+                found.append((c, at, bool(bits)))
+                if sz is not None and d.tag != "DW_TAG_union_type":
                     break
-        if best is None:
+        if not found:
             return ""
-        c, at = best
-        name = _name(c.attrs.get("DW_AT_name"))
-        sep = "%" if fortran else "."
-        inner = _field(dies, _ref(c.attrs.get("DW_AT_type")), off - at, fortran, depth + 1)
-        return f"{sep}{name}{inner}" if name else inner
+        named = []
+        for c, at, bits in found[-1:] if d.tag != "DW_TAG_union_type" else found:
+            name = _name(c.attrs.get("DW_AT_name"))
+            inner = (
+                ""
+                if bits
+                else _field(dies, _ref(c.attrs.get("DW_AT_type")), off - at, fortran, depth + 1)
+            )
+            named.append(f"{sep}{name}{inner}" if name else inner)
+        # A union: the member that names the byte most closely (`un.i[1]` for `union { long
+        # l; int i[2]; }`, where `un.l` named both threads' halves alike).
+        return max(named, key=len)
     if d.tag == "DW_TAG_array_type":
         et = _ref(d.attrs.get("DW_AT_type"))
         e = _size(dies, et, fortran)

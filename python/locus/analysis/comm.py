@@ -906,6 +906,15 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                 else:
                     fa = []
         stores = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) != 0).all())
+        # Only read here, while what moved the line was written next to it (`ITER` beside
+        # two threads' counters): the object suffers its neighbours' false sharing.
+        src_at = line_off[fm] + ev.src_off[fm]
+        victim = (
+            bool(size)
+            and bool(len(fm))
+            and bool(((ev.dst_flags[fm] & AC_STORE) == 0).all())
+            and not bool(((src_at >= 0) & (src_at < (size or 0))).any())
+        )
         # The busiest false-sharing access, whose source file tells the advice's language.
         top = int(fm[np.argmax(wk["false"][fm])]) if len(fm) else -1
         top_ip = (int(ev.proc[top]), int(ev.dst_ip[top])) if top >= 0 else None
@@ -932,6 +941,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                 "_false_accesses": fa,
                 "_false_lines": (int(names.run.procs[info["proc"]].pid), set(ev.line[fm].tolist())),
                 "_false_stores": stores,
+                "_victim": victim,
                 "_shared_words": shared,
                 "_wrapper": wrapper,
                 "_top_ip": top_ip,
@@ -1079,19 +1089,21 @@ def _shared_words(
     )
     if not len(a):
         return 0, 0
-    first = a // WORD
-    nw = np.maximum(1, (a % WORD + np.maximum(n, 1) + WORD - 1) // WORD)
-    k = np.arange(int(nw.max()))
-    sel = k[None, :] < nw[:, None]
-    w = (first[:, None] + k[None, :])[sel]
+    # By byte: two threads' 2-byte fields in one word are not the same data (a word's
+    # "two users" claimed true sharing there); a word is shared when one of its bytes is.
+    nb = np.clip(n, 1, 64)
+    k = np.arange(int(nb.max()))
+    sel = k[None, :] < nb[:, None]
+    b = (a[:, None] + k[None, :])[sel]
     who = np.broadcast_to(who[:, None], sel.shape)[sel]
     wr = np.broadcast_to(wr[:, None], sel.shape)[sel]
-    uw, inv = np.unique(w, return_inverse=True)
+    ub, inv = np.unique(b, return_inverse=True)
     inv = inv.reshape(-1)
     pairs = np.unique(np.stack([inv, who], axis=1), axis=0)
-    users = np.bincount(pairs[:, 0], minlength=len(uw))
-    written = np.bincount(inv, weights=wr.astype(float), minlength=len(uw)) > 0
-    return int(((users >= 2) & written).sum()), len(uw)
+    users = np.bincount(pairs[:, 0], minlength=len(ub))
+    written = np.bincount(inv, weights=wr.astype(float), minlength=len(ub)) > 0
+    shared = np.unique(ub[(users >= 2) & written] // WORD)
+    return int(len(shared)), int(len(np.unique(ub // WORD)))
 
 
 def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
@@ -1459,6 +1471,9 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         own = all(not (per[a].keys() & per[b].keys()) for a in per for b in per if a < b)
         verb = "write" if o["_false_stores"] else "access"
         name = f"`{o['name']}`" if o["kind"] == "static" else o["name"]
+        if o.get("_victim"):
+            out.append(_victim_advice(o, objects, thr, name, line, names))
+            continue
         if o["kind"] == "stack" and o.get("_stack_lo") is not None:
             # Offsets into a stack of megabytes mean nothing: the addresses, and what they are.
             lo = o["_stack_lo"]
@@ -1534,6 +1549,28 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 f"{name} {where}; separate what each thread writes onto its own line"
             )
     return out + _neighbours_advice(alone, line, names, limit - len(out))
+
+
+def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int, names) -> str:
+    """An object only read, on a line that writes to its neighbours keep moving."""
+    pid, lines = o["_false_lines"]
+    near = [
+        p for p in objects if p is not o and p.get("_false_lines") and p["_false_lines"][0] == pid
+        and p["_false_lines"][1] & lines
+    ]  # fmt: skip
+    who = ", ".join(f"`{p['name']}`" if p["kind"] == "static" else p["name"] for p in near[:3])
+    share = f"{100 * o['false'] / o['all']:.0f} % of its volume" if o["all"] else ""
+    fix = (
+        "keep it apart from data that is written (another module or common block)"
+        if _is_fortran(_top_site(o, names))
+        else f"give it a {line}-byte line of its own (alignas({line})), or keep data that is "
+        "only read apart from data that is written"
+    )
+    return (
+        f"threads {thr} only read {name}, which shares {line}-byte lines with data other "
+        f"threads write{' (' + who + ')' if who else ''}: each of those writes takes the line "
+        f"from the readers (false sharing, {share}); {fix}"
+    )
 
 
 def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:

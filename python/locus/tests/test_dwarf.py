@@ -180,3 +180,25 @@ def test_member_offsets_in_older_dwarf_and_bit_fields():
     )
     assert _member_offset(dies[0x10]) == 12
     assert _member_offset(dies[0x20]) == 4
+
+
+@pytest.mark.skipif(not shutil.which("llvm-dwarfdump") or not shutil.which("cc"), reason="tools")
+def test_bit_fields_and_unions_from_a_build(tmp_path):
+    """A bit field was sized by its type (`unsigned c:24` at bit 8 covered bytes 1-4, so
+    byte 4, `d`, read `c`), and a union named every byte by its first member (`un.l` for
+    both threads' `un.i[0]`, `un.i[1]`)."""
+    (tmp_path / "a.c").write_text(
+        "struct bf { unsigned a : 4; unsigned b : 4; unsigned c : 24; int d; } bits;\n"
+        "union { long l; int i[2]; } un;\n"
+        "int main(void) { return bits.d + un.i[1]; }\n"
+    )
+    exe = tmp_path / "app"
+    subprocess.run(["cc", "-g", "-O0", "-o", str(exe), str(tmp_path / "a.c")], check=True)
+    syms = subprocess.run(["nm", str(exe)], capture_output=True, text=True, check=True).stdout
+    addr = {
+        ln.split()[2]: int(ln.split()[0], 16) for ln in syms.splitlines() if len(ln.split()) == 3
+    }
+    bits = variable_layout(str(exe), "bits", addr["bits"])
+    assert [bits.field(o) for o in range(8)] == ["bits.a"] + ["bits.c"] * 3 + ["bits.d"] * 4
+    un = variable_layout(str(exe), "un", addr["un"])
+    assert [un.field(o) for o in (0, 3, 4, 7)] == ["un.i[0]", "un.i[0]", "un.i[1]", "un.i[1]"]

@@ -1020,7 +1020,7 @@ class NeighbourSym(FakeSym):
     0x603008."""
 
     def data(self, addrs):
-        names = {0x603000: "hits_a", 0x603008: "hits_b"}
+        names = {0x603000: "hits_a", 0x603008: "hits_b", 0x603010: "iter"}
         out = {}
         for a in addrs:
             base = a & ~7
@@ -1032,7 +1032,7 @@ class NeighbourSym(FakeSym):
         return out
 
     def data_size(self, name):
-        return 8 if name in ("hits_a", "hits_b") else None
+        return 8 if name in ("hits_a", "hits_b", "iter") else None
 
 
 def test_advice_for_neighbouring_variables_of_one_thread_each(tmp_path):
@@ -1094,3 +1094,36 @@ def test_thread_work_counts_code_without_symbols(tmp_path):
     )
     work = {t["tid"]: t["work"] for t in res["threads"]}
     assert work[11] == "liblzma.so.5 (no symbols)", work
+
+
+def test_advice_for_a_variable_only_read_beside_written_ones(tmp_path):
+    """`iter`, only read by both threads, shares a line with two counters they write: its
+    advice said "threads 0-1 access different bytes of the same line of `iter` ... separate
+    what each thread writes", though nobody writes it."""
+    run, _p, c = _run()
+    for k in range(24):
+        a, b = (10, 11) if k % 2 else (11, 10)
+        c.event(src=a, dst=b, line=0x603000, src_off={10: 0, 11: 8}[a], dst_off=16)  # a read
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: NeighbourSym()))
+    (adv,) = res["advice"]
+    assert adv.startswith("threads 0-1 only read `iter`, which shares 64-byte lines with data "
+                          "other threads write"), adv  # fmt: skip
+
+
+def test_fields_smaller_than_a_word_are_not_true_sharing(tmp_path):
+    """Two threads each writing their own 2-byte field of one 8-byte word (`struct { short
+    a, b; }`): the advice said "... and the same words at other times (true sharing: 2 of 2
+    sampled words used by two threads)": words were the unit. Bytes are."""
+    run, p, c = _run(threads=2, cpus=2)
+    for k in range(4):
+        base = 16 * k
+        c.event(src=10, dst=11, line=STATS, src_off=base, src_len=2, dst_off=base + 2,
+                dst_len=2, store=True, count=10)  # fmt: skip
+        c.event(src=11, dst=10, line=STATS, src_off=base + 2, src_len=2, dst_off=base,
+                dst_len=2, store=True, count=10)  # fmt: skip
+    for t, own in ((10, 0), (11, 2)):
+        for k in range(4):
+            c.sample(t, STATS + 16 * k + own, ip=0x401100, store=True, length=2)
+        c.counters(t, samples=100, signals=100)
+    (advice,) = _res(tmp_path, run)["advice"]
+    assert "true sharing" not in advice and "pad each to 64 bytes" in advice, advice
