@@ -268,6 +268,8 @@ def cmd_report(ns) -> int:
     )
     report = build(run, lenses, f)
     plot_dir = getattr(ns, "plot", None)
+    if plot_dir is not None and not plot_dir.strip():
+        raise LocusError("--plot needs a directory (it got an empty name)", 2)
     if plot_dir:
         paths = plot(report, plot_dir)
     sys.stdout.write(render(report, fmt))

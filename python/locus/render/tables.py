@@ -106,6 +106,11 @@ def _frame(f: dict) -> str:
     return where
 
 
+def _n(k: int, one: str, many: str = "") -> str:
+    """'1 thread', '3 threads'."""
+    return f"{k} {one if k == 1 else many or one + 's'}"
+
+
 def summary_lines(report: dict) -> list[str]:
     """The header: run, overhead, locks summary, losses."""
     run = report["run"]
@@ -117,8 +122,8 @@ def summary_lines(report: dict) -> list[str]:
     state = "complete" if run["complete"] else "INCOMPLETE"
     lines = [
         f"command   {cmd}",
-        f"run       {seconds(dur)}, {run['threads']} threads in {len(run['pids'])} process(es),"
-        f" {state}, exit {run['exit_status']}"
+        f"run       {seconds(dur)}, {_n(run['threads'], 'thread')} in "
+        f"{_n(len(run['pids']), 'process', 'processes')}, {state}, exit {run['exit_status']}"
         + (f" (killed by {run['signal']})" if run.get("signal") else ""),
         f"overhead  {seconds(ov['runtime_s'])} in the runtime"
         f" ({percent(_pct(ov['runtime_s'], ov.get('thread_time_s') or dur))} of thread time),"

@@ -383,3 +383,14 @@ def test_output_that_cannot_be_written(tmp_path):
         ["sh", "-c", 'exec "$@" >&-', "sh", *argv], capture_output=True, text=True, env=env
     )
     assert closed.returncode == 0 and "Traceback" not in closed.stderr, closed.stderr
+
+
+@needs_runtime
+def test_report_plot_to_an_empty_name_and_singular_counts(tmp_path):
+    """`--plot ""` exited 0 and wrote nothing; the header said "1 threads in 1 process(es)"."""
+    run = tmp_path / "run"
+    assert run_locus("record", "-o", str(run), "--", "true").returncode == 0
+    p = run_locus("report", str(run), "--plot", "")
+    assert p.returncode == 2 and "--plot needs a directory" in p.stderr, p.stderr
+    text = run_locus("report", str(run)).stdout
+    assert "1 thread in 1 process," in text, text
