@@ -106,6 +106,55 @@ class Layout:
         return self.name + _field(self._dies, self._type, off, self.fortran, 0)
 
 
+@dataclass
+class CommonLayout(Layout):
+    """A Fortran COMMON block (`common /cblock/ cblk`: the symbol `cblock_`): its members
+    by their own addresses, (offset in the block, size, name, type)."""
+
+    _members: list = field(default_factory=list)
+
+    def field(self, off: int) -> str:
+        for start, size, name, t in self._members:
+            if start <= off and (size is None or off < start + size):
+                return name + _field(self._dies, t, off - start, True, 0)
+        return self.name
+
+
+def _common_layout(path: str, name: str, vaddr: int) -> CommonLayout | None:
+    """The COMMON block whose linkage name is `name` (gfortran: the block's name and `_`)."""
+    found = _run(["--name", name[:-1], "--show-parents", path])
+    cu = blk = None
+    for block in re.split(r"\n(?=0x[0-9a-f]+:)", found):
+        m = _DIE.match(block)
+        if not m:
+            continue
+        if m.group(3) == "DW_TAG_compile_unit":
+            cu = int(m.group(1), 16)
+        elif m.group(3) == "DW_TAG_common_block" and f'("{name}")' in block and cu is not None:
+            blk = int(m.group(1), 16)
+            break
+    if blk is None:
+        return None
+    dies = parse(_run([f"--debug-info={cu:#x}", "--show-children", path]))
+    b = dies.get(blk)
+    if b is None:
+        return None
+    members = []
+    for c in b.children:
+        loc = re.search(r"DW_OP_addr (0x[0-9a-f]+)", c.attrs.get("DW_AT_location", ""))
+        if c.tag != "DW_TAG_variable" or not loc:
+            continue
+        t = _ref(c.attrs.get("DW_AT_type"))
+        members.append((int(loc.group(1), 16) - vaddr, _size(dies, t, True),
+                        _name(c.attrs.get("DW_AT_name")), t))  # fmt: skip
+    if not members:
+        return None
+    members.sort()
+    last = members[-1]
+    size = last[0] + last[1] if last[1] is not None else None
+    return CommonLayout(name, f"COMMON /{name[:-1]}/", size, True, dies, None, members)
+
+
 def _strip(dies: dict, t: int | None) -> Die | None:
     for _ in range(16):
         d = dies.get(t) if t is not None else None
@@ -300,7 +349,7 @@ def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
                 var = int(m.group(1), 16)
                 break
     if var is None or cu is None:
-        return None
+        return _common_layout(path, short, vaddr) if short.endswith("_") else None
     dies = parse(_run([f"--debug-info={cu:#x}", "--show-children", path]))
     unit, v = dies.get(cu), dies.get(var)
     if unit is None or v is None:

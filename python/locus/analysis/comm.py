@@ -1346,10 +1346,21 @@ def _lock_code(site: dict | None) -> str | None:
     return func if LOCK_CODE.search(func) else None
 
 
-def _fortran_padding(o: dict, line: int, size: int) -> str:
+def _fortran_padding(o: dict, line: int, size: int, names=None) -> str:
     """How to give each thread's element its own line, in Fortran (no alignas)."""
     n = max(line // max(size, 1), 1)
     var = o["name"].rsplit("::", 1)[-1] if o["kind"] == "static" else "a"
+    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+    if layout is not None and layout.type.startswith("COMMON /"):
+        # A COMMON block's symbol (`cblock_`) is not a name in the source: its member is.
+        acc = o.get("_false_accesses") or []
+        off = acc[0][1] if acc else 0
+        var = layout.field(off).split("(", 1)[0] or var
+        return (
+            f"give each thread's element its own {line}-byte line (declare {n} per thread, "
+            f"{var}({n}, nthreads) in {layout.type}, and use {var}(1, t)) or accumulate in a "
+            "private variable (an OpenMP reduction)"
+        )
     return (
         f"give each thread's element its own {line}-byte line (declare {n} per thread, "
         f"{var}({n}, nthreads), and use {var}(1, t)) or accumulate in a private variable "
@@ -1529,7 +1540,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         elif own and fortran:
             out.append(
                 f"threads {thr} {verb} adjacent {size}-byte elements of {name} {where}; "
-                + _fortran_padding(o, line, size)
+                + _fortran_padding(o, line, size, names)
             )
         elif own:
             # Each thread's own element (struct) seen as several fields: name the element.

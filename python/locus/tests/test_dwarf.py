@@ -202,3 +202,22 @@ def test_bit_fields_and_unions_from_a_build(tmp_path):
     assert [bits.field(o) for o in range(8)] == ["bits.a"] + ["bits.c"] * 3 + ["bits.d"] * 4
     un = variable_layout(str(exe), "un", addr["un"])
     assert [un.field(o) for o in (0, 3, 4, 7)] == ["un.i[0]", "un.i[0]", "un.i[1]", "un.i[1]"]
+
+
+@pytest.mark.skipif(
+    not shutil.which("llvm-dwarfdump") or not shutil.which("gfortran"), reason="tools"
+)
+def test_fortran_common_block_members(tmp_path):
+    """A COMMON block is the symbol `cblock_`, which no DWARF variable is named: its
+    members had no field names, and the advice told to declare `cblock_(8, nthreads)`."""
+    (tmp_path / "c.f90").write_text(
+        "program main\n  integer(8) :: cblk(4), other\n  common /cblock/ cblk, other\n"
+        "  cblk = 1\n  other = 2\n  print *, cblk(2) + other\nend program main\n"
+    )
+    exe = tmp_path / "app"
+    subprocess.run(["gfortran", "-g", "-O0", "-o", str(exe), str(tmp_path / "c.f90")], check=True)
+    syms = subprocess.run(["nm", str(exe)], capture_output=True, text=True, check=True).stdout
+    (addr,) = [int(ln.split()[0], 16) for ln in syms.splitlines() if ln.endswith(" cblock_")]
+    layout = variable_layout(str(exe), "cblock_", addr)
+    assert layout is not None and layout.type == "COMMON /cblock/" and layout.size == 40
+    assert [layout.field(o) for o in (0, 8, 31, 32)] == ["cblk(1)", "cblk(2)", "cblk(4)", "other"]
