@@ -120,18 +120,23 @@ class CommonLayout(Layout):
         return self.name
 
 
-def _common_layout(path: str, name: str, vaddr: int) -> CommonLayout | None:
-    """The COMMON block whose linkage name is `name` (gfortran: the block's name and `_`)."""
-    found = _run(["--name", name[:-1], "--show-parents", path])
-    cu = blk = None
+def _found_dies(found: str):
+    """(offset, tag, text) of each DIE that `llvm-dwarfdump --name X --show-parents` printed,
+    compile units included, in order."""
     for block in re.split(r"\n(?=0x[0-9a-f]+:)", found):
         m = _DIE.match(block)
-        if not m:
-            continue
-        if m.group(3) == "DW_TAG_compile_unit":
-            cu = int(m.group(1), 16)
-        elif m.group(3) == "DW_TAG_common_block" and f'("{name}")' in block and cu is not None:
-            blk = int(m.group(1), 16)
+        if m:
+            yield int(m.group(1), 16), m.group(3), block
+
+
+def _common_layout(path: str, name: str, vaddr: int) -> CommonLayout | None:
+    """The COMMON block whose linkage name is `name` (gfortran: the block's name and `_`)."""
+    cu = blk = None
+    for off, tag, block in _found_dies(_run(["--name", name[:-1], "--show-parents", path])):
+        if tag == "DW_TAG_compile_unit":
+            cu = off
+        elif tag == "DW_TAG_common_block" and f'("{name}")' in block and cu is not None:
+            blk = off
             break
     if blk is None:
         return None
@@ -327,15 +332,12 @@ def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
     cu = var = base = None
     addr = f"DW_OP_addr {vaddr:#x}"
     tables = None
-    for block in re.split(r"\n(?=0x[0-9a-f]+:)", found):
-        m = _DIE.match(block)
-        if not m:
-            continue
-        if m.group(3) == "DW_TAG_compile_unit":
-            cu = int(m.group(1), 16)
+    for off, tag, block in _found_dies(found):
+        if tag == "DW_TAG_compile_unit":
+            cu = off
             b = re.search(r"DW_AT_addr_base\s+\((0x[0-9a-f]+)\)", block)
             base = int(b.group(1), 16) if b else None
-        elif m.group(3) == "DW_TAG_variable" and cu is not None:
+        elif tag == "DW_TAG_variable" and cu is not None:
             x = _ADDRX.search(block)
             if x and base is not None:
                 # DWARF 5 (clang's default): an index into the unit's .debug_addr table.
@@ -343,10 +345,10 @@ def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
                 entries = tables.get(base, [])
                 idx = int(x.group(1), 16)
                 if idx < len(entries) and entries[idx] == vaddr:
-                    var = int(m.group(1), 16)
+                    var = off
                     break
             elif addr in block:
-                var = int(m.group(1), 16)
+                var = off
                 break
     if var is None or cu is None:
         return _common_layout(path, short, vaddr) if short.endswith("_") else None

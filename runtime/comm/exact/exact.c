@@ -554,21 +554,17 @@ LOCUS_EXPORT void __tsan_atomic128_store(volatile u128 *a, u128 v, int mo) {
   }
 }
 
-LOCUS_EXPORT int __tsan_atomic128_compare_exchange_strong(volatile u128 *a, u128 *c, u128 v, int mo,
-                                                          int fmo) {
-  (void)mo;
-  (void)fmo;
-  locus_x_access(a, 16, LOCUS_X_STORE | LOCUS_X_ATOMIC, RA);
-  return cas128(a, c, v);
-}
-
-LOCUS_EXPORT int __tsan_atomic128_compare_exchange_weak(volatile u128 *a, u128 *c, u128 v, int mo,
-                                                        int fmo) {
-  (void)mo;
-  (void)fmo;
-  locus_x_access(a, 16, LOCUS_X_STORE | LOCUS_X_ATOMIC, RA);
-  return cas128(a, c, v);
-}
+/* Strong and weak alike: cmpxchg16b does not fail spuriously. */
+#define CAS128_HOOK(name)                                                                      \
+  LOCUS_EXPORT int __tsan_atomic128_compare_exchange_##name(volatile u128 *a, u128 *c, u128 v, \
+                                                            int mo, int fmo) {                 \
+    (void)mo;                                                                                  \
+    (void)fmo;                                                                                 \
+    locus_x_access(a, 16, LOCUS_X_STORE | LOCUS_X_ATOMIC, RA);                                 \
+    return cas128(a, c, v);                                                                    \
+  }
+CAS128_HOOK(strong)
+CAS128_HOOK(weak)
 
 LOCUS_EXPORT u128 __tsan_atomic128_compare_exchange_val(volatile u128 *a, u128 c, u128 v, int mo,
                                                         int fmo) {
