@@ -475,6 +475,9 @@ class RunDir:
             raise LocusError(f"{meta_path} cannot be parsed: {e}") from None
         if not isinstance(meta, dict):
             raise LocusError(f"{meta_path} cannot be parsed: not a JSON object")
+        if not meta.keys() & {"format_version", "locus_version", "lenses"}:
+            # Another tool's meta.json: "lens 'comm' was not recorded" said too little.
+            raise LocusError(f"{path} is not a locus run directory (its meta.json is not locus's)")
         ver = meta.get("format_version", FORMAT_VERSION)
         if not isinstance(ver, int) or ver > FORMAT_VERSION:
             raise LocusError(

@@ -132,6 +132,10 @@ def test_report_of_a_directory_that_is_not_a_run(locus):
     proc = locus.report_raw(empty)
     err = one_clean_error(proc)
     assert len(err.strip().splitlines()) == 1, err
+    # Another tool's directory with a meta.json of its own.
+    (empty / "meta.json").write_text('{"tool": "other", "a": 1}')
+    err = one_clean_error(locus.report_raw(empty, "--lens", "comm"))
+    assert "is not a locus run directory (its meta.json is not locus's)" in err, err
 
 
 def test_report_of_a_missing_directory(locus):
