@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 import sys
 
@@ -34,11 +35,17 @@ def flatten(d: dict, prefix: str = "") -> dict[str, float | None]:
 
 
 def change_pct(base: float | None, v: float | None) -> float | None:
+    """The change in percent against the first run; +-inf from 0 to a value (false sharing
+    where there was none: a gate on +20 % must trip, and it passed)."""
     if base is None or v is None:
         return None
     if base == 0:
-        return 0.0 if v == 0 else None
+        return 0.0 if v == 0 else math.copysign(math.inf, v)
     return 100.0 * (v - base) / abs(base)
+
+
+def _json_pct(x: float | None) -> float | None:
+    return None if x is None or math.isinf(x) else x
 
 
 def parse_threshold(expr: str):
@@ -81,6 +88,8 @@ def metrics(report: dict) -> dict[str, float | None]:
 
 def cmd_compare(ns) -> int:
     runs = [RunDir.open(p) for p in ns.runs]
+    fmt = getattr(ns, "format", None) or "text"
+    fmt_json = fmt == "json"
     thresholds = [parse_threshold(e) for e in (getattr(ns, "fail_if", None) or [])]
     common = [lens for lens in runs[0].lenses if all(lens in r.lenses for r in runs[1:])]
     reports = [build(r, common) for r in runs]
@@ -94,6 +103,21 @@ def cmd_compare(ns) -> int:
                 f"unknown metric '{metric}' in --fail-if (known: {', '.join(names)})", 2
             )
 
+    # Soft volumes are CPU seconds, exact and count-based hw ones cache lines: no change
+    # between them means anything (it printed +837266567 %).
+    units = {rep["lenses"]["comm"].get("unit") for rep in reports if "comm" in rep["lenses"]}
+    apart = len(units) > 1
+    if apart:
+        which = ", ".join(sorted(map(str, units)))
+        print(
+            f"locus: note: the runs' comm volumes are in different units ({which}: soft "
+            "counts CPU time, exact and hw cache lines): their changes are not computed",
+            file=sys.stderr,
+        )
+
+    def unitless(k: str) -> bool:
+        return apart and k.startswith("comm.totals.") and k != "comm.totals.detections"
+
     rows = []
     for k in names:
         base = table[0].get(k)
@@ -101,22 +125,36 @@ def cmd_compare(ns) -> int:
             {
                 "metric": k,
                 "values": [t.get(k) for t in table],
-                "change_pct": [None] + [change_pct(base, t.get(k)) for t in table[1:]],
+                "change_pct": [None]
+                + [None if unitless(k) else change_pct(base, t.get(k)) for t in table[1:]],
             }
         )
     failures = []
     for metric, op, limit, pct in thresholds:
+        if pct and unitless(metric):
+            raise LocusError(
+                f"--fail-if {metric}: the runs' comm volumes are in different units (soft and "
+                "exact/hw backends): record both with the same backend",
+                2,
+            )
         base = table[0].get(metric)
         for i, t in enumerate(table[1:], start=1):
             v = t.get(metric)
+            if v is None or (pct and base is None):
+                # A gate that cannot be checked is not a pass.
+                failures.append(f"{ns.runs[i]}: {metric} is missing (n/a), the gate cannot pass")
+                continue
             x = change_pct(base, v) if pct else v
             if x is not None and _trips(op, x, limit):
-                shown = f"{x:+.1f}%" if pct else f"{x:g}"
+                shown = (
+                    (f"{x:+.1f}%" if not math.isinf(x) else f"{v:g} from 0") if pct else f"{x:g}"
+                )
                 failures.append(
                     f"{ns.runs[i]}: {metric} = {shown} ({op}{limit:g}{'%' if pct else ''})"
                 )
+    for r in rows:
+        r["change_pct"] = [_json_pct(x) if fmt_json else x for x in r["change_pct"]]
 
-    fmt = getattr(ns, "format", None) or "text"
     sys.stdout.write(_render(fmt, ns.runs, rows, failures))
     for f in failures:
         print(f"locus: threshold tripped: {f}", file=sys.stderr)
@@ -158,8 +196,9 @@ def _render(fmt: str, runs: list[str], rows: list[dict], failures: list[str]) ->
         cells = [r["metric"]]
         for i, v in enumerate(r["values"]):
             c = _cell(r["metric"], v)
-            if i and r["change_pct"][i] is not None:
-                c += f" ({r['change_pct'][i]:+.0f}%)"
+            x = r["change_pct"][i] if i else None
+            if x is not None:
+                c += " (from 0)" if math.isinf(x) else f" ({x:+.0f}%)"
             cells.append(c)
         body.append(cells)
     if fmt == "md":

@@ -773,6 +773,28 @@ def test_compare_comm_runs_and_gate_on_false_sharing(tmp_path, capsys):
     assert "comm.totals.false" in out and "+100%" in out
     assert main(["compare", a, b, "--fail-if", "comm.totals.false>+50%"]) == 1
     assert main(["compare", a, b, "--fail-if", "comm.totals.false>+150%"]) == 0
+    # From none to some (a padded build, then false sharing): the gate passed (no change
+    # from 0 was computed).
+    run, _p, c = _run()
+    c.event(src=10, dst=11, line=COUNTER, count=3)  # true sharing only: false = 0
+    z = run.write(str(tmp_path / "z"))
+    capsys.readouterr()
+    assert main(["compare", z, b, "--fail-if", "comm.totals.false>+20%"]) == 1
+    assert "(from 0)" in capsys.readouterr().out
+    # Soft seconds against exact lines: no change is computed, and a gate is refused.
+    x = SynthCommRun(backend="exact")
+    xp = x.proc(pid=10)
+    for i in range(2):
+        xp.thread(10 + i, 0.0, 1.0)
+    x.comm(xp).event(src=10, dst=11, line=STATS, src_off=0, dst_off=8, count=50)
+    xd = x.write(str(tmp_path / "x"))
+    assert main(["compare", a, xd]) == 0
+    out = capsys.readouterr()
+    assert (
+        "different units" in out.err
+        and "%)" not in out.out.split("comm.totals.all")[1].split("\n")[0]
+    )
+    assert main(["compare", a, xd, "--fail-if", "comm.totals.false>+20%"]) == 2
 
 
 def test_trampolines_named_as_users_know_them():
