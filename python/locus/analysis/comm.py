@@ -912,9 +912,9 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
         victim = (
             bool(size)
             and bool(len(fm))
-            and bool(((ev.dst_flags[fm] & AC_STORE) == 0).all())
             and not bool(((src_at >= 0) & (src_at < (size or 0))).any())
         )
+        reads = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) == 0).all())
         # The busiest false-sharing access, whose source file tells the advice's language.
         top = int(fm[np.argmax(wk["false"][fm])]) if len(fm) else -1
         top_ip = (int(ev.proc[top]), int(ev.dst_ip[top])) if top >= 0 else None
@@ -942,6 +942,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                 "_false_lines": (int(names.run.procs[info["proc"]].pid), set(ev.line[fm].tolist())),
                 "_false_stores": stores,
                 "_victim": victim,
+                "_victim_reads": reads,
                 "_shared_words": shared,
                 "_wrapper": wrapper,
                 "_top_ip": top_ip,
@@ -1322,6 +1323,20 @@ def _top_site(o: dict, names) -> dict | None:
     return names.site(*o["_top_ip"])
 
 
+def _align(site: dict | None, line: int, size: int = 8) -> str:
+    """How the source's language aligns data to a line, in parentheses: C and C++
+    alignas, Rust's repr(align), Go's padding field ("" for Fortran, which has none)."""
+    ext = os.path.splitext(site["file"])[1].lower() if site is not None else ""
+    if ext in FORTRAN_SOURCES:
+        return ""
+    if ext == ".rs":
+        return f" (#[repr(align({line}))] on a wrapper type)"
+    if ext == ".go":
+        pad = max(line - size, 8)
+        return f" (a `_ [{pad}]byte` field after each, or golang.org/x/sys/cpu.CacheLinePad)"
+    return f" (alignas({line}))"
+
+
 def _is_fortran(site: dict | None) -> bool:
     """Whether `site` (_top_site) is in a Fortran source."""
     return site is not None and os.path.splitext(site["file"])[1].lower() in FORTRAN_SOURCES
@@ -1482,7 +1497,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         own = all(not (per[a].keys() & per[b].keys()) for a in per for b in per if a < b)
         verb = "write" if o["_false_stores"] else "access"
         name = f"`{o['name']}`" if o["kind"] == "static" else o["name"]
-        if o.get("_victim"):
+        if o.get("_victim") and not own:
             out.append(_victim_advice(o, objects, thr, name, line, names))
             continue
         if o["kind"] == "stack" and o.get("_stack_lo") is not None:
@@ -1502,7 +1517,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         share = f"{100 * o['false'] / o['all']:.0f} % of its volume"
         site = _top_site(o, names)
         fortran = _is_fortran(site)
-        align = "" if fortran else f" (alignas({line}))"
+        align = _align(site, line, size)
         lock = _lock_code(site)
         if lock is not None:
             true = (
@@ -1569,18 +1584,27 @@ def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int,
         p for p in objects if p is not o and p.get("_false_lines") and p["_false_lines"][0] == pid
         and p["_false_lines"][1] & lines
     ]  # fmt: skip
-    who = ", ".join(f"`{p['name']}`" if p["kind"] == "static" else p["name"] for p in near[:3])
+
+    def label(p: dict) -> str:
+        text = f"`{p['name']}`" if p["kind"] == "static" else p["name"]
+        # Two blocks from one line of code (a std::vector and its buffer): their sizes.
+        return text + f" ({p['size']} bytes)" if p["name"] == o["name"] and p.get("size") else text
+
+    who = ", ".join(label(p) for p in near[:3])
+    if any(p["name"] == o["name"] for p in near[:3]) and o.get("size"):
+        name += f" ({o['size']} bytes)"
     share = f"{100 * o['false'] / o['all']:.0f} % of its volume" if o["all"] else ""
     fix = (
         "keep it apart from data that is written (another module or common block)"
         if _is_fortran(_top_site(o, names))
-        else f"give it a {line}-byte line of its own (alignas({line})), or keep data that is "
-        "only read apart from data that is written"
+        else f"give it a {line}-byte line of its own{_align(_top_site(o, names), line)}, or "
+        "keep data that is only read apart from data that is written"
     )
+    how, whom = ("only read", "the readers") if o.get("_victim_reads") else ("use", "them")
     return (
-        f"threads {thr} only read {name}, which shares {line}-byte lines with data other "
+        f"threads {thr} {how} {name}, which shares {line}-byte lines with data other "
         f"threads write{' (' + who + ')' if who else ''}: each of those writes takes the line "
-        f"from the readers (false sharing, {share}); {fix}"
+        f"from {whom} (false sharing, {share}); {fix}"
     )
 
 
@@ -1620,7 +1644,8 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
         fix = (
             "put them in different common blocks or modules, or pad between them"
             if fortran
-            else f"align each to {line} bytes (alignas({line})) or place them apart"
+            else f"align each to {line} bytes{_align(_top_site(members[0][0], names), line)} "
+            "or place them apart"
         )
         verb = "write" if all(o["_false_stores"] for o, _t in members) else "use"
         out.append(

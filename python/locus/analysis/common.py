@@ -244,7 +244,16 @@ TRAMPOLINES = (
     ),
     # runtime/cgo's start routine: every OS thread of a Go program built with cgo.
     (("threadentry",), (), "Go thread"),
+    # oneTBB's worker threads (its rml server's routine, libtbb.so without symbols).
+    (
+        ("tbb::detail::r1::rml::private_worker::thread_routine(void*)",),
+        ("libtbb.so",),
+        "TBB worker",
+    ),
 )
+# Rust's std moves its thread start between releases: std::sys::unix::thread::..., then
+# std::sys::pal::unix::..., then `<std::sys::thread::unix::Thread>::new::thread_start`.
+RUST_START = re.compile(r"^<?std::sys::.*\bthread_start$")
 
 
 def trampoline_name(routine: str) -> str:
@@ -254,7 +263,7 @@ def trampoline_name(routine: str) -> str:
     for functions, modules, name in TRAMPOLINES:
         if routine in functions or (module and modules and module.startswith(modules)):
             return name
-    return routine
+    return "Rust thread" if RUST_START.match(routine) else routine
 
 
 def add_os_names(threads: list[dict], run: RunDir, th: Threads, ct_list: list | None = None):
@@ -337,7 +346,13 @@ def short_function(function: str) -> str:
             depth -= 1
         elif depth == 0:
             out.append(ch)
-    return "".join(out).strip() or function
+    short = " ".join("".join(out).split())
+    # A template function's demangled name starts with its return type ("std::future
+    # std::async", "void std::vector::_M_realloc_insert"): the last word is the function.
+    words = short.split(" ")
+    if len(words) > 1 and "operator" not in words:
+        short = words[-1]
+    return short or function
 
 
 VIA_MOST = 2

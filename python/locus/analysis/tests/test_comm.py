@@ -808,6 +808,10 @@ def test_trampolines_named_as_users_know_them():
     assert trampoline_name("std::sys::pal::unix::thread::Thread::new::thread_start") == (
         "Rust thread"
     )
+    assert trampoline_name("<std::sys::thread::unix::Thread>::new::thread_start") == (
+        "Rust thread"  # rustc 1.95
+    )
+    assert trampoline_name("libtbb.so.12.8+0x22180") == "TBB worker"
     assert trampoline_name("threadentry") == "Go thread"
     assert trampoline_name("worker") == "worker"
     assert trampoline_name("sysbench+0xc600") == "sysbench+0xc600"
@@ -1149,3 +1153,34 @@ def test_fields_smaller_than_a_word_are_not_true_sharing(tmp_path):
         c.counters(t, samples=100, signals=100)
     (advice,) = _res(tmp_path, run)["advice"]
     assert "true sharing" not in advice and "pad each to 64 bytes" in advice, advice
+
+
+def test_alignment_advice_in_the_sources_language():
+    """Rust and Go programs were told to use alignas(64), which neither has."""
+    from locus.analysis.comm import _align
+
+    def at(f):
+        return {"function": "f", "file": f, "line": 1}
+
+    assert _align(at("/src/fs.c"), 64) == " (alignas(64))"
+    assert _align(at("/src/fs.cpp"), 64) == " (alignas(64))"
+    assert "#[repr(align(64))]" in _align(at("/src/main.rs"), 64)
+    assert "`_ [56]byte`" in _align(at("/src/main.go"), 64, 8)
+    assert _align(at("/src/m.f90"), 64) == ""
+    assert _align(None, 64) == " (alignas(64))"
+
+
+def test_advice_for_a_shared_variable_whose_line_moves_for_its_neighbour(tmp_path):
+    """`shared_crit`, which every thread writes (in a critical section), beside an atomic
+    they also write: exact gave "threads 0-1 access different bytes of the same line of
+    `shared_crit` at offset 0" (they use the same 8 bytes); its false sharing is its
+    neighbour's doing."""
+    run, _p, c = _run()
+    for k in range(24):
+        a, b = (10, 11) if k % 2 else (11, 10)
+        c.event(src=a, dst=b, line=0x603000, src_off=8, dst_off=16, store=True)
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: NeighbourSym()))
+    (adv,) = res["advice"]
+    assert adv.startswith("threads 0-1 use `iter`, which shares 64-byte lines with data other "
+                          "threads write"), adv  # fmt: skip
+    assert "takes the line from them" in adv
