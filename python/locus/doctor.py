@@ -509,7 +509,7 @@ def make_checks(f: Findings) -> list[Check]:
             "" if f.numa_nodes > 1 else "single node: every access is local",
             ""
             if f.numa_nodes > 1
-            else "use a multi-socket machine or the QEMU guest (recipes/numavm.md)",
+            else "use a multi-socket machine or the QEMU guest (docs/numavm.md, scripts/numavm)",
         ),
         Check(
             "huge pages (THP)",
@@ -814,14 +814,16 @@ def print_text(f: Findings, verdicts: list[Verdict], out=None) -> None:
     console = Console(file=out, highlight=False)
     t = Table(title="machine", title_justify="left")
     for col in ("check", "value", "", "detail", "fix"):
-        t.add_column(col)
+        # Folded, never cut with "…": in a pipe the console is 80 columns wide, and
+        # "perf_event_para…" or "(recipes/numav…" said nothing.
+        t.add_column(col, overflow="fold")
     for c in f.checks:
         t.add_row(c.name, c.value, "ok" if c.ok else "[yellow]no[/]", c.detail, c.fix)
     console.print(t)
     colors = {"ok": "green", "degraded": "yellow", "unavailable": "red"}
     t = Table(title="lenses", title_justify="left")
     for col in ("lens", "status", "reason", "fix"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for v in verdicts:
         name = v.lens if v.implemented else f"{v.lens} (planned)"
         t.add_row(name, f"[{colors[v.status]}]{v.status}[/]", v.reason, v.fix)

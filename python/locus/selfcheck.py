@@ -79,7 +79,7 @@ def _falseshare(backend: str, frac: float, out: str) -> dict:
         "ok": ok,
         "detail": "false/total on the data lines from "
         + (f"{int(d['all'])} transfers" if backend == "exact" else f"{d['detections']} detections")
-        + f", within {FALSE_POINTS:g} points",
+        + (f", within {FALSE_POINTS:g} points" if ok else f", not within {FALSE_POINTS:g} points"),
     }
 
 

@@ -91,7 +91,8 @@ def comm_tables(report: dict) -> list[Table]:
     objects = []
     un = c.get("unattributed")
     rows = c["objects"] + ([dict(un, name="(unattributed)", kind="", size=None)] if un else [])
-    for r in sorted(rows, key=lambda r: (-r["all"], -r["false"])):
+    _by, kind = _view(c)  # --kind sorts the tables by that kind, as JSON's
+    for r in sorted(rows, key=lambda r: (-r[kind], -r["all"], -r["false"])):
         objects.append(
             dict(
                 r,
@@ -114,17 +115,31 @@ def comm_tables(report: dict) -> list[Table]:
             f"t{t['thread']}:{_spans(t['bytes'])}{_field_note(t.get('fields'), r['object'])}"
             for t in r["threads"][:LINE_THREADS]
         )
+        full = " ".join(
+            f"t{t['thread']}:{_spans(t['bytes'])}{_field_note(t.get('fields'), r['object'])}"
+            for t in r["threads"]
+        )
         if len(r["threads"]) > LINE_THREADS:
             ranges += f" … and {len(r['threads']) - LINE_THREADS} more threads (JSON `lines`)"
         # "function file:line" as the sites come (the file without its directory).
         code = list(dict.fromkeys(_short_site(str(x)) for x in r["sites"]))
-        lines.append(dict(r, object_at=at, ranges=ranges, code="\n".join(code[:4])))
+        lines.append(
+            dict(
+                r,
+                object_at=at,
+                ranges=ranges,
+                ranges_all=full,
+                code="\n".join(code[:4]),
+                code_all="\n".join(code),
+            )
+        )
     sites = []
     for r in c["sites"]:
         where = r["function"]
         if r["file"]:
             where += f" {r['file'].rsplit('/', 1)[-1]}:{r['line']}"
         sites.append(dict(r, where=where, false_pct=_pct(r["false"], r["all"])))
+    shown, total = c.get("shown") or {}, c.get("total") or {}
     tables = [
         Table(
             "comm_objects",
@@ -132,6 +147,8 @@ def comm_tables(report: dict) -> list[Table]:
             [("object", "", "name"), ("kind", "", "kind"), ("size", "B", "obj_size"), *vols]
             + [("false%", "%", "false_pct"), ("threads", "", "thread_list")],
             objects,
+            shown=shown.get("objects"),
+            total=total.get("objects"),
         ),
         Table(
             "comm_lines",
@@ -139,12 +156,18 @@ def comm_tables(report: dict) -> list[Table]:
             [("line", "", "address"), ("object", "", "object_at"), *vols]
             + [("bytes by thread", "", "ranges"), ("code", "", "code")],
             lines,
+            sep="; ",  # the code sites of a line, writer and reader: not a call stack
+            shown=shown.get("lines"),
+            total=total.get("lines"),
+            csv_keys={"ranges": "ranges_all", "code": "code_all"},
         ),
         Table(
             "comm_sites",
             "Code sites by communication volume (writer or reader)",
             [("site", "", "where"), *vols, ("false%", "%", "false_pct")],
             sites,
+            shown=shown.get("sites"),
+            total=total.get("sites"),
         ),
     ]
     tables.append(matrix_table(c))
@@ -174,7 +197,7 @@ def _bytes_part(t: dict) -> str:
     if t.get("bytes_method") == "lower_bound":
         if not t["bytes"]:
             return ""
-        return f", ≥ {nbytes(t['bytes'])} moved (one line per sampled detection)"
+        return f", ≥ {nbytes(t['bytes'])} moved (one line per sample detection, traps not counted)"
     return f", {nbytes(t['bytes'])}"
 
 

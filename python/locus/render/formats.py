@@ -83,7 +83,7 @@ def to_text(report: dict, width: int | None = None) -> str:
             con.print(f"{t.title}: none", markup=False)
             continue
         rt = RichTable(
-            title=t.title,
+            title=escape(t.heading),
             box=box.SIMPLE_HEAD,
             pad_edge=False,
             collapse_padding=True,
@@ -141,7 +141,8 @@ def to_csv(report: dict) -> str:
         buf.write(f"# {t.name}\n")
         w.writerow([k for _h, _u, k in t.columns])
         for r in t.rows:
-            w.writerow([_one_line(_raw(r.get(k)), " < ") for _h, _u, k in t.columns])
+            keys = [(t.csv_keys or {}).get(k, k) for _h, _u, k in t.columns]
+            w.writerow([_one_line(_raw(r.get(k)), t.sep) for k in keys])
     return buf.getvalue()
 
 
@@ -151,7 +152,7 @@ def to_md(report: dict) -> str:
     for t in _tables(report):
         if t.name in PICTURED:
             continue
-        out += [f"## {t.title}", ""]
+        out += [f"## {t.heading}", ""]
         if not t.rows:
             out += ["none", ""]
             continue

@@ -17,6 +17,16 @@ class Table:
     title: str
     columns: list[tuple[str, str, str]]  # (header, unit, key)
     rows: list[dict]
+    sep: str = " < "  # what joins a multi-line cell in CSV (call stacks: callee < caller)
+    shown: int | None = None  # rows kept by --top, of `total`: the title says "N of M"
+    total: int | None = None
+    csv_keys: dict | None = None  # column key -> the row key CSV writes (whole, not cut)
+
+    @property
+    def heading(self) -> str:
+        """The title, with "(10 of 19; --top 0 for all)" when --top cut the rows."""
+        cut = self.total is not None and self.shown is not None and self.total > self.shown
+        return self.title + (f" ({self.shown} of {self.total}; --top 0 for all)" if cut else "")
 
 
 def _pct(v, d):
