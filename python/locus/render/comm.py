@@ -85,8 +85,15 @@ def comm_tables(report: dict) -> list[Table]:
     # text says whose (a line's threads, in the legend, say it for the lines).
     many = len({t.get("pid") for t in c.get("threads") or []}) > 1
 
+    # Objects of one name (blocks from one allocation wrapper or line, without call stacks):
+    # their sizes tell them apart.
+    sizes: dict[str, set] = {}
+    for o in c["objects"]:
+        sizes.setdefault(o["name"], set()).add(o.get("size"))
+
     def of(r: dict) -> str:
-        return f" [pid {r['pid']}]" if many and r.get("pid") else ""
+        size = f" ({r['size']} B)" if len(sizes.get(r["name"], ())) > 1 and r.get("size") else ""
+        return size + (f" [pid {r['pid']}]" if many and r.get("pid") else "")
 
     objects = []
     un = c.get("unattributed")

@@ -1184,3 +1184,17 @@ def test_advice_for_a_shared_variable_whose_line_moves_for_its_neighbour(tmp_pat
     assert adv.startswith("threads 0-1 use `iter`, which shares 64-byte lines with data other "
                           "threads write"), adv  # fmt: skip
     assert "takes the line from them" in adv
+
+
+def test_objects_of_one_name_are_told_apart_by_size(tmp_path):
+    """Two blocks from one allocation wrapper (x264_malloc, no call stacks) were two rows of
+    one name."""
+    from locus.report import filter_comm
+
+    path = false_sharing_run(str(tmp_path / "fs"), threads=2, n=5)
+    rep = build(RunDir.open(path), ["comm"], Filters())
+    rep["lenses"]["comm"] = c = filter_comm(analyze(RunDir.open(path), FAKE), Filters())
+    (o,) = c["objects"]
+    c["objects"] = [dict(o, size=74304), dict(o, size=5189120, all=o["all"] / 2)]
+    text = " ".join(render(rep, "text").split())
+    assert f"{o['name']} (74304 B)" in text and f"{o['name']} (5189120 B)" in text, text
