@@ -345,6 +345,7 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 info = objs.info[oid]
                 info["size"] = max(info["size"], int(r["size"]))
                 info["blocks"] += 1
+                info.setdefault("lo", int(r["addr"]))
                 sel = todo[got & (bidx == bi)]
                 obj[m[sel]] = oid
                 off[m[sel]] = (a[sel] - r["addr"]).astype(np.int64)
@@ -1247,7 +1248,21 @@ def _heap_name(info: dict, names) -> tuple[str, dict, list[str]]:
         loc = dict(loc, function=short_function(loc["function"]))
     site = _site_str(loc) if info["site"] else ""
     name = f"heap block from {site}" if site else "heap block (site unknown)"
+    if loc["function"] in GO_ARENA:
+        # The Go runtime maps its heap in arenas of 64 MiB (through cgo's x_cgo_mmap when
+        # built with cgo): every Go object is "from" that mmap, at offsets of megabytes.
+        name = f"Go heap arena (mapped by {site})"
     return name + via_text(via), loc, via
+
+
+# Where the Go runtime maps its heap: an object in it is a Go value, not this allocation.
+GO_ARENA = {
+    "x_cgo_mmap",
+    "runtime.sysAlloc",
+    "runtime.sysReserve",
+    "runtime.sysMap",
+    "runtime.mmap",
+}
 
 
 def _site_rows(ev, wk, names, opts) -> list:
@@ -1500,13 +1515,20 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         if o.get("_victim") and not own:
             out.append(_victim_advice(o, objects, thr, name, line, names))
             continue
-        if o["kind"] == "stack" and o.get("_stack_lo") is not None:
-            # Offsets into a stack of megabytes mean nothing: the addresses, and what they are.
+        arena = o["kind"] == "heap" and o["name"].startswith("Go heap arena")
+        if (o["kind"] == "stack" or arena) and o.get("_stack_lo") is not None:
+            # Offsets into a stack (or a Go heap arena) of megabytes mean nothing: the
+            # addresses, and what they are.
             lo = o["_stack_lo"]
             span = (
                 f"{lo + offs[0]:#x}-{lo + offs[-1]:#x}" if len(offs) > 1 else f"{lo + offs[0]:#x}"
             )
-            where = f"at {span} (a local variable other threads reach by its address)"
+            what = (
+                "a Go value: the code sites say which"
+                if arena
+                else "a local variable other threads reach by its address"
+            )
+            where = f"at {span} ({what})"
         else:
             where = f"at offsets {offs[0]}-{offs[-1]}" if len(offs) > 1 else f"at offset {offs[0]}"
         if focus:

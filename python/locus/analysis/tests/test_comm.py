@@ -1198,3 +1198,35 @@ def test_objects_of_one_name_are_told_apart_by_size(tmp_path):
     c["objects"] = [dict(o, size=74304), dict(o, size=5189120, all=o["all"] / 2)]
     text = " ".join(render(rep, "text").split())
     assert f"{o['name']} (74304 B)" in text and f"{o['name']} (5189120 B)" in text, text
+
+
+class GoArenaSym(FakeSym):
+    """The heap of a Go program built with cgo: mapped by x_cgo_mmap."""
+
+    def code(self, addrs, return_addresses=True):
+        return {
+            a: CodeLoc("x_cgo_mmap", "gcc_mmap.c", 19)
+            if a == 0x401700
+            else CodeLoc("main.work", "/src/fs.go", 22)
+            for a in addrs
+        }
+
+
+def test_go_heap_arena_named_as_such(tmp_path):
+    """Every Go value lives in an arena the runtime maps (x_cgo_mmap with cgo): the object
+    was 'heap block from x_cgo_mmap gcc_mmap.c:19' and the advice gave offsets of megabytes
+    into it; now the arena is named so and the advice gives addresses."""
+    run, p, c = _run(threads=3)
+    arena = 0x7000_0000_0000
+    c.malloc(arena, 64 << 20, site=0x401700, t=0.1, mmap=True)
+    for k in range(12):
+        a, b = (11, 12) if k % 2 else (12, 11)
+        off = 3735744
+        c.event(src=a, dst=b, line=arena + off, src_off=0 if a == 11 else 8,
+                dst_off=0 if b == 11 else 8, store=True, dst_ip=0x401123)  # fmt: skip
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: GoArenaSym()))
+    (o,) = res["objects"]
+    assert o["name"] == "Go heap arena (mapped by x_cgo_mmap gcc_mmap.c:19)", o["name"]
+    (adv,) = res["advice"]
+    assert f"at {arena + 3735744:#x}-{arena + 3735752:#x} (a Go value" in adv, adv
+    assert "`_ [56]byte`" in adv, adv
