@@ -131,6 +131,8 @@ def parse_bind(value: str) -> str:
         for a, b in re.findall(r"(\d+)-(\d+)", value):
             if int(a) > int(b):
                 raise argparse.ArgumentTypeError(f"'{a}-{b}' is an empty range of CPUs")
+        if any(int(x) > 1 << 16 for x in re.findall(r"\d+", value)):
+            raise argparse.ArgumentTypeError(f"'{value}': CPU numbers go up to {1 << 16}")
         return value
     raise argparse.ArgumentTypeError(
         f"'{value}': use compact, scatter, none or a CPU list such as 0-3,8"

@@ -240,6 +240,10 @@ def _field(dies: dict, t: int | None, off: int, fortran: bool, depth: int) -> st
                 # A bit field covers the bytes of its bits, not its type's size (`int c:8`
                 # at bit 16 is byte 2 alone).
                 start = _num(c.attrs.get("DW_AT_data_bit_offset"))
+                old = _num(c.attrs.get("DW_AT_bit_offset"))  # DWARF 2-4: from the unit's top
+                unit = _num(c.attrs.get("DW_AT_byte_size"))
+                if start is None and old is not None and unit:
+                    start = at * 8 + unit * 8 - old - bits  # little-endian
                 start = start if start is not None else at * 8
                 at, sz = start // 8, (start % 8 + bits + 7) // 8
             else:

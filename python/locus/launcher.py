@@ -16,6 +16,7 @@ import json
 import mmap
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -321,11 +322,16 @@ def cpu_list(text: str) -> list[int]:
     return out
 
 
+CPU_LIST_MAX = 1 << 16  # a CPU number beyond any machine's (0-999999999 was a list of a billion)
+
+
 def check_bind_list(bind: str) -> None:
     """A --bind CPU list names CPUs this process may run on (the runtime skipped the others
     silently: `--bind 7` on 2 CPUs left every thread unbound)."""
     if not bind[:1].isdigit():
         return
+    if any(int(x) > CPU_LIST_MAX for x in re.findall(r"\d+", bind)):
+        raise LocusError(f"--bind {bind}: CPU numbers go up to {CPU_LIST_MAX}", 2)
     allowed = sorted(os.sched_getaffinity(0))
     missing = [c for c in cpu_list(bind) if c not in allowed]
     if missing:
@@ -721,6 +727,14 @@ def inherited_ignored(sigs: tuple[int, ...]) -> set[int]:
     return {s for s in sigs if mask >> (s - 1) & 1}
 
 
+def _starts_with(path: str, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(magic)) == magic
+    except OSError:
+        return False
+
+
 def spawn(exe: str, command: list[str], env: dict) -> subprocess.Popen:
     """The program as its shell would start it: argv exactly as given (argv[0] too: the
     resolved path only to exec), every descriptor locus inherited (a make jobserver, `7<file`,
@@ -737,7 +751,9 @@ def spawn(exe: str, command: list[str], env: dict) -> subprocess.Popen:
         try:
             return subprocess.Popen(command, executable=exe, **kw)
         except OSError as e:
-            if e.errno != errno.ENOEXEC:
+            # execvp's rule: a file the kernel does not take is a shell script. An ELF file
+            # (another architecture) is not: "exec failed", not sh's syntax errors.
+            if e.errno != errno.ENOEXEC or _starts_with(exe, b"\x7fELF"):
                 raise
             return subprocess.Popen(["/bin/sh", exe, *command[1:]], **kw)
     finally:

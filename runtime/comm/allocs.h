@@ -23,9 +23,9 @@ extern int locus_alloc_state;
  * Does nothing inside the runtime (guard), before the thread is registered, after it
  * finished, or when the runtime is off. Preserves errno. */
 void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t site);
-/* A heap block about to be freed or reallocated (exact backend, comm/exact/exact.c: its
+/* A heap block about to be freed, or moved by realloc (exact backend, comm/exact/exact.c: its
  * lines start a new generation; nothing while the exact model is off). */
-void locus_comm_exact_freed(void *p);
+void locus_comm_exact_freed(void *p, size_t n); /* n = 0: malloc_usable_size(p) */
 
 /* Called by the comm lens's thread_init on every registered thread: opens allocs.bin in
  * the process directory the first time (and again in a fork child), switches tracking on

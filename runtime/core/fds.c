@@ -68,10 +68,10 @@ void locus_fd_forget(int fd) {
 }
 
 void locus_fd_close(int fd) {
-  /* Never the standard descriptors: the runtime's are moved above them, and a stream never
-   * opened (zero-initialised: --call-stack's off) has fd 0: a forked child closed its stdin
+  /* Never a standard descriptor the runtime does not own: a stream never opened
+   * (zero-initialised: --call-stack's off) has fd 0, and a forked child closed its stdin
    * (openssl speed -multi's workers then wrote their results to a dup() that became 0). */
-  if (fd <= 2) return;
+  if (fd < 0 || (fd <= 2 && !locus_fd_owned(fd))) return;
   locus_fd_forget(fd);
   syscall(SYS_close, fd);
 }

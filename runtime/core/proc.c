@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 #include <stdio.h>
@@ -97,8 +98,13 @@ static void copy_file(const char *from, int dirfd, const char *to) {
  * At most 64 per process (a plugin loop). */
 void locus_maps_before_unload(void) {
   static _Atomic int taken;
+  static atomic_flag busy = ATOMIC_FLAG_INIT;
   if (!locus_enabled || locus_proc_dirfd < 0 || atomic_fetch_add(&taken, 1) >= 64) return;
+  /* One snapshot at a time: two threads' dlclose appended 8 KiB pieces that interleaved
+   * mid-line, and a cut line gave a library a wrong base address. */
+  while (atomic_flag_test_and_set(&busy)) sched_yield();
   copy_file_to("/proc/self/maps", locus_proc_dirfd, "maps.dl", 1);
+  atomic_flag_clear(&busy);
 }
 
 void locus_fmt_u(char *out, unsigned v) {

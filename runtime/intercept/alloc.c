@@ -171,7 +171,7 @@ static __attribute__((noinline)) void free_slow(void *p, uint64_t site) {
   if (!(s & LOCUS_ALLOC_RESOLVED)) return;
   if (s & LOCUS_ALLOC_TRACKING) {
     locus_allocs_record(LOCUS_AL_FREE, p, 0, site);
-    locus_comm_exact_freed(p);
+    locus_comm_exact_freed(p, 0);
   }
   /* Only an mmap'd chunk can be a tracked region: no region scan for heap blocks. */
   if ((s & LOCUS_ALLOC_NUMA) && chunk_mmapped(p)) locus_ft_release(p, 0);
@@ -193,8 +193,9 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t n, uint64_t 
   if (!(s & LOCUS_ALLOC_RESOLVED)) return p ? NULL : boot_alloc(n, 16);
   /* mremap would carry PROT_NONE along; only an mmap'd chunk can be a tracked region. */
   if ((s & LOCUS_ALLOC_NUMA) && p && chunk_mmapped(p)) locus_ft_release(p, 0);
-  if ((s & LOCUS_ALLOC_TRACKING) && p) locus_comm_exact_freed(p);
+  size_t before = (s & LOCUS_ALLOC_TRACKING) && p ? malloc_usable_size(p) : 0;
   void *q = real.realloc(p, n);
+  if (before && q && q != p) locus_comm_exact_freed(p, before); /* moved: p's lines are free */
   if (s & LOCUS_ALLOC_TRACKING) {
     if (q) {
       if (p) locus_allocs_record(LOCUS_AL_FREE, p, 0, site);

@@ -736,10 +736,10 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     if not run.complete and cfg["backend"] == "exact":
         notes.append(
             "incomplete run: a process ended without its exit handlers (killed, or a raw "
-            "exit): the exact backend writes a thread's transfers every 100 ms while it "
-            "transfers, when it ends, and at the process's exit, so that process's running "
-            "threads' transfers are missing (up to their last 100 ms)"
-            + (" (none were recorded)" if n_ev == 0 else "")
+            "exit): the exact backend writes a thread's transfers while it transfers (after "
+            "100 ms, then at doubling intervals up to 10 s), when it ends, and at the "
+            "process's exit, so that process's running threads' transfers are missing (up "
+            "to their last interval)" + (" (none were recorded)" if n_ev == 0 else "")
         )
     elif n_ev == 0:
         notes.append("no communication was detected")
@@ -909,11 +909,13 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
         stores = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) != 0).all())
         # Only read here, while what moved the line was written next to it (`ITER` beside
         # two threads' counters): the object suffers its neighbours' false sharing.
+        # (a writer range that overlaps the object at all: an exact one is a hull)
         src_at = line_off[fm] + ev.src_off[fm]
+        src_end = src_at + np.maximum(ev.src_len[fm], 1)
         victim = (
             bool(size)
             and bool(len(fm))
-            and not bool(((src_at >= 0) & (src_at < (size or 0))).any())
+            and not bool(((src_end > 0) & (src_at < (size or 0))).any())
         )
         reads = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) == 0).all())
         # The busiest false-sharing access, whose source file tells the advice's language.

@@ -357,6 +357,7 @@ def test_bind_to_a_cpu_that_is_not_here(capsys):
         ("--period", str(1 << 41), "events per sample"),
         ("--bulletin-size", str(1 << 30), "at most 4194304 entries"),  # could not be mapped
         ("--bind", "1-0", "empty range of CPUs"),
+        ("--bind", "0-999999999", "CPU numbers go up to"),  # was a list of a billion
     ],
 )
 def test_sampling_options_out_of_range(capsys, option, value, says):

@@ -183,7 +183,8 @@ def test_member_offsets_in_older_dwarf_and_bit_fields():
 
 
 @pytest.mark.skipif(not shutil.which("llvm-dwarfdump") or not shutil.which("cc"), reason="tools")
-def test_bit_fields_and_unions_from_a_build(tmp_path):
+@pytest.mark.parametrize("debug", ["-g", "-gdwarf-4"])  # DWARF 4: DW_AT_bit_offset
+def test_bit_fields_and_unions_from_a_build(tmp_path, debug):
     """A bit field was sized by its type (`unsigned c:24` at bit 8 covered bytes 1-4, so
     byte 4, `d`, read `c`), and a union named every byte by its first member (`un.l` for
     both threads' `un.i[0]`, `un.i[1]`)."""
@@ -193,7 +194,7 @@ def test_bit_fields_and_unions_from_a_build(tmp_path):
         "int main(void) { return bits.d + un.i[1]; }\n"
     )
     exe = tmp_path / "app"
-    subprocess.run(["cc", "-g", "-O0", "-o", str(exe), str(tmp_path / "a.c")], check=True)
+    subprocess.run(["cc", debug, "-O0", "-o", str(exe), str(tmp_path / "a.c")], check=True)
     syms = subprocess.run(["nm", str(exe)], capture_output=True, text=True, check=True).stdout
     addr = {
         ln.split()[2]: int(ln.split()[0], 16) for ln in syms.splitlines() if len(ln.split()) == 3

@@ -95,6 +95,7 @@ struct locus_xslot {
   struct agg_table *_Atomic agg;
   uint64_t dropped;
   uint64_t flushed;          /* locus_ticks() of the owner's last flush */
+  uint64_t flush_gap;        /* ticks to the next one (doubling, see flush_own) */
   struct locus_xthread *x;   /* the owner's model state and comm counters (TLS), which */
   struct locus_comm_tls *ct; /* proc_fini reads while the slot is LIVE */
 };
@@ -154,19 +155,21 @@ static inline struct locus_xshadow *shadow_of(uint64_t ln) {
   return b ? &b[ln & ((1u << L2_BITS) - 1)] : NULL;
 }
 
-/* A heap block is being freed (or reallocated): its lines start a new generation, so that
+/* A heap block is being freed (or moved by realloc): its lines start a new generation, so that
  * the transfers of the block that comes next at the same address are aggregated apart (an
  * aggregate is attributed by its time: one spanning both blocks went to the later one).
  * Blocks up to 64 KiB: a bigger one's lines are left as they are (glibc returns those to
  * the system with munmap anyway). */
 #define GEN_MAX_LINES 1024u
-void locus_comm_exact_freed(void *p) {
+void locus_comm_exact_freed(void *p, size_t n) {
   if (!p || !locus_xg.on || !locus_xg.l1) return;
-  size_t n = malloc_usable_size(p);
-  if (!n) return;
-  uint64_t a = (uintptr_t)p >> locus_xg.lshift, b = ((uintptr_t)p + n - 1) >> locus_xg.lshift;
-  if (b - a >= GEN_MAX_LINES) return;
-  for (uint64_t ln = a; ln <= b; ln++) {
+  if (!n) n = malloc_usable_size(p);
+  /* Lines wholly inside the block only: a line it shares with a live neighbour (a hot
+   * counter beside a short-lived block) keeps its aggregates whole. */
+  uint64_t a = ((uintptr_t)p + locus_xg.line - 1) >> locus_xg.lshift;
+  uint64_t end = ((uintptr_t)p + n) >> locus_xg.lshift; /* the first line not wholly inside */
+  if (end <= a || end - a > GEN_MAX_LINES) return;
+  for (uint64_t ln = a; ln < end; ln++) {
     uint64_t hi = ln >> L2_BITS;
     if (hi >= locus_xg.l1_n) return;
     struct locus_xshadow *blk = atomic_load_explicit(&locus_xg.l1[hi], memory_order_acquire);
@@ -258,7 +261,8 @@ static struct agg_table *agg_grow(struct locus_xslot *s, struct agg_table *t) {
 }
 
 #define FLUSH_MS 100 /* see flush_own */
-static uint64_t flush_ticks = UINT64_MAX;
+#define FLUSH_MAX_MS 10000
+static uint64_t flush_ticks = UINT64_MAX, flush_max_ticks = UINT64_MAX;
 static void flush_own(struct locus_xslot *s, uint64_t now);
 
 /* One transfer src -> this thread of line `ln`. */
@@ -308,7 +312,7 @@ static __attribute__((noinline)) void transfer(struct locus_xthread *x, uint32_t
   envelope(wbytes, &a->src_off, &a->src_len);
   a->dst_off = (uint8_t)(off > 255 ? 255 : off);
   a->dst_len = (uint8_t)(len > 255 ? 255 : len);
-  if (now - s->flushed > flush_ticks) flush_own(s, now);
+  if (now - s->flushed > s->flush_gap) flush_own(s, now);
 out:
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   x->busy = 0;
@@ -350,6 +354,9 @@ static void flush_slot(struct locus_xslot *s) {
  * a killed process loses at most that much. proc_fini skips a slot the owner is flushing. */
 static void flush_own(struct locus_xslot *s, uint64_t now) {
   s->flushed = now;
+  /* The period doubles up to FLUSH_MAX_MS: the records of a long run stay bounded (a
+   * window's aggregates are written each time), its start stays finely placed. */
+  if (s->flush_gap < flush_max_ticks) s->flush_gap *= 2;
   int expect = XS_LIVE;
   if (!atomic_compare_exchange_strong(&s->state, &expect, XS_FLUSHING)) return;
   flush_slot(s);
@@ -735,6 +742,7 @@ static void thread_init(void) {
   s->serial = serial;
   s->dropped = 0;
   s->flushed = locus_ticks();
+  s->flush_gap = flush_ticks;
   s->x = x;
   s->ct = &locus_ct;
   atomic_store(&s->agg, NULL);
@@ -785,7 +793,11 @@ static void thread_fini(void) {
     publish_counts(x, &locus_ct);
   } else if (!s) {
     publish_counts(x, &locus_ct);
-  } /* else the process is exiting and proc_fini took this thread's counters */
+  } else {
+    /* The process is exiting and proc_fini took this thread's counters: it reads and
+     * writes this thread's TLS until it sets the slot FREE, so wait for that. */
+    while (atomic_load(&s->state) == XS_FLUSHING) sched_yield();
+  }
   x->state = 2;
   x->busy = 0;
 }
@@ -805,6 +817,7 @@ static void proc_fini(void) {
     if (!atomic_compare_exchange_strong(&slots[i].state, &expect, XS_FLUSHING)) continue;
     flush_slot(&slots[i]);
     if (slots[i].x && slots[i].x != x) publish_counts(slots[i].x, slots[i].ct);
+    atomic_store(&slots[i].state, XS_FREE); /* its owner, ending meanwhile, may go on */
   }
   uint64_t lost = atomic_load(&shadow_lost_blocks);
   if (lost) locus_warn("comm exact: the shadow memory budget (LOCUS_EXACT_SHADOW_MB) ran out");
@@ -845,6 +858,7 @@ static int setup_shadow(void) {
 static int proc_init(void) {
   if (setup_shadow() != 0) return -1;
   flush_ticks = (uint64_t)(FLUSH_MS * 1000.0 * locus_ticks_per_us);
+  flush_max_ticks = (uint64_t)(FLUSH_MAX_MS * 1000.0 * locus_ticks_per_us);
   memset(slots, 0, sizeof slots);
   atomic_store(&slots_hi, 0);
   /* The numa lens alone (no detection asked): its own hook only, no cache-line model. */
