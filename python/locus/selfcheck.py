@@ -43,7 +43,10 @@ def data_totals(comm: dict, truth: dict) -> dict:
 def record(backend: str, argv: list[str], out: str) -> tuple[dict, dict]:
     """(lenses.comm of the report, the workload's truth) of argv under --backend."""
     locus = [sys.executable, "-m", "locus"]
-    cmd = [*locus, "record", "-o", out, "--lens", "comm", "--backend", backend, "--", *argv]
+    # One thread per CPU: the free-running workloads measure what threads do at the same
+    # time, and two on one CPU barely overlap (a loaded machine failed the checks).
+    cmd = [*locus, "record", "-o", out, "--lens", "comm", "--backend", backend]
+    cmd += ["--bind", "scatter", "--", *argv]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
     if p.returncode != 0:
         raise RuntimeError(p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed")
