@@ -115,7 +115,13 @@ def cmd_compare(ns) -> int:
             file=sys.stderr,
         )
 
+    # An exact run's detections are aggregates (per line, thread pair, word, flush window):
+    # their count says nothing of the communication.
+    exact = any(rep["lenses"].get("comm", {}).get("backend") == "exact" for rep in reports)
+
     def unitless(k: str) -> bool:
+        if exact and k == "comm.totals.detections":
+            return True
         return apart and k.startswith("comm.totals.") and k != "comm.totals.detections"
 
     rows = []
@@ -131,6 +137,12 @@ def cmd_compare(ns) -> int:
         )
     failures = []
     for metric, op, limit, pct in thresholds:
+        if pct and unitless(metric) and metric == "comm.totals.detections":
+            raise LocusError(
+                "--fail-if comm.totals.detections: an exact run's detections are its "
+                "aggregates, not transfers: gate comm.totals.all (or .false) instead",
+                2,
+            )
         if pct and unitless(metric):
             raise LocusError(
                 f"--fail-if {metric}: the runs' comm volumes are in different units (soft and "
