@@ -795,6 +795,8 @@ def test_compare_comm_runs_and_gate_on_false_sharing(tmp_path, capsys):
         and "%)" not in out.out.split("comm.totals.all")[1].split("\n")[0]
     )
     assert main(["compare", a, xd, "--fail-if", "comm.totals.false>+20%"]) == 2
+    # An exact run's detections are aggregates: no gate on them.
+    assert main(["compare", xd, xd, "--fail-if", "comm.totals.detections>+10%"]) == 2
 
 
 def test_trampolines_named_as_users_know_them():
