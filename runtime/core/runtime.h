@@ -114,6 +114,11 @@ void locus_keep_signal(int sig);
 /* Lazily initialise if an interposer runs before the constructor. */
 void locus_ensure_init(void);
 void locus_proc_finish(int status, uint32_t flags);
+/* The runtime's own mappings, past the program's mmap/munmap interposers (raw system
+ * calls): a record chunk released inside the first-touch SIGSEGV handler was recorded as a
+ * program munmap, with --call-stack unwound there, and libunwind faulted (SIGSEGV). */
+void *locus_sys_mmap(void *addr, size_t n, int prot, int flags, int fd, long off);
+int locus_sys_munmap(void *addr, size_t n);
 /* Appends /proc/self/maps to the process's maps.dl (before dlclose unmaps a library). */
 void locus_maps_before_unload(void);
 void locus_before_exec(void);

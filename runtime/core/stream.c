@@ -128,7 +128,7 @@ void *locus_stream_claim_at(struct locus_stream *s, size_t bytes, uint64_t *at) 
   *at = off;
   int fd = locus_stream_fd(s); /* checked once per claim */
   if (fd < 0 || (off + bytes > atomic_load(&s->size) && grow(s, fd, off + bytes) != 0)) return NULL;
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
+  void *p = locus_sys_mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (long)off);
   if (locus_proc_hdr) {
     locus_proc_hdr->tsc1 = locus_ticks();
     locus_proc_hdr->ns1 = locus_mono_ns();
@@ -139,8 +139,14 @@ void *locus_stream_claim_at(struct locus_stream *s, size_t bytes, uint64_t *at) 
 }
 
 void locus_stream_release(void *chunk, size_t bytes) {
-  if (chunk) munmap(chunk, bytes);
+  if (chunk) locus_sys_munmap(chunk, bytes);
 }
+
+void *locus_sys_mmap(void *addr, size_t n, int prot, int flags, int fd, long off) {
+  return (void *)syscall(SYS_mmap, addr, n, prot, flags, fd, off); /* -1: MAP_FAILED */
+}
+
+int locus_sys_munmap(void *addr, size_t n) { return (int)syscall(SYS_munmap, addr, n); }
 
 void locus_stream_reset_after_fork(struct locus_stream *s) {
   locus_fd_close(s->fd);

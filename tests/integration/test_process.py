@@ -626,3 +626,41 @@ def test_forked_child_keeps_its_stdin(locus, lens):
         ["bash", "-c", "cat; true"], ("--lens", lens), input=b"through the fork\n"
     )
     assert proc.stdout == b"through the fork\n", proc.stderr
+
+
+FIRST_TOUCH_STACKS = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define N (32L << 20)
+static char *buf;
+static void *init(void *p) { memset(buf, 1, N); return p; } /* 8192 first touches */
+int main(void) {
+  buf = malloc(N);
+  pthread_t t;
+  pthread_create(&t, 0, init, 0);
+  pthread_join(t, 0);
+  long s = 0;
+  for (long i = 0; i < N; i += 4096) s += buf[i];
+  printf("%ld\n", s);
+  free(buf);
+  return 0;
+}
+"""
+
+
+def test_first_touches_with_call_stacks_do_not_crash(locus, tmp_path):
+    """numa + --call-stack killed the program with SIGSEGV in half the runs: a record chunk
+    released inside the first-touch SIGSEGV handler went through the runtime's own munmap
+    interposer, was recorded as the program's munmap with a call stack, and libunwind
+    faulted unwinding the signal frame. The runtime maps its chunks with raw calls now."""
+    src, exe = tmp_path / "ft.c", tmp_path / "ft"
+    src.write_text(FIRST_TOUCH_STACKS)
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
+    for _ in range(4):
+        proc, _run = locus.record([str(exe)], ("--lens", "numa", "--call-stack"), check=False)
+        assert proc.returncode == 0 and proc.stdout.strip() == b"8192", (
+            proc.returncode,
+            proc.stderr[-300:],
+        )

@@ -1316,6 +1316,9 @@ def _site_rows(ev, wk, names, opts) -> list:
 
 
 ADVICE_MIN_DETECTIONS = 10
+# An object in lock code no larger than this is one lock, not an array of them (glibc's
+# pthread_mutex_t: 40 bytes; rwlock 56; a C++ std::mutex wraps the former).
+LOCK_MAX = 64
 # An object whose false sharing is at least this much in one of its lines gets advice about
 # that line only.
 HOT_LINE_SHARE = 0.75
@@ -1543,6 +1546,18 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         fortran = _is_fortran(site)
         align = _align(site, line, size)
         lock = _lock_code(site)
+        if lock is not None and not own and o.get("size") and o["size"] <= LOCK_MAX:
+            # One lock (a pthread_mutex_t is 40 bytes), every thread at the same words: its
+            # fields (the lock word, the owner, the waiters) move between the threads that
+            # take it. That is contention, and padding cannot remove it.
+            out.append(
+                f"threads {thr} take the one lock {name} {where} (in {lock}): its words (the "
+                f"lock, its owner) pass between them at every acquisition ({share} reads as "
+                "false sharing, different words of one lock): that is the lock's contention, "
+                "which padding does not remove; hold it less, or split what it protects "
+                "(--lens locks measures the waits)"
+            )
+            continue
         if lock is not None:
             true = (
                 "; the true part is each lock passing between the threads that take it (its "

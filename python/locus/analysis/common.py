@@ -133,10 +133,13 @@ def site_str(s: dict) -> str:
 
 
 def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:
-    """NUMA node of each CPU 0..ncpu-1: meta host info, else this machine's sysfs."""
+    """NUMA node of each CPU 0..ncpu-1: the emulated nodes of a --fake-numa run (the numa
+    lens's map: the node matrix said "in one node" beside numa's two), else meta host
+    info, else this machine's sysfs."""
     host = run.host
-    for key in ("cpu_node", "cpu_nodes"):
-        v = host.get(key)
+    numa = run.meta.get("numa") if isinstance(run.meta.get("numa"), dict) else {}
+    fake = numa.get("cpu_node") if numa.get("emulated") else None
+    for v in (fake, host.get("cpu_node"), host.get("cpu_nodes")):
         if isinstance(v, list) and all(isinstance(x, int) for x in v):
             out = np.zeros(ncpu, dtype=np.int64)
             k = min(len(v), ncpu)

@@ -194,7 +194,7 @@ static void envelope(uint64_t m, uint8_t *off, uint8_t *len) {
 
 static struct agg_table *agg_new(uint32_t cap, struct agg_table *older) {
   size_t bytes = sizeof(struct agg_table) + 64 + (size_t)cap * sizeof(struct agg);
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void *p = locus_sys_mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return NULL;
   struct agg_table *t = p;
   t->cap = cap;
@@ -373,7 +373,7 @@ static void free_tables(struct locus_xslot *s) {
   struct agg_table *t = atomic_exchange(&s->agg, NULL);
   while (t) {
     struct agg_table *o = t->older;
-    munmap(t, t->bytes);
+    locus_sys_munmap(t, t->bytes);
     t = o;
   }
   s->dropped = 0;

@@ -1232,3 +1232,42 @@ def test_go_heap_arena_named_as_such(tmp_path):
     (adv,) = res["advice"]
     assert f"at {arena + 3735744:#x}-{arena + 3735752:#x} (a Go value" in adv, adv
     assert "`_ [56]byte`" in adv, adv
+
+
+def test_node_matrix_follows_emulated_nodes(tmp_path):
+    """comm,numa with --fake-numa 2: numa reported two nodes (CPU 0, CPU 1) while the comm
+    node matrix read the machine's one node ("all ... exchanged in one node")."""
+    run, _p, c = _run(cpus=2)
+    c.event(src=10, dst=11, line=COUNTER, src_cpu=0, dst_cpu=1, count=4)
+    path = run.write(str(tmp_path / "r"))
+    meta_path = os.path.join(path, "meta.json")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    meta.setdefault("host", {})["cpu_node"] = [0, 0]
+    meta["numa"] = {"emulated": True, "cpu_node": [0, 1]}
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
+    res = analyze(RunDir.open(path), FAKE)
+    assert res["matrices"]["node"]["all"] == [[0.0, 4e-3], [4e-3, 0.0]], res["matrices"]["node"]
+
+
+class OneLockSym(FakeSym):
+    """`stats` (64 bytes) taken as one mutex: every access is in glibc's lock code."""
+
+    def code(self, addrs, return_addresses=True):
+        return {a: CodeLoc("lll_mutex_lock_optimized", "pthread_mutex_lock.c", 93) for a in addrs}
+
+
+def test_advice_for_one_contended_lock(tmp_path):
+    """One mutex taken by three threads: its lock word and owner field, written by different
+    threads, read as false sharing, and the advice said "threads 1-3 use different locks
+    that share 64-byte lines in `big_lock` ... give each lock its own line": there is one
+    lock, and padding removes nothing."""
+    run, _p, c = _run()
+    for k in range(24):
+        a, b = (10 + k % 3, 10 + (k + 1) % 3)
+        c.event(src=a, dst=b, line=STATS, src_off=8 * (k % 2), dst_off=8 * ((k + 1) % 2),
+                store=True, dst_ip=0x401100)  # fmt: skip
+    (adv,) = _res(tmp_path, run, Options(symbolizer=lambda proc: OneLockSym()))["advice"]
+    assert adv.startswith("threads 0-2 take the one lock `stats`"), adv
+    assert "padding does not remove" in adv and "alignas" not in adv, adv
