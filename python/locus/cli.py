@@ -60,6 +60,13 @@ def non_negative_float(value: str) -> float:
     return v
 
 
+def top_rows(value: str) -> int:
+    """`--top N`: N >= 1 rows, or 0 for every row (what the cut tables' titles say)."""
+    if value.strip() == "0":
+        return 0
+    return positive_int(value)
+
+
 def positive_int(value: str) -> int:
     try:
         v = int(value)
@@ -362,7 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--lens", default=None, choices=LENSES, help="lens to report (default: every recorded lens)"
     )
     rep.add_argument("--format", default="text", choices=REPORT_FORMATS)
-    rep.add_argument("--top", type=positive_int, metavar="N", help="show the N first rows")
+    rep.add_argument(
+        "--top", type=top_rows, metavar="N", help="show the N first rows (0: all of them)"
+    )
     rep.add_argument(
         "--min-wait",
         type=non_negative_float,

@@ -122,6 +122,9 @@ def cmd_compare(ns) -> int:
     def unitless(k: str) -> bool:
         if exact and k == "comm.totals.detections":
             return True
+        # soft's samples are sampled accesses, exact's every access
+        if apart and k in ("comm.samples", "comm.skipped"):
+            return True
         return apart and k.startswith("comm.totals.") and k != "comm.totals.detections"
 
     rows = []

@@ -717,9 +717,9 @@ def inherited_ignored(sigs: tuple[int, ...]) -> set[int]:
     locus ignores, and so passed on ignored: read from its SigIgn in /proc."""
     ppid = os.getppid()
     try:
-        with open(f"/proc/{ppid}/comm") as f:
-            if f.read().strip() not in SHELLS:
-                return set()
+        # The executable, not the name: a shell script's process is named after the script.
+        if os.path.basename(os.readlink(f"/proc/{ppid}/exe")) not in SHELLS:
+            return set()
         with open(f"/proc/{ppid}/status") as f:
             mask = next(int(ln.split()[1], 16) for ln in f if ln.startswith("SigIgn:"))
     except (OSError, StopIteration, ValueError, IndexError):
@@ -744,7 +744,11 @@ def spawn(exe: str, command: list[str], env: dict) -> subprocess.Popen:
     py = (signal.SIGPIPE, signal.SIGXFSZ)
     keep = inherited_ignored(py)
     saved = {s: signal.getsignal(s) for s in py}
-    kw = {"env": env, "close_fds": False, "restore_signals": False}
+    # A umask (the current one: no change) keeps Python off posix_spawn, whose child
+    # started with glibc's signals 32-33 ignored.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    kw = {"env": env, "close_fds": False, "restore_signals": False, "umask": umask}
     try:
         for s in py:
             signal.signal(s, signal.SIG_IGN if s in keep else signal.SIG_DFL)

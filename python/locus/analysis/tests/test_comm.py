@@ -795,6 +795,7 @@ def test_compare_comm_runs_and_gate_on_false_sharing(tmp_path, capsys):
         and "%)" not in out.out.split("comm.totals.all")[1].split("\n")[0]
     )
     assert main(["compare", a, xd, "--fail-if", "comm.totals.false>+20%"]) == 2
+    assert main(["compare", a, xd, "--fail-if", "comm.samples>+20%"]) == 2  # samples/accesses
     # An exact run's detections are aggregates: no gate on them.
     assert main(["compare", xd, xd, "--fail-if", "comm.totals.detections>+10%"]) == 2
 
@@ -942,6 +943,12 @@ def test_lines_table_names_code_with_file_and_line(tmp_path, capsys):
     assert _short_site(f"{cxx} /usr/include/c++/12/bits/stl_vector.h:1123") == (
         f"{cxx} stl_vector.h:1123"
     )
+
+
+def test_top_zero_shows_every_row(tmp_path, capsys):
+    """Cut tables say "--top 0 for all", which was refused ("must be positive")."""
+    path = false_sharing_run(str(tmp_path / "fs"), threads=2, n=5)
+    assert main(["report", path, "--lens", "comm", "--top", "0"]) == 0
 
 
 def test_by_a_view_no_reported_lens_has(tmp_path, capsys):
