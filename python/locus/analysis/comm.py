@@ -55,8 +55,11 @@ from locus.rundir import (
     CE_TRUE,
     COMM_SAMPLE_DTYPE,
     CPU_MAX,
+    FREE_DTYPE,
+    HEAP_DTYPE,
     PID_MAX,
     RunDir,
+    read_records,
 )
 from locus.symbolize import split_offset
 
@@ -467,6 +470,35 @@ EXACT_COPY_BITS = 64  # threads the exact model keeps copies for at once (exact.
 EXACT_THREADS = 1024  # threads it tracks at once (exact.c XS_MAX)
 
 
+# What recording one malloc/free pair costs under the comm lens (bench/alloc.py: 14 -> 94
+# ns a pair on this project's VM), per record.
+ALLOC_RECORD_S = 40e-9
+ALLOC_NOTE_SHARE = 0.05
+
+
+def _allocation_cost_note(run: RunDir) -> str | None:
+    """A program that allocates constantly pays for every heap record, which the overhead
+    line (measured slow paths) does not count: openssl speed ran 3-4x slower beside "1.9 %
+    of thread time". Estimated from the records and the measured cost of one."""
+    n, life = 0, 0.0
+    for p in run.procs:
+        n += int((read_records(p.file("heap.bin"), HEAP_DTYPE)["site"] != 0).sum())
+        n += int((read_records(p.file("frees.bin"), FREE_DTYPE)["addr"] != 0).sum())
+        if len(p.thread_start_s):
+            span = p.thread_end_s - p.thread_start_s
+            life += float(np.nansum(span[span > 0]))
+    cost = n * ALLOC_RECORD_S
+    if not life or cost < ALLOC_NOTE_SHARE * life:
+        return None
+    return (
+        f"{n:,} heap allocation and free records ({n / life:,.0f} per second of thread time): "
+        f"recording them cost at least {cost:.2g} s ({100 * cost / life:.0f} % of thread time, "
+        "at the ~40 ns a record bench/alloc.py measures), which the overhead line does not "
+        "count; a program that allocates this often runs at least that much slower under the "
+        "comm and numa lenses"
+    )
+
+
 def _untracked_threads_note(ct: np.ndarray) -> str | None:
     """The exact threads the model did not track at all (none of their accesses seen)."""
     n = int(((ct["flags"] & CT_UNTRACKED) != 0).sum()) if len(ct) else 0
@@ -722,6 +754,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             else "exact backend, one call per access into liblocus.so (a default `locus cc` "
             f"build inlines the hit test and runs 1.5-2x faster): {every}"
         )
+    heavy = _allocation_cost_note(run)
+    if heavy:
+        notes.append(heavy)
     if cfg["instrumented"] and cfg["backend"] != "exact":
         notes.append(
             f"{os.path.basename(cfg['instrumented'])} is built with `locus cc`: its exact "
