@@ -138,8 +138,10 @@ def parse_bind(value: str) -> str:
         for a, b in re.findall(r"(\d+)-(\d+)", value):
             if int(a) > int(b):
                 raise argparse.ArgumentTypeError(f"'{a}-{b}' is an empty range of CPUs")
-        if any(int(x) > 1 << 16 for x in re.findall(r"\d+", value)):
-            raise argparse.ArgumentTypeError(f"'{value}': CPU numbers go up to {1 << 16}")
+        from locus.launcher import CPU_LIST_MAX
+
+        if any(int(x) > CPU_LIST_MAX for x in re.findall(r"\d+", value)):
+            raise argparse.ArgumentTypeError(f"'{value}': CPU numbers go up to {CPU_LIST_MAX}")
         return value
     raise argparse.ArgumentTypeError(
         f"'{value}': use compact, scatter, none or a CPU list such as 0-3,8"

@@ -26,6 +26,7 @@ void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t 
 /* A heap block about to be freed, or moved by realloc (exact backend, comm/exact/exact.c: its
  * lines start a new generation; nothing while the exact model is off). */
 void locus_comm_exact_freed(void *p, size_t n); /* n = 0: malloc_usable_size(p) */
+int locus_comm_exact_gens(void); /* whether locus_comm_exact_freed does anything now */
 
 /* Called by the comm lens's thread_init on every registered thread: opens allocs.bin in
  * the process directory the first time (and again in a fork child), switches tracking on

@@ -193,7 +193,9 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t n, uint64_t 
   if (!(s & LOCUS_ALLOC_RESOLVED)) return p ? NULL : boot_alloc(n, 16);
   /* mremap would carry PROT_NONE along; only an mmap'd chunk can be a tracked region. */
   if ((s & LOCUS_ALLOC_NUMA) && p && chunk_mmapped(p)) locus_ft_release(p, 0);
-  size_t before = (s & LOCUS_ALLOC_TRACKING) && p ? malloc_usable_size(p) : 0;
+  /* The old size only when the exact model keeps generations (a lookup per realloc). */
+  size_t before =
+      (s & LOCUS_ALLOC_TRACKING) && p && locus_comm_exact_gens() ? malloc_usable_size(p) : 0;
   void *q = real.realloc(p, n);
   if (before && q && q != p) locus_comm_exact_freed(p, before); /* moved: p's lines are free */
   if (s & LOCUS_ALLOC_TRACKING) {

@@ -1551,7 +1551,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         size = sizes.most_common(1)[0][0]
         own = all(not (per[a].keys() & per[b].keys()) for a in per for b in per if a < b)
         verb = "write" if o["_false_stores"] else "access"
-        name = f"`{o['name']}`" if o["kind"] == "static" else o["name"]
+        name = _quoted(o)
         if o.get("_victim") and not own:
             out.append(_victim_advice(o, objects, thr, name, line, names))
             continue
@@ -1651,6 +1651,12 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
     return out + _neighbours_advice(alone, line, names, limit - len(out))
 
 
+def _quoted(o: dict) -> str:
+    """An object as the advice names it: a static variable in backquotes (`stats`), a heap
+    block or stack by its description."""
+    return f"`{o['name']}`" if o["kind"] == "static" else o["name"]
+
+
 def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int, names) -> str:
     """An object only read, on a line that writes to its neighbours keep moving."""
     pid, lines = o["_false_lines"]
@@ -1660,7 +1666,7 @@ def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int,
     ]  # fmt: skip
 
     def label(p: dict) -> str:
-        text = f"`{p['name']}`" if p["kind"] == "static" else p["name"]
+        text = _quoted(p)
         # Two blocks from one line of code (a std::vector and its buffer): their sizes.
         return text + f" ({p['size']} bytes)" if p["name"] == o["name"] and p.get("size") else text
 
@@ -1702,10 +1708,7 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
             continue
         said.add(key)
         members.sort(key=lambda ot: ot[1])
-        each = ", ".join(
-            f"{'`' + o['name'] + '`' if o['kind'] == 'static' else o['name']} (thread {t})"
-            for o, t in members[:FIELDS_THREADS]
-        )
+        each = ", ".join(f"{_quoted(o)} (thread {t})" for o, t in members[:FIELDS_THREADS])
         more = f" and {len(members) - FIELDS_THREADS} more" if len(members) > FIELDS_THREADS else ""
         thr = _ranges([t for _o, t in members])
         total = sum(o["all"] for o, _t in members)

@@ -118,14 +118,11 @@ def comm_tables(report: dict) -> list[Table]:
             # @+64: the line starts 64 bytes into the object; @-32: the object starts 32
             # bytes into the line.
             at += f" @{r['offset']:+d}"
-        ranges = " ".join(
-            f"t{t['thread']}:{_spans(t['bytes'])}{_field_note(t.get('fields'), r['object'])}"
-            for t in r["threads"][:LINE_THREADS]
-        )
-        full = " ".join(
+        each = [
             f"t{t['thread']}:{_spans(t['bytes'])}{_field_note(t.get('fields'), r['object'])}"
             for t in r["threads"]
-        )
+        ]
+        ranges, full = " ".join(each[:LINE_THREADS]), " ".join(each)
         if len(r["threads"]) > LINE_THREADS:
             ranges += f" … and {len(r['threads']) - LINE_THREADS} more threads (JSON `lines`)"
         # "function file:line" as the sites come (the file without its directory).

@@ -161,8 +161,10 @@ static inline struct locus_xshadow *shadow_of(uint64_t ln) {
  * Blocks up to 64 KiB: a bigger one's lines are left as they are (glibc returns those to
  * the system with munmap anyway). */
 #define GEN_MAX_LINES 1024u
+int locus_comm_exact_gens(void) { return locus_xg.on && locus_xg.l1; }
+
 void locus_comm_exact_freed(void *p, size_t n) {
-  if (!p || !locus_xg.on || !locus_xg.l1) return;
+  if (!p || !locus_comm_exact_gens()) return;
   if (!n) n = malloc_usable_size(p);
   /* Lines wholly inside the block only: a line it shares with a live neighbour (a hot
    * counter beside a short-lived block) keeps its aggregates whole. */
