@@ -21,7 +21,9 @@ carries the line of the access (the `.loc` before it), so the fallback's return 
 names the access as before. Unaligned accesses take the test too (one that spans two lines
 fails it and calls); ranges and atomics keep their calls.
 
-The layout it reads (struct locus_xthread, struct locus_xshadow) is asserted in exact.c.
+The layout it reads (struct locus_xthread, struct locus_xshadow) is asserted in exact.c; when
+it changes, locus_xt is renamed here and in fast.h, so that `locus record` refuses programs
+built with the old one.
 Usage (from the wrapper script `locus cc` writes): gas.py REAL_AS [as arguments...]. Input
 without a __tsan_ call is assembled unchanged. Standalone: it imports nothing from locus, so
 that the assembler step costs one bare interpreter start.

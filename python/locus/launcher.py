@@ -253,6 +253,31 @@ def exact_hooks(path: str) -> str | None:
     return "calls" if any(n.startswith(EXACT_SYMBOL_PREFIXES) for n in names) else None
 
 
+def check_runtime_abi(modules: list, runtime: str) -> None:
+    """Refuses a program (or library) built by another locus's `locus cc` whose runtime
+    symbols the liblocus.so about to be preloaded does not define: the loader would stop it
+    with "undefined symbol". The exact model's layout is compiled into such a build (gcc's
+    inlined hit test, clang LTO's fast path), so runtime/comm/exact/fast.h renames the
+    per-thread state whenever that layout changes, and a stale build is caught here rather
+    than read with the wrong offsets."""
+    have = None
+    for module in modules:
+        names = elf_dynamic_symbols(module) if module else None
+        wanted = sorted(n for n in names or () if n.startswith(b"locus_"))
+        if not wanted:
+            continue
+        if have is None:
+            have = elf_dynamic_symbols(runtime) or set()
+        missing = [n.decode(errors="replace") for n in wanted if n not in have]
+        if missing:
+            raise LocusError(
+                f"{module} was built by another version of `locus cc`: it needs "
+                f"{', '.join(missing[:3])}, which this locus's runtime ({runtime}) does not "
+                "define; rebuild it with this locus's `locus cc` / `locus c++`",
+                2,
+            )
+
+
 def built_with_locus_cc(path: str) -> bool | None:
     """True when the executable references the instrumentation hooks `locus cc` inserts;
     None when it is not an ELF file (a script: its interpreter is not what we look at)."""
@@ -419,6 +444,7 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
     return {
         "exact_hooks": hooks,
         "instrumented": instrumented,
+        "module": module or instrumented,  # read by check_runtime_abi, not written to meta
         "backend": backend,
         "requested": asked,
         "period_ns": int(o["period_ns"]),
@@ -949,6 +975,7 @@ def record(
         )
     numa_settings = resolve_numa(numa, comm_settings) if "numa" in lenses else None
     runtime = find_runtime()
+    check_runtime_abi([exe, (comm_settings or {}).get("module")], runtime)
     engine = fifo = None
     if "monitor" in lenses:
         # Built before the run directory: unknown events or a FIFO that cannot be created
@@ -1016,7 +1043,7 @@ def record(
         "sampler": {"interval_ms": sample_interval_ms},
     }
     if comm_settings is not None and "comm" in lenses:
-        meta["comm"] = dict(comm_settings)
+        meta["comm"] = {k: v for k, v in comm_settings.items() if k != "module"}
     if numa_settings is not None:
         meta["numa"] = numa_settings
     if engine is not None:

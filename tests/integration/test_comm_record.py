@@ -711,3 +711,72 @@ def test_exact_gives_each_object_on_a_line_and_each_block_at_an_address_its_tran
     )
     if same:  # two blocks at one address: each its own transfers (~2000 each)
         assert len(heap) == 2 and heap[1] > 0.5 * heap[0], heap
+
+
+TWO_WORDS = r"""
+#include <pthread.h>
+#include <stdio.h>
+volatile long v[2];
+static void *work(void *a) {
+  for (long i = 0; i < 100000; i++) v[(long)a]++;
+  return NULL;
+}
+int main(void) {
+  pthread_t t[2];
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, work, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  printf("%ld %ld\n", v[0], v[1]);
+  return 0;
+}
+"""
+
+
+def test_exact_program_linked_against_another_copy_of_the_runtime(locus, tmp_path):
+    """A `locus cc` build whose runpath names another liblocus.so (another checkout, an
+    installed copy): the loader loaded that copy beside the preloaded one. Two runtimes ran
+    in one process ('2 processes'), and the hooks went to the copy that was not recording
+    ('8 accesses' for 400,000). The runtime's soname now lets the preloaded copy satisfy the
+    program's need."""
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "build" / "liblocus.so", other)
+    (tmp_path / "two.c").write_text(TWO_WORDS)
+    exe = tmp_path / "two"
+    built = locus.run(
+        "cc", "-O2", "-pthread", "-o", str(exe), str(tmp_path / "two.c"),
+        env={**locus.env, "LOCUS_LIB": str(other)},
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "exact"))
+    assert len([p for p in (run / "procs").iterdir() if p.is_dir()]) == 1
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["samples"] >= 400_000 and c["totals"]["all"] > 0, (c["samples"], c["totals"])
+
+
+def test_exact_program_built_by_another_locus_is_refused(locus, tmp_path):
+    """A build whose compiled-in model layout this runtime does not have (fast.h renames the
+    per-thread state when the layout changes): refused with the fix, not left to the loader's
+    'undefined symbol' or read with the wrong offsets."""
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "s.c").write_text("__thread long locus_xt_v99[8];\n")
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,liblocus.so", "-o", str(stub / "liblocus.so"),
+         str(stub / "s.c")],
+        check=True,
+    )  # fmt: skip
+    (tmp_path / "p.c").write_text(
+        "extern __thread long locus_xt_v99[8];\nint main(void) { return (int)locus_xt_v99[0]; }\n"
+    )
+    exe = tmp_path / "p"
+    subprocess.run(
+        ["gcc", "-o", str(exe), str(tmp_path / "p.c"), f"-L{stub}", "-llocus",
+         f"-Wl,-rpath,{stub}"],
+        check=True,
+    )  # fmt: skip
+    for lens in ("comm", "locks"):
+        proc, _run = locus.record([str(exe)], ("--lens", lens), check=False)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2, err
+        assert "built by another version of `locus cc`" in err and "locus_xt_v99" in err, err
+        assert "Traceback" not in err

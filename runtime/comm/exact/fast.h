@@ -65,6 +65,10 @@ struct locus_xglobal {
   uint64_t l1_n;
 } __attribute__((aligned(64)));
 
+/* Programs built by `locus cc` compile this layout in (gas.py's offsets, lto_hooks.c): when
+ * struct locus_xthread, struct locus_xshadow or the block size change, rename locus_xt (and
+ * gas.py's reference to it, e.g. locus_xt_v2), so that a stale build is refused by `locus
+ * record` (launcher.check_runtime_abi) instead of being run with the wrong offsets. */
 extern LOCUS_X_API struct locus_xglobal locus_xg;
 extern LOCUS_X_API __thread struct locus_xthread locus_xt
     __attribute__((tls_model("initial-exec")));
