@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import errno
+import functools
 import json
 import mmap
 import os
@@ -290,6 +291,26 @@ def built_with_locus_cc(path: str) -> bool | None:
 SYSTEM_LIBRARY_DIRS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/")
 
 
+# Sanitizer runtimes that must come first in the loader's list (ASan aborts otherwise) and
+# whose hooks must win over liblocus.so's (a -fsanitize=thread build calls the same __tsan_*
+# hooks as a `locus cc` one): `locus record` preloads them before liblocus.so.
+SANITIZER_RUNTIMES = ("libasan.so", "libtsan.so", "liblsan.so", "libhwasan.so")
+SANITIZER_PREFIXES = (b"__asan_", b"__tsan_", b"__lsan_", b"__hwasan_")
+
+
+@functools.lru_cache(maxsize=8)
+def sanitizer_runtimes(exe: str | None) -> list[str]:
+    """The sanitizer runtimes `exe` links (gcc/clang -fsanitize=address|thread|leak with the
+    shared runtime), in the loader's order; [] for anything else (a `locus cc` build
+    references the __tsan_* hooks too, but links liblocus.so, not libtsan)."""
+    names = elf_dynamic_symbols(exe) if exe else None
+    if not names or not any(n.startswith(SANITIZER_PREFIXES) for n in names):
+        return []
+    return [
+        lib for lib in linked_libraries(exe) if os.path.basename(lib).startswith(SANITIZER_RUNTIMES)
+    ]
+
+
 def exact_module(exe: str, skip_system: bool = False) -> str | bool | None:
     """The module `locus cc` instrumented: the executable, or else the first library it
     links that references the hooks (a solver library built with `locus cc` under a plain
@@ -297,6 +318,10 @@ def exact_module(exe: str, skip_system: bool = False) -> str | bool | None:
     not read the distribution's libraries (`--backend auto` asks this of every program:
     reading libc, libstdc++ and the rest took 50-110 ms)."""
     built = built_with_locus_cc(exe)
+    if built and any(
+        os.path.basename(lib).startswith("libtsan.so") for lib in sanitizer_runtimes(exe)
+    ):
+        return False  # a ThreadSanitizer build: its hooks are libtsan's (preloaded first)
     if built is not False:
         return exe if built else None
     for lib in linked_libraries(exe):
@@ -406,6 +431,13 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
         )
     elif asked == "exact":
         module = exact_module(exe)  # may ask the loader: once, kept for exact_hooks below
+        if module is False and any("libtsan" in lib for lib in sanitizer_runtimes(exe)):
+            raise LocusError(
+                f"--backend exact: {command[0]} is a ThreadSanitizer build (linked with "
+                "libtsan, which takes its hooks); build it with `locus cc` / `locus c++` "
+                "instead of -fsanitize=thread",
+                2,
+            )
         if module is False and os.environ.get("LOCUS_EXACT_UNCHECKED") != "1":
             raise LocusError(
                 f"--backend exact: {command[0]} is not instrumented, nor is any library it "
@@ -976,6 +1008,24 @@ def record(
     numa_settings = resolve_numa(numa, comm_settings) if "numa" in lenses else None
     runtime = find_runtime()
     check_runtime_abi([exe, (comm_settings or {}).get("module")], runtime)
+    sanitizers = sanitizer_runtimes(exe)
+    if sampling and any("libtsan" in lib for lib in sanitizers):
+        raise LocusError(
+            f"{command[0]} is a ThreadSanitizer build (libtsan): its runtime defers the "
+            "signals the comm and numa lenses sample with, and the program died of SIGSEGV "
+            "under them; record its plain build, or build it with `locus cc` for "
+            "--backend exact (--lens locks works on it)",
+            2,
+        )
+    if sanitizers:
+        names = ", ".join(os.path.basename(lib) for lib in sanitizers)
+        print(
+            f"locus: note: {command[0]} is a sanitizer build ({names}, preloaded before "
+            "locus's runtime): what is measured is the instrumented program, and its heap "
+            "blocks come from the sanitizer's allocator, which locus does not see (heap "
+            "objects are not named)",
+            file=sys.stderr,
+        )
     engine = fifo = None
     if "monitor" in lenses:
         # Built before the run directory: unknown events or a FIFO that cannot be created
@@ -998,7 +1048,7 @@ def record(
 
     env = dict(os.environ)
     preload = env.get("LD_PRELOAD", "").strip()
-    env["LD_PRELOAD"] = runtime + (":" + preload if preload else "")
+    env["LD_PRELOAD"] = ":".join([*sanitizers, runtime] + ([preload] if preload else []))
     env["LOCUS_DIR"] = run_dir
     # The numa lens takes its samples from the comm lens's samplers: the runtime runs comm
     # too, without the communication detector when comm was not asked for.
@@ -1105,8 +1155,9 @@ def record(
 
     if not entries:
         print(
-            f"locus: warning: the runtime recorded no process: {command[0]} may be setuid "
-            "or may clear LD_PRELOAD",
+            f"locus: warning: the runtime recorded no process: {command[0]} may be setuid, "
+            "may clear LD_PRELOAD, or stopped before the runtime started (see its own "
+            "messages above)",
             file=sys.stderr,
         )
     for pid in unrecorded_execs(entries, finished):

@@ -780,3 +780,29 @@ def test_exact_program_built_by_another_locus_is_refused(locus, tmp_path):
         assert proc.returncode == 2, err
         assert "built by another version of `locus cc`" in err and "locus_xt_v99" in err, err
         assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("sanitizer", ["address", "thread"])
+def test_sanitizer_builds(locus, tmp_path, sanitizer):
+    """An ASan build aborted under locus ('ASan runtime does not come first in initial
+    library list'), reported as 'may be setuid'; a TSan build had its hooks taken by
+    liblocus.so's and died of SIGSEGV under the comm lens. The sanitizer's runtime is now
+    preloaded first (with a note), and a TSan build is refused where it cannot work."""
+    (tmp_path / "two.c").write_text(TWO_WORDS)
+    exe = tmp_path / "two"
+    built = subprocess.run(
+        ["gcc", "-O1", "-g", f"-fsanitize={sanitizer}", "-pthread", "-o", str(exe),
+         str(tmp_path / "two.c")],
+        capture_output=True,
+    )  # fmt: skip
+    if built.returncode != 0:
+        pytest.skip(f"gcc cannot build with -fsanitize={sanitizer}: {built.stderr[-200:]}")
+    lenses = ("locks", "comm") if sanitizer == "address" else ("locks",)
+    for lens in lenses:
+        proc, _run = locus.record([str(exe)], ("--lens", lens))
+        assert proc.stdout == b"100000 100000\n", (lens, proc.stdout, proc.stderr)
+        assert b"is a sanitizer build" in proc.stderr and b"recorded no process" not in proc.stderr
+    if sanitizer == "thread":
+        for args in (("--lens", "comm"), ("--lens", "comm", "--backend", "exact")):
+            proc, _run = locus.record([str(exe)], args, check=False)
+            assert proc.returncode == 2 and b"ThreadSanitizer build" in proc.stderr, proc.stderr
