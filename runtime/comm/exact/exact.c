@@ -504,7 +504,10 @@ LOCUS_EXPORT __attribute__((noinline)) void locus_x_slow(uintptr_t a, uint64_t l
   }
 }
 
-#define RA ((uint64_t)__builtin_return_address(0))
+/* The access's instruction address: inside the hook's call instruction (its return address
+ * - 1), which carries the access's line; the return address itself is the next instruction,
+ * often of the next line (a loop's back edge, the next statement). */
+#define RA ((uint64_t)__builtin_return_address(0) - 1)
 
 /* ---- -fsanitize=thread (gcc and clang), hooks called through the GOT ---- */
 
