@@ -908,6 +908,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
         # The false-sharing accesses (both sides) in object offsets, for the advice, of
         # the objects that can get one.
         fa: list = []
+        written: set = set()
         fm = m[:0]
         if (
             S["false"][o] >= ADVICE_MIN_FALSE * S["all"][o] > 0
@@ -928,6 +929,18 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                     (ev.dst[fm], ev.dst_off[fm], ev.dst_len[fm]),
                 )
             ]
+            # The (thread, offset) pairs written: the writer's side, and stores among the
+            # accessing side (a read of another thread's field does not make it shared).
+            dst_w = (ev.dst_flags[fm] & AC_STORE) != 0
+            written = {
+                (int(t), int(x))
+                for t, x in zip(
+                    np.concatenate([ev.src[fm], ev.dst[fm][dst_w]]).tolist(),
+                    np.concatenate(
+                        [line_off[fm] + ev.src_off[fm], (line_off[fm] + ev.dst_off[fm])[dst_w]]
+                    ).tolist(),
+                )
+            }
             if len(fm):
                 fa = np.concatenate(parts)
                 fw = np.concatenate([wk["false"][fm], wk["false"][fm]])
@@ -979,6 +992,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                 "_false_accesses": fa,
                 "_false_lines": (int(names.run.procs[info["proc"]].pid), set(ev.line[fm].tolist())),
                 "_false_stores": stores,
+                "_false_written": written,
                 "_victim": victim,
                 "_victim_reads": reads,
                 "_shared_words": shared,
@@ -1094,6 +1108,10 @@ def _sampled_uses(proc, line: int, cache: dict) -> tuple[np.ndarray, np.ndarray]
     return cache[id(proc)]
 
 
+# Exact backend: the true transfers of a word that make it shared data (more than this).
+EXACT_SHARED_WORD_MIN = 2
+
+
 def _shared_words(
     proc, ev: Events, m: np.ndarray, fm: np.ndarray, tids: np.ndarray, line: int, cache: dict
 ) -> tuple[int, int]:
@@ -1109,7 +1127,12 @@ def _shared_words(
     if (ev.flags[m] & CE_EXACT).all():
         on = m[np.isin(ev.line[m].astype(np.uint64), lines)]
         t = on[(ev.flags[on] & CE_TRUE) != 0]
-        words = {(int(ev.line[i]), int(ev.dst_off[i]) // WORD) for i in t}
+        vol: Counter = Counter()
+        for i in t:
+            vol[(int(ev.line[i]), int(ev.dst_off[i]) // WORD)] += float(ev.volume[i])
+        # A word moved once or twice is not data the threads share (the main thread reading
+        # each worker's result after the joins): shared words are moved more often.
+        words = {w for w, v in vol.items() if v > EXACT_SHARED_WORD_MIN}
         seen = {
             (int(ev.line[i]), int(o) // WORD) for i in on for o in (ev.dst_off[i], ev.src_off[i])
         }
@@ -1364,6 +1387,9 @@ ADVICE_MIN_FALSE = 0.25
 # An object whose false sharing is below this share of the largest object's gets no advice:
 # one stray transfer next to millions (the exact backend counts every one) is not a finding.
 ADVICE_MIN_SHARE = 0.01
+# A thread with less than this share of an object's false-sharing volume is left out of its
+# advice (the main thread reading every worker's result once, after the joins).
+ADVICE_THREAD_MIN = 0.02
 
 
 # Source files in Fortran: its advice names Fortran's means (a padded array dimension, a
@@ -1541,15 +1567,35 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         for t, off, ln, _li, w in acc:
             per.setdefault(t, Counter())[off] += w
             sizes[ln] += 1
+        # A thread with a sliver of the volume (the main thread reading the results once
+        # after the joins) is not one of the threads the advice is about.
+        weight = {t: sum(c.values()) for t, c in per.items()}
+        big = {
+            t: c for t, c in per.items() if weight[t] >= ADVICE_THREAD_MIN * sum(weight.values())
+        }
+        if len(big) >= 2:
+            acc = [r for r in acc if r[0] in big]
+            per = big
         if len(per) < 2:
             # One thread's variable: its false sharing is with a neighbour on its line
             # (two counters side by side), said below for both.
             alone.append((o, next(iter(per))))
             continue
+        # Each thread's own bytes: no two threads write the same offsets (what they only
+        # read, another thread's field read once, does not make a field shared).
+        wr = {t: {x for u, x in o.get("_false_written", ()) if u == t} for t in per}
+        wr = {t: w for t, w in wr.items() if w}
+        if len(wr) < 2:  # fewer than two writers: what the threads access
+            wr = {t: set(c) for t, c in per.items()}
+        elif len(wr) < len(per):
+            # Threads that only read beside two or more writers (results read after the
+            # joins) are not whom the padding is for.
+            per = {t: c for t, c in per.items() if t in wr}
+            acc = [r for r in acc if r[0] in per]
+        own = all(not (wr[a] & wr[b]) for a in wr for b in wr if a < b)
         thr = _ranges(list(per))
         offs = sorted({r[1] for r in acc})
         size = sizes.most_common(1)[0][0]
-        own = all(not (per[a].keys() & per[b].keys()) for a in per for b in per if a < b)
         verb = "write" if o["_false_stores"] else "access"
         name = _quoted(o)
         if o.get("_victim") and not own:
