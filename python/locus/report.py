@@ -147,16 +147,19 @@ def filter_comm(c: dict, f: Filters) -> dict:
     kind = f.kind if f.kind in ("all", "true", "false") else "all"
     n = f.top or None
     out = dict(c)
+    kept = {}
     for key in ("objects", "lines", "sites"):
         rows = sorted(c[key], key=lambda r: -r[kind])
         if kind != "all":
             rows = [r for r in rows if r[kind] > 0]
+        kept[key] = len(rows)
         out[key] = rows[:n]
     out["view"] = {"by": by, "kind": kind}
     if f.by and f.by not in BY_VIEWS["comm"]:
         out["notes"] = [*c["notes"], f"--by {f.by} applies to the numa lens; comm shows by thread"]
     out["shown"] = {k: len(out[k]) for k in ("objects", "lines", "sites")}
-    out["total"] = {k: len(c[k]) for k in ("objects", "lines", "sites")}
+    # Of the rows --kind kept: "N of M" is what --top cut ("--top 0 for all" shows the M).
+    out["total"] = kept
     return out
 
 

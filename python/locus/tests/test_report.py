@@ -186,3 +186,16 @@ def test_damaged_record_files_are_read_around(tmp_path, capsys, lens, maker, nam
         assert any("damaged file" in n for n in r["notes"]), r["notes"]
     if lens == "comm":
         assert len(r["matrices"]["core"]["all"]) <= 64 and len(r["threads"]) <= 64
+
+
+def test_comm_kind_counts_what_top_cuts_from():
+    """--kind false --top 0 titled its table "(1 of 2; --top 0 for all)": the row --kind
+    dropped was counted as one --top had cut."""
+    from locus.report import Filters, filter_comm
+
+    rows = [{"all": 5.0, "true": 5.0, "false": 0.0}, {"all": 3.0, "true": 0.0, "false": 3.0}]
+    c = {"objects": rows, "lines": rows, "sites": rows, "notes": []}
+    out = filter_comm(c, Filters(kind="false", top=0))
+    assert out["shown"]["objects"] == out["total"]["objects"] == 1
+    out = filter_comm(c, Filters(kind="all", top=1))
+    assert out["shown"]["objects"] == 1 and out["total"]["objects"] == 2
