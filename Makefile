@@ -20,7 +20,8 @@ SUDO := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then
 
 C_SOURCES = $(shell find runtime workloads python -name '*.[ch]' -not -path '*/build/*' 2>/dev/null)
 
-DEMO_DIR ?= /tmp/locus-demo
+# In the checkout: a fixed /tmp path was another user's run, which `record -o` cannot replace.
+DEMO_DIR ?= build/demo
 DEMO_CMD ?= workloads/build/sharequeue 1
 DEMO_COMM_CMD ?= workloads/build/comm_falseshare 2 - 0.9 --free
 # Serial first touch, then both threads compute: on 2 emulated nodes one of them is remote.
@@ -32,16 +33,19 @@ all: build
 
 deps: apt-deps $(VENV)/.installed
 
-# Installs those of the Debian packages $(1) that are missing; dpkg -s first, so a repeated
-# `make deps` does not touch apt at all.
+# Installs those of the Debian packages $(1) that are missing (or removed with their
+# configuration left); dpkg-query first, so a repeated `make deps` does not touch apt at all.
+# sudo resets the environment: DEBIAN_FRONTEND goes through `env`.
 apt_install = missing=""; \
 	for p in $(1); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || \
+	    missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends $$missing; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+	    $$missing; \
 	fi
 
 apt-deps:

@@ -692,8 +692,15 @@ def create_run_dir(out: str | None, command: list[str], now: datetime.datetime) 
                         f"{out}: directory is not empty and is not a locus run; choose another -o",
                         2,
                     )
-                shutil.rmtree(path)
-                os.mkdir(path)
+                try:
+                    shutil.rmtree(path)
+                    os.mkdir(path)
+                except OSError as e:
+                    raise LocusError(
+                        f"{out}: cannot replace the earlier run there: {e.strerror}; "
+                        "choose another -o",
+                        2,
+                    ) from None
         else:
             try:
                 os.makedirs(path)

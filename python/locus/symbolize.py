@@ -180,6 +180,8 @@ class PerfMap:
                 lo, n = int(parts[0], 16), int(parts[1], 16)
             except ValueError:
                 continue
+            if lo < 0 or n < 0 or lo + n >= 1 << 64:  # a torn line (two writers interleaved)
+                continue
             starts.append(lo)
             ends.append(lo + n)
             names.append(parts[2].strip())

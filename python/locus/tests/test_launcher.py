@@ -152,3 +152,20 @@ def test_count_threads_reads_proc_bin(tmp_path):
     (entry / "threads.bin").write_bytes(bytes(slots))
     (entry / "proc.bin").write_bytes(bytes(hdr))
     assert launcher.count_threads(str(entry)) == 2
+
+
+def test_run_dir_that_cannot_be_replaced_is_one_error(tmp_path, monkeypatch):
+    """Another user's earlier run at -o (make demo's fixed /tmp path): PermissionError from
+    rmtree came out as a traceback."""
+    import shutil
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "meta.json").write_text(json.dumps({"format_version": 1, "locus_version": "x"}))
+
+    def refuse(path, *a, **k):
+        raise PermissionError(13, "Permission denied", "meta.json")
+
+    monkeypatch.setattr(shutil, "rmtree", refuse)
+    with pytest.raises(LocusError, match="cannot replace the earlier run there: Permission denied"):
+        launcher.create_run_dir(str(run), ["true"], datetime.datetime.now())

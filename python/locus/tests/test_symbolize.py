@@ -202,3 +202,14 @@ def test_lambda_types_in_template_arguments(outer, name):
     from locus.symbolize import lambda_name
 
     assert lambda_name("operator()", [outer]) == name
+
+
+def test_perf_map_skips_torn_lines():
+    """node's /tmp/perf-PID.map with two writers' lines interleaved (a 17-digit start) and a
+    run of NULs: OverflowError from numpy took the whole report down."""
+    from locus.symbolize import PerfMap
+
+    p = PerfMap(
+        "3a3f60cde4c25abc8 5 Script:~ x\n7f00 10 good\n\0\0\0 1 2\nffffffffffffffff 2 end\n"
+    )
+    assert p.names == ["good"] and p.lookup(0x7F05) == "good"
