@@ -9,7 +9,7 @@ import re
 from locus.analysis.comm import _ranges
 from locus.errors import LocusError
 from locus.render.heat import pyplot, save, shade, shade_legend
-from locus.render.tables import Table
+from locus.render.tables import Table, frame_text
 from locus.render.units import count, nbytes, percent, seconds
 
 MATRIX_TABLE = "comm_matrix"  # CSV only: text and Markdown show the heat map instead
@@ -139,9 +139,7 @@ def comm_tables(report: dict) -> list[Table]:
         )
     sites = []
     for r in c["sites"]:
-        where = r["function"]
-        if r["file"]:
-            where += f" {r['file'].rsplit('/', 1)[-1]}:{r['line']}"
+        where = frame_text(r)
         sites.append(dict(r, where=where, false_pct=_pct(r["false"], r["all"])))
     shown, total = c.get("shown") or {}, c.get("total") or {}
     tables = [

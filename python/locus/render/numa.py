@@ -7,7 +7,7 @@ from __future__ import annotations
 from locus.analysis.common import ranges, via_text
 from locus.errors import LocusError
 from locus.render.heat import pyplot, save, shade, shade_legend
-from locus.render.tables import Table
+from locus.render.tables import Table, frame_text
 from locus.render.units import count, nbytes, percent, seconds
 
 MATRIX_TABLE = "numa_matrix"  # CSV only: text and Markdown draw the matrices instead
@@ -46,10 +46,7 @@ def _has_memory_only(c: dict) -> bool:
 
 
 def _where(r: dict) -> str:
-    where = r["function"]
-    if r["file"]:
-        where += f" {r['file'].rsplit('/', 1)[-1]}:{r['line']}"
-    return where + _via(r)
+    return frame_text(r) + _via(r)
 
 
 def _via(r: dict) -> str:

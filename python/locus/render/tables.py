@@ -39,9 +39,7 @@ def locks_tables(report: dict) -> list[Table]:
     locks = [dict(r, wait_pct=_pct(r["wait_s"], dur)) for r in lk["locks"]]
     sites = []
     for r in lk["sites"]:
-        where = r["function"]
-        if r["file"]:
-            where += f" {r['file'].rsplit('/', 1)[-1]}:{r['line']}"
+        where = frame_text(r)
         sites.append(dict(r, where=where))
     tables = [
         Table(
@@ -90,7 +88,7 @@ def locks_tables(report: dict) -> list[Table]:
     ]
     if lk.get("stacks"):
         stacks = [
-            dict(r, stack="\n".join(_frame(f) for f in r["frames"][:8])) for r in lk["stacks"]
+            dict(r, stack="\n".join(frame_text(f) for f in r["frames"][:8])) for r in lk["stacks"]
         ]
         tables.append(
             Table(
@@ -109,10 +107,12 @@ def locks_tables(report: dict) -> list[Table]:
     return tables
 
 
-def _frame(f: dict) -> str:
+def frame_text(f: dict) -> str:
+    """ "function file.c:12" of a row or frame; no ":0" when the line is unknown (code built
+    without -g: the file comes from the symbol table)."""
     where = f["function"]
     if f["file"]:
-        where += f" {f['file'].rsplit('/', 1)[-1]}:{f['line']}"
+        where += f" {f['file'].rsplit('/', 1)[-1]}" + (f":{f['line']}" if f.get("line") else "")
     return where
 
 

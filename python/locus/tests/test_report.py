@@ -199,3 +199,12 @@ def test_comm_kind_counts_what_top_cuts_from():
     assert out["shown"]["objects"] == out["total"]["objects"] == 1
     out = filter_comm(c, Filters(kind="all", top=1))
     assert out["shown"]["objects"] == 1 and out["total"]["objects"] == 2
+
+
+def test_code_without_line_numbers_has_no_colon_zero():
+    """A program built without -g: its sites read "work app.c:0"."""
+    from locus.render.tables import frame_text
+
+    assert frame_text({"function": "work", "file": "/src/app.c", "line": 0}) == "work app.c"
+    assert frame_text({"function": "work", "file": "app.c", "line": 11}) == "work app.c:11"
+    assert frame_text({"function": "work", "file": "", "line": 0}) == "work"
