@@ -940,6 +940,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                         [line_off[fm] + ev.src_off[fm], (line_off[fm] + ev.dst_off[fm])[dst_w]]
                     ).tolist(),
                 )
+                if x >= 0 and (not size or x < size)
             }
             if len(fm):
                 fa = np.concatenate(parts)
