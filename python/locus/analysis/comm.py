@@ -910,8 +910,12 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
         fa: list = []
         written: set = set()
         fm = m[:0]
+        # Mostly false sharing, or one of its lines is (a struct whose shared counter's
+        # true sharing hides the per-thread fields on its next line: 17 % false overall,
+        # that line 100 %).
+        lines_false = _false_line(ev, m, wk)
         if (
-            S["false"][o] >= ADVICE_MIN_FALSE * S["all"][o] > 0
+            (S["false"][o] >= ADVICE_MIN_FALSE * S["all"][o] > 0 or lines_false)
             and kind != "unknown"
             and advisable < 10
         ):
@@ -993,6 +997,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                 "_false_accesses": fa,
                 "_false_lines": (int(names.run.procs[info["proc"]].pid), set(ev.line[fm].tolist())),
                 "_false_stores": stores,
+                "_false_line": lines_false,
                 "_false_written": written,
                 "_victim": victim,
                 "_victim_reads": reads,
@@ -1107,6 +1112,18 @@ def _sampled_uses(proc, line: int, cache: dict) -> tuple[np.ndarray, np.ndarray]
         s = s[s["addr"] != 0]
         cache[id(proc)] = (s["addr"] - s["addr"] % np.uint64(line), s)
     return cache[id(proc)]
+
+
+def _false_line(ev: Events, m: np.ndarray, wk: dict) -> bool:
+    """Whether one line of an object (events m) is mostly false sharing and carries at least
+    ADVICE_LINE_SHARE of the object's false-sharing volume."""
+    if not len(m):
+        return False
+    inv, _first = group(ev.line[m])
+    f = np.bincount(inv, weights=wk["false"][m])
+    a = np.bincount(inv, weights=wk["all"][m])
+    hot = (f >= ADVICE_MIN_FALSE * a) & (f > 0) & (f >= ADVICE_LINE_SHARE * f.sum())
+    return bool(hot.any())
 
 
 # Exact backend: the true transfers of a word that make it shared data (more than this).
@@ -1385,6 +1402,8 @@ HOT_LINE_SHARE = 0.75
 # whose head and tail share a line is half true sharing (the lock, the index itself), and
 # padding still removes the other half (sysbench mutex: 47 % false).
 ADVICE_MIN_FALSE = 0.25
+# ... or one of its lines is, with at least this share of its false-sharing volume.
+ADVICE_LINE_SHARE = 0.5
 # An object whose false sharing is below this share of the largest object's gets no advice:
 # one stray transfer next to millions (the exact backend counts every one) is not a finding.
 ADVICE_MIN_SHARE = 0.01
@@ -1545,7 +1564,9 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
     for o in objects:
         if len(out) >= limit:
             break
-        if o["false"] <= 0 or o["false"] < ADVICE_MIN_FALSE * o["all"] or o["kind"] == "unknown":
+        if o["false"] <= 0 or o["kind"] == "unknown":
+            continue
+        if o["false"] < ADVICE_MIN_FALSE * o["all"] and not o.get("_false_line"):
             continue
         if o["false"] < ADVICE_MIN_SHARE * top:
             continue

@@ -1295,3 +1295,23 @@ def test_a_program_that_allocates_constantly_is_told_its_cost(tmp_path):
     assert note.startswith("2,000 heap allocation and free records") and "8 % of thread" in note
     run2, _p, _c = _run()
     assert not any("heap allocation" in n for n in _res(tmp_path, run2, name="quiet")["notes"])
+
+
+def test_advice_for_a_false_sharing_line_inside_a_mostly_true_object(tmp_path):
+    """`S` (128 bytes): a counter every thread updates (true sharing, most of the volume) and,
+    on its next line, two threads' own fields (false sharing): 17 % false overall, under the
+    advice's 25 % floor, so the fields that padding would fix got no advice."""
+    run, p, c = _run(threads=2, cpus=2)
+    for src, dst in ((10, 11), (11, 10)):
+        c.event(src=src, dst=dst, line=0x603000, src_off=32, src_len=8, dst_off=32, dst_len=8,
+                src_ip=0x401100, dst_ip=0x401100, store=True, count=100)  # fmt: skip
+    for src, dst, so, do in ((10, 11, 32, 40), (11, 10, 40, 32)):
+        c.event(src=src, dst=dst, line=0x603040, src_off=so, src_len=8, dst_off=do, dst_len=8,
+                src_ip=0x401200, dst_ip=0x401200, store=True, count=20)  # fmt: skip
+    for t in (10, 11):
+        c.counters(t, samples=100, signals=100)
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: MidLineSym("S", 128)))
+    s = next(o for o in res["objects"] if o["name"] == "S")
+    assert s["false"] < 0.25 * s["all"], s
+    (adv,) = [a for a in res["advice"] if "`S`" in a]
+    assert "offsets 64-72" in adv and "pad each to 64 bytes" in adv, adv
