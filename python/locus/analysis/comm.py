@@ -712,6 +712,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     shm = _between_processes_note(run, cfg, uses)
     if shm:
         notes.append(shm)
+    handoff = _handoff_note(run, cfg, uses, n_ev, counters["samples"])
+    if handoff:
+        notes.append(handoff)
 
     # Scaling and its uncertainty, honestly.
     if n_sampled:
@@ -1114,6 +1117,40 @@ def _sampled_uses(proc, line: int, cache: dict) -> tuple[np.ndarray, np.ndarray]
     return cache[id(proc)]
 
 
+def _handoff_note(run: RunDir, cfg: dict, uses: dict, detections: int, samples: int) -> str | None:
+    """A note when many sampled accesses went to lines that several threads use and one of
+    them writes, yet few detections came of them: a hand-off spun on with loads (a flag, a
+    queue's indices) publishes few sampled stores, and the timer rarely lands on them."""
+    if cfg["backend"] == "exact" or not samples:
+        return None
+    hot = total = 0
+    for p in run.procs:
+        base, s = _sampled_uses(p, cfg["line_size"], uses)
+        if not len(s):
+            continue
+        total += len(s)
+        inv, first = group(base)
+        pairs = np.unique(np.stack([inv, s["tid"].astype(np.int64)], 1), axis=0)
+        users = np.bincount(pairs[:, 0], minlength=len(first))
+        # Written: a sampled store on the line's page (the stores of a hand-off are few,
+        # its indices and slots are near each other).
+        page = base >> np.uint64(12)
+        written = np.isin(page, page[(s["flags"] & AC_STORE) != 0])
+        hot += int(((users >= 2)[inv] & written).sum())
+    if not total:
+        return None
+    est = samples * hot / total
+    if est < HANDOFF_MIN_SAMPLES or detections >= HANDOFF_MAX_RATE * est:
+        return None
+    return (
+        f"{100 * hot / total:.0f} % of the sampled accesses (about {est:,.0f}) went to lines "
+        f"that several threads use and one of them writes, yet {detections} detection(s) came "
+        "of them: a hand-off spun on with loads (a flag, a queue's indices) publishes few "
+        "sampled stores, so this backend sees little of it; `--backend exact` (a `locus cc` "
+        "build) counts every transfer"
+    )
+
+
 def _false_line(ev: Events, m: np.ndarray, wk: dict) -> bool:
     """Whether one line of an object (events m) is mostly false sharing and carries at least
     ADVICE_LINE_SHARE of the object's false-sharing volume."""
@@ -1402,6 +1439,10 @@ HOT_LINE_SHARE = 0.75
 # whose head and tail share a line is half true sharing (the lock, the index itself), and
 # padding still removes the other half (sysbench mutex: 47 % false).
 ADVICE_MIN_FALSE = 0.25
+# The hand-off note: at least this many samples on lines several threads use and one
+# writes, with fewer detections than this share of them.
+HANDOFF_MIN_SAMPLES = 200
+HANDOFF_MAX_RATE = 0.02
 # ... or one of its lines is, with at least this share of its false-sharing volume.
 ADVICE_LINE_SHARE = 0.5
 # An object whose false sharing is below this share of the largest object's gets no advice:
