@@ -1157,7 +1157,20 @@ def record(
         )
         if sampler is not None:
             meta["sampler"] = sampler.stats()
-        write_json_atomic(meta_path, meta)
+        try:
+            write_json_atomic(meta_path, meta)
+        except OSError as e:
+            # The program ran: its exit status stands; the run directory says it was not
+            # finished (meta.json keeps what was written at the start).
+            try:
+                os.unlink(meta_path + ".tmp")
+            except OSError:
+                pass
+            print(
+                f"locus: warning: cannot finish {meta_path}: {e.strerror}; the run is "
+                "incomplete (its end, exit status and counts are missing)",
+                file=sys.stderr,
+            )
         forwarder.restore()
 
     if not entries:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -339,6 +340,9 @@ class Proc:
     thread_end_s: np.ndarray = field(repr=False)
     start_s: float = 0.0
     end_s: float | None = None
+    # ns per tick of a sibling's TSC calibration, for a process killed before its own was
+    # taken (RunDir.open sets it; the TSC is one clock machine-wide).
+    fallback_rate: float | None = None
 
     @property
     def pid(self) -> int:
@@ -364,9 +368,12 @@ class Proc:
         if int(h["clock"]) == CLOCK_TSC:
             dtsc = int(h["tsc1"]) - int(h["tsc0"])
             dns = int(h["ns1"]) - int(h["ns0"])
-            if dtsc <= 0 or dns <= 0:
+            if dtsc > 0 and dns > 0:
+                rate = dns / dtsc / 1e9
+            elif self.fallback_rate:
+                rate = self.fallback_rate
+            else:
                 raise LocusError(f"{self.path}: proc.bin has no usable clock calibration")
-            rate = dns / dtsc / 1e9
             # Integer difference first: raw TSC values do not fit a float's mantissa.
             return (t.astype(np.int64) - np.int64(h["tsc0"])).astype(np.float64) * rate + off
         return (t.astype(np.int64) - np.int64(h["ns0"])).astype(np.float64) / 1e9 + off
@@ -494,7 +501,14 @@ class RunDir:
                 continue
             raw = read_records(pbin, PROC_DTYPE)
             if len(raw) != 1 or int(raw[0]["magic"]) != PROC_MAGIC:
-                raise LocusError(f"{pbin} is corrupted (bad magic or size)")
+                # One process's damage (a full disk, a kill at its first instruction) does
+                # not take the others' records with it.
+                print(
+                    f"locus: warning: {pbin} is damaged (bad magic or size): process {name} "
+                    "is left out",
+                    file=sys.stderr,
+                )
+                continue
             h = raw[0]
             if int(h["format_version"]) > FORMAT_VERSION:
                 raise LocusError(
@@ -506,7 +520,15 @@ class RunDir:
         if not isinstance(origin, int) or origin <= 0:
             starts = [int(h["start_ns"]) for _, _, h in hdrs if int(h["start_ns"])]
             origin = min(starts) if starts else 0
-        procs = [_load_proc(name, pdir, h, origin) for name, pdir, h in hdrs]
+        rates = [
+            (int(h["ns1"]) - int(h["ns0"])) / (int(h["tsc1"]) - int(h["tsc0"])) / 1e9
+            for _, _, h in hdrs
+            if int(h["clock"]) == CLOCK_TSC
+            and int(h["tsc1"]) > int(h["tsc0"])
+            and int(h["ns1"]) > int(h["ns0"])
+        ]
+        rate = float(np.median(rates)) if rates else None
+        procs = [_load_proc(name, pdir, h, origin, rate) for name, pdir, h in hdrs]
         procs.sort(key=lambda p: (p.start_s, p.pid, p.key))
         return cls(path, meta, procs, origin)
 
@@ -565,7 +587,7 @@ class RunDir:
         return (np.asarray(t_ns).astype(np.int64) - np.int64(self.origin_ns)) / 1e9
 
 
-def _load_proc(name: str, pdir: str, h: np.void, origin: int) -> Proc:
+def _load_proc(name: str, pdir: str, h: np.void, origin: int, rate: float | None) -> Proc:
     threads = read_records(os.path.join(pdir, "threads.bin"), THREAD_DTYPE)
     # A slot pthread_create reserved for a thread that never ran (the create failed, or the
     # process ended first) has no tid. Slot i holds serial i + 1 (runtime/core/thread.c): a
@@ -587,6 +609,7 @@ def _load_proc(name: str, pdir: str, h: np.void, origin: int) -> Proc:
         threads=threads,
         thread_start_s=np.zeros(0),
         thread_end_s=np.zeros(0),
+        fallback_rate=rate,
     )
     p.start_s = p.ns_to_s(int(h["start_ns"])) if int(h["start_ns"]) else 0.0
     end_ns = int(h["end_ns"]) or int(h["exec_ns"])

@@ -186,7 +186,12 @@ static int open_proc_header(int ppid_known_fork, uint64_t start_ns) {
   int fd = openat(locus_proc_dirfd, "proc.bin", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   /* The file holds exactly one record; the mapping is a page (bytes past the end of the
    * file within its last page are valid memory, just not stored). */
-  if (fd < 0 || ftruncate(fd, sizeof(struct locus_proc)) != 0) return -1;
+  /* Blocks reserved (a full disk: no mapping that would SIGBUS the program), within
+   * RLIMIT_FSIZE (no SIGXFSZ). */
+  if (fd < 0 || locus_file_reserve(fd, 0, sizeof(struct locus_proc)) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
   void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return -1;

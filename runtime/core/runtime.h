@@ -51,6 +51,9 @@ int locus_stream_open(struct locus_stream *s, int dirfd, const char *name);
 void *locus_stream_claim(struct locus_stream *s, size_t bytes);
 /* The same, with the chunk's offset in the file in *at. */
 void *locus_stream_claim_at(struct locus_stream *s, size_t bytes, uint64_t *at);
+/* Blocks [from, to) of fd allocated (raw fallocate: not a cancellation point; ftruncate on
+ * filesystems without it); -1 past RLIMIT_FSIZE or when the disk is full. */
+int locus_file_reserve(int fd, uint64_t from, uint64_t to);
 void locus_stream_release(void *chunk, size_t bytes);
 void locus_stream_reset_after_fork(struct locus_stream *s);
 void locus_stream_close(struct locus_stream *s);

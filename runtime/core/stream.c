@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -95,6 +96,17 @@ int locus_stream_fd(struct locus_stream *s) {
   return reopen(s, fd);
 }
 
+int locus_file_reserve(int fd, uint64_t from, uint64_t to) {
+  struct rlimit fl;
+  if (getrlimit(RLIMIT_FSIZE, &fl) == 0 && fl.rlim_cur != RLIM_INFINITY && to > fl.rlim_cur)
+    return -1;
+  if (to <= from) return 0;
+  if (syscall(SYS_fallocate, fd, 0, (off_t)from, (off_t)(to - from)) == 0) return 0;
+  /* Filesystems without fallocate: extend sparsely. */
+  if (errno == EOPNOTSUPP && syscall(SYS_ftruncate, fd, (off_t)to) == 0) return 0;
+  return -1;
+}
+
 static int grow(struct locus_stream *s, int fd, uint64_t need) {
   int rc = 0;
   while (atomic_flag_test_and_set_explicit(&s->grow_lock, memory_order_acquire)) {
@@ -106,10 +118,11 @@ static int grow(struct locus_stream *s, int fd, uint64_t need) {
      * disk, not a MiB per stream; a shell loop or a build runs thousands of processes.
      * locus_cursor_finish gives a thread's unused tail back when it ends. */
     uint64_t to = need;
-    if (fallocate(fd, 0, (off_t)size, (off_t)(to - size)) != 0) {
-      /* Filesystems without fallocate: extend sparsely. */
-      if (errno != EOPNOTSUPP || ftruncate(fd, (off_t)to) != 0) rc = -1;
-    }
+    /* The raw system call: glibc's fallocate is a cancellation point, and a thread with a
+     * cancel pending (pthread_cancel while it waited for a mutex) was cancelled here with
+     * grow_lock held, and every other thread spun on it. Past RLIMIT_FSIZE the records stop
+     * (growing the file would kill the program with SIGXFSZ). */
+    rc = locus_file_reserve(fd, size, to);
     if (rc == 0) atomic_store(&s->size, to);
   }
   atomic_flag_clear_explicit(&s->grow_lock, memory_order_release);

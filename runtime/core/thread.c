@@ -55,7 +55,8 @@ static struct locus_thread *claim_slot(void) {
       uint32_t to = (i / SLOT_GROW + 1) * SLOT_GROW;
       /* Not a file the program opened over our closed descriptor's number. */
       if (locus_fd_is_record(slots_fd, "threads.bin") != 0 &&
-          ftruncate(slots_fd, (off_t)to * (off_t)sizeof(struct locus_thread)) == 0)
+          locus_file_reserve(slots_fd, (uint64_t)size * sizeof(struct locus_thread),
+                             (uint64_t)to * sizeof(struct locus_thread)) == 0)
         atomic_store(&slots_size, to);
     }
     atomic_flag_clear(&slots_lock);
