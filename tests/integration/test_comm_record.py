@@ -895,3 +895,72 @@ def test_soft_says_when_a_hand_off_is_mostly_unseen(locus, tmp_path):
         pytest.skip(f"the sampler saw this hand-off ({c['totals']['detections']} detections)")
     note = [n for n in c["notes"] if "hand-off spun on with loads" in n]
     assert note and "--backend exact" in note[0], c["notes"]
+
+
+CANCEL_PENDING = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static void *blk(void *a) { pthread_mutex_lock(&m); pthread_mutex_unlock(&m); return a; }
+int main(void) {
+  pthread_t t[2];
+  pthread_mutex_lock(&m);
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, blk, 0);
+  usleep(100000);
+  for (int i = 0; i < 2; i++) pthread_cancel(t[i]);
+  pthread_mutex_unlock(&m);
+  for (int i = 0; i < 2; i++) {
+    void *r;
+    pthread_join(t[i], &r);
+    printf("%s\n", r == PTHREAD_CANCELED ? "canceled" : "returned");
+  }
+  return 0;
+}
+"""
+
+OWN_FSIZE_LIMIT = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static long n;
+static void *w(void *a) {
+  for (int i = 0; i < 400000; i++) {
+    void *p = malloc(64 + i % 100);
+    pthread_mutex_lock(&m);
+    n++;
+    pthread_mutex_unlock(&m);
+    free(p);
+  }
+  return a;
+}
+int main(void) {
+  struct rlimit rl = {65536, 65536};
+  setrlimit(RLIMIT_FSIZE, &rl);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, w, 0);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+  printf("n=%ld\n", n);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("lens", ["locks", "comm"])
+def test_runtime_takes_no_cancellation_point_nor_the_programs_file_limit(locus, tmp_path, lens):
+    """A cancel pending on threads that waited for a mutex: recording the unlock called
+    glibc's fallocate, a cancellation point, which cancelled the thread with the stream's
+    grow lock held, and the next thread spun forever (locks). A program that sets a 64 KiB
+    RLIMIT_FSIZE and writes nothing big was killed with SIGXFSZ by locus's record files."""
+    for name, src, want in (
+        ("cancel", CANCEL_PENDING, b"returned\nreturned\n"),
+        ("fsize", OWN_FSIZE_LIMIT, b"n=800000\n"),
+    ):
+        (tmp_path / f"{name}.c").write_text(src)
+        exe = tmp_path / name
+        subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(tmp_path / f"{name}.c")],
+                       check=True)  # fmt: skip
+        proc, _run = locus.record([str(exe)], ("--lens", lens), timeout=60)
+        assert proc.stdout == want, (name, proc.stdout, proc.stderr)
