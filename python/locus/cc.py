@@ -48,8 +48,22 @@ import tempfile
 from pathlib import Path
 
 # -fno-plt: each access calls a hook in liblocus.so; through the GOT directly, not a PLT stub.
-GCC_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-fno-plt"]
-CLANG_FLAGS = ["-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=0"]
+# -Wno-tsan: gcc warns "atomic_thread_fence is not supported with -fsanitize=thread" at every
+# fence (libstdc++'s atomics), an error under the build's own -Werror; the hooks do fence.
+GCC_FLAGS = [
+    "-fsanitize=thread",
+    "--param=tsan-instrument-func-entry-exit=0",
+    "-fno-plt",
+    "-Wno-tsan",
+]
+# -Wno-unused-command-line-argument: a link step gets the -mllvm option too (LTO needs it
+# there), which clang calls unused, an error under -Werror (memcached's build).
+CLANG_FLAGS = [
+    "-fsanitize=thread",
+    "-mllvm",
+    "-tsan-instrument-func-entry-exit=0",
+    "-Wno-unused-command-line-argument",
+]
 # libc's copies, which neither compiler instruments (libtsan intercepts them): the program's
 # own calls go to liblocus.so's __wrap_* (a read and a write range each, then libc's).
 WRAPPED = ("memcpy", "memmove", "memset", "__memcpy_chk", "__memmove_chk", "__memset_chk")
@@ -75,16 +89,48 @@ def _is_self(word: str) -> bool:
     return base == "locus" or base.startswith("locus-")
 
 
+# Set in the real compiler's environment: a `locus cc` started under it (CC names a script
+# that runs `locus cc`, or make exported CC="ccache locus cc") is this wrapper again.
+REENTRY = "LOCUS_CC_ACTIVE"
+_NESTED = False  # this process was started under a running `locus cc` (set by main)
+
+
+def _without_self(words: list[str]) -> list[str]:
+    """CC's words without this wrapper's (`ccache locus cc` -> `ccache`, a launcher)."""
+    out: list[str] = []
+    after_self = False
+    for w in words:
+        if after_self and w in ("cc", "c++"):
+            after_self = False
+            continue
+        after_self = _is_self(w)
+        if not after_self and w != "locus.cc":
+            out.append(w)
+    return out
+
+
 def compiler(cxx: bool) -> list[str]:
-    """The real compiler command: LOCUS_CC/CC (LOCUS_CXX/CXX), never this wrapper itself."""
+    """The real compiler command: LOCUS_CC/CC (LOCUS_CXX/CXX), never this wrapper itself
+    (its words are dropped from CC: `ccache locus cc` runs `ccache cc`). Under a `locus cc`
+    that is running (REENTRY set: CC named a script around it), CC and CXX are not read."""
+    default = "c++" if cxx else "cc"
     names = ("LOCUS_CXX", "CXX") if cxx else ("LOCUS_CC", "CC")
+    if _NESTED:
+        names = names[:1]
     for name in names:
         value = os.environ.get(name, "").strip()
         if value:
-            words = shlex.split(value)
-            if words and not _is_self(words[0]) and "locus.cc" not in words:
-                return words
-    return ["c++" if cxx else "cc"]
+            words = _without_self(shlex.split(value))
+            if not words:
+                continue
+            if all(w.startswith("-") or "=" in w for w in words[1:]) and _launcher(words):
+                return [*words, default]  # `ccache` alone: the launcher of the default
+            return words
+    return [default]
+
+
+def _launcher(words: list[str]) -> bool:
+    return os.path.basename(words[-1]) in ("ccache", "sccache", "distcc")
 
 
 def family(cmd: list[str]) -> str:
@@ -255,6 +301,21 @@ def compile_lto_hooks(cmd: list[str], lto: str, out: Path, name: str) -> int:
 
 
 def main(argv: list[str], cxx: bool = False) -> int:
+    global _NESTED
+    saved = os.environ.get(REENTRY)
+    _NESTED = bool(saved)
+    os.environ[REENTRY] = "1"  # for what the compiler runs (a script around `locus cc`)
+    try:
+        return _main(argv, cxx)
+    finally:
+        _NESTED = False
+        if saved is None:
+            os.environ.pop(REENTRY, None)
+        else:
+            os.environ[REENTRY] = saved
+
+
+def _main(argv: list[str], cxx: bool) -> int:
     if argv and argv[0] in ("--c++", "--cxx"):
         cxx, argv = True, argv[1:]
     name = "locus c++" if cxx else "locus cc"

@@ -39,7 +39,7 @@ import tempfile
 # call *__tsan_write8@GOTPCREL(%rip) (-fno-plt), call __tsan_write8@PLT, call __tsan_write8
 CALL = re.compile(
     r"^(\s*)callq?\s+\*?(__tsan_(?:volatile_|unaligned_)?(read|write)(1|2|4|8|16))"
-    r"(@GOTPCREL\(%rip\)|@PLT)?\s*$"
+    r"(@GOTPCREL\(%rip\)|@PLT)?\s*(?:#.*)?$"  # -fverbose-asm ends lines with a comment
 )
 
 # struct locus_xthread (fast.h): key, b, accesses, bit, token; struct locus_xshadow (32

@@ -262,3 +262,36 @@ def test_questions_to_the_compiler_pass_through(monkeypatch, capfd):
     assert "gcc version" in capfd.readouterr().err
     assert cc.main(["-dumpversion"]) == 0
     assert capfd.readouterr().out.strip()[:1].isdigit()
+
+
+def test_launchers_and_scripts_around_the_wrapper_do_not_recurse(monkeypatch, tmp_path):
+    """CC="ccache locus cc" (make exports it to its recipes) and CC naming a script that runs
+    `locus cc`: each call of the wrapper ran the wrapper again, without end."""
+    monkeypatch.delenv("LOCUS_CC", raising=False)
+    monkeypatch.setenv("CC", "ccache /opt/locus/locus cc")
+    assert cc.compiler(False) == ["ccache", "cc"]
+    monkeypatch.setenv("CC", "ccache")
+    assert cc.compiler(False) == ["ccache", "cc"]
+    script = tmp_path / "lcc"
+    script.write_text(f'#!/bin/sh\nexec {REPO / "locus"} cc "$@"\n')
+    script.chmod(0o755)
+    (tmp_path / "a.c").write_text("int main(void) { return 0; }\n")
+    env = {**os.environ, "CC": str(script)}
+    env.pop("LOCUS_CC_ACTIVE", None)
+    p = subprocess.run(
+        [str(script), "-c", "-o", str(tmp_path / "a.o"), str(tmp_path / "a.c")],
+        env=env, timeout=60, capture_output=True,
+    )  # fmt: skip
+    assert p.returncode == 0 and (tmp_path / "a.o").exists(), p.stderr
+
+
+def test_werror_builds_with_fences(tmp_path, monkeypatch):
+    """gcc warns at every fence under -fsanitize=thread, an error with -Werror."""
+    needs_lib()
+    monkeypatch.setenv("CC", "gcc")
+    f = tmp_path / "f.c"
+    f.write_text(
+        "#include <stdatomic.h>\n_Atomic long y;\n"
+        "void f(void) { atomic_thread_fence(memory_order_seq_cst); atomic_store(&y, 1); }\n"
+    )
+    assert cc.main(["-O2", "-Werror", "-c", "-o", str(tmp_path / "f.o"), str(f)]) == 0

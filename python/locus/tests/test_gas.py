@@ -96,3 +96,11 @@ def test_rewritten_code_assembles(tmp_path):
     for obj in objs:
         nm = subprocess.run(["nm", "-u", str(obj)], capture_output=True, text=True).stdout
         assert "locus_xt" in nm and "__tsan_write8" in nm
+
+
+def test_verbose_asm_comments_keep_the_hit_test():
+    """gcc -fverbose-asm ends the call's line with '# comment': the call was left as it was,
+    and the build silently ran a call per access."""
+    text = "\tcall\t*__tsan_write8@GOTPCREL(%rip)\t# tmp85,\n"
+    out, n = gas.rewrite(text)
+    assert n == 1 and "locus_xt@GOTTPOFF" in out
