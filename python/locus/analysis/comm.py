@@ -929,10 +929,15 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
             # Rows (thread, offset, length, line of the object, false volume): the line is
             # counted from the one the object starts in (which starts at most a line before it).
             lidx = (line_off[fm] + cfg["line_size"]) // cfg["line_size"]
+            # An exact event's writer range is the hull of all it wrote since taking the
+            # line (32- and 56-byte "words" in the advice): its access length is taken to be
+            # the reader's.
+            exact_ev = (ev.flags[fm] & CE_EXACT) != 0
+            src_len = np.where(exact_ev, ev.dst_len[fm], ev.src_len[fm])
             parts = [
                 np.stack([tids, line_off[fm] + offs, np.maximum(lens, 1), lidx], axis=1)
                 for tids, offs, lens in (
-                    (ev.src[fm], ev.src_off[fm], ev.src_len[fm]),
+                    (ev.src[fm], ev.src_off[fm], src_len),
                     (ev.dst[fm], ev.dst_off[fm], ev.dst_len[fm]),
                 )
             ]

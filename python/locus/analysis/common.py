@@ -126,9 +126,11 @@ class Names:
 
 
 def site_str(s: dict) -> str:
+    """ "function file.c:12"; no ":0" when the line is unknown (code built without -g: the
+    file comes from the symbol table)."""
     where = s["function"]
     if s["file"]:
-        where += f" {os.path.basename(s['file'])}:{s['line']}"
+        where += f" {os.path.basename(s['file'])}" + (f":{s['line']}" if s.get("line") else "")
     return where
 
 

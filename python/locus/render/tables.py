@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from locus.analysis.common import site_str
+
 
 @dataclass
 class Table:
@@ -107,13 +109,7 @@ def locks_tables(report: dict) -> list[Table]:
     return tables
 
 
-def frame_text(f: dict) -> str:
-    """ "function file.c:12" of a row or frame; no ":0" when the line is unknown (code built
-    without -g: the file comes from the symbol table)."""
-    where = f["function"]
-    if f["file"]:
-        where += f" {f['file'].rsplit('/', 1)[-1]}" + (f":{f['line']}" if f.get("line") else "")
-    return where
+frame_text = site_str  # the analysis's own form, for the tables
 
 
 def _n(k: int, one: str, many: str = "") -> str:
