@@ -100,6 +100,28 @@ def _elf_class(head) -> tuple[bool, str] | None:
     return head[4] == 2, "<" if head[5] == 1 else ">"
 
 
+ELF_MACHINES = {3: "i386", 62: "x86_64", 183: "aarch64", 40: "arm", 243: "riscv64"}
+
+
+def elf_machine(path: str) -> str | None:
+    """The machine an ELF file is for, as platform.machine() names it (a 32-bit x86 build:
+    i386, or x32: "x86_64 (x32)"); None for a file that is not ELF or a machine not listed."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return None
+    cls = _elf_class(head)
+    if cls is None:
+        return None
+    is64, end = cls
+    (m,) = struct.unpack_from(end + "H", head, 18)
+    name = ELF_MACHINES.get(m)
+    if name == "x86_64" and not is64:
+        return "x86_64 (x32)"
+    return name
+
+
 def elf_interp(path: str) -> str | None:
     """The PT_INTERP path of an ELF executable (its dynamic loader); "" for an ELF file
     without one (static, static-pie); None for a file that is not ELF (a script)."""
@@ -681,6 +703,12 @@ def create_run_dir(out: str | None, command: list[str], now: datetime.datetime) 
             except FileExistsError:
                 n += 1
                 path = f"{base}-{n}"
+            except OSError as e:
+                raise LocusError(
+                    f"cannot create the run directory {path} in {os.getcwd()}: {e.strerror}; "
+                    "choose one with -o",
+                    2,
+                ) from None
     else:
         path = out
         if os.path.lexists(path):
@@ -997,6 +1025,15 @@ def record(
         raise LocusError("--sample-interval must be positive", 2)
 
     exe = resolve_command(command[0])
+    machine = elf_machine(exe)
+    if machine is not None and machine != platform.machine():
+        # ld.so's own error in the program's stderr ("wrong ELF class"), and then "may be
+        # setuid", said neither what nor why.
+        raise LocusError(
+            f"{command[0]} is built for {machine} and locus's runtime for "
+            f"{platform.machine()}: the loader cannot preload it there; record a native build",
+            2,
+        )
     if elf_is_static(exe):
         raise LocusError(
             f"{command[0]} is statically linked: LD_PRELOAD interposition cannot see its "

@@ -964,3 +964,16 @@ def test_runtime_takes_no_cancellation_point_nor_the_programs_file_limit(locus, 
                        check=True)  # fmt: skip
         proc, _run = locus.record([str(exe)], ("--lens", lens), timeout=60)
         assert proc.stdout == want, (name, proc.stdout, proc.stderr)
+
+
+def test_a_program_for_another_machine_is_refused(locus, tmp_path):
+    """A 32-bit (or foreign) build: ld.so printed 'wrong ELF class' into the program's stderr
+    and locus then guessed 'may be setuid'. It is refused up front, saying why."""
+    exe = tmp_path / "foreign"
+    data = bytearray(Path("/bin/true").read_bytes())
+    data[18:20] = (183).to_bytes(2, "little")  # e_machine: aarch64
+    exe.write_bytes(bytes(data))
+    exe.chmod(0o755)
+    proc, _run = locus.record([str(exe)], ("--lens", "locks"), check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "is built for aarch64" in err and "Traceback" not in err, err

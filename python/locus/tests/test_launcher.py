@@ -169,3 +169,15 @@ def test_run_dir_that_cannot_be_replaced_is_one_error(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "rmtree", refuse)
     with pytest.raises(LocusError, match="cannot replace the earlier run there: Permission denied"):
         launcher.create_run_dir(str(run), ["true"], datetime.datetime.now())
+
+
+def test_default_run_dir_in_a_read_only_directory_is_one_error(tmp_path, monkeypatch):
+    """`locus record -- prog` in a directory it cannot write: a PermissionError traceback."""
+    import os as _os
+
+    def refuse(path, *a, **k):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(_os, "mkdir", refuse)
+    with pytest.raises(LocusError, match="cannot create the run directory .*Permission denied"):
+        launcher.create_run_dir(None, ["true"], datetime.datetime.now())
