@@ -490,13 +490,22 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
             "100us (each sample costs ~20 us): use --period 100us or more",
             2,
         )
-    hooks = None
+    hooks = copies = None
     if backend == "exact":
         o["period_ns"] = o["period_n"] = 0
         o["watchpoints"] = 0
         hooks = exact_hooks(module) if module else None
+        # `locus cc` routes the program's memcpy/memmove/memset through liblocus.so's
+        # __wrap_* (counted as ranges), except in LTO builds: a module that calls libc's own
+        # copies them unseen (None: it calls none).
+        names = elf_dynamic_symbols(module) if module else None
+        if names and names & {b"memcpy", b"memmove", b"memset"}:
+            copies = False
+        elif names and any(n.startswith(b"__wrap_mem") for n in names):
+            copies = True
     return {
         "exact_hooks": hooks,
+        "exact_copies": copies,
         "instrumented": instrumented,
         "module": module or instrumented,  # read by check_runtime_abi, not written to meta
         "backend": backend,

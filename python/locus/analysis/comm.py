@@ -226,6 +226,9 @@ def _config(run: RunDir, ct: np.ndarray, ev: Events, notes: list[str]) -> dict:
         "instrumented": cfg.get("instrumented")
         if isinstance(cfg.get("instrumented"), str)
         else None,
+        "exact_copies": cfg.get("exact_copies")
+        if cfg.get("exact_copies") in (True, False)
+        else None,
         "line_size": int(line),
         "bind": cfg.get("bind") if isinstance(cfg.get("bind"), str) else None,
     }
@@ -756,6 +759,12 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             if cfg["exact_hooks"] == "inlined"
             else "exact backend, one call per access into liblocus.so (a default `locus cc` "
             f"build inlines the hit test and runs 1.5-2x faster): {every}"
+        )
+    if cfg["backend"] == "exact" and cfg.get("exact_copies") is False:
+        notes.append(
+            "the program's memcpy, memmove and memset calls are not counted: this build "
+            "(link-time optimised) does not route them through liblocus.so, so data that "
+            "threads pass by copying is missing; a build without LTO counts them"
         )
     heavy = _allocation_cost_note(run)
     if heavy:
