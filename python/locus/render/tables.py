@@ -129,7 +129,8 @@ def summary_lines(report: dict) -> list[str]:
     lines = [
         f"command   {cmd}",
         f"run       {seconds(dur)}, {_n(run['threads'], 'thread')} in "
-        f"{_n(len(run['pids']), 'process', 'processes')}, {state}, exit {run['exit_status']}"
+        f"{_n(len(run['pids']), 'process', 'processes')}, {state}, exit "
+        f"{'unknown' if run['exit_status'] is None else run['exit_status']}"
         + (f" (killed by {run['signal']})" if run.get("signal") else ""),
         f"overhead  {seconds(ov['runtime_s'])} in the runtime"
         f" ({percent(_pct(ov['runtime_s'], ov.get('thread_time_s') or dur))} of thread time),"

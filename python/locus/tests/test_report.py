@@ -208,3 +208,16 @@ def test_code_without_line_numbers_has_no_colon_zero():
     assert frame_text({"function": "work", "file": "/src/app.c", "line": 0}) == "work app.c"
     assert frame_text({"function": "work", "file": "app.c", "line": 11}) == "work app.c:11"
     assert frame_text({"function": "work", "file": "", "line": 0}) == "work"
+
+
+def test_unknown_exit_status_reads_unknown():
+    """A run whose end was never written (a full disk) said 'exit None'."""
+    from locus.render.tables import summary_lines
+
+    report = {
+        "run": {"duration_s": 1.0, "command": ["app"], "complete": False, "threads": 1,
+                "pids": [1], "exit_status": None, "signal": None},
+        "overhead": {"runtime_s": 0.0, "thread_time_s": 1.0, "records": 0, "dropped": 0},
+        "lenses": {},
+    }  # fmt: skip
+    assert "exit unknown" in summary_lines(report)[1]
