@@ -1462,6 +1462,9 @@ ADVICE_LINE_SHARE = 0.5
 # An object whose false sharing is below this share of the largest object's gets no advice:
 # one stray transfer next to millions (the exact backend counts every one) is not a finding.
 ADVICE_MIN_SHARE = 0.01
+# Exact counts: an object whose false sharing is below this share of the run's volume gets no
+# advice (xz: 3 false transfers of 868 k got a line).
+ADVICE_EXACT_MIN = 0.001
 # A thread with less than this share of an object's false-sharing volume is left out of its
 # advice (the main thread reading every worker's result once, after the joins).
 ADVICE_THREAD_MIN = 0.02
@@ -1616,6 +1619,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
     alone: list[tuple[dict, int]] = []
     line = cfg["line_size"]
     top = max((o["false"] for o in objects if o["kind"] != "unknown"), default=0.0)
+    run_all = sum(o["all"] for o in objects)
     for o in objects:
         if len(out) >= limit:
             break
@@ -1624,6 +1628,9 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         if o["false"] < ADVICE_MIN_FALSE * o["all"] and not o.get("_false_line"):
             continue
         if o["false"] < ADVICE_MIN_SHARE * top:
+            continue
+        if not o.get("rse", 0) and o["false"] < ADVICE_EXACT_MIN * run_all:
+            # Counted (exact): a handful of transfers beside hundreds of thousands.
             continue
         if o.get("rse", 0) and o.get("detections", 0) < ADVICE_MIN_DETECTIONS:
             continue

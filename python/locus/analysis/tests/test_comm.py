@@ -1315,3 +1315,19 @@ def test_advice_for_a_false_sharing_line_inside_a_mostly_true_object(tmp_path):
     assert s["false"] < 0.25 * s["all"], s
     (adv,) = [a for a in res["advice"] if "`S`" in a]
     assert "offsets 64-72" in adv and "pad each to 64 bytes" in adv, adv
+
+
+def test_exact_advice_needs_a_share_of_the_run(tmp_path):
+    """Counted transfers: 3 false ones on `stats` beside 100,000 true ones on `counter` got
+    an advice line (xz: two lines for 3 and 6 false transfers of 868 k)."""
+    run, _p, c = _run(backend="exact")
+    c.event(src=10, dst=11, line=COUNTER, src_off=0, dst_off=0, store=True, count=1,
+            volume=100_000.0)  # fmt: skip
+    c.event(src=10, dst=11, line=STATS, src_off=0, dst_off=8, store=True, count=1, volume=3.0)
+    res = _res(tmp_path, run, name="exact")
+    assert not [a for a in res["advice"] if "stats" in a], res["advice"]
+    run, _p, c = _run(backend="exact")
+    c.event(src=10, dst=11, line=STATS, src_off=0, dst_off=8, store=True, count=1, volume=300.0)
+    c.event(src=11, dst=10, line=STATS, src_off=8, dst_off=0, store=True, count=1, volume=300.0)
+    res = _res(tmp_path, run, name="exact2")
+    assert [a for a in res["advice"] if "stats" in a], res["advice"]
