@@ -123,14 +123,13 @@ def compiler(cxx: bool) -> list[str]:
             words = _without_self(shlex.split(value))
             if not words:
                 continue
-            if all(w.startswith("-") or "=" in w for w in words[1:]) and _launcher(words):
+            if os.path.basename(words[-1]) in LAUNCHERS:
                 return [*words, default]  # `ccache` alone: the launcher of the default
             return words
     return [default]
 
 
-def _launcher(words: list[str]) -> bool:
-    return os.path.basename(words[-1]) in ("ccache", "sccache", "distcc")
+LAUNCHERS = ("ccache", "sccache", "distcc")  # run the compiler named after them
 
 
 def family(cmd: list[str]) -> str:

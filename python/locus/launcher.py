@@ -210,11 +210,13 @@ def find_runtime() -> str:
     )
 
 
-def elf_dynamic_symbols(path: str) -> set[bytes] | None:
+@functools.lru_cache(maxsize=64)
+def elf_dynamic_symbols(path: str) -> frozenset[bytes] | None:
     """Names in the .dynsym of an ELF file (defined and undefined), or None if `path` is
     not an ELF file. Only the section headers, .dynsym and its string table are read (the
     file is mapped, not read whole: the exact backend's check may look at every library a
-    program links)."""
+    program links). Read once per path: one `record` asks it of the program up to five
+    times (locus cc build, sanitizers, runtime symbols, hooks, copies)."""
     try:
         with open(path, "rb") as f:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -224,7 +226,7 @@ def elf_dynamic_symbols(path: str) -> set[bytes] | None:
         cls = _elf_class(data[:64])
         if cls is None:
             return None
-        return _dynamic_symbols(data, *cls)
+        return frozenset(_dynamic_symbols(data, *cls))
 
 
 def _dynamic_symbols(data, is64: bool, end: str) -> set[bytes]:

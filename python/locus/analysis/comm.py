@@ -1667,8 +1667,10 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             continue
         # Each thread's own bytes: no two threads write the same offsets (what they only
         # read, another thread's field read once, does not make a field shared).
-        wr = {t: {x for u, x in o.get("_false_written", ()) if u == t} for t in per}
-        wr = {t: w for t, w in wr.items() if w}
+        wr: dict[int, set] = {}
+        for u, x in o.get("_false_written", ()):
+            if u in per:
+                wr.setdefault(u, set()).add(x)
         if len(wr) < 2:  # fewer than two writers: what the threads access
             wr = {t: set(c) for t, c in per.items()}
         elif len(wr) < len(per):

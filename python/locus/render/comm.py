@@ -7,9 +7,10 @@ import math
 import re
 
 from locus.analysis.comm import _ranges
+from locus.analysis.common import site_str
 from locus.errors import LocusError
 from locus.render.heat import pyplot, save, shade, shade_legend
-from locus.render.tables import Table, frame_text
+from locus.render.tables import Table
 from locus.render.units import count, nbytes, percent, seconds
 
 MATRIX_TABLE = "comm_matrix"  # CSV only: text and Markdown show the heat map instead
@@ -139,7 +140,7 @@ def comm_tables(report: dict) -> list[Table]:
         )
     sites = []
     for r in c["sites"]:
-        where = frame_text(r)
+        where = site_str(r)
         sites.append(dict(r, where=where, false_pct=_pct(r["false"], r["all"])))
     shown, total = c.get("shown") or {}, c.get("total") or {}
     tables = [

@@ -4,10 +4,10 @@ terminal and the matplotlib heat maps (--plot DIR)."""
 
 from __future__ import annotations
 
-from locus.analysis.common import ranges, via_text
+from locus.analysis.common import ranges, site_str, via_text
 from locus.errors import LocusError
 from locus.render.heat import pyplot, save, shade, shade_legend
-from locus.render.tables import Table, frame_text
+from locus.render.tables import Table
 from locus.render.units import count, nbytes, percent, seconds
 
 MATRIX_TABLE = "numa_matrix"  # CSV only: text and Markdown draw the matrices instead
@@ -46,7 +46,7 @@ def _has_memory_only(c: dict) -> bool:
 
 
 def _where(r: dict) -> str:
-    return frame_text(r) + _via(r)
+    return site_str(r) + _via(r)
 
 
 def _via(r: dict) -> str:

@@ -41,7 +41,7 @@ def locks_tables(report: dict) -> list[Table]:
     locks = [dict(r, wait_pct=_pct(r["wait_s"], dur)) for r in lk["locks"]]
     sites = []
     for r in lk["sites"]:
-        where = frame_text(r)
+        where = site_str(r)
         sites.append(dict(r, where=where))
     tables = [
         Table(
@@ -90,7 +90,7 @@ def locks_tables(report: dict) -> list[Table]:
     ]
     if lk.get("stacks"):
         stacks = [
-            dict(r, stack="\n".join(frame_text(f) for f in r["frames"][:8])) for r in lk["stacks"]
+            dict(r, stack="\n".join(site_str(f) for f in r["frames"][:8])) for r in lk["stacks"]
         ]
         tables.append(
             Table(
@@ -107,9 +107,6 @@ def locks_tables(report: dict) -> list[Table]:
             )
         )
     return tables
-
-
-frame_text = site_str  # the analysis's own form, for the tables
 
 
 def _n(k: int, one: str, many: str = "") -> str:

@@ -203,11 +203,11 @@ def test_comm_kind_counts_what_top_cuts_from():
 
 def test_code_without_line_numbers_has_no_colon_zero():
     """A program built without -g: its sites read "work app.c:0"."""
-    from locus.render.tables import frame_text
+    from locus.analysis.common import site_str
 
-    assert frame_text({"function": "work", "file": "/src/app.c", "line": 0}) == "work app.c"
-    assert frame_text({"function": "work", "file": "app.c", "line": 11}) == "work app.c:11"
-    assert frame_text({"function": "work", "file": "", "line": 0}) == "work"
+    assert site_str({"function": "work", "file": "/src/app.c", "line": 0}) == "work app.c"
+    assert site_str({"function": "work", "file": "app.c", "line": 11}) == "work app.c:11"
+    assert site_str({"function": "work", "file": "", "line": 0}) == "work"
 
 
 def test_unknown_exit_status_reads_unknown():
