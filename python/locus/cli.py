@@ -321,6 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="debug-register watchpoints per thread (default 4)",
     )
     c.add_argument(
+        "--watch-loads",
+        choices=("on", "off"),
+        help="also arm write watchpoints on lines another thread was sampled loading, which "
+        "finds hand-offs spun on with loads (default on with soft, off with hw)",
+    )
+    c.add_argument(
         "--bulletin-size",
         dest="bulletin",
         type=parse_bulletin,
@@ -483,6 +489,7 @@ def cmd_record(ns: argparse.Namespace) -> int:
             ("--period", ns.period),
             ("--watchpoints", ns.watchpoints),
             ("--bulletin-size", ns.bulletin),
+            ("--watch-loads", ns.watch_loads),
             ("--bind", ns.bind),
         )
         if v is not None
@@ -495,6 +502,7 @@ def cmd_record(ns: argparse.Namespace) -> int:
             "period_n": period_n,
             "watchpoints": ns.watchpoints,
             "bulletin": ns.bulletin,
+            "watch_loads": None if ns.watch_loads is None else ns.watch_loads == "on",
             "bind": ns.bind,
         }
     elif comm_given:

@@ -44,6 +44,7 @@ COMM_DEFAULTS = {
     "watchpoints": 4,
     "bulletin": 4096,
     "bind": "none",
+    "watch_loads": None,  # None: on with the soft backend (detect.c), off with hw
 }
 SOFT_FLOOR_NS = 100_000  # below this a soft sample's ~20 us cost dominates (sampling.md)
 # Symbols a program built with `locus cc` references: the tsan hooks, or with the hooks
@@ -431,7 +432,9 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
     check_bind_list(str(o["bind"]))
     given = {k for k, v in (options or {}).items() if v is not None}
     # Options only a sampling backend uses: given, `auto` keeps to sampling.
-    sampling_given = sorted(given & {"period_ns", "period_n", "watchpoints", "bulletin"})
+    sampling_given = sorted(
+        given & {"period_ns", "period_n", "watchpoints", "bulletin", "watch_loads"}
+    )
     backend = asked
     module = None  # exact: the instrumented module
     # A `locus cc` build, looked for when sampling: its hooks run anyway (and slow it).
@@ -473,6 +476,7 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
         if sampling_given:
             flag = {"period_ns": "--period", "period_n": "--period", "watchpoints": "--watchpoints"}
             flag["bulletin"] = "--bulletin-size"
+            flag["watch_loads"] = "--watch-loads"
             raise LocusError(
                 f"{flag[sampling_given[0]]} does not apply to --backend exact (it sees every "
                 "access, with no sampling, bulletin board or watchpoints)",
@@ -515,6 +519,9 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
         "period_ns": int(o["period_ns"]),
         "period_n": int(o["period_n"]),
         "watchpoints": int(o["watchpoints"]),
+        "watch_loads": bool(o["watch_loads"])
+        if o["watch_loads"] is not None
+        else backend == "soft",
         "bulletin": bulletin,
         "line_size": comm_line_size(),
         "bind": str(o["bind"]),
@@ -528,6 +535,7 @@ def comm_env(comm: dict) -> dict[str, str]:
         "LOCUS_COMM_PERIOD_N": str(comm["period_n"]),
         "LOCUS_COMM_WATCHPOINTS": str(comm["watchpoints"]),
         "LOCUS_COMM_BULLETIN": str(comm["bulletin"]),
+        "LOCUS_COMM_WATCH_LOADS": "1" if comm.get("watch_loads") else "0",
         "LOCUS_LINE_SIZE": str(comm["line_size"]),
         "LOCUS_BIND": comm["bind"],
     }

@@ -31,6 +31,7 @@ from locus.rundir import (
     BK_HW,
     BK_SOFT,
     CE_EXACT,
+    CE_LOADED,
     CE_TRAP,
     CE_TRUE,
     COMM_EVENT_DTYPE,
@@ -76,14 +77,17 @@ class SynthComm:
         dst_ip: int = 0,
         true: bool | None = None,
         trap: bool = False,
+        loaded: bool = False,
         store: bool = False,
         count: int = 1,
     ):
         """`count` identical detections; `true` defaults to whether the byte ranges
-        overlap; the exact backend's events carry LOCUS_CE_EXACT."""
+        overlap; the exact backend's events carry LOCUS_CE_EXACT; `loaded`: a trap on a store
+        to a line the dst thread was sampled loading (LOCUS_CE_LOADED)."""
         if true is None:
             true = src_off < dst_off + dst_len and dst_off < src_off + src_len
-        flags = (CE_TRUE if true else 0) | (CE_TRAP if trap else 0)
+        flags = (CE_TRUE if true else 0) | (CE_TRAP if trap or loaded else 0)
+        flags |= CE_LOADED if loaded else 0
         if self.run.backend == "exact":
             flags |= CE_EXACT
         row = (
@@ -196,6 +200,7 @@ class SynthCommRun(SynthRun):
                 "period_n": period_n,
                 "watchpoints": watchpoints,
                 "bulletin": 4096,
+                "watch_loads": backend == "soft",
                 "line_size": line_size,
                 "bind": "none",
             }

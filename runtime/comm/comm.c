@@ -43,6 +43,7 @@ static void read_config(void) {
   c->bulletin = (uint32_t)env_u64("LOCUS_COMM_BULLETIN", 4096);
   c->line = (uint32_t)env_u64("LOCUS_LINE_SIZE", 64);
   c->detect = (int)env_u64("LOCUS_COMM_DETECT", 1) != 0;
+  c->watch_loads = (int)env_u64("LOCUS_COMM_WATCH_LOADS", 0) != 0;
   if (c->line == 0 || (c->line & (c->line - 1))) c->line = 64;
   const char *bind = getenv("LOCUS_BIND");
   strncpy(c->bind, bind ? bind : "none", sizeof c->bind - 1);

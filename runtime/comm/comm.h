@@ -18,6 +18,8 @@ struct locus_comm_config {
   uint32_t bulletin;  /* LOCUS_COMM_BULLETIN: bulletin-board entries (power of two) */
   uint32_t line;      /* LOCUS_LINE_SIZE: cache line size in bytes (64) */
   int detect;         /* LOCUS_COMM_DETECT=0: samples only (the numa lens without comm) */
+  int watch_loads;    /* LOCUS_COMM_WATCH_LOADS=1: also arm write watchpoints on a line
+                         another thread was sampled loading (detect.c; soft's default) */
   char bind[256];     /* LOCUS_BIND: compact | scatter | none | CPU list ("0-3,8") */
 };
 extern struct locus_comm_config locus_comm_cfg;

@@ -10,9 +10,22 @@
  *      communication with the publisher, and the watchpoints on that line are disarmed;
  *   3. a store is published on the board.
  * A publication expires after one sampling period (or, if later, the considering thread's
- * previous sample) or after two more store samples of its publisher. Volumes are in samples: 1 for
- * a sample detection, L/(D*M) for a trap (line size L, D = 8 bytes watched per register, M
- * registers armed on the line).
+ * previous sample) or after two more store samples of its publisher.
+ *
+ * Volumes are in samples: 1 for a sample detection, L/(D*M) for a trap (line size L, D = 8
+ * bytes watched per register, M registers armed on the line).
+ *
+ * Beyond the paper (LOCUS_COMM_WATCH_LOADS, the soft backend's default): a timer samples
+ * time, not accesses, so the few stores of a hand-off spun on with loads (a mailbox, a ring's
+ * indices) are almost never sampled, nothing is published, and the paper's steps never see
+ * the line. Sampled loads are therefore published too, on a second board that step 1 never
+ * reads. When a thread's sample finds no store to detect or arm on, and another thread was
+ * sampled loading the same line (unexpired, as above, counted in its load samples), it arms
+ * write-only watchpoints on the 8-byte chunks that hold the loaded bytes. Its store there
+ * invalidates the reader's copy, which the reader's next access takes back: one
+ * communication from the storing thread to the reader (LOCUS_CE_LOADED), volume 1 (the
+ * chunks are the reader's, not a random part of the line). True sharing when the store's
+ * bytes overlap the load's. False sharing beside a spun-on field is left to steps 1-2.
  *
  * The board is written and read from signal handlers of all threads: each entry carries a
  * seqlock; a writer that finds it taken skips its publication, a reader that keeps seeing
@@ -47,17 +60,20 @@ struct bb_entry { /* 64 bytes */
   uint32_t len;
   int32_t cpu;
   uint32_t serial; /* publisher's thread serial */
-  uint32_t pubno;  /* publisher's store-sample count when it published this */
-  uint64_t pad;
+  uint32_t pubno;  /* publisher's store (or load) sample count when it published this */
+  uint32_t loaded; /* a sampled load (the load board), else a store */
+  uint32_t pad;
 };
 
 static struct bb_entry *board;
-static uint32_t board_cap;          /* entries mapped: --bulletin-size, a power of two */
+static struct bb_entry *loads; /* the load board (watch_loads), board_cap entries after board */
+static uint32_t board_cap;     /* entries mapped: --bulletin-size, a power of two */
 static _Atomic uint32_t board_mask; /* entries in use - 1: grows with the threads */
 static _Atomic uint32_t recent[RECENT];
 static _Atomic uint32_t recent_next;
 static _Atomic uint32_t pubcount[PUBLISHERS];
-static _Atomic int board_state; /* 0 none, 1 being made, 2 ready */
+static _Atomic uint32_t ldcount[PUBLISHERS]; /* load-sample counters (the load board) */
+static _Atomic int board_state;              /* 0 none, 1 being made, 2 ready */
 static pid_t board_pid;
 static uint64_t period_ticks;
 
@@ -91,28 +107,31 @@ static inline uint32_t slot_of(uint64_t line) {
          atomic_load_explicit(&board_mask, memory_order_relaxed);
 }
 
-/* Copy a consistent entry; 0 when one was read. */
-static int read_entry(uint32_t slot, struct bb_entry *out) {
-  struct bb_entry *e = &board[slot];
+/* Copy a consistent entry of a board; 0 when one was read. */
+static int read_entry(const struct bb_entry *tab, uint32_t slot, struct bb_entry *out) {
+  const struct bb_entry *e = &tab[slot];
   for (int i = 0; i < READ_TRIES; i++) {
-    uint32_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    uint32_t s1 = atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_acquire);
     if (s1 & 1) continue;
     memcpy((char *)out + 4, (const char *)e + 4, sizeof *out - 4);
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&e->seq, memory_order_relaxed) == s1) return out->t ? 0 : -1;
+    if (atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_relaxed) == s1)
+      return out->t ? 0 : -1;
   }
   return -1;
 }
 
-static void publish(const struct locus_comm_access *a, uint64_t line) {
+/* Publish a sampled store on the board, or a sampled load on the load board. */
+static void publish(const struct locus_comm_access *a, uint64_t line, int loaded) {
   uint32_t slot = slot_of(line);
-  struct bb_entry *e = &board[slot];
+  struct bb_entry *e = loaded ? &loads[slot] : &board[slot];
+  _Atomic uint32_t *count = loaded ? ldcount : pubcount;
   uint32_t s = atomic_load_explicit(&e->seq, memory_order_relaxed);
   if ((s & 1) || !atomic_compare_exchange_strong(&e->seq, &s, s + 1)) return;
   atomic_thread_fence(memory_order_release);
   uint32_t serial = locus_me.serial % PUBLISHERS;
-  uint32_t n = atomic_load_explicit(&pubcount[serial], memory_order_relaxed) + 1;
-  atomic_store_explicit(&pubcount[serial], n, memory_order_relaxed);
+  uint32_t n = atomic_load_explicit(&count[serial], memory_order_relaxed) + 1;
+  atomic_store_explicit(&count[serial], n, memory_order_relaxed);
   e->tid = locus_me.tid;
   e->line = line;
   e->addr = a->addr;
@@ -122,7 +141,9 @@ static void publish(const struct locus_comm_access *a, uint64_t line) {
   e->cpu = a->cpu;
   e->serial = serial;
   e->pubno = n;
+  e->loaded = (uint32_t)loaded;
   atomic_store_explicit(&e->seq, s + 2, memory_order_release);
+  if (loaded) return; /* step 2's candidates are stores */
   uint32_t r = atomic_fetch_add_explicit(&recent_next, 1, memory_order_relaxed);
   atomic_store_explicit(&recent[r % RECENT], slot, memory_order_relaxed);
   locus_ct.st.published++;
@@ -133,8 +154,8 @@ static void publish(const struct locus_comm_access *a, uint64_t line) {
  * was descheduled keeps what was published meanwhile). */
 static int expired(const struct bb_entry *e, uint64_t now) {
   if (now > e->t && now - e->t > period_ticks && e->t <= dt.t_prev) return 1;
-  return atomic_load_explicit(&pubcount[e->serial % PUBLISHERS], memory_order_relaxed) - e->pubno >=
-         2;
+  _Atomic uint32_t *count = e->loaded ? ldcount : pubcount;
+  return atomic_load_explicit(&count[e->serial % PUBLISHERS], memory_order_relaxed) - e->pubno >= 2;
 }
 
 static int overlap(uint64_t a, uint32_t alen, uint64_t b, uint32_t blen) {
@@ -152,9 +173,9 @@ static uint8_t len_in_line(uint64_t addr, uint32_t len, uint64_t line) {
   return (uint8_t)(end > addr ? (end - addr) : 0);
 }
 
-static void write_event(const struct bb_entry *src, uint64_t t, uint64_t dst_addr, uint32_t dst_len,
-                        uint64_t dst_ip, uint32_t dst_flags, int dst_cpu, uint16_t flags,
-                        double volume) {
+static void write_event(const struct bb_entry *src, uint64_t t, uint32_t dst_tid, uint64_t dst_addr,
+                        uint32_t dst_len, uint64_t dst_ip, uint32_t dst_flags, int dst_cpu,
+                        uint16_t flags, double volume) {
   struct locus_comm_event ev;
   memset(&ev, 0, sizeof ev);
   ev.t = t;
@@ -163,7 +184,7 @@ static void write_event(const struct bb_entry *src, uint64_t t, uint64_t dst_add
   ev.dst_ip = dst_ip;
   ev.volume = volume;
   ev.src_tid = src->tid;
-  ev.dst_tid = locus_me.tid;
+  ev.dst_tid = dst_tid;
   ev.src_cpu = (int16_t)src->cpu;
   ev.dst_cpu = (int16_t)dst_cpu;
   ev.src_off = off_in_line(src->addr, src->line);
@@ -178,11 +199,12 @@ static void write_event(const struct bb_entry *src, uint64_t t, uint64_t dst_add
 }
 
 /* ---- watchpoints ---- */
-static void bp_attr(struct perf_event_attr *attr, uint64_t addr, int idx, int disabled) {
+static void bp_attr(struct perf_event_attr *attr, uint64_t addr, int idx, int disabled,
+                    int writes_only) {
   memset(attr, 0, sizeof *attr);
   attr->size = sizeof *attr;
   attr->type = PERF_TYPE_BREAKPOINT;
-  attr->bp_type = HW_BREAKPOINT_RW;
+  attr->bp_type = writes_only ? HW_BREAKPOINT_W : HW_BREAKPOINT_RW;
   attr->bp_addr = addr;
   attr->bp_len = HW_BREAKPOINT_LEN_8;
   attr->sample_period = 1;
@@ -199,15 +221,32 @@ static void disarm(void) {
   dt.armed = 0;
 }
 
-/* Watch e's line. PERF_EVENT_IOC_MODIFY_ATTRIBUTES on a breakpoint disables it, moves it
- * and re-enables it in one call (about 3.5 us here), so the registers already armed are
- * moved in place, not disabled first; only the ones left over are disabled. */
+/* Watch e's line: for any access when e is a store, for stores when it is a load.
+ * PERF_EVENT_IOC_MODIFY_ATTRIBUTES on a breakpoint disables it, moves it (and changes its
+ * type) and re-enables it in one call (about 3.5 us here), so the registers already armed
+ * are moved in place, not disabled first; only the ones left over are disabled. */
+/* The chunks of e's line that hold a sampled load's bytes: [*first, *first + return). */
+static int load_chunks(const struct bb_entry *e, uint32_t *first) {
+  uint64_t lo = e->addr > e->line ? e->addr : e->line;
+  uint64_t hi = e->addr + (e->len ? e->len : 1);
+  if (hi > e->line + locus_comm_cfg.line) hi = e->line + locus_comm_cfg.line;
+  if (hi <= lo) hi = lo + 1;
+  *first = (uint32_t)((lo - e->line) / WP_BYTES);
+  return (int)((hi - 1 - e->line) / WP_BYTES - *first + 1);
+}
+
 static void arm(const struct bb_entry *e) {
   uint32_t nchunks = locus_comm_cfg.line / WP_BYTES;
   uint8_t order[64];
   for (uint32_t i = 0; i < nchunks && i < 64; i++) order[i] = (uint8_t)i;
   int n = dt.nwp < (int)nchunks ? dt.nwp : (int)nchunks;
-  for (int i = 0; i < n; i++) { /* partial Fisher-Yates: n distinct random chunks */
+  if (e->loaded) { /* a load: its own chunks, in order */
+    uint32_t first;
+    int k = load_chunks(e, &first);
+    if (k < n) n = k;
+    for (int i = 0; i < n; i++) order[i] = (uint8_t)(first + (uint32_t)i);
+  }
+  for (int i = 0; i < n && !e->loaded; i++) { /* partial Fisher-Yates: n distinct random chunks */
     uint32_t j = (uint32_t)i + (uint32_t)(rnd() % (nchunks - (uint32_t)i));
     uint8_t tmp = order[i];
     order[i] = order[j];
@@ -217,7 +256,7 @@ static void arm(const struct bb_entry *e) {
   for (int i = 0; i < n; i++) {
     struct perf_event_attr attr;
     uint64_t chunk = e->line + (uint64_t)order[i] * WP_BYTES;
-    bp_attr(&attr, chunk, armed, 0);
+    bp_attr(&attr, chunk, armed, 0, (int)e->loaded);
     if (ioctl(dt.fds[armed], PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &attr) != 0) continue;
     dt.chunk[armed] = chunk;
     armed++;
@@ -229,32 +268,52 @@ static void arm(const struct bb_entry *e) {
 }
 
 /* Step 2: a candidate line published by another thread; reservoir sampling over the
- * candidates seen since the armed one was chosen decides whether it replaces it. */
-static void consider_arming(uint64_t now) {
+ * candidates seen since the armed one was chosen decides whether it replaces it. 0 when
+ * there was no candidate. */
+static int consider_arming(uint64_t now) {
   struct bb_entry c;
   int found = 0;
   uint32_t published = atomic_load_explicit(&recent_next, memory_order_relaxed);
-  if (!published) return;
+  if (!published) return 0;
   uint32_t n = published < RECENT ? published : RECENT;
   for (int tries = 0; tries < 4 && !found; tries++) {
     uint32_t slot = atomic_load_explicit(&recent[rnd() % n], memory_order_relaxed);
-    if (read_entry(slot, &c) != 0) continue;
+    if (read_entry(board, slot, &c) != 0) continue;
     if (c.tid == locus_me.tid || expired(&c, now) || c.t <= dt.t_trap) continue;
     if (dt.armed && c.line == dt.on.line) {
       /* Already watched: follow the newer publication, no ioctl. */
       if (c.t > dt.on.t) dt.on = c;
-      return;
+      return 1;
     }
     found = 1;
   }
-  if (!found) return;
-  if (!dt.armed || expired(&dt.on, now)) {
+  if (!found) return 0;
+  if (!dt.armed || dt.on.loaded || expired(&dt.on, now)) { /* stores come first */
     dt.seen = 1;
     arm(&c);
-    return;
+    return 1;
   }
   dt.seen++;
   if (rnd() % dt.seen == 0) arm(&c);
+  return 1;
+}
+
+/* The extension (watch_loads): no store to arm on, and another thread was sampled loading
+ * the line this thread's sample is on. What is armed and unexpired is kept. */
+static void consider_loaded(uint64_t line, uint64_t now) {
+  struct bb_entry c;
+  if (dt.armed && !expired(&dt.on, now)) return;
+  if (read_entry(loads, slot_of(line), &c) != 0 || c.line != line || c.tid == locus_me.tid ||
+      expired(&c, now) || c.t <= dt.t_trap)
+    return;
+  uint32_t a, b;
+  if (dt.armed && dt.on.loaded && dt.on.line == line && load_chunks(&dt.on, &a) == dt.armed &&
+      load_chunks(&c, &b) == dt.armed && a == b) {
+    dt.on = c; /* the same chunks already watched: follow, no ioctl */
+    return;
+  }
+  dt.seen = 1;
+  arm(&c);
 }
 
 static void open_watchpoints(void);
@@ -264,14 +323,17 @@ void locus_comm_detect(const struct locus_comm_access *a) {
   uint64_t line = a->addr & ~((uint64_t)locus_comm_cfg.line - 1);
   struct bb_entry e;
   int detected = 0;
-  if (read_entry(slot_of(line), &e) == 0 && e.line == line && e.tid != locus_me.tid &&
+  if (read_entry(board, slot_of(line), &e) == 0 && e.line == line && e.tid != locus_me.tid &&
       e.t > dt.t_prev) {
-    write_event(&e, a->t, a->addr, a->len, a->ip, a->flags, a->cpu, 0, 1.0);
+    write_event(&e, a->t, locus_me.tid, a->addr, a->len, a->ip, a->flags, a->cpu, 0, 1.0);
     detected = 1;
   }
   if (!detected && LOCUS_UNLIKELY(dt.want > 0)) open_watchpoints();
-  if (!detected && dt.nwp > 0) consider_arming(a->t);
-  if (a->flags & LOCUS_AC_STORE) publish(a, line);
+  if (!detected && dt.nwp > 0 && !consider_arming(a->t) && loads) consider_loaded(line, a->t);
+  if (a->flags & LOCUS_AC_STORE)
+    publish(a, line, 0);
+  else if (loads && !(a->flags & LOCUS_AC_STACK))
+    publish(a, line, 1);
   dt.t_prev = a->t;
 }
 
@@ -298,8 +360,23 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
     a.flags = 0;
   }
   disarm();
-  write_event(&dt.on, t0, a.addr, a.len, a.ip, a.flags, sched_getcpu(), LOCUS_CE_TRAP,
-              (double)locus_comm_cfg.line / ((double)WP_BYTES * m));
+  /* A load's watchpoints cover its own bytes, not random chunks: a trap stands for itself. */
+  double volume = dt.on.loaded ? 1.0 : (double)locus_comm_cfg.line / ((double)WP_BYTES * m);
+  if (dt.on.loaded) {
+    /* This thread stored to a chunk of a line dt.on's thread was sampled loading: the
+     * communication goes from this thread (the writer) to the reader. */
+    struct bb_entry w = dt.on;
+    w.tid = locus_me.tid;
+    w.addr = a.addr;
+    w.len = a.len;
+    w.ip = a.ip;
+    w.cpu = sched_getcpu();
+    write_event(&w, t0, dt.on.tid, dt.on.addr, dt.on.len, dt.on.ip, 0, dt.on.cpu,
+                LOCUS_CE_TRAP | LOCUS_CE_LOADED, volume);
+  } else {
+    write_event(&dt.on, t0, locus_me.tid, a.addr, a.len, a.ip, a.flags, sched_getcpu(),
+                LOCUS_CE_TRAP, volume);
+  }
   if (dt.on.t > dt.t_trap) dt.t_trap = dt.on.t;
   if (t0 > dt.t_prev) dt.t_prev = t0;
   locus_comm_self_end(c0);
@@ -313,7 +390,8 @@ static void board_init(void) {
     uint32_t n = locus_comm_cfg.bulletin;
     if (n < 64) n = 64;
     while (n & (n - 1)) n &= n - 1; /* round down to a power of two */
-    void *p = mmap(NULL, (size_t)n * sizeof(struct bb_entry), PROT_READ | PROT_WRITE,
+    size_t boards = locus_comm_cfg.watch_loads ? 2 : 1;
+    void *p = mmap(NULL, boards * n * sizeof(struct bb_entry), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       locus_warn("comm: cannot allocate the bulletin board; no communication is detected");
@@ -321,6 +399,7 @@ static void board_init(void) {
     }
     board = p;
     board_cap = n;
+    if (boards == 2) loads = board + n;
     atomic_store(&board_mask, 0);
     uint64_t pns = locus_comm_cfg.period_ns < 100000 ? 100000 : locus_comm_cfg.period_ns;
     period_ticks = (uint64_t)((double)pns * locus_ticks_per_us / 1000.0);
@@ -330,9 +409,10 @@ static void board_init(void) {
   }
   /* A forked child inherits the parent's board: its entries name threads it has not. */
   if (atomic_load(&board_state) == 2 && board_pid != getpid()) {
-    memset(board, 0, (size_t)board_cap * sizeof(struct bb_entry));
+    memset(board, 0, (loads ? 2 : 1) * (size_t)board_cap * sizeof(struct bb_entry));
     memset((void *)recent, 0, sizeof recent);
     memset((void *)pubcount, 0, sizeof pubcount);
+    memset((void *)ldcount, 0, sizeof ldcount);
     atomic_store(&recent_next, 0);
     board_pid = getpid();
   }
@@ -381,7 +461,7 @@ static void open_watchpoints(void) {
   dt.want = 0;
   for (int i = 0; i < want; i++) {
     struct perf_event_attr attr;
-    bp_attr(&attr, (uint64_t)&wp_parking, i, 1);
+    bp_attr(&attr, (uint64_t)&wp_parking, i, 1, 0);
     int fd = locus_fd_keep_high(
         (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
     if (fd < 0) break;

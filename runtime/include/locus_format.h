@@ -210,6 +210,9 @@ struct locus_comm_sample { /* 64 bytes */
 #define LOCUS_CE_TRUE 1u  /* the byte ranges overlap: true sharing (else false sharing) */
 #define LOCUS_CE_TRAP 2u  /* detected by a watchpoint trap (else by a sample's lookup) */
 #define LOCUS_CE_EXACT 4u /* counted by the exact backend (volume = number of transfers) */
+/* a trap on a store to a line another thread was sampled loading (soft, --watch-loads): the
+ * src is the storing thread, the dst the thread whose copy the store invalidated */
+#define LOCUS_CE_LOADED 8u
 
 struct locus_comm_event { /* 64 bytes */
   uint64_t t;             /* ticks of the detection */

@@ -548,6 +548,14 @@ def test_a_locus_cc_build_is_recorded_exactly_by_default(locus, tmp_path):
     )
     assert bad.returncode == 2
     assert "--watchpoints does not apply to --backend exact" in locus.one_error_line(bad)
+    bad = locus.run(
+        "record", "--lens", "comm", "--backend", "exact", "--watch-loads", "on", "--", exe
+    )
+    assert bad.returncode == 2
+    assert "--watch-loads does not apply to --backend exact" in locus.one_error_line(bad)
+    bad = locus.run("record", "--watch-loads", "off", "--", exe)
+    assert bad.returncode == 2
+    assert "--watch-loads applies to the comm and numa lenses" in locus.one_error_line(bad)
 
 
 CAS128 = r"""
@@ -880,26 +888,59 @@ int main(int argc, char **argv) {
 """
 
 
-def test_soft_says_when_a_hand_off_is_mostly_unseen(locus, tmp_path):
-    """A single-slot mailbox: both threads spin on `box.full` with loads, and its few stores
-    are rarely sampled. Soft found 5 detections where exact counts ~200,000 transfers, and
-    said nothing of it. A note now says so and names the exact backend."""
+def _mailbox(tmp_path):
     (tmp_path / "mb.c").write_text(MAILBOX)
     exe = tmp_path / "mb"
     subprocess.run(
         ["gcc", "-O2", "-g", "-pthread", "-o", str(exe), str(tmp_path / "mb.c")], check=True
     )
+    return exe
+
+
+def test_soft_sees_a_hand_off_spun_on_with_loads(locus, tmp_path):
+    """A single-slot mailbox: both threads spin on `box.full` with loads and store to it
+    rarely. Timer samples land on the loads, so ComDetective's steps (stores published,
+    looked up, watched) found 5 detections where exact counts ~200,000 transfers, all true
+    sharing. With --watch-loads (the soft default) a thread arms write watchpoints on the
+    bytes another thread was sampled loading, and its store there is the hand-off."""
+    exe = _mailbox(tmp_path)
+    _proc, run = locus.record([str(exe), "20000000"], ("--lens", "comm", "--backend", "soft"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    t = c["totals"]
+    meta = json.loads((run / "meta.json").read_text())
+    assert c["watch_loads"] is True and meta["comm"]["watch_loads"] is True
+    # Nearly every sample of the two threads is on the mailbox (2,705 of 2,811 here).
+    assert t["detections_loaded"] >= 0.3 * c["samples"], (t, c["samples"])
+    assert t["true"] >= 0.9 * t["all"], t  # the consumer reads what the producer wrote
+    assert [o["name"] for o in c["objects"]][:1] == ["box"], c["objects"][:2]
+    producer, consumer = 1, 2  # creation order
+    m = c["matrices"]["thread"]["all"]
+    assert m[producer][consumer] == m[consumer][producer] > 0.9 * t["all"], m
+    # Writer and reader sites: the stores to `full` (producer :14, consumer :23) and the
+    # loads that spin on it (:12, :21).
+    lines = {s["line"] for s in c["sites"][:4]}
+    assert lines == {12, 14, 21, 23}, c["sites"][:4]
+    assert not [n for n in c["notes"] if "hand-off spun on with loads" in n], c["notes"]
+
+
+def test_soft_says_when_a_hand_off_is_mostly_unseen(locus, tmp_path):
+    """Without --watch-loads (ComDetective's steps only) soft found 5 detections where exact
+    counts ~200,000 transfers, and said nothing of it. A note now says so and names the
+    remedies."""
+    exe = _mailbox(tmp_path)
     # The note needs one of the rare stores sampled (the evidence that the line is written):
     # a few attempts.
+    opts = ("--lens", "comm", "--backend", "soft", "--watch-loads", "off")
     for _attempt in range(4):
-        _proc, run = locus.record([str(exe), "20000000"], ("--lens", "comm", "--backend", "soft"))
+        _proc, run = locus.record([str(exe), "20000000"], opts)
         c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+        assert c["watch_loads"] is False and c["totals"]["detections_loaded"] == 0
         if c["totals"]["detections"] >= 0.02 * c["samples"]:
             pytest.skip(f"the sampler saw this hand-off ({c['totals']['detections']} detections)")
         note = [n for n in c["notes"] if "hand-off spun on with loads" in n]
         if note:
             break
-    assert note and "--backend exact" in note[0], c["notes"]
+    assert note and "--backend exact" in note[0] and "--watch-loads on" in note[0], c["notes"]
 
 
 CANCEL_PENDING = r"""

@@ -51,6 +51,7 @@ from locus.rundir import (
     BK_HW,
     BK_SOFT,
     CE_EXACT,
+    CE_LOADED,
     CE_TRAP,
     CE_TRUE,
     COMM_SAMPLE_DTYPE,
@@ -111,7 +112,7 @@ def recorded(run: RunDir) -> bool:
 
 
 # The flag bits the runtime defines (records with others are damage).
-CE_KNOWN = 7  # LOCUS_CE_TRUE | TRAP | EXACT
+CE_KNOWN = 15  # LOCUS_CE_TRUE | TRAP | EXACT | LOADED
 AC_KNOWN = 31  # LOCUS_AC_STORE .. LOCUS_AC_STEP
 
 
@@ -220,6 +221,8 @@ def _config(run: RunDir, ct: np.ndarray, ev: Events, notes: list[str]) -> dict:
         # The exact backend arms none (a killed run has no thread records to say so).
         "watchpoints": 0 if backend == "exact" else num("watchpoints"),
         "bulletin": num("bulletin"),
+        # Runs before it existed: not recorded (None), and nothing was armed on loads.
+        "watch_loads": cfg.get("watch_loads") if cfg.get("watch_loads") in (True, False) else None,
         "exact_hooks": cfg.get("exact_hooks")
         if cfg.get("exact_hooks") in ("inlined", "calls")
         else None,
@@ -635,6 +638,13 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
 
     totals = {k: float(v.sum()) for k, v in wk.items()}
     totals["detections"] = n_ev
+    # How the sampling backends' detections were made: a sample's lookup (step 1), a trap on
+    # a published store (step 2), a trap on a store to a line another thread loaded.
+    trap = (ev.flags & CE_TRAP) != 0
+    loaded = (ev.flags & CE_LOADED) != 0
+    totals["detections_lookup"] = int((sampled & ~trap).sum())
+    totals["detections_trap"] = int((trap & ~loaded).sum())
+    totals["detections_loaded"] = int(loaded.sum())
     # Bytes: exact, the transfers counted; count-based sampling, ComDetective's scaled
     # lines; time-based or rate sampling, a lower bound: a sample's detection finds a line
     # another thread wrote since the detecting thread's previous sample, so at least one
@@ -807,6 +817,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "line_size": cfg["line_size"],
         "watchpoints": watchpoints,
         "watchpoints_configured": cfg["watchpoints"],
+        "watch_loads": cfg["watch_loads"],
         "exact_hooks": cfg["exact_hooks"],
         "bind": cfg["bind"],
         "samples": counters["samples"],
@@ -1156,12 +1167,17 @@ def _handoff_note(run: RunDir, cfg: dict, uses: dict, detections: int, samples: 
     est = samples * hot / total
     if est < HANDOFF_MIN_SAMPLES or detections >= HANDOFF_MAX_RATE * est:
         return None
+    loads = (
+        "; `--watch-loads on` (the soft backend's default) watches what other threads load"
+        if not cfg.get("watch_loads") and cfg.get("watchpoints") != 0
+        else ""
+    )
     return (
         f"{100 * hot / total:.0f} % of the sampled accesses (about {est:,.0f}) went to lines "
         f"that several threads use and one of them writes, yet {detections} detection(s) came "
         "of them: a hand-off spun on with loads (a flag, a queue's indices) publishes few "
-        "sampled stores, so this backend sees little of it; `--backend exact` (a `locus cc` "
-        "build) counts every transfer"
+        f"sampled stores, so this backend sees little of it{loads}; `--backend exact` (a "
+        "`locus cc` build) counts every transfer"
     )
 
 

@@ -204,6 +204,17 @@ def _bytes_part(t: dict) -> str:
     return f", {nbytes(t['bytes'])}"
 
 
+def _how_detected(t: dict) -> str:
+    """' (12 by lookup, 30 by trap, 2,650 on loads)' when any detection was a trap."""
+    trap, loaded = t.get("detections_trap") or 0, t.get("detections_loaded") or 0
+    if not trap and not loaded:
+        return ""
+    parts = [f"{count(t.get('detections_lookup') or 0)} by lookup", f"{count(trap)} by trap"]
+    if loaded:
+        parts.append(f"{count(loaded)} on loads")
+    return f" ({', '.join(parts)})"
+
+
 def _skip_parts(c: dict) -> str:
     """': N no access, U undecodable, K in kernel' when any interrupt was skipped."""
     k = c["counters"]
@@ -242,14 +253,15 @@ def summary_lines(report: dict) -> list[str]:
             f" {count(c['samples'])} samples, {count(c['skipped'])} skipped"
             f" ({percent(_pct(c['skipped'], seen))}{_skip_parts(c)})"
         )
-    lines = [f"comm      {how}, {wp if wp is not None else '?'} watchpoints,{counted}"]
+    on_loads = " (and on loads)" if c.get("watch_loads") and wp else ""
+    lines = [f"comm      {how}, {wp if wp is not None else '?'} watchpoints{on_loads},{counted}"]
     t = c["totals"]
     rse = f" (±{percent(100 * t['rse'])})" if t.get("rse") else ""
     # exact: every transfer is counted; its events are aggregates (line, threads, verdict).
     source = (
         f"(every transfer counted; {count(t['detections'])} aggregates)"
         if c["backend"] == "exact"
-        else f"from {count(t['detections'])} detections"
+        else f"from {count(t['detections'])} detections{_how_detected(t)}"
     )
     lines.append(
         f"volume    {volume(t['all'], unit)}{rse} {source}:"

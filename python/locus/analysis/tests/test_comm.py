@@ -160,6 +160,28 @@ def test_scaling_soft_hw_exact(tmp_path):
     assert "comm cost in the program itself" in text and "in the comm handlers" not in text
 
 
+def test_detections_by_how_they_were_made(tmp_path):
+    """Lookups (step 1), traps on published stores (step 2) and traps on stores to lines
+    another thread loaded (--watch-loads) are counted apart; a store to a load's bytes is
+    true sharing, to other bytes of its chunk false; the writer is the src."""
+    run, _p, c = _run(period_ns=1_000_000)
+    c.event(src=10, dst=11, line=COUNTER, count=2)
+    c.event(src=10, dst=11, line=COUNTER, volume=2.0, trap=True)
+    c.event(src=12, dst=13, line=STATS, loaded=True, count=3, store=False)
+    c.event(src=12, dst=13, line=STATS, src_off=4, src_len=4, dst_len=4, loaded=True)
+    res = _res(tmp_path, run)
+    t = res["totals"]
+    assert (t["detections_lookup"], t["detections_trap"], t["detections_loaded"]) == (2, 1, 4)
+    assert t["detections"] == 7 and res["watch_loads"] is True
+    ms = 1e-3
+    assert t["all"] == pytest.approx(8 * ms) and t["false"] == pytest.approx(1 * ms)
+    # Traps prove no transfer: the lower bound counts the two lookups only.
+    assert t["bytes"] == 2 * 64
+    text = "\n".join(summary_lines({"run": {"duration_s": 1.0}, "lenses": {"comm": res}}))
+    assert "4 watchpoints (and on loads)" in text, text
+    assert "from 7 detections (2 by lookup, 1 by trap, 4 on loads)" in text, text
+
+
 def test_config_without_meta_from_thread_records(tmp_path):
     run, _p, c = _run(period_ns=500_000, meta_comm=False, watchpoints=2)
     c.event(src=10, dst=11, line=COUNTER)
