@@ -140,6 +140,10 @@ struct locus_self {
   int state; /* 0 = unknown, 1 = registered, 2 = finished */
   struct locus_thread *slot;
   uint64_t records, dropped, self_ticks;
+  /* The thread's stack as its creator knew it (intercept/process.c), 0 when unknown:
+   * locus_thread_stack takes it instead of pthread_getattr_np, whose malloc gave every
+   * new thread a malloc arena (64 MiB of address space). */
+  uintptr_t stack_lo, stack_hi;
 };
 extern LOCUS_TLS struct locus_self locus_me;
 

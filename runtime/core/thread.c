@@ -140,6 +140,11 @@ int locus_thread_stack(uintptr_t *lo, uintptr_t *hi) {
       return 0;
     }
   }
+  if (locus_me.stack_hi) {
+    *lo = locus_me.stack_lo;
+    *hi = locus_me.stack_hi;
+    return 0;
+  }
   pthread_attr_t at;
   if (pthread_getattr_np(pthread_self(), &at) != 0) return -1;
   void *p;
@@ -163,8 +168,11 @@ static void register_self(uint32_t parent_tid, uint64_t start_routine, uint32_t 
                           struct locus_thread *reserved) {
   struct locus_self *me = &locus_me;
   int guard = me->guard;
+  uintptr_t stack_lo = me->stack_lo, stack_hi = me->stack_hi; /* the trampoline's */
   memset(me, 0, sizeof *me);
   me->guard = guard;
+  me->stack_lo = stack_lo;
+  me->stack_hi = stack_hi;
   me->tid = gettid_raw();
   me->state = 1;
   struct locus_thread *s = reserved ? reserved : claim_slot();

@@ -25,6 +25,8 @@ struct tramp {
   void *arg;
   uint32_t parent;
   struct locus_thread *slot; /* reserved at creation: serials in creation order */
+  void *stack;               /* the stack the program gave the thread, else NULL */
+  size_t stack_size;         /* its size, else the size glibc gives it; 0 unknown */
 };
 
 /* Trampolines come from a small pool, not malloc: free() in the new thread set up a malloc
@@ -52,9 +54,28 @@ static void tramp_put(struct tramp *p) {
     free(p);
 }
 
+/* The new thread's stack [lo, hi), as pthread_getattr_np reports it but without its
+ * malloc: glibc (x86-64, TLS above the thread pointer's struct pthread) puts the thread
+ * descriptor at the top of the block it maps, so the block ends at the page above
+ * pthread_self(), and the stack below it has the size the attributes asked. */
+static void tramp_stack(const struct tramp *t) {
+  if (t->stack && t->stack_size) {
+    locus_me.stack_lo = (uintptr_t)t->stack;
+    locus_me.stack_hi = (uintptr_t)t->stack + t->stack_size;
+    return;
+  }
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), self = (uintptr_t)pthread_self();
+  uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+  uintptr_t hi = (self + page) & ~(page - 1);
+  if (!t->stack_size || here >= hi || hi - here >= t->stack_size) return; /* not that layout */
+  locus_me.stack_lo = hi - t->stack_size;
+  locus_me.stack_hi = hi;
+}
+
 static void *trampoline(void *p) {
   struct tramp t = *(struct tramp *)p;
   tramp_put(p);
+  tramp_stack(&t);
   locus_thread_start(t.parent, (uint64_t)(uintptr_t)t.fn, t.slot);
   locus_join_map_put((unsigned long)pthread_self(), locus_me.tid);
   return t.fn(t.arg);
@@ -128,6 +149,14 @@ LOCUS_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void 
   t->arg = arg;
   t->parent = me->tid;
   t->slot = locus_thread_reserve();
+  t->stack = own_stack(attr, &t->stack_size);
+  if (!t->stack) {
+    pthread_attr_t dflt;
+    const pthread_attr_t *a = roomy ? &mine : attr;
+    if (!a && pthread_getattr_default_np(&dflt) == 0) a = &dflt;
+    if (!a || pthread_attr_getstacksize(a, &t->stack_size) != 0) t->stack_size = 0;
+    if (a == &dflt) pthread_attr_destroy(&dflt);
+  }
   int r = REAL(create, "pthread_create")(th, roomy ? &mine : attr, trampoline, t);
   if (roomy) pthread_attr_destroy(&mine);
   if (r != 0 && t) tramp_put(t); /* its slot, if any, keeps tid 0: not a thread */

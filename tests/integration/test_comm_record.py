@@ -1097,11 +1097,63 @@ int main(void) {
 def test_threads_that_never_allocate_get_no_malloc_arena(locus, tmp_path):
     """The trampoline's free() in each new thread set up a glibc malloc arena for it (64 MiB
     of address space each): 8 idle threads took ~600 MB under locus against ~10 MB without,
-    and RLIMIT_AS (batch schedulers set it) failed. Under --lens locks the threads' own
-    cost is now their stacks (the comm lens's stack lookup still mallocs, see the note)."""
+    and RLIMIT_AS (batch schedulers set it) failed. The comm and numa lenses' stack lookup
+    (pthread_getattr_np, which mallocs) did the same. The threads' own cost is now their
+    stacks, under every lens."""
     (tmp_path / "vm.c").write_text(IDLE_THREADS_VM)
     exe = tmp_path / "vm"
     subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(tmp_path / "vm.c")], check=True)
-    proc, _run = locus.record([str(exe)], ("--lens", "locks"))
-    grown_kb = int(proc.stdout)
-    assert grown_kb < 8 * (1 << 10) + 64 * (1 << 10), grown_kb  # 8 stacks, 64 MiB slack
+    for lens in ("locks", "comm", "numa"):
+        proc, _run = locus.record([str(exe)], ("--lens", lens))
+        grown_kb = int(proc.stdout)
+        assert grown_kb < 8 * (1 << 10) + 64 * (1 << 10), (lens, grown_kb)  # 8 stacks + slack
+
+
+THREAD_STACKS = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static void *w(void *a) {
+  pthread_attr_t at;
+  void *p;
+  size_t sz;
+  pthread_getattr_np(pthread_self(), &at);
+  pthread_attr_getstack(&at, &p, &sz);
+  pthread_mutex_lock(&m);
+  printf("%lu %lu\n", (unsigned long)p, (unsigned long)sz);
+  pthread_mutex_unlock(&m);
+  return a;
+}
+int main(void) {
+  pthread_t t[3];
+  pthread_attr_t sized, own;
+  pthread_attr_init(&sized);
+  pthread_attr_setstacksize(&sized, 1 << 20);
+  pthread_attr_init(&own);
+  pthread_attr_setstack(&own, aligned_alloc(4096, 1 << 18), 1 << 18);
+  pthread_create(&t[0], NULL, w, NULL);
+  pthread_create(&t[1], &sized, w, NULL);
+  pthread_create(&t[2], &own, w, NULL);
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+  return 0;
+}
+"""
+
+
+def test_thread_stacks_are_the_ones_glibc_reports(locus, tmp_path):
+    """The comm lens names each thread's stack as one object. The stack now comes from the
+    creating call's attributes and the new thread's descriptor (pthread_getattr_np
+    malloc'ed a 64 MiB arena into every thread): the same ranges glibc reports, for a
+    default stack, a sized one and one the program allocated."""
+    from locus.rundir import AL_STACK, RunDir
+
+    (tmp_path / "st.c").write_text(THREAD_STACKS)
+    exe = tmp_path / "st"
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(tmp_path / "st.c")], check=True)
+    proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    glibc = {tuple(int(x) for x in ln.split()) for ln in proc.stdout.decode().splitlines()}
+    a = RunDir.open(str(run)).procs[0].allocs()
+    ours = {(int(x["addr"]), int(x["size"])) for x in a[a["kind"] == AL_STACK]}
+    assert len(glibc) == 3 and glibc <= ours, (glibc, ours)
