@@ -1,7 +1,8 @@
-/* Thread registry. Each thread gets a slot in threads.bin (one reserved MAP_SHARED region,
- * so slots survive SIGKILL) the first time the runtime sees it: at the start of a thread
- * created through pthread_create, or at its first interposed call for threads that existed
- * before start-up ("adopted"). */
+/* Thread registry. Each thread gets a slot in threads.bin (MAP_SHARED, so slots survive
+ * SIGKILL; mapped a chunk of CHUNK_SLOTS at a time, so that a program of a few threads does
+ * not carry 64 MiB of address space for the million it could have) the first time the runtime sees
+ * it: at the start of a thread created through pthread_create, or at its first interposed call for
+ * threads that existed before start-up ("adopted"). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -15,11 +16,14 @@
 
 #define MAX_SLOTS (1u << 20)
 #define SLOT_GROW 1024u
+#define CHUNK_SLOTS (1u << 14) /* 1 MiB of slots per mapping */
+#define CHUNKS (MAX_SLOTS / CHUNK_SLOTS)
 
 LOCUS_TLS struct locus_self locus_me;
 
-static struct locus_thread *slots;
+static struct locus_thread *_Atomic chunks[CHUNKS];
 static int slots_fd = -1;
+static int slots_ok; /* threads.bin is open */
 static _Atomic uint32_t slots_used;
 static _Atomic uint32_t slots_size;
 static atomic_flag slots_lock;
@@ -36,33 +40,42 @@ void locus_threads_open(void) {
   atomic_store(&slots_used, 0);
   atomic_store(&slots_size, 0);
   atomic_flag_clear(&slots_lock);
-  if (slots_fd < 0) return;
-  void *p = mmap(NULL, (size_t)MAX_SLOTS * sizeof(struct locus_thread), PROT_READ | PROT_WRITE,
-                 MAP_SHARED | MAP_NORESERVE, slots_fd, 0);
-  slots = p == MAP_FAILED ? NULL : p;
+  slots_ok = slots_fd >= 0;
+  if (!slots_ok) return;
   if (!exit_key_ok) exit_key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0;
 }
 
+/* Map the chunk of slot i (slots_lock held). */
+static int map_chunk(uint32_t i) {
+  uint32_t k = i / CHUNK_SLOTS;
+  if (atomic_load(&chunks[k])) return 0;
+  size_t len = (size_t)CHUNK_SLOTS * sizeof(struct locus_thread);
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, slots_fd,
+                 (off_t)((uint64_t)k * len));
+  if (p == MAP_FAILED) return -1;
+  atomic_store(&chunks[k], (struct locus_thread *)p);
+  return 0;
+}
+
 static struct locus_thread *claim_slot(void) {
-  if (!slots) return NULL;
+  if (!slots_ok) return NULL;
   uint32_t i = atomic_fetch_add(&slots_used, 1);
   if (i >= MAX_SLOTS) return NULL;
   if (i >= atomic_load(&slots_size)) {
     while (atomic_flag_test_and_set(&slots_lock)) {
     }
     uint32_t size = atomic_load(&slots_size);
-    if (i >= size) {
-      uint32_t to = (i / SLOT_GROW + 1) * SLOT_GROW;
-      /* Not a file the program opened over our closed descriptor's number. */
-      if (locus_fd_is_record(slots_fd, "threads.bin") != 0 &&
-          locus_file_reserve(slots_fd, (uint64_t)size * sizeof(struct locus_thread),
+    /* Not a file the program opened over our closed descriptor's number. */
+    if (i >= size && locus_fd_is_record(slots_fd, "threads.bin") != 0 && map_chunk(i) == 0) {
+      uint32_t to = (i / SLOT_GROW + 1) * SLOT_GROW; /* within the chunk */
+      if (locus_file_reserve(slots_fd, (uint64_t)size * sizeof(struct locus_thread),
                              (uint64_t)to * sizeof(struct locus_thread)) == 0)
         atomic_store(&slots_size, to);
     }
     atomic_flag_clear(&slots_lock);
     if (i >= atomic_load(&slots_size)) return NULL;
   }
-  struct locus_thread *s = &slots[i];
+  struct locus_thread *s = &atomic_load(&chunks[i / CHUNK_SLOTS])[i % CHUNK_SLOTS];
   s->serial = i + 1;
   return s;
 }
@@ -236,9 +249,12 @@ void locus_thread_finish(void) {
 
 void locus_threads_after_fork(void) {
   /* Only the forking thread lives on in the child: it becomes the child's main thread. */
-  if (slots) munmap(slots, (size_t)MAX_SLOTS * sizeof(struct locus_thread));
+  for (uint32_t k = 0; k < CHUNKS; k++) {
+    struct locus_thread *c = atomic_exchange(&chunks[k], NULL);
+    if (c) munmap(c, (size_t)CHUNK_SLOTS * sizeof(struct locus_thread));
+  }
   locus_fd_close(slots_fd);
-  slots = NULL;
+  slots_ok = 0;
   slots_fd = -1;
   locus_threads_open();
   uint32_t parent = locus_me.tid;
