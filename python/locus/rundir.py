@@ -220,7 +220,7 @@ ALLOC_DTYPE = np.dtype(
         ("stack", "<u4"),
         ("kind", "<u2"),
         ("flags", "<u2"),
-        ("pad", "<u4"),
+        ("dev", "<u4"),
     ]
 )
 
@@ -229,6 +229,7 @@ BK_NONE, BK_HW, BK_SOFT, BK_EXACT = 0, 1, 2, 3
 AC_STORE, AC_SKID, AC_ATOMIC, AC_STACK = 1, 2, 4, 8
 CE_TRUE, CE_TRAP, CE_EXACT, CE_LOADED = 1, 2, 4, 8
 AL_MALLOC, AL_FREE, AL_MMAP, AL_MUNMAP, AL_STACK = 1, 2, 3, 4, 5
+ALF_FILE = 1  # LOCUS_ALF_FILE: an mmap of a file (reserved = offset, inode; dev)
 
 assert PROC_DTYPE.itemsize == 256
 assert THREAD_DTYPE.itemsize == 64
@@ -453,6 +454,17 @@ class Proc:
         """The process's maps at start, at exit and before each dlclose (maps.dl): a library
         unloaded during the run is still found."""
         return "\n".join(_read_text(self.file(f)) for f in ("maps", "maps.exit", "maps.dl"))
+
+    def mapped_files(self) -> dict[tuple[int, int], str]:
+        """(device, inode) -> path of the files the program mapped while the comm or numa
+        lens recorded its mmaps (mapped_files.txt: "INODE DEV PATH" lines)."""
+        out: dict[tuple[int, int], str] = {}
+        for ln in _read_text(self.file("mapped_files.txt")).splitlines():
+            ino, _, rest = ln.partition(" ")
+            dev, _, path = rest.partition(" ")
+            if ino.isdigit() and dev.isdigit() and path:
+                out.setdefault((int(dev), int(ino)), path)
+        return out
 
     def perf_map_text(self) -> str:
         """The JIT symbol map the process wrote (/tmp/perf-PID.map, copied at the run's

@@ -12,14 +12,19 @@
  * providing page-cache pages for them. Every block is tracked, whatever its size, because
  * small objects are exactly where false sharing hides.
  *
- * munmap cannot tell an anonymous mapping from a file one, so MUNMAP records may name
+ * File mappings are MMAP records too, flagged LOCUS_ALF_FILE with the file's offset, device
+ * and inode (one fstat): a database's shared-memory index or a memory-mapped file that
+ * threads share is an object named by its mmap call and its file. MUNMAP records may name
  * ranges that were never MMAP records (the reader matches them against MMAP records). */
 #define _GNU_SOURCE
 #include "allocs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../core/runtime.h"
@@ -56,9 +61,9 @@ static void put_free(const void *addr) {
   count(locus_cursor_put(&free_stream, &at.frees, &r, sizeof r));
 }
 
-static int put(uint16_t kind, const void *addr, size_t size, uint64_t site, uint32_t stack) {
-  struct locus_alloc r;
-  memset(&r, 0, sizeof r);
+static int put_rec(struct locus_alloc *rp, uint16_t kind, const void *addr, size_t size,
+                   uint64_t site, uint32_t stack) {
+  struct locus_alloc r = *rp;
   r.t = locus_ticks();
   r.addr = (uint64_t)(uintptr_t)addr;
   r.size = size;
@@ -69,6 +74,12 @@ static int put(uint16_t kind, const void *addr, size_t size, uint64_t site, uint
   int rc = locus_cursor_put(&stream, &at.cur, &r, sizeof r);
   count(rc);
   return rc;
+}
+
+static int put(uint16_t kind, const void *addr, size_t size, uint64_t site, uint32_t stack) {
+  struct locus_alloc r;
+  memset(&r, 0, sizeof r);
+  return put_rec(&r, kind, addr, size, site, stack);
 }
 
 void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t site) {
@@ -86,6 +97,69 @@ void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t 
     uint32_t stack = locus_cfg.call_stack ? locus_stack_capture(site) : 0;
     put(kind, addr, size, site, stack);
   }
+  me->guard--;
+  errno = saved;
+}
+
+/* The path of a mapped file, as mapped_files.txt lines "INODE DEV PATH" (the maps at start
+ * and exit miss a file mapped and unmapped in between: a database's -shm index). Once per
+ * file of the last few, one readlink and one write. */
+/* v in decimal at p (no NUL; stdio's formatting would fault in libc pages the program may
+ * never use); returns the digits written. */
+static int put_dec(char *p, uint64_t v) {
+  char d[20];
+  int n = 0, k = 0;
+  do d[n++] = (char)('0' + v % 10);
+  while ((v /= 10) != 0);
+  while (n) p[k++] = d[--n];
+  return k;
+}
+
+static void note_path(int fd, uint64_t ino, uint32_t dev) {
+  static _Atomic uint64_t recent[16];
+  static _Atomic uint32_t next;
+  static int out = -1;
+  static pid_t out_pid;
+  for (int i = 0; i < 16; i++)
+    if (atomic_load_explicit(&recent[i], memory_order_relaxed) == (ino ^ ((uint64_t)dev << 40)))
+      return;
+  atomic_store_explicit(&recent[atomic_fetch_add(&next, 1) % 16], ino ^ ((uint64_t)dev << 40),
+                        memory_order_relaxed);
+  char link[64] = "/proc/self/fd/", line[4200];
+  int n = put_dec(line, ino);
+  line[n++] = ' ';
+  n += put_dec(line + n, dev);
+  line[n++] = ' ';
+  link[14 + put_dec(link + 14, (uint64_t)(unsigned)fd)] = 0;
+  long len = (long)syscall(SYS_readlinkat, AT_FDCWD, link, line + n, sizeof line - (size_t)n - 1);
+  if (len <= 0) return;
+  line[n + len] = '\n';
+  pid_t pid = getpid();
+  if (out < 0 || out_pid != pid) {
+    out = locus_fd_keep_high(openat(locus_proc_dirfd, "mapped_files.txt",
+                                    O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
+    out_pid = pid;
+  }
+  if (out >= 0) (void)!write(out, line, (size_t)(n + len + 1));
+}
+
+void locus_allocs_record_file(const void *addr, size_t size, uint64_t site, int fd, uint64_t off) {
+  struct locus_self *me = &locus_me;
+  if (me->guard || me->state != 1 || at.closed || !locus_enabled) return;
+  int saved = errno;
+  me->guard++;
+  struct locus_alloc r;
+  memset(&r, 0, sizeof r);
+  struct stat st;
+  r.flags = LOCUS_ALF_FILE;
+  r.reserved[0] = off;
+  if (syscall(SYS_fstat, fd, &st) == 0) {
+    r.reserved[1] = (uint64_t)st.st_ino;
+    r.dev = (uint32_t)st.st_dev;
+    note_path(fd, r.reserved[1], r.dev);
+  }
+  uint32_t stack = locus_cfg.call_stack ? locus_stack_capture(site) : 0;
+  put_rec(&r, LOCUS_AL_MMAP, addr, size, site, stack);
   me->guard--;
   errno = saved;
 }

@@ -264,7 +264,7 @@ struct locus_comm_thread { /* 128 bytes */
 enum locus_alloc_kind {
   LOCUS_AL_MALLOC = 1, /* malloc, calloc, realloc (new block), posix_memalign, ... */
   LOCUS_AL_FREE = 2,   /* addr freed (size 0) */
-  LOCUS_AL_MMAP = 3,   /* anonymous mmap */
+  LOCUS_AL_MMAP = 3,   /* mmap: anonymous, or of a file (flags LOCUS_ALF_FILE) */
   LOCUS_AL_MUNMAP = 4,
   LOCUS_AL_STACK = 5 /* a thread's stack: [addr, addr + size), tid = its thread */
 };
@@ -278,9 +278,12 @@ struct locus_alloc { /* 64 bytes */
   uint32_t tid;
   uint32_t stack; /* id in stacks.bin (--call-stack), 0 = none */
   uint16_t kind;  /* enum locus_alloc_kind; 0 = unused record */
-  uint16_t flags;
-  uint32_t pad;
+  uint16_t flags; /* LOCUS_ALF_* */
+  uint32_t dev;   /* LOCUS_ALF_FILE: the file's st_dev (low 32 bits) */
 };
+/* An mmap of a file (shared or private): reserved[0] = the file offset mapped at addr,
+ * reserved[1] = the file's st_ino. */
+#define LOCUS_ALF_FILE 1u
 
 /* The two records of the allocation hot path, small because an allocation-heavy program
  * writes one per malloc and one per free (a struct locus_alloc each cost twice the time).

@@ -47,6 +47,7 @@ from locus.errors import LocusError
 from locus.rundir import (
     AC_STORE,
     AL_STACK,
+    ALF_FILE,
     BK_EXACT,
     BK_HW,
     BK_SOFT,
@@ -347,9 +348,20 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 # With --call-stack: grouped by the frames (threads number their stacks on
                 # their own, so one path has an id per thread), named past the wrappers.
                 frames = stacks.get(int(r["stack"]), ())
-                key = ("heap", pi, int(r["site"]), frames)
+                # A file's mapping: one object per call and file (device, inode).
+                file = (
+                    (int(r["dev"]), int(r["reserved"][1])) if int(r["flags"]) & ALF_FILE else None
+                )
+                key = ("heap", pi, int(r["site"]), frames, file)
                 oid = objs.get(
-                    key, kind="heap", proc=pi, site=int(r["site"]), frames=frames, size=0, blocks=0
+                    key,
+                    kind="heap",
+                    proc=pi,
+                    site=int(r["site"]),
+                    frames=frames,
+                    size=0,
+                    blocks=0,
+                    file=file,
                 )
                 info = objs.info[oid]
                 info["size"] = max(info["size"], int(r["size"]))
@@ -1393,11 +1405,28 @@ def _heap_name(info: dict, names) -> tuple[str, dict, list[str]]:
         loc = dict(loc, function=short_function(loc["function"]))
     site = _site_str(loc) if info["site"] else ""
     name = f"heap block from {site}" if site else "heap block (site unknown)"
-    if loc["function"] in GO_ARENA:
+    if info.get("file"):
+        path = _mapped_file(names.run.procs[info["proc"]], *info["file"])
+        name = f"file mapping from {site}" if site else "file mapping (site unknown)"
+        name += f" ({path})" if path else f" (inode {info['file'][1]})"
+    elif loc["function"] in GO_ARENA:
         # The Go runtime maps its heap in arenas of 64 MiB (through cgo's x_cgo_mmap when
         # built with cgo): every Go object is "from" that mmap, at offsets of megabytes.
         name = f"Go heap arena (mapped by {site})"
     return name + via_text(via), loc, via
+
+
+def _mapped_file(proc, dev: int, inode: int) -> str:
+    """The path of a mapped file: as the runtime read it at the mmap (mapped_files.txt),
+    else the maps' path of that inode (at start, at exit, before a dlclose), else ""."""
+    path = proc.mapped_files().get((dev, inode))
+    if path:
+        return path
+    for ln in proc.maps_text().splitlines():
+        f = ln.split(None, 5)
+        if inode and len(f) > 5 and f[4] == str(inode):
+            return f[5].strip()
+    return ""
 
 
 # Where the Go runtime maps its heap: an object in it is a Go value, not this allocation.
