@@ -630,5 +630,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def main_cc() -> int:
+    """The `locus-cc` command: `locus cc` as one word."""
+    return main(["cc", *sys.argv[1:]])
+
+
+def main_cxx() -> int:
+    """The `locus-c++` command: `locus c++` as one word."""
+    return main(["c++", *sys.argv[1:]])
+
+
 if __name__ == "__main__":
     sys.exit(main())

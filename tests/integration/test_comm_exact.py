@@ -435,3 +435,36 @@ def test_memcpy_memmove_memset_are_counted(tmp_path, monkeypatch, compiler):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUS_")}
     exe = tmp_path / "copies"
     assert subprocess.run([str(exe), "10", "100"], env=env, timeout=60).returncode == 0
+
+
+@pytest.mark.skipif(not shutil.which("cmake"), reason="cmake not installed")
+def test_cmake_builds_with_locus_cc_as_one_word(locus, tmp_path):
+    """CMake's ASM language takes CC as one program and dropped `cc` from CC="locus cc"
+    (it ran `locus` on the assembly). `locus-cc` / `locus-c++` are the wrappers as one word,
+    and a project of C, C++ and assembly builds instrumented."""
+    bindir = Path(locus.argv[0]).parent
+    if not (bindir / "locus-cc").exists():
+        pytest.skip("locus is not run from an installed environment (no locus-cc beside it)")
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.13)\nproject(t C CXX ASM)\n"
+        "add_executable(t t.c s.S k.cpp)\n"
+    )
+    (tmp_path / "t.c").write_text(
+        "#include <stdio.h>\nint sq(int);\nint k(int);\n"
+        'int main(void) { printf("%d\\n", sq(3) + k(1)); return 0; }\n'
+    )
+    (tmp_path / "s.S").write_text(
+        ".globl sq\nsq: mov %edi, %eax\n imul %edi, %eax\n ret\n"
+        '.section .note.GNU-stack,"",@progbits\n'
+    )
+    (tmp_path / "k.cpp").write_text('static int g;\nextern "C" int k(int x) { return g += x + 1; }\n')
+    env = dict(os.environ, CC=str(bindir / "locus-cc"), CXX=str(bindir / "locus-c++"))
+    b = tmp_path / "b"
+    subprocess.run(
+        ["cmake", "-S", str(tmp_path), "-B", str(b)], env=env, check=True, capture_output=True
+    )
+    subprocess.run(["cmake", "--build", str(b)], env=env, check=True, capture_output=True)
+    assert subprocess.run([str(b / "t")], capture_output=True, check=True).stdout == b"11\n"
+    _proc, run = locus.record([str(b / "t")], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["backend"] == "exact" and c["samples"] >= 2, (c["backend"], c["samples"])  # k's g
