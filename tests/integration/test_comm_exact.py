@@ -457,7 +457,9 @@ def test_cmake_builds_with_locus_cc_as_one_word(locus, tmp_path):
         ".globl sq\nsq: mov %edi, %eax\n imul %edi, %eax\n ret\n"
         '.section .note.GNU-stack,"",@progbits\n'
     )
-    (tmp_path / "k.cpp").write_text('static int g;\nextern "C" int k(int x) { return g += x + 1; }\n')
+    (tmp_path / "k.cpp").write_text(
+        'static int g;\nextern "C" int k(int x) { return g += x + 1; }\n'
+    )
     env = dict(os.environ, CC=str(bindir / "locus-cc"), CXX=str(bindir / "locus-c++"))
     b = tmp_path / "b"
     subprocess.run(

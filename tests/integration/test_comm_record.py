@@ -1209,3 +1209,46 @@ def test_a_shared_file_mapping_is_an_object(locus, tmp_path, backend):
     assert top["kind"] == "heap" and top["size"] == 16384, top
     assert top["false"] >= 0.9 * top["all"], top
     assert any(f"file mapping from main fm.c:16 ({data})" in a for a in c["advice"]), c["advice"]
+
+
+SHARED_COUNTER = r"""
+#include <pthread.h>
+#include <stdio.h>
+struct stats { long total; long mine[4]; } __attribute__((aligned(64)));
+struct stats st;
+static void *w(void *a) {
+  long i = (long)a;
+  for (long n = 0; n < 50000000; n++) {
+    st.mine[i]++;
+    if ((n & 15) == 0) __atomic_fetch_add(&st.total, 1, __ATOMIC_RELAXED);
+  }
+  return a;
+}
+int main(void) {
+  pthread_t t[4];
+  for (long i = 0; i < 4; i++) pthread_create(&t[i], 0, w, (void *)i);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], 0);
+  printf("%ld\n", st.total);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["soft", "exact"])
+def test_advice_names_a_shared_counter_beside_per_thread_fields(locus, tmp_path, backend):
+    """Four threads each write their own `st.mine[i]` and all of them add to `st.total` on
+    the same line. The advice said "separate what each thread writes" and listed `st.total`
+    with every thread's field: padding the per-thread fields alone leaves the counter's
+    true sharing. It now names the shared word apart from the own fields."""
+    (tmp_path / "sc.c").write_text(SHARED_COUNTER)
+    exe = tmp_path / "sc"
+    cc = [*locus.argv, "cc"] if backend == "exact" else ["gcc"]
+    subprocess.run(
+        [*cc, "-O2", "-g", "-pthread", "-o", str(exe), str(tmp_path / "sc.c")], check=True
+    )
+    _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", backend))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    advice = next(a for a in c["advice"] if "`st`" in a)
+    assert "own fields of `st` (`st.mine[" in advice, advice
+    assert "on the line of `st.total`, which all of them write" in advice, advice
+    assert "`st.total` a line of its own" in advice, advice

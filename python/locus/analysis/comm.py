@@ -1820,12 +1820,49 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 f"threads {thr} {verb} adjacent {what} of {name} {where}; "
                 f"pad each to {line} bytes{align} or give each thread its own line"
             )
+        elif mixed := _mixed_words(o, names, wr):
+            # Per-thread fields beside a word they all write (a shared counter): padding
+            # the per-thread fields is not enough, and the shared word is true sharing.
+            mine, common, who = mixed
+            out.append(
+                f"threads {thr} write their own fields of {name} ({mine}) on the line of "
+                f"{common}, which {who} write: the own fields share the line falsely "
+                f"({share}), {common} truly; give each thread's field its own {line}-byte "
+                f"line{align}, and {common} a line of its own (it still moves between the "
+                "threads at every write: count per thread and combine at the end)"
+            )
         else:
             out.append(
                 f"threads {thr} {verb} different bytes of the same {line}-byte line(s) of "
                 f"{name} {where}; separate what each thread writes onto its own line"
             )
     return out + _neighbours_advice(alone, line, names, limit - len(out))
+
+
+def _mixed_words(o: dict, names, wr: dict[int, set]) -> tuple[str, str, str] | None:
+    """(own fields, shared words, who writes them) when two or more threads each write
+    offsets no other thread writes and some offsets are written by several of them: per-
+    thread fields beside a shared counter. Named by the static variable's DWARF type when
+    there is one, else by offsets."""
+    writers = Counter(x for offs in wr.values() for x in offs)
+    common = sorted(x for x, n in writers.items() if n >= 2)
+    own = sorted({x for offs in wr.values() for x in offs if writers[x] == 1})
+    owners = sum(1 for offs in wr.values() if any(writers[x] == 1 for x in offs))
+    if not common or owners < 2:
+        return None
+    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+
+    def text(offs: list[int], what: str) -> str:
+        fields = list(dict.fromkeys(layout.field(x) for x in offs)) if layout else []
+        if fields and fields != [layout.name]:
+            shown = ", ".join(f"`{f}`" for f in fields[:4]) + (", ..." if len(fields) > 4 else "")
+            return shown
+        span = f"{offs[0]}-{offs[-1]}" if len(offs) > 1 else f"{offs[0]}"
+        return f"{what} at offset{'s' if len(offs) > 1 else ''} {span}"
+
+    n = max(writers[x] for x in common)
+    who = "all of them" if n == len(wr) else f"{n} of them"
+    return text(own, "bytes"), text(common, "the word"), who
 
 
 def _quoted(o: dict) -> str:
