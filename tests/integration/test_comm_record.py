@@ -1252,3 +1252,65 @@ def test_advice_names_a_shared_counter_beside_per_thread_fields(locus, tmp_path,
     assert "own fields of `st` (`st.mine[" in advice, advice
     assert "on the line of `st.total`, which all of them write" in advice, advice
     assert "`st.total` a line of its own" in advice, advice
+
+
+READ_BESIDE_COUNTER = r"""
+#include <pthread.h>
+#include <stdio.h>
+__attribute__((aligned(64))) long ITER = 1000;
+long hits = 1; /* the next 8 bytes: -fno-toplevel-reorder keeps the order */
+static volatile int stop;
+static long sum;
+static void *reader(void *a) {
+  long s = 0;
+  while (!stop)
+    for (long n = 0; n < *(volatile long *)&ITER; n++) s += n;
+  sum = s;
+  return a;
+}
+static void *writer(void *a) {
+  for (long n = 0; n < 200000; n++) {
+    __atomic_fetch_add(&hits, 1, __ATOMIC_RELAXED);
+    for (int k = 0; k < 300; k++) __asm__ volatile(""); /* work between the adds */
+  }
+  return a;
+}
+int main(void) {
+  pthread_t r, w[2];
+  pthread_create(&r, 0, reader, 0);
+  for (int i = 0; i < 2; i++) pthread_create(&w[i], 0, writer, 0);
+  for (int i = 0; i < 2; i++) pthread_join(w[i], 0);
+  stop = 1;
+  pthread_join(r, 0);
+  printf("%ld\n", hits);
+  return 0;
+}
+"""
+
+
+def test_victim_advice_names_a_writer_with_only_true_sharing(locus, tmp_path):
+    """One thread only reads `ITER`; two threads add atomically to `hits`, the next word.
+    `hits` has only true sharing of its own, so the victim advice found no neighbour to
+    name, and with one reader the object got no advice at all. The writer is now named
+    from the writes' addresses, and one reader is enough."""
+    (tmp_path / "v.c").write_text(READ_BESIDE_COUNTER)
+    exe = tmp_path / "v"
+    built = locus.run(
+        "cc",
+        "-O2",
+        "-g",
+        "-fno-toplevel-reorder",
+        "-pthread",
+        "-o",
+        str(exe),
+        str(tmp_path / "v.c"),
+    )
+    assert built.returncode == 0, built.stderr
+    _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "exact"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    by = {o["name"]: o for o in c["objects"]}
+    assert by["ITER"]["false"] > 0 and by["ITER"]["true"] == 0, c["objects"]
+    advice = next(a for a in c["advice"] if "`ITER`" in a)
+    assert advice.startswith("thread 1 only reads `ITER`"), advice
+    # (`stop`, which main writes at the end, can share the line too)
+    assert "data other threads write (" in advice and "`hits`" in advice, advice

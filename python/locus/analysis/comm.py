@@ -1011,6 +1011,16 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
             and not bool(((src_end > 0) & (src_at < (size or 0))).any())
         )
         reads = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) == 0).all())
+        # A victim's writers by name: the static variables at the writes' addresses (an
+        # atomic counter all threads update has only true sharing of its own, and no
+        # false-sharing row to be found by).
+        writers: list[str] = []
+        if victim:
+            # (an exact event's range is a hull of the writer's bytes: one word at most)
+            one = fm[ev.src_len[fm] <= WORD]
+            src = np.unique(ev.line[one].astype(np.uint64) + ev.src_off[one].astype(np.uint64))
+            found = names.data(info["proc"], src[:VICTIM_WRITERS_LOOKED].tolist())
+            writers = list(dict.fromkeys(split_offset(v)[0] for v in found.values() if v))
         # The busiest false-sharing access, whose source file tells the advice's language.
         top = int(fm[np.argmax(wk["false"][fm])]) if len(fm) else -1
         top_ip = (int(ev.proc[top]), int(ev.dst_ip[top])) if top >= 0 else None
@@ -1041,6 +1051,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                 "_false_written": written,
                 "_victim": victim,
                 "_victim_reads": reads,
+                "_victim_writers": writers,
                 "_shared_words": shared,
                 "_wrapper": wrapper,
                 "_top_ip": top_ip,
@@ -1705,6 +1716,10 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         if len(big) >= 2:
             acc = [r for r in acc if r[0] in big]
             per = big
+        if len(per) < 2 and o.get("_victim") and o.get("_victim_reads"):
+            # One thread only reads it, and writes beside it move its line.
+            out.append(_victim_advice(o, objects, _ranges(list(per)), _quoted(o), line, names))
+            continue
         if len(per) < 2:
             # One thread's variable: its false sharing is with a neighbour on its line
             # (two counters side by side), said below for both.
@@ -1871,6 +1886,9 @@ def _quoted(o: dict) -> str:
     return f"`{o['name']}`" if o["kind"] == "static" else o["name"]
 
 
+VICTIM_WRITERS_LOOKED = 16  # distinct write addresses looked up for a victim's writers
+
+
 def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int, names) -> str:
     """An object only read, on a line that writes to its neighbours keep moving."""
     pid, lines = o["_false_lines"]
@@ -1884,7 +1902,9 @@ def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int,
         # Two blocks from one line of code (a std::vector and its buffer): their sizes.
         return text + f" ({p['size']} bytes)" if p["name"] == o["name"] and p.get("size") else text
 
-    who = ", ".join(label(p) for p in near[:3])
+    named = [label(p) for p in near[:3]]
+    named += [f"`{w}`" for w in o.get("_victim_writers", ()) if f"`{w}`" not in named]
+    who = ", ".join(named[:3])
     if any(p["name"] == o["name"] for p in near[:3]) and o.get("size"):
         name += f" ({o['size']} bytes)"
     share = f"{100 * o['false'] / o['all']:.0f} % of its volume" if o["all"] else ""
@@ -1894,9 +1914,13 @@ def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int,
         else f"give it a {line}-byte line of its own{_align(_top_site(o, names), line)}, or "
         "keep data that is only read apart from data that is written"
     )
+    one = thr.isdigit()
     how, whom = ("only read", "the readers") if o.get("_victim_reads") else ("use", "them")
+    if one:
+        how, whom = ("only reads", "the reader") if o.get("_victim_reads") else ("uses", "it")
     return (
-        f"threads {thr} {how} {name}, which shares {line}-byte lines with data other "
+        f"thread{'' if one else 's'} {thr} {how} {name}, which shares {line}-byte lines with "
+        "data other "
         f"threads write{' (' + who + ')' if who else ''}: each of those writes takes the line "
         f"from {whom} (false sharing, {share}); {fix}"
     )
