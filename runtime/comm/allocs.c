@@ -101,9 +101,6 @@ void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t 
   errno = saved;
 }
 
-/* The path of a mapped file, as mapped_files.txt lines "INODE DEV PATH" (the maps at start
- * and exit miss a file mapped and unmapped in between: a database's -shm index). Once per
- * file of the last few, one readlink and one write. */
 /* v in decimal at p (no NUL; stdio's formatting would fault in libc pages the program may
  * never use); returns the digits written. */
 static int put_dec(char *p, uint64_t v) {
@@ -115,6 +112,9 @@ static int put_dec(char *p, uint64_t v) {
   return k;
 }
 
+/* The path of a mapped file, as mapped_files.txt lines "INODE DEV PATH" (the maps at start
+ * and exit miss a file mapped and unmapped in between: a database's -shm index). Once per
+ * file of the last few, one readlink and one write. */
 static void note_path(int fd, uint64_t ino, uint32_t dev) {
   static _Atomic uint64_t recent[16];
   static _Atomic uint32_t next;

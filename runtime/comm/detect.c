@@ -221,10 +221,6 @@ static void disarm(void) {
   dt.armed = 0;
 }
 
-/* Watch e's line: for any access when e is a store, for stores when it is a load.
- * PERF_EVENT_IOC_MODIFY_ATTRIBUTES on a breakpoint disables it, moves it (and changes its
- * type) and re-enables it in one call (about 3.5 us here), so the registers already armed
- * are moved in place, not disabled first; only the ones left over are disabled. */
 /* The chunks of e's line that hold a sampled load's bytes: [*first, *first + return). */
 static int load_chunks(const struct bb_entry *e, uint32_t *first) {
   uint64_t lo = e->addr > e->line ? e->addr : e->line;
@@ -235,6 +231,10 @@ static int load_chunks(const struct bb_entry *e, uint32_t *first) {
   return (int)((hi - 1 - e->line) / WP_BYTES - *first + 1);
 }
 
+/* Watch e's line: for any access when e is a store, for stores when it is a load.
+ * PERF_EVENT_IOC_MODIFY_ATTRIBUTES on a breakpoint disables it, moves it (and changes its
+ * type) and re-enables it in one call (about 3.5 us here), so the registers already armed
+ * are moved in place, not disabled first; only the ones left over are disabled. */
 static void arm(const struct bb_entry *e) {
   uint32_t nchunks = locus_comm_cfg.line / WP_BYTES;
   uint8_t order[64];
@@ -280,7 +280,7 @@ static int consider_arming(uint64_t now) {
     uint32_t slot = atomic_load_explicit(&recent[rnd() % n], memory_order_relaxed);
     if (read_entry(board, slot, &c) != 0) continue;
     if (c.tid == locus_me.tid || expired(&c, now) || c.t <= dt.t_trap) continue;
-    if (dt.armed && c.line == dt.on.line) {
+    if (dt.armed && !dt.on.loaded && c.line == dt.on.line) {
       /* Already watched: follow the newer publication, no ioctl. */
       if (c.t > dt.on.t) dt.on = c;
       return 1;

@@ -45,15 +45,17 @@ void locus_threads_open(void) {
   if (!exit_key_ok) exit_key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0;
 }
 
-/* Map the chunk of slot i (slots_lock held). */
-static int map_chunk(uint32_t i) {
-  uint32_t k = i / CHUNK_SLOTS;
-  if (atomic_load(&chunks[k])) return 0;
+/* Map the chunks of slots [from, i] (slots_lock held): slots below the size in use are
+ * read without the lock, so every chunk up to the new size is mapped before it grows. */
+static int map_chunks(uint32_t from, uint32_t i) {
   size_t len = (size_t)CHUNK_SLOTS * sizeof(struct locus_thread);
-  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, slots_fd,
-                 (off_t)((uint64_t)k * len));
-  if (p == MAP_FAILED) return -1;
-  atomic_store(&chunks[k], (struct locus_thread *)p);
+  for (uint32_t k = from / CHUNK_SLOTS; k <= i / CHUNK_SLOTS; k++) {
+    if (atomic_load(&chunks[k])) continue;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, slots_fd,
+                   (off_t)((uint64_t)k * len));
+    if (p == MAP_FAILED) return -1;
+    atomic_store(&chunks[k], (struct locus_thread *)p);
+  }
   return 0;
 }
 
@@ -66,7 +68,7 @@ static struct locus_thread *claim_slot(void) {
     }
     uint32_t size = atomic_load(&slots_size);
     /* Not a file the program opened over our closed descriptor's number. */
-    if (i >= size && locus_fd_is_record(slots_fd, "threads.bin") != 0 && map_chunk(i) == 0) {
+    if (i >= size && locus_fd_is_record(slots_fd, "threads.bin") != 0 && map_chunks(size, i) == 0) {
       uint32_t to = (i / SLOT_GROW + 1) * SLOT_GROW; /* within the chunk */
       if (locus_file_reserve(slots_fd, (uint64_t)size * sizeof(struct locus_thread),
                              (uint64_t)to * sizeof(struct locus_thread)) == 0)
