@@ -1,8 +1,11 @@
 /* Interposers for thread and process life: creation and join (so threads are registered
  * and joins become waits the critical path can follow), exit and _exit (the status, and a
- * finished run when no exit handlers run), exec (the old image's run is closed first). */
+ * finished run when no exit handlers run), daemon (its parent's _exit), exec (the old
+ * image's run is closed first). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -11,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -195,6 +199,38 @@ LOCUS_EXPORT void _exit(int status) {
 LOCUS_EXPORT void _Exit(int status) {
   locus_proc_finish(status, LOCUS_PROC_EXITED);
   REAL(_Exit_, "_Exit")(status);
+}
+
+/* glibc's daemon() ends the parent with an internal _exit that no interposer sees: the
+ * parent's records were left unfinished and every daemonising run read "incomplete"
+ * (memcached -d). The same steps here (glibc misc/daemon.c), with the parent leaving
+ * through the _exit above. */
+LOCUS_EXPORT int daemon(int nochdir, int noclose) {
+  switch (fork()) {
+    case -1:
+      return -1;
+    case 0:
+      break;
+    default:
+      _exit(0);
+  }
+  if (setsid() == -1) return -1;
+  if (!nochdir) (void)!chdir("/");
+  if (!noclose) {
+    struct stat st;
+    int fd = open("/dev/null", O_RDWR);
+    if (fd == -1) return -1;
+    if (fstat(fd, &st) != 0 || !S_ISCHR(st.st_mode)) {
+      close(fd);
+      errno = ENODEV;
+      return -1;
+    }
+    dup2(fd, STDIN_FILENO);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    if (fd > 2) close(fd);
+  }
+  return 0;
 }
 
 /* ---- exec ---- */

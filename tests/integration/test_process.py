@@ -662,3 +662,33 @@ def test_first_touches_with_call_stacks_do_not_crash(locus, tmp_path):
             proc.returncode,
             proc.stderr[-300:],
         )
+
+
+DAEMON = r"""
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  if (daemon(0, 0) != 0) return 1;
+  char cwd[256];
+  FILE *f = fopen(argv[1], "w");
+  fprintf(f, "%s %d %d\n", getcwd(cwd, sizeof cwd), getsid(0) == getpid(), isatty(1));
+  fclose(f);
+  return 0;
+}
+"""
+
+
+def test_daemon_is_a_complete_run(locus, tmp_path):
+    """glibc's daemon() ends the parent with an internal _exit that no interposer sees: its
+    records were left unfinished and the run read "incomplete" (memcached -d). locus's
+    daemon() does glibc's steps (fork, the parent's _exit, setsid, chdir, /dev/null)."""
+    src, exe = tmp_path / "dm.c", tmp_path / "dm"
+    src.write_text(DAEMON)
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True)
+    out = tmp_path / "out"
+    proc, run = locus.record([str(exe), str(out)], ("--lens", "locks"))
+    assert b"incomplete" not in proc.stderr, proc.stderr
+    rep = locus.report(run)
+    assert rep["run"]["complete"] is True and rep["run"]["exit_status"] == 0, rep["run"]
+    # The child went on as glibc's would: in /, leading its session, without the terminal.
+    assert out.read_text() == "/ 1 0\n"
