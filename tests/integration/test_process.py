@@ -692,3 +692,32 @@ def test_daemon_is_a_complete_run(locus, tmp_path):
     assert rep["run"]["complete"] is True and rep["run"]["exit_status"] == 0, rep["run"]
     # The child went on as glibc's would: in /, leading its session, without the terminal.
     assert out.read_text() == "/ 1 0\n"
+
+
+EXEC_AGAIN = r"""
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  volatile double x = 0;
+  for (long i = 0; i < 100000000; i++) x += i;
+  if (argc > 1 && strcmp(argv[1], "again") == 0) execl(argv[0], argv[0], (char *)0);
+  printf("%.0f\n", x);
+  return 0;
+}
+"""
+
+
+def test_an_exec_chain_splits_the_service_time(locus, tmp_path):
+    """A task that exec'd is the main thread of two process images (one pid, one tid), and
+    the scheduler's cumulative service time spans both: each image got the whole task's
+    time, so the run's on-CPU time and the dependency model counted it twice."""
+    src, exe = tmp_path / "ex.c", tmp_path / "ex"
+    src.write_text(EXEC_AGAIN)
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True)
+    _proc, run = locus.record([str(exe), "again"], ("--lens", "locks"))
+    threads = locus.report(run)["lenses"]["locks"]["threads"]
+    assert len(threads) == 2 and threads[0]["tid"] == threads[1]["tid"], threads
+    for t in threads:  # busy the whole time: on-CPU close to its lifetime, never above
+        life = t["end_s"] - t["start_s"]
+        assert 0.5 * life < t["service_s"] <= 1.1 * life + 0.02, t

@@ -9,6 +9,7 @@ are flagged `estimated` when any w > 1.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -759,9 +760,20 @@ def _service(run: RunDir, th: Threads, blocking_wait: np.ndarray):
     np.maximum.at(hi, inv, s["service_ns"].astype(np.float64))
     svc = {(int(s["pid"][f]), int(s["tid"][f])): hi[j] / 1e9 for j, f in enumerate(first)}
     pids = [p.pid for p in run.procs]
+    keys = [(pids[int(th.proc[i])], int(th.tid[i])) for i in range(n)]
+    # A task that exec'd is a thread of each process image (same pid and tid), and its
+    # cumulative service spans them all: each image gets what ran in its own lifetime.
+    images = Counter(keys)
+    st = run.sched_seconds(s["t_ns"]) if any(c > 1 for c in images.values()) else None
     missing = 0
     for i in range(n):
-        v = svc.get((pids[int(th.proc[i])], int(th.tid[i])))
+        v = svc.get(keys[i])
+        if v is not None and st is not None and images[keys[i]] > 1:
+            on = (s["pid"] == keys[i][0]) & (s["tid"] == keys[i][1])
+            before = on & (st < float(th.start[i]))
+            during = on & (st >= float(th.start[i])) & (st <= float(th.end[i]))
+            base = float(s["service_ns"][before].max()) if before.any() else 0.0
+            v = (float(s["service_ns"][during].max()) - base) / 1e9 if during.any() else None
         if v is None:
             # Lived between two samples: its lifetime minus its blocking waits.
             v = max(float(th.end[i] - th.start[i]) - float(blocking_wait[i]), 0.0)
