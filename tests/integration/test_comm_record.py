@@ -1314,3 +1314,40 @@ def test_victim_advice_names_a_writer_with_only_true_sharing(locus, tmp_path):
     assert advice.startswith("thread 1 only reads `ITER`"), advice
     # (`stop`, which main writes at the end, can share the line too)
     assert "data other threads write (" in advice and "`hits`" in advice, advice
+
+
+RAW_CLONE = r"""
+#define _GNU_SOURCE
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+static volatile long shared[2];
+static int worker(void *a) {
+  for (long i = 0; i < 200000000; i++) shared[(long)a]++;
+  return 0;
+}
+int main(void) {
+  char *stk = malloc(1 << 20);
+  int c = clone(worker, stk + (1 << 20), CLONE_VM | CLONE_FS | CLONE_FILES | SIGCHLD, (void *)1);
+  for (long i = 0; i < 200000000; i++) shared[0]++;
+  waitpid(c, 0, 0);
+  printf("%ld\n", shared[0] + shared[1]);
+  return 0;
+}
+"""
+
+
+def test_a_task_the_runtime_never_saw_gets_a_note(locus, tmp_path):
+    """A worker made by a raw clone(CLONE_VM) shares the program's memory but is never
+    registered: it is not sampled, and its false sharing with the main thread was simply
+    absent ("no communication was detected"). The launcher's scheduler samples list every
+    task of the run: a note now says how much CPU time went unseen."""
+    (tmp_path / "rc.c").write_text(RAW_CLONE)
+    exe = tmp_path / "rc"
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(tmp_path / "rc.c")], check=True)
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    note = [n for n in c["notes"] if "without the runtime seeing them" in n]
+    assert note and note[0].startswith("1 task(s) of the run used"), c["notes"]
