@@ -38,6 +38,7 @@ from locus.analysis.common import (
     short_function,
     stack_table,
     thread_rows,
+    unseen_tasks_note,
     via_text,
 )
 from locus.analysis.common import ranges as _ranges
@@ -740,7 +741,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     handoff = _handoff_note(run, cfg, uses, n_ev, counters["samples"])
     if handoff:
         notes.append(handoff)
-    unseen = _unseen_threads_note(run, th)
+    unseen = unseen_tasks_note(run, th)
     if unseen:
         notes.append(unseen)
 
@@ -1166,40 +1167,6 @@ def _sampled_uses(proc, line: int, cache: dict) -> tuple[np.ndarray, np.ndarray]
         s = s[s["addr"] != 0]
         cache[id(proc)] = (s["addr"] - s["addr"] % np.uint64(line), s)
     return cache[id(proc)]
-
-
-UNSEEN_NOTE_MIN = 0.01  # of the recorded tasks' CPU time: threads the runtime never saw
-
-
-def _unseen_threads_note(run: RunDir, th: _Threads) -> str | None:
-    """A note when tasks of the run used CPU time but were never registered by the runtime
-    (the launcher's scheduler samples list every task of the recorded processes and their
-    descendants): threads made by a raw clone rather than pthread_create, and processes
-    the runtime cannot enter (static executables), are neither sampled nor watched."""
-    s = run.sched()
-    s = s[s["tid"] != 0]
-    if not len(s) or not run.procs:
-        return None
-    inv, first = group(s["pid"], s["tid"])
-    svc = np.zeros(len(first))
-    np.maximum.at(svc, inv, s["service_ns"].astype(np.float64))
-    known = {(run.procs[int(p)].pid, int(t)) for p, t in zip(th.proc, th.tid)}
-    unseen, n = 0.0, 0
-    for j, f in enumerate(first.tolist()):
-        key = (int(s["pid"][f]), int(s["tid"][f]))
-        if key not in known and svc[j] > 0:
-            unseen += svc[j]
-            n += 1
-    total = float(svc.sum())
-    if not n or unseen < UNSEEN_NOTE_MIN * total:
-        return None
-    return (
-        f"{n} task(s) of the run used {unseen / 1e9:.3g} s of CPU "
-        f"({100 * unseen / total:.0f} % of the tasks' CPU time) without the runtime seeing "
-        "them (threads made by a raw clone rather than pthread_create, or processes it "
-        "could not enter: a static executable): their accesses are not sampled and what "
-        "they exchange is missing from every table"
-    )
 
 
 def _handoff_note(run: RunDir, cfg: dict, uses: dict, detections: int, samples: int) -> str | None:

@@ -417,3 +417,42 @@ def alloc_site(names: Names, proc: int, site: int, frames: tuple = ()) -> tuple[
                     via.append(ofn)
         return s, via
     return {"function": "?", "file": "", "line": 0}, via
+
+
+UNSEEN_NOTE_MIN = 0.01  # of the recorded tasks' CPU time: threads the runtime never saw
+
+
+def unseen_tasks_note(run: RunDir, th: Threads) -> str | None:
+    """A note when tasks of the run used CPU time but were never registered by the runtime
+    (the launcher's scheduler samples list every task of the recorded processes and their
+    descendants): threads made by a raw clone rather than pthread_create, and processes
+    the runtime cannot enter (static executables), are neither sampled nor watched."""
+    s = run.sched()
+    s = s[s["tid"] != 0]
+    if not len(s) or not run.procs:
+        return None
+    _keys, first, inv = np.unique(
+        (s["pid"].astype(np.uint64) << np.uint64(32)) | s["tid"].astype(np.uint64),
+        return_index=True,
+        return_inverse=True,
+    )
+    inv = inv.reshape(-1)
+    svc = np.zeros(len(first))
+    np.maximum.at(svc, inv, s["service_ns"].astype(np.float64))
+    known = {(run.procs[int(p)].pid, int(t)) for p, t in zip(th.proc, th.tid)}
+    unseen, n = 0.0, 0
+    for j, f in enumerate(first.tolist()):
+        key = (int(s["pid"][f]), int(s["tid"][f]))
+        if key not in known and svc[j] > 0:
+            unseen += svc[j]
+            n += 1
+    total = float(svc.sum())
+    if not n or unseen < UNSEEN_NOTE_MIN * total:
+        return None
+    return (
+        f"{n} task(s) of the run used {unseen / 1e9:.3g} s of CPU "
+        f"({100 * unseen / total:.0f} % of the tasks' CPU time) without the runtime seeing "
+        "them (threads made by a raw clone rather than pthread_create, or processes it "
+        "could not enter: a static executable): their accesses are not sampled, and are "
+        "missing from every table"
+    )

@@ -47,6 +47,7 @@ from locus.analysis.common import (
     site_str,
     stack_table,
     thread_rows,
+    unseen_tasks_note,
 )
 from locus.analysis.locks import group
 from locus.errors import LocusError
@@ -826,6 +827,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         topo, th, threads, sites, site_keys, allocations, totals, sc, site_of, tn, pn, cls
     )
     _notes(run, cfg, sc, topo, bind, totals, counters, notes, a, has_t, fallback, T, len(ct))
+    unseen = unseen_tasks_note(run, th)
+    if unseen:
+        notes.append(unseen)
     if int((~first).sum()):
         notes.append(
             f"{int(t_pages[~first].sum())} pages first touched by a read were placed by a later "
