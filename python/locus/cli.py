@@ -481,6 +481,9 @@ def cmd_record(ns: argparse.Namespace) -> int:
     lenses: list[str] = []
     for group in ns.lenses or [["locks"]]:
         lenses += [x for x in group if x not in lenses]
+    if ns.watch_loads is not None and "comm" not in lenses:
+        # The numa lens samples the same way but detects nothing: nothing to watch for.
+        ns.parser.error("--watch-loads applies to the comm lens: add --lens comm")
     comm = None
     comm_given = [
         opt

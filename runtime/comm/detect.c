@@ -18,14 +18,18 @@
  * Beyond the paper (LOCUS_COMM_WATCH_LOADS, the soft backend's default): a timer samples
  * time, not accesses, so the few stores of a hand-off spun on with loads (a mailbox, a ring's
  * indices) are almost never sampled, nothing is published, and the paper's steps never see
- * the line. Sampled loads are therefore published too, on a second board that step 1 never
- * reads. When a thread's sample finds no store to detect or arm on, and another thread was
- * sampled loading the same line (unexpired, as above, counted in its load samples), it arms
- * write-only watchpoints on the 8-byte chunks that hold the loaded bytes. Its store there
- * invalidates the reader's copy, which the reader's next access takes back: one
- * communication from the storing thread to the reader (LOCUS_CE_LOADED), volume 1 (the
- * chunks are the reader's, not a random part of the line). True sharing when the store's
- * bytes overlap the load's. False sharing beside a spun-on field is left to steps 1-2.
+ * the line. A sampled load that step 1 leaves unresolved (no other thread's store found on
+ * its line) is therefore published on a second board, which step 1 never reads. When a
+ * thread's sample finds no store to detect or arm on, and another thread's unresolved load
+ * is on the same 8-byte chunk as its own sampled access (both wait on one word; unexpired,
+ * as above, counted in its load samples), it arms write-only watchpoints on the chunks that
+ * hold the loaded bytes. Its store there
+ * invalidates the reader's copy, which the reader's next access takes back: the reader's
+ * sample was spent on a line another thread writes. That resolves the reader's sample, once
+ * (the entry is marked confirmed): one communication from the storing thread to the reader
+ * (LOCUS_CE_LOADED), volume 1, the reader's sample. True sharing when the store's bytes
+ * overlap the load's. A reader whose samples step 1 resolves (a writer's stores beside its
+ * flag, sampled often) publishes no load: false sharing beside a spun-on field stays false.
  *
  * The board is written and read from signal handlers of all threads: each entry carries a
  * seqlock; a writer that finds it taken skips its publication, a reader that keeps seeing
@@ -61,7 +65,7 @@ struct bb_entry { /* 64 bytes */
   int32_t cpu;
   uint32_t serial; /* publisher's thread serial */
   uint32_t pubno;  /* publisher's store (or load) sample count when it published this */
-  uint32_t loaded; /* a sampled load (the load board), else a store */
+  uint32_t loaded; /* a sampled load (the load board): 1, 2 once a trap resolved it; else 0 */
   uint32_t pad;
 };
 
@@ -153,7 +157,8 @@ static void publish(const struct locus_comm_access *a, uint64_t line, int loaded
  * this thread's previous sample (the window in which step 1 would count it: a thread that
  * was descheduled keeps what was published meanwhile). */
 static int expired(const struct bb_entry *e, uint64_t now) {
-  if (now > e->t && now - e->t > period_ticks && e->t <= dt.t_prev) return 1;
+  /* (a thread's first sample has no previous one: an old entry of a thread that ended) */
+  if (now > e->t && now - e->t > period_ticks && (e->t <= dt.t_prev || !dt.t_prev)) return 1;
   _Atomic uint32_t *count = e->loaded ? ldcount : pubcount;
   return atomic_load_explicit(&count[e->serial % PUBLISHERS], memory_order_relaxed) - e->pubno >= 2;
 }
@@ -298,17 +303,24 @@ static int consider_arming(uint64_t now) {
   return 1;
 }
 
-/* The extension (watch_loads): no store to arm on, and another thread was sampled loading
- * the line this thread's sample is on. What is armed and unexpired is kept. */
-static void consider_loaded(uint64_t line, uint64_t now) {
+/* The extension (watch_loads): no store to arm on, and another thread's unresolved load is
+ * on an 8-byte chunk this thread's sample is on too (both wait on the same word: a flag, a
+ * mailbox; a writer of other fields of that line, whose stores step 1 finds, does not
+ * arm). What is armed and unexpired is kept. */
+static void consider_loaded(const struct locus_comm_access *a, uint64_t line) {
   struct bb_entry c;
+  uint64_t now = a->t;
   if (dt.armed && !expired(&dt.on, now)) return;
   if (read_entry(loads, slot_of(line), &c) != 0 || c.line != line || c.tid == locus_me.tid ||
-      expired(&c, now) || c.t <= dt.t_trap)
+      c.loaded != 1 || expired(&c, now) || c.t <= dt.t_trap)
     return;
-  uint32_t a, b;
-  if (dt.armed && dt.on.loaded && dt.on.line == line && load_chunks(&dt.on, &a) == dt.armed &&
-      load_chunks(&c, &b) == dt.armed && a == b) {
+  uint64_t mine = a->addr & ~(uint64_t)(WP_BYTES - 1), theirs = c.addr & ~(uint64_t)(WP_BYTES - 1);
+  if (!overlap(mine, (uint32_t)(a->addr + a->len - mine), theirs,
+               (uint32_t)(c.addr + c.len - theirs)))
+    return;
+  uint32_t f0, f1;
+  if (dt.armed && dt.on.loaded && dt.on.line == line && load_chunks(&dt.on, &f0) == dt.armed &&
+      load_chunks(&c, &f1) == dt.armed && f0 == f1) {
     dt.on = c; /* the same chunks already watched: follow, no ioctl */
     return;
   }
@@ -329,12 +341,27 @@ void locus_comm_detect(const struct locus_comm_access *a) {
     detected = 1;
   }
   if (!detected && LOCUS_UNLIKELY(dt.want > 0)) open_watchpoints();
-  if (!detected && dt.nwp > 0 && !consider_arming(a->t) && loads) consider_loaded(line, a->t);
+  if (!detected && dt.nwp > 0 && !consider_arming(a->t) && loads) consider_loaded(a, line);
   if (a->flags & LOCUS_AC_STORE)
     publish(a, line, 0);
-  else if (loads && !(a->flags & LOCUS_AC_STACK))
+  else if (loads && !detected && !(a->flags & LOCUS_AC_STACK))
     publish(a, line, 1);
   dt.t_prev = a->t;
+}
+
+/* Mark the load publication e resolved on the load board; 0 when a trap already did. An
+ * entry since replaced by a newer publication, or busy, counts as not yet resolved. */
+static int confirm(const struct bb_entry *e) {
+  struct bb_entry *b = &loads[slot_of(e->line)];
+  uint32_t s = atomic_load_explicit(&b->seq, memory_order_relaxed);
+  if ((s & 1) || !atomic_compare_exchange_strong(&b->seq, &s, s + 1)) return 1;
+  int first = 1;
+  if (b->tid == e->tid && b->t == e->t && b->line == e->line) {
+    first = b->loaded == 1;
+    b->loaded = 2;
+  }
+  atomic_store_explicit(&b->seq, s + 2, memory_order_release);
+  return first;
 }
 
 void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
@@ -360,9 +387,11 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
     a.flags = 0;
   }
   disarm();
-  /* A load's watchpoints cover its own bytes, not random chunks: a trap stands for itself. */
+  /* A load's trap resolves the reader's sample (volume 1); a store's is scaled as the paper's. */
   double volume = dt.on.loaded ? 1.0 : (double)locus_comm_cfg.line / ((double)WP_BYTES * m);
-  if (dt.on.loaded) {
+  if (dt.on.loaded && !confirm(&dt.on)) {
+    /* Another thread's store resolved that load first: nothing more to count. */
+  } else if (dt.on.loaded) {
     /* This thread stored to a chunk of a line dt.on's thread was sampled loading: the
      * communication goes from this thread (the writer) to the reader. */
     struct bb_entry w = dt.on;

@@ -1194,17 +1194,22 @@ def _handoff_note(run: RunDir, cfg: dict, uses: dict, detections: int, samples: 
     est = samples * hot / total
     if est < HANDOFF_MIN_SAMPLES or detections >= HANDOFF_MAX_RATE * est:
         return None
-    loads = (
-        "; `--watch-loads on` (the soft backend's default) watches what other threads load"
-        if not cfg.get("watch_loads") and cfg.get("watchpoints") != 0
-        else ""
-    )
+    if cfg.get("watch_loads"):
+        why = (
+            "with --watch-loads too (it needs the storing thread sampled on the word it "
+            "hands off: in a token ring each thread only stores to the next one's)"
+        )
+    elif cfg.get("watchpoints") != 0:
+        why = "; `--watch-loads on` (the soft backend's default) watches what other threads load"
+    else:
+        why = ""
     return (
         f"{100 * hot / total:.0f} % of the sampled accesses (about {est:,.0f}) went to lines "
         f"that several threads use and one of them writes, yet {detections} detection(s) came "
-        "of them: a hand-off spun on with loads (a flag, a queue's indices) publishes few "
-        f"sampled stores, so this backend sees little of it{loads}; `--backend exact` (a "
-        "`locus cc` build) counts every transfer"
+        "of them: either the threads use those lines at different times (no communication), "
+        "or a hand-off spun on with loads (a flag, a queue's indices) publishes few sampled "
+        f"stores and this backend sees little of it{' ' if why.startswith('with') else ''}"
+        f"{why}; `--backend exact` (a `locus cc` build) counts every transfer"
     )
 
 
