@@ -492,7 +492,6 @@ def cmd_record(ns: argparse.Namespace) -> int:
             ("--period", ns.period),
             ("--watchpoints", ns.watchpoints),
             ("--bulletin-size", ns.bulletin),
-            ("--watch-loads", ns.watch_loads),
             ("--bind", ns.bind),
         )
         if v is not None

@@ -457,13 +457,17 @@ class Proc:
 
     def mapped_files(self) -> dict[tuple[int, int], str]:
         """(device, inode) -> path of the files the program mapped while the comm or numa
-        lens recorded its mmaps (mapped_files.txt: "INODE DEV PATH" lines)."""
+        lens recorded its mmaps (mapped_files.txt: "INODE DEV PATH" lines), read once."""
+        cached = getattr(self, "_mapped_files", None)
+        if cached is not None:
+            return cached
         out: dict[tuple[int, int], str] = {}
         for ln in _read_text(self.file("mapped_files.txt")).splitlines():
             ino, _, rest = ln.partition(" ")
             dev, _, path = rest.partition(" ")
             if ino.isdigit() and dev.isdigit() and path:
                 out.setdefault((int(dev), int(ino)), path)
+        self._mapped_files = out
         return out
 
     def perf_map_text(self) -> str:

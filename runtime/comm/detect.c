@@ -389,9 +389,10 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
   disarm();
   /* A load's trap resolves the reader's sample (volume 1); a store's is scaled as the paper's. */
   double volume = dt.on.loaded ? 1.0 : (double)locus_comm_cfg.line / ((double)WP_BYTES * m);
-  if (dt.on.loaded && !confirm(&dt.on)) {
-    /* Another thread's store resolved that load first: nothing more to count. */
-  } else if (dt.on.loaded) {
+  if (!dt.on.loaded) {
+    write_event(&dt.on, t0, locus_me.tid, a.addr, a.len, a.ip, a.flags, sched_getcpu(),
+                LOCUS_CE_TRAP, volume);
+  } else if (confirm(&dt.on)) { /* else another thread's store resolved that load first */
     /* This thread stored to a chunk of a line dt.on's thread was sampled loading: the
      * communication goes from this thread (the writer) to the reader. */
     struct bb_entry w = dt.on;
@@ -402,9 +403,6 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
     w.cpu = sched_getcpu();
     write_event(&w, t0, dt.on.tid, dt.on.addr, dt.on.len, dt.on.ip, 0, dt.on.cpu,
                 LOCUS_CE_TRAP | LOCUS_CE_LOADED, volume);
-  } else {
-    write_event(&dt.on, t0, locus_me.tid, a.addr, a.len, a.ip, a.flags, sched_getcpu(),
-                LOCUS_CE_TRAP, volume);
   }
   if (dt.on.t > dt.t_trap) dt.t_trap = dt.on.t;
   if (t0 > dt.t_prev) dt.t_prev = t0;

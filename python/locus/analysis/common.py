@@ -422,31 +422,36 @@ def alloc_site(names: Names, proc: int, site: int, frames: tuple = ()) -> tuple[
 UNSEEN_NOTE_MIN = 0.01  # of the recorded tasks' CPU time: threads the runtime never saw
 
 
-def unseen_tasks_note(run: RunDir, th: Threads) -> str | None:
-    """A note when tasks of the run used CPU time but were never registered by the runtime
-    (the launcher's scheduler samples list every task of the recorded processes and their
-    descendants): threads made by a raw clone rather than pthread_create, and processes
-    the runtime cannot enter (static executables), are neither sampled nor watched."""
+def task_service_ns(run: RunDir) -> dict[tuple[int, int], float]:
+    """(pid, tid) -> the task's service (on-CPU) time in ns from the launcher's scheduler
+    samples: service_ns is cumulative since the task started, so its largest value is the
+    task's whole service time (last - first would miss what ran before the first sample)."""
     s = run.sched()
     s = s[s["tid"] != 0]
-    if not len(s) or not run.procs:
-        return None
+    if not len(s):
+        return {}
     _keys, first, inv = np.unique(
         (s["pid"].astype(np.uint64) << np.uint64(32)) | s["tid"].astype(np.uint64),
         return_index=True,
         return_inverse=True,
     )
-    inv = inv.reshape(-1)
-    svc = np.zeros(len(first))
-    np.maximum.at(svc, inv, s["service_ns"].astype(np.float64))
+    hi = np.zeros(len(first))
+    np.maximum.at(hi, inv.reshape(-1), s["service_ns"].astype(np.float64))
+    return {(int(s["pid"][f]), int(s["tid"][f])): float(hi[j]) for j, f in enumerate(first)}
+
+
+def unseen_tasks_note(run: RunDir, th: Threads) -> str | None:
+    """A note when tasks of the run used CPU time but were never registered by the runtime
+    (the launcher's scheduler samples list every task of the recorded processes and their
+    descendants): threads made by a raw clone rather than pthread_create, and processes
+    the runtime cannot enter (static executables), are neither sampled nor watched."""
+    svc = task_service_ns(run)
+    if not svc or not run.procs:
+        return None
     known = {(run.procs[int(p)].pid, int(t)) for p, t in zip(th.proc, th.tid)}
-    unseen, n = 0.0, 0
-    for j, f in enumerate(first.tolist()):
-        key = (int(s["pid"][f]), int(s["tid"][f]))
-        if key not in known and svc[j] > 0:
-            unseen += svc[j]
-            n += 1
-    total = float(svc.sum())
+    hidden = [v for k, v in svc.items() if k not in known and v > 0]
+    unseen, n = float(sum(hidden)), len(hidden)
+    total = float(sum(svc.values()))
     if not n or unseen < UNSEEN_NOTE_MIN * total:
         return None
     return (

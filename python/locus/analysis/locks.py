@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from locus.analysis import critical_path
-from locus.analysis.common import drop_damaged
+from locus.analysis.common import drop_damaged, task_service_ns
 from locus.analysis.kinds import (
     BARRIER,
     EV_CONTENDED,
@@ -747,18 +747,13 @@ def _union_hold(e_th, nth, ev: LockEvents, is_hold, whold) -> np.ndarray:
 
 def _service(run: RunDir, th: Threads, blocking_wait: np.ndarray):
     """Service (on-CPU) time of each thread from sched.bin: its last cumulative sample."""
-    s = run.sched()
     n = len(th.tid)
     out = np.full(n, np.nan)
-    s = s[s["tid"] != 0]
-    if len(s) == 0:
+    svc = {k: v / 1e9 for k, v in task_service_ns(run).items()}
+    if not svc:
         return out, None
-    # service_ns is cumulative since the task started, so its last value is the task's
-    # whole service time; last - first would miss what ran before the first sample.
-    inv, first = group(s["pid"], s["tid"])
-    hi = np.zeros(len(first))
-    np.maximum.at(hi, inv, s["service_ns"].astype(np.float64))
-    svc = {(int(s["pid"][f]), int(s["tid"][f])): hi[j] / 1e9 for j, f in enumerate(first)}
+    s = run.sched()
+    s = s[s["tid"] != 0]
     pids = [p.pid for p in run.procs]
     keys = [(pids[int(th.proc[i])], int(th.tid[i])) for i in range(n)]
     # A task that exec'd is a thread of each process image (same pid and tid), and its
