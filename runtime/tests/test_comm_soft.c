@@ -192,6 +192,9 @@ NOCFI_FN(nocfi_gap,
 
 static void *in_nocfi_gap(void *arg) { return stores_through(nocfi_gap, (long)arg); }
 
+/* The contended instruction of the gap cases (their first), written out for the checks. */
+static uintptr_t gap_access;
+
 /* Two threads still sharing when the process ends with a raw exit_group, as a Go program
  * ends: no exit handler runs, and only the periodic checkpoints keep their counters. */
 static void *forever(void *arg) {
@@ -226,7 +229,8 @@ static int run_pair(void *(*fn)(void *), const char *dir) {
   snprintf(path, sizeof path, "%s/tids", dir);
   FILE *f = fopen(path, "w");
   if (!f) return 1;
-  fprintf(f, "%d %d %lx\n", tids[0], tids[1], (unsigned long)&shared);
+  fprintf(f, "%d %d %lx %lx\n", tids[0], tids[1], (unsigned long)&shared,
+          (unsigned long)gap_access);
   fclose(f);
   return 0;
 }
@@ -237,6 +241,7 @@ struct result {
   uint64_t line;
   uint64_t events, pair, true_sh, false_sh, traps, other_line, ev_volume_bad;
   uint64_t samples, on_line, on_line_store, skid, step;
+  uint64_t gap_access, skid_elsewhere; /* gap cases: the lock add, skid samples not on it */
   uint64_t signals, used, skipped, published, armed, trap_ct, self_ns, wps, undecoded;
 };
 
@@ -246,11 +251,12 @@ static int read_result(const char *run, struct result *r) {
   if (proc_dir(run, pd, sizeof pd) != 0) return -1;
   snprintf(path, sizeof path, "%s/tids", run);
   FILE *f = fopen(path, "r");
-  unsigned long line = 0;
-  if (!f || fscanf(f, "%u %u %lx", &r->tid[0], &r->tid[1], &line) != 3) {
+  unsigned long line = 0, access = 0;
+  if (!f || fscanf(f, "%u %u %lx %lx", &r->tid[0], &r->tid[1], &line, &access) < 3) {
     if (f) fclose(f);
     return -1;
   }
+  r->gap_access = access;
   fclose(f);
   r->line = line & ~63ul;
   size_t len;
@@ -282,7 +288,10 @@ static int read_result(const char *run, struct result *r) {
       r->on_line++;
       if (s->flags & LOCUS_AC_STORE) r->on_line_store++;
     }
-    if (s->flags & LOCUS_AC_SKID) r->skid++;
+    if (s->flags & LOCUS_AC_SKID) {
+      r->skid++;
+      if (r->gap_access && s->ip != r->gap_access) r->skid_elsewhere++;
+    }
     if (s->flags & LOCUS_AC_STEP) r->step++;
   }
   free(b);
@@ -365,9 +374,17 @@ static int false_sharing_decoded(const char *self, const char *lib, const char *
     CHECK(r.on_line_store * 10 >= r.samples * share,
           "too few samples are stores to the line: %lu of %lu", (unsigned long)r.on_line_store,
           (unsigned long)r.samples);
-    if (gap)
-      CHECK(r.skid * 10 >= r.samples * 9, "skid-corrected %lu of %lu samples",
-            (unsigned long)r.skid, (unsigned long)r.samples);
+    /* Where the interrupt lands after a stalled lock add depends on the CPU: here (Intel)
+     * 92-95 % of samples were right after it, on CI's machine 70-79 % (the rest at the lock
+     * add itself, or further on and found by the run ahead). So: most samples, each on the
+     * lock add. */
+    if (gap) {
+      CHECK(r.skid * 2 >= r.samples, "skid-corrected %lu of %lu samples", (unsigned long)r.skid,
+            (unsigned long)r.samples);
+      CHECK(r.gap_access && r.skid_elsewhere == 0,
+            "%lu skid-corrected samples not on the lock add at %lx",
+            (unsigned long)r.skid_elsewhere, (unsigned long)r.gap_access);
+    }
     CHECK(r.pair >= 10, "too few events between the pair: %lu", (unsigned long)r.pair);
     CHECK(r.false_sh * 10 >= r.pair * 8, "false sharing %lu of %lu", (unsigned long)r.false_sh,
           (unsigned long)r.pair);
@@ -730,8 +747,15 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "chase")) return run_pair(chase, dir);
     if (!strcmp(argv[1], "jit")) return make_jit() ? 1 : run_pair(in_jit, dir);
     if (!strcmp(argv[1], "nocfi")) return run_pair(in_nocfi, dir);
-    if (!strcmp(argv[1], "jitgap")) return make_jit_gap() ? 1 : run_pair(in_jit_gap, dir);
-    if (!strcmp(argv[1], "nocfigap")) return run_pair(in_nocfi_gap, dir);
+    if (!strcmp(argv[1], "jitgap")) {
+      if (make_jit_gap()) return 1;
+      gap_access = (uintptr_t)jit_gap;
+      return run_pair(in_jit_gap, dir);
+    }
+    if (!strcmp(argv[1], "nocfigap")) {
+      gap_access = (uintptr_t)nocfi_gap;
+      return run_pair(in_nocfi_gap, dir);
+    }
     if (!strcmp(argv[1], "rawexit")) return run_raw_exit(dir);
     if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
     if (!strcmp(argv[1], "ahead")) return check_ahead() ? 0 : 1;

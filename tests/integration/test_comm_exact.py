@@ -201,8 +201,10 @@ def test_free_running_false_sharing_has_no_true_transfer(exact_bins, tmp_path):
     """Threads hammering their own counters of one line, with no turns (--free, false
     fraction 1): every transfer is false sharing. The model's {writer, bytes} pair was two
     stores; a thread that lost the line between them left its own bytes under the new
-    writer, and its next access read as true sharing with itself (1-9 % of transfers)."""
-    run = run_exact(exact_bins, tmp_path, "comm_falseshare", "2", "300000", "1", "16", "--free")
+    writer, and its next access read as true sharing with itself (1-9 % of transfers).
+    For ~1 s, not a number of bursts: on a busy machine one thread could finish 300,000
+    bursts before the other ran (28 transfers in all, seen once)."""
+    run = run_exact(exact_bins, tmp_path, "comm_falseshare", "2", "-", "1", "16", "--free")
     m = run.matrix()
     true = sum(v for (_, _, is_true), v in m.items() if is_true)
     total = sum(m.values())
