@@ -30,14 +30,20 @@ extern LOCUS_TLS int locus_tsc_off; /* this thread must not read the TSC */
 extern double locus_ticks_per_us;
 
 /* ---- stream.c: one file of fixed-size records, claimed in page-aligned chunks ---- */
+#define LOCUS_STREAM_SPARES 64
 struct locus_stream {
   int fd;
   _Atomic uint64_t next; /* next free byte offset */
-  _Atomic uint64_t size; /* bytes allocated in the file */
-  atomic_flag grow_lock;
+  _Atomic uint64_t size; /* bytes allocated in the file (the ftruncate fallback's) */
+  atomic_flag grow_lock; /* the ftruncate fallback's (filesystems without fallocate) */
   const char *name;
   uint64_t dev, ino; /* the file's identity: checked when it is reopened */
   atomic_flag reopen_lock;
+  /* The unused rest of the last page of ended threads' chunks, each (offset / 16) << 20 |
+   * (bytes / 16), 0 = empty; never across a page boundary. A new thread's first records go
+   * there: 20,000 short-lived threads took a page each of every record file they wrote
+   * (80 MB a file) for a few records each. */
+  _Atomic uint64_t spare[LOCUS_STREAM_SPARES];
 };
 /* The stream's descriptor, checked to be still open (a program may close every descriptor
  * with a raw close_range syscall): reopened by path if not. -1 when neither works.
@@ -55,6 +61,18 @@ void *locus_stream_claim_at(struct locus_stream *s, size_t bytes, uint64_t *at);
  * filesystems without it); -1 past RLIMIT_FSIZE or when the disk is full. */
 int locus_file_reserve(int fd, uint64_t from, uint64_t to);
 void locus_stream_release(void *chunk, size_t bytes);
+/* A spare range of at least `min` bytes that starts on a record of `rec` bytes (see struct
+ * locus_stream), its page mapped: *map is the page (release it with
+ * locus_stream_release(*map, 4096)), *at its offset in the file, the range [*map + *pos,
+ * *map + *pos + *len). 0 when one was taken, -1 when none fits. */
+int locus_stream_take_spare(struct locus_stream *s, size_t min, size_t rec, char **map,
+                            uint64_t *at, size_t *pos, size_t *len);
+/* Offer [off, off + len) of the stream's file (inside one page, unused, reserved) to the
+ * next thread; 0 when it was kept, -1 when every spare slot is taken. */
+int locus_stream_put_spare(struct locus_stream *s, uint64_t off, size_t len);
+/* [off, off + len) of the stream's file given back to the filesystem: it reads as zeros,
+ * unused records (page-aligned; a filesystem without hole punching keeps it allocated). */
+void locus_stream_punch(struct locus_stream *s, uint64_t off, size_t len);
 void locus_stream_reset_after_fork(struct locus_stream *s);
 void locus_stream_close(struct locus_stream *s);
 

@@ -30,6 +30,7 @@ int locus_stream_open(struct locus_stream *s, int dirfd, const char *name) {
   atomic_store(&s->size, 0);
   atomic_flag_clear(&s->grow_lock);
   atomic_flag_clear(&s->reopen_lock);
+  for (int i = 0; i < LOCUS_STREAM_SPARES; i++) atomic_store(&s->spare[i], 0);
   s->name = name;
   struct stat st;
   s->dev = s->ino = 0;
@@ -107,22 +108,26 @@ int locus_file_reserve(int fd, uint64_t from, uint64_t to) {
   return -1;
 }
 
-static int grow(struct locus_stream *s, int fd, uint64_t need) {
+/* Reserves [from, to) of the stream's file for one claim. Lock-free: every claim
+ * fallocates its own range (the kernel serialises them on the file), so a thread that
+ * starts no longer waits for another's system call. A lock here, spun on, took 71 % of
+ * the CPU time of 20,000 short-lived threads started 64 at a time on 2 CPUs (7 s against
+ * 1 s plain), its holder preempted inside fallocate. Only the ftruncate fallback takes a
+ * lock, as concurrent ftruncates could shrink the file under another thread's chunk; it
+ * yields while waiting. The raw system calls: glibc's fallocate is a cancellation point (a
+ * thread with a cancel pending was cancelled here). Past RLIMIT_FSIZE the records stop
+ * (growing the file would kill the program with SIGXFSZ). */
+static int grow(struct locus_stream *s, int fd, uint64_t from, uint64_t to) {
+  struct rlimit fl;
+  if (getrlimit(RLIMIT_FSIZE, &fl) == 0 && fl.rlim_cur != RLIM_INFINITY && to > fl.rlim_cur)
+    return -1;
+  if (syscall(SYS_fallocate, fd, 0, (off_t)from, (off_t)(to - from)) == 0) return 0;
+  if (errno != EOPNOTSUPP) return -1;
+  while (atomic_flag_test_and_set_explicit(&s->grow_lock, memory_order_acquire))
+    syscall(SYS_sched_yield);
   int rc = 0;
-  while (atomic_flag_test_and_set_explicit(&s->grow_lock, memory_order_acquire)) {
-  }
-  uint64_t size = atomic_load(&s->size);
-  if (need > size) {
-    /* Exactly the claimed chunks, one fallocate per claim (claims are rare: chunks grow
-     * with the rate of records): a process that writes a few records keeps a few KiB of
-     * disk, not a MiB per stream; a shell loop or a build runs thousands of processes.
-     * locus_cursor_finish gives a thread's unused tail back when it ends. */
-    uint64_t to = need;
-    /* The raw system call: glibc's fallocate is a cancellation point, and a thread with a
-     * cancel pending (pthread_cancel while it waited for a mutex) was cancelled here with
-     * grow_lock held, and every other thread spun on it. Past RLIMIT_FSIZE the records stop
-     * (growing the file would kill the program with SIGXFSZ). */
-    rc = locus_file_reserve(fd, size, to);
+  if (to > atomic_load(&s->size)) {
+    rc = syscall(SYS_ftruncate, fd, (off_t)to) == 0 ? 0 : -1;
     if (rc == 0) atomic_store(&s->size, to);
   }
   atomic_flag_clear_explicit(&s->grow_lock, memory_order_release);
@@ -140,7 +145,7 @@ void *locus_stream_claim_at(struct locus_stream *s, size_t bytes, uint64_t *at) 
   uint64_t off = atomic_fetch_add(&s->next, bytes);
   *at = off;
   int fd = locus_stream_fd(s); /* checked once per claim */
-  if (fd < 0 || (off + bytes > atomic_load(&s->size) && grow(s, fd, off + bytes) != 0)) return NULL;
+  if (fd < 0 || grow(s, fd, off, off + bytes) != 0) return NULL;
   void *p = locus_sys_mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (long)off);
   if (locus_proc_hdr) {
     locus_proc_hdr->tsc1 = locus_ticks();
@@ -149,6 +154,45 @@ void *locus_stream_claim_at(struct locus_stream *s, size_t bytes, uint64_t *at) 
   uint64_t c1 = locus_thread_cpu_ns();
   if (c0 && c1 > c0) locus_add_self_cpu_ns(c1 - c0);
   return p == MAP_FAILED ? NULL : p;
+}
+
+#define PAGE 4096u
+#define SPARE_LEN_BITS 20
+
+int locus_stream_put_spare(struct locus_stream *s, uint64_t off, size_t len) {
+  if (len < 16 || (off & 15) || (len & 15) || off / PAGE != (off + len - 1) / PAGE) return -1;
+  uint64_t v = (off / 16) << SPARE_LEN_BITS | len / 16;
+  for (int i = 0; i < LOCUS_STREAM_SPARES; i++) {
+    uint64_t empty = 0;
+    if (atomic_load_explicit(&s->spare[i], memory_order_relaxed) == 0 &&
+        atomic_compare_exchange_strong(&s->spare[i], &empty, v))
+      return 0;
+  }
+  return -1;
+}
+
+int locus_stream_take_spare(struct locus_stream *s, size_t min, size_t rec, char **map,
+                            uint64_t *at, size_t *pos, size_t *len) {
+  if (s->fd < 0) return -1;
+  for (int i = 0; i < LOCUS_STREAM_SPARES; i++) {
+    uint64_t v = atomic_load_explicit(&s->spare[i], memory_order_relaxed);
+    size_t n = (size_t)(v & ((1u << SPARE_LEN_BITS) - 1)) * 16;
+    uint64_t off = (v >> SPARE_LEN_BITS) * 16, page = off / PAGE * PAGE;
+    /* Readers see a file as an array of its records: a range must start on one. */
+    if (!v || n < min || off % rec || !atomic_compare_exchange_strong(&s->spare[i], &v, 0))
+      continue;
+    int fd = locus_stream_fd(s);
+    void *p = fd < 0
+                  ? MAP_FAILED
+                  : locus_sys_mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (long)page);
+    if (p == MAP_FAILED) return -1;
+    *map = p;
+    *at = page;
+    *pos = (size_t)(off - page);
+    *len = n;
+    return 0;
+  }
+  return -1;
 }
 
 void locus_stream_release(void *chunk, size_t bytes) {
@@ -165,6 +209,7 @@ void locus_stream_reset_after_fork(struct locus_stream *s) {
   locus_fd_close(s->fd);
   s->fd = -1;
   atomic_flag_clear(&s->grow_lock);
+  for (int i = 0; i < LOCUS_STREAM_SPARES; i++) atomic_store(&s->spare[i], 0);
 }
 
 void locus_stream_close(struct locus_stream *s) {
@@ -175,6 +220,16 @@ void locus_stream_close(struct locus_stream *s) {
 int locus_cursor_put(struct locus_stream *s, struct locus_cursor *c, const void *rec,
                      size_t rec_size) {
   if (LOCUS_UNLIKELY(c->pos + rec_size > c->end)) {
+    size_t pos, len;
+    if (!c->chunk &&
+        locus_stream_take_spare(s, rec_size, rec_size, &c->base, &c->off, &pos, &len) == 0) {
+      /* A new thread's first records: after an ended thread's, in its last page. */
+      c->t = locus_ticks();
+      c->chunk = PAGE;
+      c->pos = c->base + pos;
+      c->end = c->pos + len;
+      goto put;
+    }
     uint64_t now = locus_ticks();
     int hot = c->chunk && now - c->t < (uint64_t)(HOT_MS * 1000 * locus_ticks_per_us);
     size_t next = c->chunk ? c->chunk * 4 : CHUNK_FIRST;
@@ -191,6 +246,7 @@ int locus_cursor_put(struct locus_stream *s, struct locus_cursor *c, const void 
     c->end = c->base + next;
     c->chunk = next;
   }
+put:
   /* The record's last bytes hold its kind: a record cut by SIGKILL reads as unused. */
   memcpy(c->pos, rec, rec_size - 8);
   atomic_signal_fence(memory_order_release);
@@ -205,13 +261,21 @@ void locus_cursor_close(struct locus_cursor *c) {
 }
 
 void locus_cursor_finish(struct locus_stream *s, struct locus_cursor *c) {
-  size_t page = 4096, used = c->base ? (size_t)(c->pos - c->base) : 0;
-  size_t keep = (used + page - 1) / page * page;
+  size_t used = c->base ? (size_t)(c->pos - c->base) : 0;
+  size_t keep = (used + PAGE - 1) / PAGE * PAGE;
   uint64_t off = c->off + keep;
   size_t tail = c->base && keep < c->chunk ? c->chunk - keep : 0;
+  /* The rest of the last page written goes to the next thread: a record file holds no
+   * page per short-lived thread. */
+  if (c->base && used < keep) locus_stream_put_spare(s, c->off + used, keep - used);
   locus_cursor_close(c);
   /* The tail reads as zeros (unused records) either way; a filesystem without hole
    * punching keeps it allocated. Never in a fork child: the chunk is the parent's. */
-  int fd = tail ? locus_stream_fd(s) : -1;
-  if (fd >= 0) fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)tail);
+  if (tail) locus_stream_punch(s, off, tail);
+}
+
+void locus_stream_punch(struct locus_stream *s, uint64_t off, size_t len) {
+  int fd = locus_stream_fd(s);
+  if (fd >= 0)
+    syscall(SYS_fallocate, fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
 }

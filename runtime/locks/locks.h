@@ -36,6 +36,7 @@ struct locus_locks_tls {
   struct locus_lock_count *tab;
   struct locus_lock_count *cache[LOCUS_CACHE];
   uint32_t nslots, used, gen;
+  uint64_t tab_off; /* the table's offset in locks.counts.bin */
   struct sampler us, cs, ss;
   int nheld, has_done;
   struct held held[MAX_HELD];
