@@ -119,7 +119,12 @@ static void note_path(int fd, uint64_t ino, uint32_t dev) {
   static _Atomic uint64_t recent[16];
   static _Atomic uint32_t next;
   static int out = -1;
-  static pid_t out_pid;
+  static pid_t out_pid, recent_pid;
+  pid_t pid = getpid();
+  if (recent_pid != pid) { /* a fork child writes its own file: the parent's list is not it */
+    for (int i = 0; i < 16; i++) atomic_store_explicit(&recent[i], 0, memory_order_relaxed);
+    recent_pid = pid;
+  }
   for (int i = 0; i < 16; i++)
     if (atomic_load_explicit(&recent[i], memory_order_relaxed) == (ino ^ ((uint64_t)dev << 40)))
       return;
@@ -134,7 +139,6 @@ static void note_path(int fd, uint64_t ino, uint32_t dev) {
   long len = (long)syscall(SYS_readlinkat, AT_FDCWD, link, line + n, sizeof line - (size_t)n - 1);
   if (len <= 0) return;
   line[n + len] = '\n';
-  pid_t pid = getpid();
   if (out < 0 || out_pid != pid) {
     out = locus_fd_keep_high(openat(locus_proc_dirfd, "mapped_files.txt",
                                     O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));

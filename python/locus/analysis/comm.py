@@ -308,6 +308,21 @@ class _Objects:
         return self.ids[key]
 
 
+def _thread_ends(threads: np.ndarray) -> dict[int, list[int]]:
+    """Each tid's exit times (ticks; a tid may be reused), sorted; a thread that never
+    exited cleanly has none."""
+    ends: dict[int, list[int]] = {}
+    for tid, end in zip(threads["tid"].tolist(), threads["end"].tolist()):
+        if end:
+            ends.setdefault(tid, []).append(end)
+    return {k: sorted(v) for k, v in ends.items()}
+
+
+def _end_after(ends, t0: int) -> int:
+    """The first of a tid's exit times after t0 (its stack's start), else no end."""
+    return next((e for e in ends if e >= t0), np.iinfo(np.uint64).max)
+
+
 def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Objects):
     """Object id and offset (of the detecting access) of each event. Order: the threads'
     stacks, heap blocks alive at the event's time, static data symbols, cache lines of a
@@ -323,12 +338,16 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
         al = run.procs[pi].allocs()
         # Stacks: the thread whose stack it was at the event's time. glibc gives a joined
         # thread's stack to the next one (sort's workers, one after another, all had one):
-        # the latest stack that started before the event holds it.
+        # the latest stack that started before the event holds it, until its thread ended
+        # (then glibc may unmap it, or a user-supplied stack be freed, and a later heap
+        # block there read as "stack of thread 7", long gone).
         st = al[al["kind"] == AL_STACK]
         st = st[np.argsort(st["t"], kind="stable")[::-1]]
+        ends = _thread_ends(run.procs[pi].threads)
         for row in st:
             lo, size, tid = int(row["addr"]), int(row["size"]), int(row["tid"])
             hit = (obj[m] < 0) & (a >= lo) & (a < lo + size) & (t >= np.uint64(row["t"]))
+            hit &= t < np.uint64(_end_after(ends.get(tid, ()), int(row["t"])))
             if not hit.any():
                 continue
             k = th.index.get((pi, tid), -1)
@@ -617,6 +636,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         notes.append(f"{int(self_ev.sum())} event(s) from a thread to itself were ignored")
         ev = Events(**{k: getattr(ev, k)[~self_ev] for k in Events.__dataclass_fields__})
     threads_total = len(th)
+    # Before the compaction, which drops the registered threads that took no sample (they
+    # read as tasks the runtime never saw: any run of over 64 threads got that note).
+    unseen = unseen_tasks_note(run, th)
     if len(th) > LIST_ALL_THREADS:
         th, ev = _compact_threads(th, ev, ct_list, notes)
     cfg = _config(run, ct, ev, notes)
@@ -741,7 +763,6 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     handoff = _handoff_note(run, cfg, uses, n_ev, counters["samples"])
     if handoff:
         notes.append(handoff)
-    unseen = unseen_tasks_note(run, th)
     if unseen:
         notes.append(unseen)
 

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from locus.rundir import AL_FREE, AL_MALLOC, AL_MMAP, AL_MUNMAP, THREAD_MAIN, RunDir
+from locus.rundir import AL_FREE, AL_MALLOC, AL_MMAP, AL_MUNMAP, ALF_FILE, THREAD_MAIN, RunDir
 from locus.sysfs import cpu_node_map
 
 
@@ -166,11 +166,19 @@ def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:
 
 def heap_blocks(al: np.ndarray):
     """Heap blocks (malloc, mmap) with their lifetime [t, end) in ticks: a block ends at the
-    next free, munmap or allocation at the same address."""
+    next free, munmap or allocation at the same address. A munmap of a mapping's first part
+    leaves the rest: a block of its own from then on, with the mapping's site (and file
+    offset), so that the accesses to it keep their object."""
     ends = np.isin(al["kind"], [AL_MALLOC, AL_MMAP, AL_FREE, AL_MUNMAP])
     rows = al[ends]
     o = np.lexsort((rows["t"], rows["addr"]))
     rows = rows[o]
+    for _ in range(8):  # each pass follows one more cut off the same mapping's front
+        rest = _unmapped_front_rest(rows)
+        if not len(rest):
+            break
+        rows = np.concatenate([rows, rest])
+        rows = rows[np.lexsort((rows["t"], rows["addr"]))]
     is_live = np.isin(rows["kind"], [AL_MALLOC, AL_MMAP]) & (rows["size"] > 0)
     end = np.full(len(rows), np.iinfo(np.uint64).max, dtype=np.uint64)
     if len(rows) > 1:
@@ -178,6 +186,32 @@ def heap_blocks(al: np.ndarray):
         end[:-1][same] = rows["t"][1:][same]
     b = rows[is_live]
     return b, end[is_live]
+
+
+def _unmapped_front_rest(rows: np.ndarray) -> np.ndarray:
+    """For each munmap of the first part of a mapping (rows sorted by address then time),
+    an mmap row of what is left, from the munmap's time; none already made."""
+    if len(rows) < 2:
+        return rows[:0]
+    i = np.flatnonzero(
+        (rows["kind"][1:] == AL_MUNMAP)
+        & (rows["addr"][1:] == rows["addr"][:-1])
+        & (rows["kind"][:-1] == AL_MMAP)
+        & (rows["size"][1:] > 0)
+        & (rows["size"][1:] < rows["size"][:-1])
+    )
+    cut, blk = rows[i + 1], rows[i]
+    rest = blk.copy()
+    rest["t"] = cut["t"]
+    rest["addr"] = blk["addr"] + cut["size"]
+    rest["size"] = blk["size"] - cut["size"]
+    file = (blk["flags"] & ALF_FILE) != 0
+    rest["reserved"][file, 0] += cut["size"][file]
+    # Made in an earlier pass: the same start and time is already a row.
+    have = set(zip(rows["addr"].tolist(), rows["t"].tolist(), rows["kind"].tolist()))
+    new = [k for k, r in enumerate(zip(rest["addr"].tolist(), rest["t"].tolist()))
+           if (r[0], r[1], AL_MMAP) not in have]  # fmt: skip
+    return rest[new]
 
 
 def live_blocks(b: np.ndarray, bend: np.ndarray, addr: np.ndarray, t: np.ndarray) -> np.ndarray:

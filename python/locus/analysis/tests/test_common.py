@@ -1,0 +1,43 @@
+"""Heap blocks over time: the block alive at an address."""
+
+import numpy as np
+
+from locus.analysis.common import heap_blocks, live_blocks
+from locus.rundir import AL_FREE, AL_MMAP, AL_MUNMAP, ALF_FILE, ALLOC_DTYPE
+
+MIB = 1 << 20
+
+
+def rows(*recs):
+    a = np.zeros(len(recs), dtype=ALLOC_DTYPE)
+    for i, (t, kind, addr, size, site, flags, off) in enumerate(recs):
+        a[i]["t"], a[i]["kind"], a[i]["addr"], a[i]["size"] = t, kind, addr, size
+        a[i]["site"], a[i]["flags"], a[i]["reserved"][0] = site, flags, off
+    return a
+
+
+def test_unmapping_the_front_of_a_mapping_keeps_the_rest():
+    """munmap(p, SZ/2) of a file mapping ended the whole block (a partial munmap has the
+    mapping's start address): false sharing in the second half read as unattributed."""
+    p = 0x7F0000000000
+    b, end = heap_blocks(
+        rows(
+            (10, AL_MMAP, p, 4 * MIB, 0x111, ALF_FILE, 0),
+            (20, AL_MUNMAP, p, MIB, 0x222, 0, 0),  # the first MiB
+            (30, AL_MUNMAP, p + MIB, MIB, 0x222, 0, 0),  # then the next
+            (40, AL_MMAP, p, MIB, 0x333, 0, 0),  # a new mapping where the first was
+        )
+    )
+    at = live_blocks(b, end, np.array([p + 3 * MIB, p + 64, p + MIB + 8, p + 3 * MIB]),
+                     np.array([35, 45, 25, 15]))  # fmt: skip
+    assert [int(b["site"][i]) for i in at] == [0x111, 0x333, 0x111, 0x111]
+    rest = b[at[0]]
+    assert int(rest["addr"]) == p + 2 * MIB and int(rest["reserved"][0]) == 2 * MIB
+    # Unmapped memory belongs to nothing.
+    assert live_blocks(b, end, np.array([p + 64]), np.array([35]))[0] == -1
+
+
+def test_a_free_still_ends_its_block():
+    p = 0x5000
+    b, end = heap_blocks(rows((1, 1, p, 64, 0x1, 0, 0), (2, AL_FREE, p, 0, 0x2, 0, 0)))
+    assert live_blocks(b, end, np.array([p + 8, p + 8]), np.array([1, 2])).tolist() == [0, -1]
