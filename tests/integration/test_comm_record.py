@@ -1442,6 +1442,51 @@ def test_a_stack_ends_with_its_thread(locus, tmp_path):
     assert top["kind"] == "heap" and "sr.c:22" in top["name"], c["objects"][:3]
 
 
+BLOCK_PER_THREAD = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+static long *ctr[2];
+static void *work(void *a) {
+  long *p = ctr[(long)a];
+  for (long i = 0; i < 400000000; i++) {
+    (*p)++;
+    __asm__ volatile("" ::: "memory");
+  }
+  return 0;
+}
+int main(void) {
+  long *b[3];
+  for (int t = 0; t < 3; t++) b[t] = calloc(1, sizeof(long));
+  int k = (unsigned long)b[0] / 64 == (unsigned long)b[1] / 64 ? 0 : 1;
+  ctr[0] = b[k], ctr[1] = b[k + 1];
+  pthread_t th[2];
+  for (long t = 0; t < 2; t++) pthread_create(&th[t], 0, work, (void *)t);
+  for (int t = 0; t < 2; t++) pthread_join(th[t], 0);
+  printf("%d\n", (unsigned long)ctr[0] / 64 == (unsigned long)ctr[1] / 64);
+  return 0;
+}
+"""
+
+
+def test_blocks_of_one_site_packed_on_a_line_get_their_own_advice(locus, tmp_path):
+    """One calloc'd counter per thread, from one call: malloc puts the blocks 32 bytes
+    apart, and each thread writes offset 0 of its own. The advice read the writes as another
+    object's ('which shares 64-byte lines with data other threads write ... keep data that
+    is only read apart'), and said alignas, which a malloc'd block cannot get."""
+    (tmp_path / "bp.c").write_text(BLOCK_PER_THREAD)
+    exe = tmp_path / "bp"
+    subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(tmp_path / "bp.c")],
+                   check=True)  # fmt: skip
+    proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    if not proc.stdout.startswith(b"1"):
+        pytest.skip("the allocator put the blocks on different lines")
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    advice = [a for a in c["advice"] if "bp.c:16" in a]
+    assert advice and "their own heap blocks from main bp.c:16" in advice[0], c["advice"]
+    assert "aligned_alloc(64" in advice[0] and "only read" not in advice[0]
+
+
 FLAG_BESIDE_COUNTER = r"""
 #include <pthread.h>
 #include <sched.h>

@@ -324,13 +324,18 @@ def _end_after(ends, t0: int) -> int:
 
 
 def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Objects):
-    """Object id and offset (of the detecting access) of each event. Order: the threads'
-    stacks, heap blocks alive at the event's time, static data symbols, cache lines of a
-    module's data without a symbol, else unknown."""
+    """Object id and offset (of the detecting access) of each event, and the distance to
+    the writer's block when the writer's bytes lie in another block of the same heap object
+    (else 0). Order: the threads' stacks, heap blocks alive at the event's time, static data
+    symbols, cache lines of a module's data without a symbol, else unknown."""
     n = len(ev.proc)
     obj = np.full(n, -1, dtype=np.int64)
     off = np.zeros(n, dtype=np.int64)
+    # The writer's bytes in another block of the same allocation site (small blocks that
+    # malloc packs on one line, one per thread): the block distance, else 0.
+    sib = np.zeros(n, dtype=np.int64)
     addr = ev.line.astype(np.uint64) + ev.dst_off.astype(np.uint64)
+    src_addr = ev.line.astype(np.uint64) + ev.src_off.astype(np.uint64)
     for pi in np.unique(ev.proc).tolist():
         m = np.flatnonzero(ev.proc == pi)
         a = addr[m]
@@ -362,6 +367,14 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
             todo = np.flatnonzero(obj[m] < 0)
             bidx = live_blocks(b, bend, a[todo], t[todo])
             got = bidx >= 0
+            sbidx = live_blocks(b, bend, src_addr[m][todo], t[todo])
+            two = got & (sbidx >= 0) & (sbidx != bidx)
+            two[two] = (b["site"][sbidx[two]] == b["site"][bidx[two]]) & (
+                b["stack"][sbidx[two]] == b["stack"][bidx[two]]
+            )
+            sib[m[todo[two]]] = np.abs(
+                b["addr"][sbidx[two]].astype(np.int64) - b["addr"][bidx[two]].astype(np.int64)
+            )
             stacks = stack_table(run.procs[pi]) if (b["stack"] != 0).any() else {}
             for bi in np.unique(bidx[got]).tolist():
                 r = b[bi]
@@ -434,9 +447,10 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
             oid = objs.get(("unknown", pi), kind="unknown", proc=pi)
             obj[m[unk]] = oid
             off[m[unk]] = -1
-    return obj, off
+    return obj, off, sib
 
 
+SIBLING_BLOCKS = 0.5  # share of an object's false volume between its blocks for that advice
 SKIPPED_NOTE = 0.5  # share of skipped interrupts above which a note says what they were
 WORK_SAMPLES = 2_000_000  # samples read per process for `work` (a stride beyond)
 WORK_IPS = 16  # instructions symbolized per thread for `work`
@@ -735,13 +749,15 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
 
     names = _Names(run, opts)
     objs = _Objects()
-    obj, obj_off = _attribute(run, ev, th, names, objs)
+    obj, obj_off, sib = _attribute(run, ev, th, names, objs)
 
     threads = thread_rows(run, th, names)
     add_os_names(threads, run, th, ct_list)
     _add_work(threads, th, run, names, ev, wk)
     uses: dict = {}  # per process: its sampled accesses, read once (_sampled_uses)
-    objects = _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts, uses)
+    objects = _object_rows(
+        ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, opts, uses
+    )
     lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
     sites = _site_rows(ev, wk, names, opts)
     advice = _advice(objects, cfg, names)
@@ -912,7 +928,7 @@ def _sums(ids: np.ndarray, n: int, wk: dict) -> dict:
     return {k: np.bincount(ids, weights=v, minlength=n) for k, v in wk.items()}
 
 
-def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts, uses) -> list:
+def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, opts, uses):
     n = len(objs.info)
     if n == 0:
         return []
@@ -1025,6 +1041,15 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                 else:
                     fa = []
         stores = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) != 0).all())
+        # False sharing between blocks of this site, each thread on its own (per-thread
+        # counters from one malloc call): its share of the false volume, and the blocks'
+        # usual distance.
+        fsum = float(wk["false"][fm].sum()) if len(fm) else 0.0
+        sibling = (
+            (float(wk["false"][fm][sib[fm] > 0].sum()) / fsum, int(np.median(sib[fm][sib[fm] > 0])))
+            if fsum > 0 and (sib[fm] > 0).any()
+            else (0.0, 0)
+        )
         # Only read here, while what moved the line was written next to it (`ITER` beside
         # two threads' counters): the object suffers its neighbours' false sharing.
         # (a writer range that overlaps the object at all: an exact one is a hull)
@@ -1034,6 +1059,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
             bool(size)
             and bool(len(fm))
             and not bool(((src_end > 0) & (src_at < (size or 0))).any())
+            and sibling[0] < SIBLING_BLOCKS
         )
         reads = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) == 0).all())
         # A victim's writers by name: the static variables at the writes' addresses (an
@@ -1075,6 +1101,7 @@ def _object_rows(ev, wk, obj, obj_off, objs, threads, names, cfg, sampled, opts,
                 "_false_line": lines_false,
                 "_false_written": written,
                 "_victim": victim,
+                "_sibling": sibling,
                 "_victim_reads": reads,
                 "_victim_writers": writers,
                 "_shared_words": shared,
@@ -1770,6 +1797,9 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             acc = [r for r in acc if r[0] in per]
         own = all(not (wr[a] & wr[b]) for a in wr for b in wr if a < b)
         thr = _ranges(list(per))
+        if o["_sibling"][0] >= SIBLING_BLOCKS and o["kind"] == "heap":
+            out.append(_sibling_advice(o, thr, line))
+            continue
         offs = sorted({r[1] for r in acc})
         size = sizes.most_common(1)[0][0]
         verb = "write" if o["_false_stores"] else "access"
@@ -1802,6 +1832,9 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         site = _top_site(o, names)
         fortran = _is_fortran(site)
         align = _align(site, line, size)
+        if o["kind"] == "heap" and align == f" (alignas({line}))":
+            # malloc aligns to 16: an aligned type in a malloc'd block is not on a line.
+            align = f" (alignas({line}) in the type, the block from aligned_alloc({line}, ...))"
         lock = _lock_code(site)
         if lock is not None and not own and o.get("size") and o["size"] <= LOCK_MAX:
             # One lock (a pthread_mutex_t is 40 bytes), every thread at the same words: its
@@ -1917,6 +1950,31 @@ def _quoted(o: dict) -> str:
 
 
 VICTIM_WRITERS_LOOKED = 16  # distinct write addresses looked up for a victim's writers
+
+
+def _sibling_advice(o: dict, thr: str, line: int) -> str:
+    """Threads each on their own block of one allocation site, the blocks packed on shared
+    lines by the allocator: offsets in a block say nothing (every thread writes offset 0 of
+    its own), and alignas cannot reach a malloc'd block."""
+    share, gap = o["_sibling"]
+    verb = "write" if o["_false_stores"] else "use"
+    size = o.get("size") or 0
+    what = f"{size}-byte blocks " if size else "blocks "
+    name = o["name"]
+    blocks = (
+        f"heap blocks {name[len('heap block ') :]}"
+        if name.startswith("heap block ")
+        else f"blocks of {name}"
+    )
+    return (
+        f"threads {thr} {verb} their own {blocks} "
+        f"({what}{gap} bytes apart: the allocator packs small blocks on shared {line}-byte "
+        f"lines; false sharing, {100 * o['false'] / o['all']:.0f} % of its volume, "
+        f"{100 * share:.0f} % of it between blocks); allocate each thread's block on a "
+        f"{line}-byte line of its own (aligned_alloc({line}, size rounded up to {line}), "
+        f"posix_memalign), or keep the threads' data in one array with each element padded "
+        f"to {line} bytes"
+    )
 
 
 def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int, names) -> str:
