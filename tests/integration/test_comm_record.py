@@ -1545,3 +1545,15 @@ def test_watching_loads_keeps_false_sharing_beside_a_spun_flag_false(locus, tmp_
     assert c["watch_loads"] is True and t["detections"] >= 20, t
     assert t["false"] >= 0.9 * t["all"], t
     assert any("`S`" in a for a in c["advice"]), c["advice"]
+
+
+def test_an_emulated_topology_is_said_in_the_comm_report(locus, tmp_path):
+    """With --fake-numa the node matrix is over blocks of CPUs: the numa lens said
+    EMULATED, the comm lens, whose node matrix it is too, said nothing."""
+    wl = locus.workload("comm_falseshare")
+    _proc, run = locus.record(
+        [wl, "2", "-", "0.9", "--free"], ("--lens", "comm,numa", "--fake-numa", "2")
+    )
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["notes"][0].startswith("EMULATED NUMA topology"), c["notes"]
+    assert len(c["matrices"]["node"]["all"]) == 2

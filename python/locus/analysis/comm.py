@@ -670,6 +670,14 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     ncpu = max(run.cpus or 0, cpus_seen, 1)
     node_of = cpu_nodes(run, ncpu, notes)
     nnode = int(node_of.max()) + 1 if len(node_of) else 1
+    numa_meta = run.meta.get("numa") if isinstance(run.meta.get("numa"), dict) else {}
+    if numa_meta.get("emulated"):
+        notes.insert(
+            0,
+            f"EMULATED NUMA topology (--fake-numa): the node matrix's {nnode} nodes are blocks "
+            "of this machine's CPUs, not memory nodes; it says where threads ran, not what "
+            "a real multi-node machine would move between its nodes",
+        )
     known_cpu = (ev.src_cpu >= 0) & (ev.dst_cpu >= 0)
     sn = np.where(ev.src_cpu >= 0, node_of[np.clip(ev.src_cpu, 0, ncpu - 1)], -1)
     dn = np.where(ev.dst_cpu >= 0, node_of[np.clip(ev.dst_cpu, 0, ncpu - 1)], -1)
