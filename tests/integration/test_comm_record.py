@@ -924,6 +924,24 @@ def test_soft_sees_a_hand_off_spun_on_with_loads(locus, tmp_path):
     assert not [n for n in c["notes"] if "hand-off spun on with loads" in n], c["notes"]
 
 
+def test_exact_advises_no_padding_for_a_mailbox(locus, tmp_path):
+    """Exact counts the consumer's polls of `box.full` between the producer's store to
+    `box.value` and its store to `full` as false sharing (~40 % of the volume), and the
+    advice said to pad the words apart: that adds a miss to every message (the consumer
+    reads `value` right after `full`), 2-10x slower. The advice now says it is a hand-off."""
+    (tmp_path / "mb.c").write_text(MAILBOX)
+    exe = tmp_path / "mbx"
+    built = locus.run("cc", "-O2", "-g", "-pthread", "-o", str(exe), str(tmp_path / "mb.c"))
+    assert built.returncode == 0, built.stderr
+    _proc, run = locus.record([str(exe), "200000"], ("--lens", "comm", "--backend", "exact"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    box = next(o for o in c["objects"] if o["name"] == "box")
+    if box["false"] < 0.25 * box["all"]:
+        pytest.skip(f"no false part this time ({box['false']} of {box['all']})")
+    advice = [a for a in c["advice"] if "`box`" in a]
+    assert advice and "hand data over" in advice[0] and "pad each" not in advice[0], advice
+
+
 def test_soft_says_when_a_hand_off_is_mostly_unseen(locus, tmp_path):
     """Without --watch-loads (ComDetective's steps only) soft found 5 detections where exact
     counts ~200,000 transfers, and said nothing of it. A note now says so and names the

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
@@ -451,6 +452,7 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
 
 
 SIBLING_BLOCKS = 0.5  # share of an object's false volume between its blocks for that advice
+HANDOFF_ADVICE = 0.8  # share of an object's false volume at polled words: hand-off advice
 SKIPPED_NOTE = 0.5  # share of skipped interrupts above which a note says what they were
 WORK_SAMPLES = 2_000_000  # samples read per process for `work` (a stride beyond)
 WORK_IPS = 16  # instructions symbolized per thread for `work`
@@ -622,6 +624,25 @@ def _union(spans: list[tuple[int, int]]) -> list[list[int]]:
     return out
 
 
+def _missing_events(run: RunDir, ct_list: list, ev_proc: np.ndarray, notes: list[str]) -> None:
+    """Said on stderr and in a note: a process whose threads counted far more detections
+    than its comm.events.bin holds lost part of that file (cut at a whole record, partly
+    copied). The runtime counts a detection once its record is written (one it could not
+    write is counted as dropped instead), so the events found are never fewer."""
+    found = np.bincount(ev_proc, minlength=len(run.procs)) if len(ev_proc) else None
+    for i, (p, c) in enumerate(zip(run.procs, ct_list)):
+        counted = int(c["detections"].sum()) if len(c) else 0
+        have = int(found[i]) if found is not None else 0
+        if counted - have - (int(c["dropped"].sum()) if len(c) else 0) > max(10, counted // 10):
+            msg = (
+                f"procs/{p.key}/comm.events.bin holds {have} of the {counted} detections the "
+                "process's threads counted: the run's event file is incomplete (truncated or "
+                "partly copied?); the volumes cover the events found"
+            )
+            print(f"locus: warning: {msg}", file=sys.stderr)
+            notes.append(msg)
+
+
 def _rse(n: float) -> float | None:
     """Relative standard error of a volume estimated from n sampled detections (Poisson)."""
     return None if n <= 0 else 1.0 / float(np.sqrt(n))
@@ -643,6 +664,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     for i, c in enumerate(ct_list):
         th.lookup(np.full(len(c), i, dtype=np.int64), c["tid"])
     ev = load_events(run, th, notes)
+    _missing_events(run, ct_list, ev.proc, notes)
     self_ev = ev.src == ev.dst
     if self_ev.any():
         # A thread re-reading its own write is no communication (a runtime that wrote one
@@ -1049,6 +1071,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 else:
                     fa = []
         stores = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) != 0).all())
+        handoff = _handoff_share(ev, wk, m, fm)
         # False sharing between blocks of this site, each thread on its own (per-thread
         # counters from one malloc call): its share of the false volume, and the blocks'
         # usual distance.
@@ -1110,6 +1133,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "_false_written": written,
                 "_victim": victim,
                 "_sibling": sibling,
+                "_handoff": handoff,
                 "_victim_reads": reads,
                 "_victim_writers": writers,
                 "_shared_words": shared,
@@ -1808,6 +1832,9 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         if o["_sibling"][0] >= SIBLING_BLOCKS and o["kind"] == "heap":
             out.append(_sibling_advice(o, thr, line))
             continue
+        if o["_handoff"] >= HANDOFF_ADVICE:
+            out.append(_handoff_advice(o, thr, line))
+            continue
         offs = sorted({r[1] for r in acc})
         size = sizes.most_common(1)[0][0]
         verb = "write" if o["_false_stores"] else "access"
@@ -1958,6 +1985,46 @@ def _quoted(o: dict) -> str:
 
 
 VICTIM_WRITERS_LOOKED = 16  # distinct write addresses looked up for a victim's writers
+
+
+def _handoff_share(ev: Events, wk: dict, m: np.ndarray, fm: np.ndarray) -> float:
+    """The share of an object's false volume that went to a reader's loads at a word where
+    the same writer's stores also reached it as true sharing, on the same line: a flag the
+    reader polls, which the writer sets after writing the payload beside it (a mailbox). The polls
+    between the payload's store and the flag's take the line early (false sharing by the
+    bytes), but the payload is read right after: on its own line it would move anyway, as a
+    second miss. Classic false sharing (each thread at its own field) and a shared counter
+    beside per-thread fields (the false transfers land on the fields, the true on the
+    counter) have none."""
+    if not len(fm):
+        return 0.0
+    tm = m[(ev.flags[m] & CE_TRUE) != 0]
+    if not len(tm):
+        return 0.0
+    word = ev.dst_off // WORD
+    true_keys = set(
+        zip(ev.src[tm].tolist(), ev.dst[tm].tolist(), ev.line[tm].tolist(), word[tm].tolist())
+    )
+    keys = zip(ev.src[fm].tolist(), ev.dst[fm].tolist(), ev.line[fm].tolist(), word[fm].tolist())
+    # Polled: loaded (a histogram's bins, incremented by every thread, are true and false
+    # at the same words too, but by stores).
+    loads = (ev.dst_flags[fm] & AC_STORE) == 0
+    polled = np.array([k in true_keys for k in keys], dtype=bool) & loads
+    total = float(wk["false"][fm].sum())
+    return float(wk["false"][fm][polled].sum()) / total if total > 0 else 0.0
+
+
+def _handoff_advice(o: dict, thr: str, line: int) -> str:
+    """Advice for a hand-off whose polls read as false sharing (_handoff_share): padding
+    would not remove a transfer, only add a miss on the payload."""
+    return (
+        f"threads {thr} hand data over through {_quoted(o)}: a reader polls a word the writer "
+        f"sets (true sharing) while the writer's stores to its neighbours on the same "
+        f"{line}-byte line take it away early ({100 * o['false'] / o['all']:.0f} % of the "
+        "volume reads as false sharing); the neighbours are read after the flag, so padding "
+        "them apart would not save a transfer but add a cache miss to every hand-over: keep "
+        "the flag and its data on one line, and to move less, hand over less often (batch)"
+    )
 
 
 def _sibling_advice(o: dict, thr: str, line: int) -> str:
