@@ -845,7 +845,13 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         partial = bool(counters["skipped"]) or bool(
             len(ct) and ((ct["flags"] & CT_UNTRACKED) != 0).any()
         )
-        every = "every access counted" + (" but those not tracked (below)" if partial else "")
+        every = (
+            "every access of the code built with `locus cc` counted"
+            + (" but those not tracked (below)" if partial else "")
+            + "; code in libraries built without it (libc's pthread_mutex_* and other lock "
+            "functions, a system library's loops) is not seen: false sharing of two locks, "
+            "or inside such a library, needs the soft backend"
+        )
         notes.append(
             "exact backend, the hit test inlined into the program (only misses call "
             f"liblocus.so): {every}"
