@@ -1271,9 +1271,12 @@ def _handoff_note(run: RunDir, cfg: dict, uses: dict, detections: int, samples: 
         pairs = np.unique(np.stack([inv, s["tid"].astype(np.int64)], 1), axis=0)
         users = np.bincount(pairs[:, 0], minlength=len(first))
         # Written: a sampled store on the line's page (the stores of a hand-off are few,
-        # its indices and slots are near each other).
+        # its indices and slots are near each other), to a line several threads use: each
+        # thread's store to its own padded counter beside a bound they all read (written
+        # once, before them) is no hand-off.
         page = base >> np.uint64(12)
-        written = np.isin(page, page[(s["flags"] & AC_STORE) != 0])
+        shared_store = ((s["flags"] & AC_STORE) != 0) & (users >= 2)[inv]
+        written = np.isin(page, page[shared_store])
         hot += int(((users >= 2)[inv] & written).sum())
     if not total:
         return None
