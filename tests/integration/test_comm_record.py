@@ -1619,3 +1619,49 @@ def test_the_hand_off_note_spares_padded_counters(locus, tmp_path):
     assert c["totals"]["false"] == 0 and not c["advice"], c["advice"]
     assert c["samples"] >= 600, c["samples"]  # enough for the note (200 on such lines)
     assert not [n for n in c["notes"] if "hand-off spun on with loads" in n], c["notes"]
+
+
+READ_BESIDE_WRITTEN = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+struct { int config_limit; long hot_counter; } g = { 7, 0 };
+static long N;
+static volatile long sink[64];
+static void *writer(void *a) {
+  for (long i = 0; i < N; i++) { g.hot_counter++; __asm__ volatile("" ::: "memory"); }
+  return a;
+}
+static void *reader(void *a) {
+  long t = (long)a, s = 0;
+  for (long i = 0; i < N; i++) s += *(volatile int *)&g.config_limit;
+  sink[t * 8] = s;
+  return 0;
+}
+int main(int c, char **v) {
+  N = atol(v[1]);
+  pthread_t w, r1, r2;
+  pthread_create(&w, 0, writer, 0);
+  pthread_create(&r1, 0, reader, (void *)1);
+  pthread_create(&r2, 0, reader, (void *)2);
+  pthread_join(w, 0); pthread_join(r1, 0); pthread_join(r2, 0);
+  printf("%ld\n", g.hot_counter);
+  return 0;
+}
+"""
+
+
+def test_a_field_only_read_beside_one_writers_field_gets_the_readers_advice(locus, tmp_path):
+    """One thread writes `g.hot_counter`, two only read `g.config_limit` on its line: the
+    advice said 'threads 1-3 access different bytes ... separate what each thread writes'
+    (two of them write nothing) on soft, 'adjacent fields, pad each' on exact."""
+    (tmp_path / "rb.c").write_text(READ_BESIDE_WRITTEN)
+    exe = tmp_path / "rb"
+    subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(tmp_path / "rb.c")],
+                   check=True)  # fmt: skip
+    _proc, run = locus.record([str(exe), "200000000"], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    advice = [a for a in c["advice"] if "`g." in a]
+    assert advice, c["advice"]
+    assert advice[0].startswith("thread 1 writes `g.hot_counter` beside `g.config_limit`, "
+                                "which threads 2-3 only read"), advice  # fmt: skip

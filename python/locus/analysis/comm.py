@@ -1829,6 +1829,10 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         for u, x in o.get("_false_written", ()):
             if u in per:
                 wr.setdefault(u, set()).add(x)
+        if len(wr) == 1 and (beside := _read_beside(o, names, per, wr, line)):
+            # One thread writes, the others only read other fields of the line.
+            out.append(beside)
+            continue
         if len(wr) < 2:  # fewer than two writers: what the threads access
             wr = {t: set(c) for t, c in per.items()}
         elif len(wr) < len(per):
@@ -1961,6 +1965,41 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
     return out + _neighbours_advice(alone, line, names, limit - len(out))
 
 
+def _read_beside(o: dict, names, per: dict[int, Counter], wr: dict[int, set], line: int):
+    """Advice when one thread writes part of an object's line and the others only read
+    other bytes of it (a read-mostly setting beside a hot counter in one struct): the
+    readers are the victims, and what they read wants a line apart; None otherwise."""
+    ((w, wo),) = wr.items()
+    readers = sorted(t for t in per if t != w)
+    read = {x for t in readers for x in per[t]}
+    if not readers or not read or read & wo:
+        return None
+    share = f"{100 * o['false'] / o['all']:.0f} % of its volume"
+    they = f"thread {readers[0]} only reads" if len(readers) == 1 else (
+        f"threads {_ranges(readers)} only read"
+    )  # fmt: skip
+    written = _fields_text(o, names, sorted(wo), "bytes")
+    shown = _fields_text(o, names, sorted(read), "bytes")
+    of = "" if written.startswith("`") else f" of {_quoted(o)}"
+    return (
+        f"thread {w} writes {written}{of} beside {shown}, which {they}: each "
+        f"write takes the line from the reader{'s' if len(readers) > 1 else ''} (false "
+        f"sharing, {share}); give what is only read a {line}-byte line apart from what is "
+        "written (or a copy of it in each thread)"
+    )
+
+
+def _fields_text(o: dict, names, offs: list[int], what: str) -> str:
+    """Offsets of an object named by its DWARF fields (a static variable's type), else by
+    their range."""
+    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+    fields = list(dict.fromkeys(layout.field(x) for x in offs)) if layout else []
+    if fields and fields != [layout.name]:
+        return ", ".join(f"`{f}`" for f in fields[:4]) + (", ..." if len(fields) > 4 else "")
+    span = f"{offs[0]}-{offs[-1]}" if len(offs) > 1 else f"{offs[0]}"
+    return f"{what} at offset{'s' if len(offs) > 1 else ''} {span}"
+
+
 def _mixed_words(o: dict, names, wr: dict[int, set]) -> tuple[str, str, str] | None:
     """(own fields, shared words, who writes them) when two or more threads each write
     offsets no other thread writes and some offsets are written by several of them: per-
@@ -1972,19 +2011,9 @@ def _mixed_words(o: dict, names, wr: dict[int, set]) -> tuple[str, str, str] | N
     owners = sum(1 for offs in wr.values() if any(writers[x] == 1 for x in offs))
     if not common or owners < 2:
         return None
-    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
-
-    def text(offs: list[int], what: str) -> str:
-        fields = list(dict.fromkeys(layout.field(x) for x in offs)) if layout else []
-        if fields and fields != [layout.name]:
-            shown = ", ".join(f"`{f}`" for f in fields[:4]) + (", ..." if len(fields) > 4 else "")
-            return shown
-        span = f"{offs[0]}-{offs[-1]}" if len(offs) > 1 else f"{offs[0]}"
-        return f"{what} at offset{'s' if len(offs) > 1 else ''} {span}"
-
     n = max(writers[x] for x in common)
     who = "all of them" if n == len(wr) else f"{n} of them"
-    return text(own, "bytes"), text(common, "the word"), who
+    return _fields_text(o, names, own, "bytes"), _fields_text(o, names, common, "the word"), who
 
 
 def _quoted(o: dict) -> str:
