@@ -101,6 +101,23 @@ void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t 
   errno = saved;
 }
 
+void locus_allocs_record_remap(const void *old, size_t old_n, const void *p, size_t n,
+                               uint64_t site) {
+  struct locus_self *me = &locus_me;
+  if (me->guard || me->state != 1 || at.closed || !locus_enabled) return;
+  int saved = errno;
+  me->guard++;
+  /* Moved: the old range ends (grown or shrunk in place, the new record ends it). */
+  if (p != old) put(LOCUS_AL_MUNMAP, old, old_n, site, 0);
+  struct locus_alloc r;
+  memset(&r, 0, sizeof r);
+  r.flags = LOCUS_ALF_REMAP;
+  r.reserved[0] = (uint64_t)(uintptr_t)old;
+  put_rec(&r, LOCUS_AL_MMAP, p, n, site, 0);
+  me->guard--;
+  errno = saved;
+}
+
 /* v in decimal at p (no NUL; stdio's formatting would fault in libc pages the program may
  * never use); returns the digits written. */
 static int put_dec(char *p, uint64_t v) {

@@ -25,6 +25,10 @@ extern int locus_alloc_state;
 void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t site);
 /* The same for an mmap of file descriptor fd at file offset off (LOCUS_ALF_FILE). */
 void locus_allocs_record_file(const void *addr, size_t size, uint64_t site, int fd, uint64_t off);
+/* An mremap of [old, old + old_n) to [p, p + n): the mapping keeps its object
+ * (LOCUS_ALF_REMAP). */
+void locus_allocs_record_remap(const void *old, size_t old_n, const void *p, size_t n,
+                               uint64_t site);
 /* A heap block about to be freed, or moved by realloc (exact backend, comm/exact/exact.c: its
  * lines start a new generation; nothing while the exact model is off). */
 void locus_comm_exact_freed(void *p, size_t n); /* n = 0: malloc_usable_size(p) */

@@ -284,6 +284,9 @@ struct locus_alloc { /* 64 bytes */
 /* An mmap of a file (shared or private): reserved[0] = the file offset mapped at addr,
  * reserved[1] = the file's st_ino. */
 #define LOCUS_ALF_FILE 1u
+/* An mremap (kind MMAP): reserved[0] = the mapping's old address; the new range continues
+ * the object of the block alive there (its site, and file and offset for a file's). */
+#define LOCUS_ALF_REMAP 2u
 
 /* The two records of the allocation hot path, small because an allocation-heavy program
  * writes one per malloc and one per free (a struct locus_alloc each cost twice the time).

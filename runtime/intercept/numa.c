@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "../core/real.h"
+#include "../comm/allocs.h"
 #include "../numa/numa.h"
 
 #define SITE ((uint64_t)(uintptr_t)__builtin_return_address(0))
@@ -169,6 +170,9 @@ LOCUS_EXPORT void *mremap(void *old, size_t old_n, size_t new_n, int flags, ...)
     rc = (flags & MREMAP_FIXED) ? next(old, old_n, new_n, flags, fixed)
                                 : next(old, old_n, new_n, flags);
   if (locus_numa.on && rc != MAP_FAILED) locus_numa_pages_changed();
+  if ((__atomic_load_n(&locus_alloc_state, __ATOMIC_ACQUIRE) & LOCUS_ALLOC_TRACKING) &&
+      rc != MAP_FAILED)
+    locus_allocs_record_remap(old, old_n, rc, new_n, SITE);
   return rc;
 }
 

@@ -52,6 +52,14 @@ static __attribute__((noinline)) int case_known(void) {
   if (!m || !c || !r || !aa || !ma || mm == MAP_FAILED) return 1;
   if (((uintptr_t)pa & 63) || ((uintptr_t)aa & 127) || ((uintptr_t)ma & 255)) return 2;
   munmap(mm, 65536);
+  /* Moved (a fixed new address forces the move), and it keeps its object: a REMAP record. */
+  void *rm = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void *to = mmap(NULL, 1 << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (rm == MAP_FAILED || to == MAP_FAILED) return 1;
+  void *rm2 = mremap(rm, 65536, 1 << 20, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+  if (rm2 != to) return 3;
+  fprintf(f, "mremap %lx %lx 1048576\n", (unsigned long)rm, (unsigned long)rm2);
+  munmap(rm2, 1 << 20);
   fprintf(f, "main %d %lx %lx\n", getpid(), (unsigned long)&local, (unsigned long)case_known);
   fprintf(f, "malloc %lx 1000\ncalloc %lx 1000\nrealloc %lx 5000\nposix_memalign %lx 256\n", m_addr,
           (unsigned long)c, (unsigned long)r, (unsigned long)pa);
@@ -269,6 +277,16 @@ static void test_known(const char *self, const char *lib) {
       const struct locus_alloc *r = find(a, n, LOCUS_AL_MALLOC, size);
       CHECK(r && r->size == 777 && r->tid == (uint32_t)tid, "the thread's malloc(777)");
       CHECK(find(a, n, LOCUS_AL_FREE, size), "the thread's free");
+      continue;
+    }
+    unsigned long to = 0;
+    if (sscanf(line, "mremap %lx %lx %lu", &addr, &to, &size) == 3) {
+      int found = 0; /* (after the mmap that reserved the place) */
+      for (size_t i = 0; i < n; i++)
+        found |= a[i].kind == LOCUS_AL_MMAP && a[i].addr == to && (a[i].flags & LOCUS_ALF_REMAP) &&
+                 a[i].reserved[0] == addr && a[i].size == size;
+      CHECK(found, "mremap: no REMAP record of %lx at %lx", addr, to);
+      CHECK(find(a, n, LOCUS_AL_MUNMAP, addr), "mremap: the old range ends");
       continue;
     }
     if (sscanf(line, "%31s %lx %lu", what, &addr, &size) != 3) continue;

@@ -9,7 +9,16 @@ import re
 
 import numpy as np
 
-from locus.rundir import AL_FREE, AL_MALLOC, AL_MMAP, AL_MUNMAP, ALF_FILE, THREAD_MAIN, RunDir
+from locus.rundir import (
+    AL_FREE,
+    AL_MALLOC,
+    AL_MMAP,
+    AL_MUNMAP,
+    ALF_FILE,
+    ALF_REMAP,
+    THREAD_MAIN,
+    RunDir,
+)
 from locus.sysfs import cpu_node_map
 
 
@@ -168,9 +177,10 @@ def heap_blocks(al: np.ndarray):
     """Heap blocks (malloc, mmap) with their lifetime [t, end) in ticks: a block ends at the
     next free, munmap or allocation at the same address. A munmap of a mapping's first part
     leaves the rest: a block of its own from then on, with the mapping's site (and file
-    offset), so that the accesses to it keep their object."""
+    offset), so that the accesses to it keep their object; so does a mapping moved or
+    resized by mremap."""
     ends = np.isin(al["kind"], [AL_MALLOC, AL_MMAP, AL_FREE, AL_MUNMAP])
-    rows = al[ends]
+    rows = _remapped(al[ends])
     o = np.lexsort((rows["t"], rows["addr"]))
     rows = rows[o]
     for _ in range(8):  # each pass follows one more cut off the same mapping's front
@@ -186,6 +196,31 @@ def heap_blocks(al: np.ndarray):
         end[:-1][same] = rows["t"][1:][same]
     b = rows[is_live]
     return b, end[is_live]
+
+
+def _remapped(rows: np.ndarray) -> np.ndarray:
+    """The rows with each mremap's new range (kind MMAP, ALF_REMAP, reserved[0] = the old
+    address) given the object of the mapping that started at the old address: its site,
+    call stack, and file (inode, device, offset). In time order, so a mapping moved twice
+    keeps its first site; an mremap of a range inside a mapping keeps the mremap's call."""
+    rm = np.flatnonzero((rows["kind"] == AL_MMAP) & ((rows["flags"] & ALF_REMAP) != 0))
+    if not len(rm):
+        return rows
+    rows = rows.copy()
+    starts: dict[int, list[int]] = {}
+    mm = np.flatnonzero(rows["kind"] == AL_MMAP)
+    for i in mm[np.argsort(rows["t"][mm], kind="stable")].tolist():
+        r = rows[i]
+        if int(r["flags"]) & ALF_REMAP:
+            prev = starts.get(int(r["reserved"][0]), [])
+            src = next((j for j in reversed(prev) if rows["t"][j] <= r["t"]), None)
+            if src is not None:
+                for f in ("site", "stack", "dev"):
+                    r[f] = rows[src][f]
+                r["flags"] = rows[src]["flags"] | ALF_REMAP
+                r["reserved"] = rows[src]["reserved"]
+        starts.setdefault(int(r["addr"]), []).append(i)
+    return rows
 
 
 def _unmapped_front_rest(rows: np.ndarray) -> np.ndarray:

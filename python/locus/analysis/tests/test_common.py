@@ -3,7 +3,7 @@
 import numpy as np
 
 from locus.analysis.common import heap_blocks, live_blocks
-from locus.rundir import AL_FREE, AL_MMAP, AL_MUNMAP, ALF_FILE, ALLOC_DTYPE
+from locus.rundir import AL_FREE, AL_MMAP, AL_MUNMAP, ALF_FILE, ALF_REMAP, ALLOC_DTYPE
 
 MIB = 1 << 20
 
@@ -41,3 +41,19 @@ def test_a_free_still_ends_its_block():
     p = 0x5000
     b, end = heap_blocks(rows((1, 1, p, 64, 0x1, 0, 0), (2, AL_FREE, p, 0, 0x2, 0, 0)))
     assert live_blocks(b, end, np.array([p + 8, p + 8]), np.array([1, 2])).tolist() == [0, -1]
+
+
+def test_a_mapping_moved_by_mremap_keeps_its_object():
+    """mremap(MREMAP_MAYMOVE) of a file mapping: the new range was no block at all (false
+    sharing there read as unattributed); it is the old mapping's object, file included."""
+    p, q = 0x7F0000000000, 0x7F1000000000
+    b, end = heap_blocks(
+        rows(
+            (10, AL_MMAP, p, MIB, 0x111, ALF_FILE, 0),
+            (20, AL_MUNMAP, p, MIB, 0x222, 0, 0),
+            (21, AL_MMAP, q, 4 * MIB, 0x222, ALF_REMAP, p),  # reserved[0]: the old address
+        )
+    )
+    at = live_blocks(b, end, np.array([q + 3 * MIB, p + 64]), np.array([30, 30]))
+    assert at[1] == -1 and int(b["site"][at[0]]) == 0x111
+    assert int(b["flags"][at[0]]) & ALF_FILE and int(b["reserved"][at[0]][0]) == 0
