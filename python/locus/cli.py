@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import sys
 
 from locus import __version__
@@ -85,9 +86,10 @@ PERIOD_MAX_N = 1 << 40  # events per sample
 def parse_period(value: str) -> tuple[int, int]:
     """`--period`: a time with a unit (`1ms`, `500us`, `100000ns`) -> (ns, 0), or a bare
     count of events per sample (hw backend) -> (0, N)."""
-    import re
-
     v = value.strip()
+    if re.fullmatch(r"-\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s)?", v):
+        # `-5ms`, `-3`: a negative period (the parsers pass it here, see Parser).
+        raise argparse.ArgumentTypeError(f"must be positive: '{value}'")
     m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s)", v)
     if m:
         ns = float(m.group(1)) * TIME_UNITS_NS[m.group(2)]
@@ -130,8 +132,6 @@ def parse_bulletin(value: str) -> int:
 
 
 def parse_bind(value: str) -> str:
-    import re
-
     if value in BIND_POLICIES:
         return value
     if re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", value):
@@ -166,7 +166,42 @@ def parse_events(value: str) -> list[str]:
     return out
 
 
-class OneLineParser(argparse.ArgumentParser):
+# A value such as `-5ms` (or `-1`): argparse takes a word starting with '-' for an option
+# unless it is a plain negative number, so `--period -5ms` was "expected one argument". The
+# parsers take any '-' followed by a digit as a value (none of locus's options starts so),
+# which the option's type then refuses with its own message ("must be positive").
+_NEGATIVE_VALUE = re.compile(r"^-\.?\d")
+
+
+class Parser(argparse.ArgumentParser):
+    """locus's parsers: negative-looking values reach their option, and an unknown option is
+    reported by the (sub)command it was given to, with that command's usage: `usage: locus
+    record ...` and `locus record: error: unrecognized arguments: --bogus`, rather than the
+    top-level `usage: locus [-h] ...` (argparse hands a subcommand's unknown words up)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_VALUE
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, extras = super().parse_known_args(args, namespace)
+        # A subcommand's parser returns first (the innermost one): it is the one whose
+        # usage fits the unknown words. The attribute reaches the caller's namespace.
+        if extras and getattr(ns, "_usage_parser", None) is None:
+            ns._usage_parser = self
+        return ns, extras
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extras = self.parse_known_args(args, namespace)
+        parser = getattr(ns, "_usage_parser", None) or self
+        if hasattr(ns, "_usage_parser"):
+            del ns._usage_parser
+        if extras:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns
+
+
+class OneLineParser(Parser):
     """`locus monitor ...`: a usage error is one `locus: error: ...` line, exit 2."""
 
     def error(self, message: str):
@@ -253,7 +288,7 @@ def add_monitor_parser(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="locus",
         description="Why a multithreaded or MPI program does not scale.",
         epilog="See docs/cli.md. `locus COMMAND -h` for the options of one command.",

@@ -127,6 +127,9 @@ def cmd_compare(ns) -> int:
             return True
         return apart and k.startswith("comm.totals.") and k != "comm.totals.detections"
 
+    # Each run's unit of its comm volumes (lines, s or samples): printed beside the numbers,
+    # which were bare ("2.24e+06 0.85" for exact lines against soft seconds).
+    comm_units = [rep["lenses"].get("comm", {}).get("unit") for rep in reports]
     rows = []
     for k in names:
         base = table[0].get(k)
@@ -134,6 +137,7 @@ def cmd_compare(ns) -> int:
             {
                 "metric": k,
                 "values": [t.get(k) for t in table],
+                "units": [metric_unit(k, u) for u in comm_units],
                 "change_pct": [None]
                 + [None if unitless(k) else change_pct(base, t.get(k)) for t in table[1:]],
             }
@@ -176,11 +180,38 @@ def cmd_compare(ns) -> int:
     return 1 if failures else 0
 
 
-def _cell(metric: str, v) -> str:
-    from locus.render.units import count, seconds
+# The comm lens's volumes: in its `unit` (docs/lenses/comm.md), which differs between backends.
+COMM_VOLUMES = ("comm.totals.all", "comm.totals.true", "comm.totals.false")
+
+
+def metric_unit(metric: str, comm_unit: str | None) -> str | None:
+    """The unit of a metric's value in a run whose comm volumes are in `comm_unit`: that
+    unit for a comm volume (`lines`, `s`, `samples`), `s` for a time (`*_s`), `B` for
+    `comm.totals.bytes`, else None (a count, a ratio)."""
+    if metric in COMM_VOLUMES:
+        return comm_unit
+    if metric == "comm.totals.bytes":
+        return "B"
+    if metric.endswith("_s"):
+        return "s"
+    return None
+
+
+def _cell(metric: str, v, unit: str | None = None) -> str:
+    from locus.render.units import count, nbytes, seconds
 
     if v is None:
         return "n/a"
+    if metric in COMM_VOLUMES:
+        from locus.render.comm import volume
+
+        # volume() gives "850 ms" (s), "2.2 M lines", "N samples"; an unknown unit is
+        # named after the number.
+        if unit in ("s", "lines", "samples"):
+            return volume(v, unit)
+        return f"{v:.3g}" + (f" {unit}" if unit else "")
+    if unit == "B":
+        return nbytes(v)
     if metric.endswith("_s"):
         return seconds(v)
     if isinstance(v, int):
@@ -209,8 +240,9 @@ def _render(fmt: str, runs: list[str], rows: list[dict], failures: list[str]) ->
     body = []
     for r in rows:
         cells = [r["metric"]]
+        units = r.get("units") or [None] * len(r["values"])
         for i, v in enumerate(r["values"]):
-            c = _cell(r["metric"], v)
+            c = _cell(r["metric"], v, units[i])
             x = r["change_pct"][i] if i else None
             if x is not None:
                 c += " (from 0)" if math.isinf(x) else f" ({x:+.0f}%)"

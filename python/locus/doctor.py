@@ -813,7 +813,7 @@ def print_text(f: Findings, verdicts: list[Verdict], out=None) -> None:
         return
     console = Console(file=out, highlight=False)
     t = Table(title="machine", title_justify="left")
-    for col in ("check", "value", "", "detail", "fix"):
+    for col in ("check", "value", "ok?", "detail", "fix"):
         # Folded, never cut with "…": in a pipe the console is 80 columns wide, and
         # "perf_event_para…" or "(recipes/numav…" said nothing.
         t.add_column(col, overflow="fold")

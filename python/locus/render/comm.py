@@ -9,7 +9,7 @@ import re
 from locus.analysis.comm import _ranges
 from locus.analysis.common import site_str
 from locus.errors import LocusError
-from locus.render.heat import pyplot, save, shade, shade_legend
+from locus.render.heat import masked_zeros, pyplot, save, shade, shade_legend, zero_apart
 from locus.render.tables import Table
 from locus.render.units import count, nbytes, percent, seconds
 
@@ -232,7 +232,7 @@ def summary_lines(report: dict) -> list[str]:
     dur = report["run"]["duration_s"] or 0.0
     unit = c["unit"]
     if c["backend"] == "exact":
-        how = "exact (every access instrumented)"
+        how = "exact (every access of the code built with locus cc)"
     elif c["period_unit"] == "ns" and c["unit"] == "samples":
         how = f"{c['backend']}, ~1 sample/{seconds(c['period'] / 1e9)} per event (adaptive)"
     elif c["period_unit"] == "ns":
@@ -292,15 +292,43 @@ def _blocks(n: int) -> list[tuple[int, int]]:
 
 
 def aggregate(m: list[list[float]]) -> tuple[list[list[float]], list[tuple[int, int]]]:
+    """Blocks of consecutive indices: cell (I, J) is the volume exchanged between the
+    indices of group I and those of group J, each pair once. The matrix is symmetric (a
+    pair's volume at [a][b] and at [b][a]): off the diagonal the block I x J holds each pair
+    once; on it, the block holds each pair inside the group twice, so only its upper
+    triangle is summed (the sum of the whole block doubled the diagonal cells)."""
     n = len(m)
     blocks = _blocks(n)
     if len(blocks) == n:
         return m, blocks
     out = [
-        [sum(m[i][j] for i in range(a, b) for j in range(c, d)) for c, d in blocks]
+        [
+            sum(m[i][j] for i in range(a, b) for j in range(i + 1 if a == c else c, d))
+            for c, d in blocks
+        ]
         for a, b in blocks
     ]
     return out, blocks
+
+
+def within_volume(c: dict, by: str, kind: str) -> tuple[float, float]:
+    """(volume exchanged inside one CPU or node, the kind's total): the matrix holds a pair's
+    volume once in its upper triangle, and its diagonal is zero by definition, so what the
+    total has beyond the upper triangle was exchanged within one index (0 by thread)."""
+    total = float((c.get("totals") or {}).get(kind) or 0)
+    if by == "thread" or not total:
+        return 0.0, total
+    m = c["matrices"][by][kind]
+    between = sum(v for i, row in enumerate(m) for v in row[i + 1 :])
+    within = total - between
+    return (within if within > 1e-9 * total else 0.0), total
+
+
+def _no_cpu(c: dict) -> str:
+    """' or without a recorded CPU' when some detections have none (the analysis's note):
+    they are in the totals and in no core or node matrix."""
+    missing = any("no CPU recorded" in x for x in c.get("notes") or [])
+    return " or without a recorded CPU" if missing else ""
 
 
 def heatmap_lines(report: dict) -> list[str]:
@@ -310,15 +338,15 @@ def heatmap_lines(report: dict) -> list[str]:
     m, blocks = aggregate(c["matrices"][by][kind])
     n = len(m)
     title = f"Communication heat map by {AXIS[by]}, {kind} sharing"
+    within, total = within_volume(c, by, kind)
     if not n or not any(v for row in m for v in row):
         # A pair's exchange is off the diagonal: say why the map is empty when the volume is
         # not (one node, one CPU, or all of it within each).
-        total = (c.get("totals") or {}).get(kind) or 0
         if total and by != "thread":
-            within = f"in one {AXIS[by]}" if n == 1 else f"within each {AXIS[by]}"
+            where = f"in one {AXIS[by]}" if n == 1 else f"within each {AXIS[by]}"
             return [
                 f"{title}: none between {AXIS[by]}s; all {volume(total, c['unit'])} was "
-                f"exchanged {within} (the diagonal, zero by definition)"
+                f"exchanged {where}{_no_cpu(c)} (the diagonal, zero by definition)"
             ]
         return [f"{title}: none"]
     vmax = max(v for row in m for v in row)
@@ -335,7 +363,22 @@ def heatmap_lines(report: dict) -> list[str]:
     for (lo, _hi), row in zip(blocks, m):
         out.append(f"{lo:>5} " + "".join(shade(v, vmax) * 2 for v in row))
     out.append("      " + "  ".join(shade_legend(f"max {volume(vmax, c['unit'])}")))
-    out.append("      symmetric (M + Mᵀ): row i, column j = volume exchanged by i and j")
+    if g > 1:
+        # Groups are named by their first index; a pair is counted once in every cell.
+        things = f"{AXIS[by]}s"
+        out.append(
+            f"      row i, column j = volume exchanged between the {things} of groups i and j"
+        )
+        out.append(f"      (each pair once; on the diagonal: between the {things} of one group)")
+    else:
+        out.append("      symmetric (M + Mᵀ): row i, column j = volume exchanged by i and j")
+    if within:
+        # The diagonal is zero by definition: what the map cannot show (a CPU's threads
+        # exchanging through its own caches can be most of the volume).
+        out.append(
+            f"      not shown: {volume(within, c['unit'])} of {volume(total, c['unit'])}"
+            f" ({percent(_pct(within, total))}) was exchanged within one {AXIS[by]}{_no_cpu(c)}"
+        )
     if by == "thread" and c.get("threads"):
         out.append("      " + thread_legend(c["threads"]))
     return out
@@ -386,10 +429,17 @@ def plot(report: dict, outdir: str) -> list[str]:
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), constrained_layout=True)
     im = None
     totals = c.get("totals") or {}
+    # Zero cells white, any other from a visible grey on: with a linear scale from white,
+    # a cell of 60 beside a maximum of 10,000 could not be told from an empty one.
+    cmap = zero_apart("Greys")
     for ax, k in zip(axes, ("all", "true", "false")):
         m = mats[k]
         im = ax.imshow(
-            m if m else [[0.0]], cmap="Greys", vmin=0, vmax=vmax or 1, interpolation="nearest"
+            masked_zeros(m if m else [[0.0]]),
+            cmap=cmap,
+            vmin=0,
+            vmax=vmax or 1,
+            interpolation="nearest",
         )
         ax.set_title(f"{k} sharing")
         ax.set_xlabel(AXIS[by])
@@ -411,7 +461,9 @@ def plot(report: dict, outdir: str) -> list[str]:
                 else "none"
             )
             ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center")
-    fig.colorbar(im, ax=list(axes), shrink=0.8, label=f"volume ({unit})")
+    if vmax > 0:
+        # Without any volume the bar's 0-1 scale would mean nothing: the panels say "none".
+        fig.colorbar(im, ax=list(axes), shrink=0.8, label=f"volume ({unit}); white: none")
     cmd = " ".join(report["run"].get("command") or [])
     fig.suptitle(f"locus comm: {cmd}" if cmd else "locus comm")
     return save(plt, fig, outdir, f"comm-{by}")

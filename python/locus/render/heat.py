@@ -41,6 +41,33 @@ def pyplot(outdir: str):
     return plt
 
 
+# The lightest shade a non-zero cell gets, as a fraction of the colour map: with a linear
+# scale from white, a cell of 60 beside a maximum of 10,000 was as white as an empty one.
+LOWEST_SHADE = 0.25
+ZERO_COLOUR = "white"
+
+
+def zero_apart(name: str):
+    """The matplotlib colour map `name` from LOWEST_SHADE on, its masked cells (the zeros of
+    `masked_zeros`) in ZERO_COLOUR: any non-zero cell is visibly darker than an empty one."""
+    import matplotlib
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+
+    base = matplotlib.colormaps[name]
+    cmap = ListedColormap(base(np.linspace(LOWEST_SHADE, 1.0, 256)), name=f"{name}_nonzero")
+    return cmap.with_extremes(bad=ZERO_COLOUR)
+
+
+def masked_zeros(m):
+    """The matrix `m` (rows of numbers) as an array with its zero (and negative) cells
+    masked: they are drawn in the colour map's `bad` colour (zero_apart: white)."""
+    import numpy as np
+
+    a = np.asarray(m, dtype=float)
+    return np.ma.masked_where(~(a > 0), a)
+
+
 def save(plt, fig, outdir: str, stem: str) -> list[str]:
     """Write `fig` as OUTDIR/STEM.png and .svg, close it; the paths."""
     paths = []

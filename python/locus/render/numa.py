@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from locus.analysis.common import ranges, site_str, via_text
 from locus.errors import LocusError
-from locus.render.heat import pyplot, save, shade, shade_legend
+from locus.render.heat import masked_zeros, pyplot, save, shade, shade_legend, zero_apart
 from locus.render.tables import Table
 from locus.render.units import count, nbytes, percent, seconds
 
@@ -384,10 +384,15 @@ def plot(report: dict, outdir: str) -> list[str]:
         vals = m["values"] or [[0.0]]
         total = sum(v for r in vals for v in r)
         vmax = max(max(r) for r in vals) or 1
-        ax.imshow(vals, cmap="Blues", vmin=0, vmax=vmax, interpolation="nearest")
+        # Zero cells white, any other from a visible blue on (and "<1%" rather than "0%"):
+        # a small cell beside a large one looked empty.
+        ax.imshow(
+            masked_zeros(vals), cmap=zero_apart("Blues"), vmin=0, vmax=vmax, interpolation="nearest"
+        )
         for i, r in enumerate(vals):
             for j, v in enumerate(r):
-                share = f"{100 * v / total:.0f}%" if total else ""
+                pct = 100 * v / total if total else 0.0
+                share = "" if not total else "<1%" if 0 < pct < 0.5 else f"{pct:.0f}%"
                 color = "white" if v > 0.5 * vmax else "black"
                 ax.text(j, i, share, ha="center", va="center", color=color, fontsize=9)
         if not total:

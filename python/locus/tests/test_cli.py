@@ -61,6 +61,63 @@ def test_unknown_option_exits_2(capsys):
     assert "usage:" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["record", "--lens", "comm", "--bogus", "--", "true"], "record"),
+        (["report", "RUN", "--bogus"], "report"),
+        (["compare", "A", "B", "--bogus"], "compare"),
+        (["doctor", "--bogus"], "doctor"),
+    ],
+)
+def test_unknown_option_is_the_commands_error(capsys, argv, command):
+    """docs/cli.md: the command's usage line, then `locus COMMAND: error: ...`; it was the
+    top-level `usage: locus [-h] [--version] COMMAND ...` and `locus: error: ...`."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: locus {command} "), err
+    assert err.rstrip().endswith(f"locus {command}: error: unrecognized arguments: --bogus"), err
+
+
+def test_unknown_option_before_the_command_is_the_top_levels(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--bogus", "report", "RUN"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: locus [-h]") and "locus: error: unrecognized arguments" in err
+
+
+def test_unknown_monitor_option_is_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["monitor", "stat", "--bogus"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "locus: error: locus monitor stat: unrecognized arguments: --bogus\n", err
+
+
+@pytest.mark.parametrize("value", ["-5ms", "-3", "-0.5ms", "-.5us", "0ms"])
+@pytest.mark.parametrize("joined", [False, True])
+def test_negative_period_must_be_positive(capsys, value, joined):
+    """`--period -5ms` was "expected one argument": argparse took -5ms for an option."""
+    opts = [f"--period={value}"] if joined else ["--period", value]
+    with pytest.raises(SystemExit) as e:
+        cli.main(["record", "--lens", "comm", *opts, "--", "true"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: locus record ")
+    assert f"locus record: error: argument --period: must be positive: '{value}'" in err, err
+
+
+def test_negative_values_still_reach_the_program():
+    """After the command (or --), a word like -5ms is the program's."""
+    ns = cli.build_parser().parse_args(["record", "--lens", "comm", "prog", "--period", "-5ms"])
+    assert ns.cmd == ["prog", "--period", "-5ms"] and ns.period is None
+    ns = cli.build_parser().parse_args(["record", "--", "prog", "-5ms"])
+    assert ns.cmd == ["--", "prog", "-5ms"]
+
+
 def test_unknown_subcommand_exits_2(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["frobnicate"])

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from locus import doctor
 
 PYDIR = Path(__file__).resolve().parents[2]
@@ -139,3 +141,19 @@ def test_check_reports_a_backend_it_cannot_record_with():
     doctor.print_check(rows, out)
     assert "FAILED" in out.getvalue()
     assert selfcheck.run([])[0]["ok"] is False  # nothing to check is not a pass
+
+
+def test_machine_table_names_its_ok_column():
+    """The ok/no column of the machine table had an empty header."""
+    pytest.importorskip("rich")
+    f = findings(checks=[doctor.Check("NUMA nodes", "1", False, "single node", "use two")])
+    out = io.StringIO()
+    doctor.print_text(f, doctor.lens_verdicts(f), out)
+    head = next(ln for ln in out.getvalue().splitlines() if "check" in ln and "value" in ln)
+    assert [c.strip() for c in head.strip("┃ ").split("┃")] == [
+        "check",
+        "value",
+        "ok?",
+        "detail",
+        "fix",
+    ], head
