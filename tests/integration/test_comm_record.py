@@ -1665,3 +1665,46 @@ def test_a_field_only_read_beside_one_writers_field_gets_the_readers_advice(locu
     assert advice, c["advice"]
     assert advice[0].startswith("thread 1 writes `g.hot_counter` beside `g.config_limit`, "
                                 "which threads 2-3 only read"), advice  # fmt: skip
+
+
+FORK_HEAP = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static volatile long *base;
+static void *w(void *p) {
+  long id = (long)p;
+  for (long i = 0; i < 60000000; i++) base[id]++;
+  return 0;
+}
+int main(void) {
+  base = calloc(512, sizeof(long));
+  pid_t c = fork();
+  pthread_t t[2];
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], 0, w, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+  if (c == 0) _exit(0);
+  waitpid(c, 0, 0);
+  puts("ok");
+  return 0;
+}
+"""
+
+
+def test_a_fork_child_names_what_it_inherited(locus, tmp_path):
+    """A block calloc'd before fork, falsely shared by two threads in the parent and two in
+    the child: the child's own records never mention it, and its false sharing read as
+    '(unattributed)'; the parent's records from before the fork now name it."""
+    (tmp_path / "fh.c").write_text(FORK_HEAP)
+    exe = tmp_path / "fh"
+    subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(tmp_path / "fh.c")],
+                   check=True)  # fmt: skip
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    named = [o for o in c["objects"] if o["name"].startswith("heap block from main fh.c:14")]
+    pids = {o.get("pid") for o in named}
+    assert len(pids) == 2, [(o["name"], o.get("pid"), o["all"]) for o in c["objects"]]
+    assert not [o for o in c["objects"] if o["kind"] == "unknown" and o["all"] > 0.2 * c[
+        "totals"]["all"]], c["objects"]  # fmt: skip

@@ -14,8 +14,10 @@ from locus.rundir import (
     AL_MALLOC,
     AL_MMAP,
     AL_MUNMAP,
+    AL_STACK,
     ALF_FILE,
     ALF_REMAP,
+    PROC_FORKED,
     THREAD_MAIN,
     RunDir,
 )
@@ -171,6 +173,28 @@ def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:
             f"machine had {recorded if recorded else 'an unknown number of'})"
         )
     return out
+
+
+def inherited_allocs(run: RunDir, pi: int) -> np.ndarray:
+    """A process's allocation records, and for a fork child its parent's (and so on up)
+    from before the fork: the blocks and mappings it inherited, which its own records never
+    mention (a block malloc'd before the fork and shared by the child's threads read as
+    unattributed). Not the parent's thread stacks: only the forking thread goes on, as the
+    child's main thread, with a stack record of its own."""
+    p = run.procs[pi]
+    al = p.allocs()
+    if not p.flags & PROC_FORKED:
+        return al
+    # The parent's image that forked: of its pid's (an exec starts another), the last one
+    # started before the child.
+    images = [k for k, q in enumerate(run.procs) if q.pid == p.ppid and k != pi]
+    images = [k for k in images if run.procs[k].start_s <= p.start_s] or images
+    if not images:
+        return al
+    parent = max(images, key=lambda k: run.procs[k].start_s)
+    up = inherited_allocs(run, parent)
+    up = up[(up["t"] < p.hdr["tsc0"]) & (up["kind"] != AL_STACK)]
+    return np.concatenate([up, al]) if len(up) else al
 
 
 def heap_blocks(al: np.ndarray):

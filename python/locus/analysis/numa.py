@@ -42,6 +42,7 @@ from locus.analysis.common import (
     cpu_nodes,
     drop_damaged,
     heap_blocks,
+    inherited_allocs,
     live_blocks,
     ranges,
     site_str,
@@ -923,7 +924,7 @@ def _blocks(run: RunDir, a: _Accesses, T: _Cols, ps: int):
     b_of_t = np.full(len(T.rec), -1, dtype=np.int64)
     off = 0
     for pi, p in enumerate(run.procs):
-        b, bend = heap_blocks(p.allocs())
+        b, bend = heap_blocks(inherited_allocs(run, pi))
         if not len(b):
             continue
         sm = np.flatnonzero(a.proc == pi)
