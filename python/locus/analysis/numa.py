@@ -923,7 +923,7 @@ def _blocks(run: RunDir, a: _Accesses, T: _Cols, ps: int):
     b_of_a = np.full(len(a.t), -1, dtype=np.int64)
     b_of_t = np.full(len(T.rec), -1, dtype=np.int64)
     off = 0
-    for pi, p in enumerate(run.procs):
+    for pi in range(len(run.procs)):
         b, bend = heap_blocks(inherited_allocs(run, pi))
         if not len(b):
             continue
