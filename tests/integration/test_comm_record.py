@@ -1414,6 +1414,12 @@ def test_threads_left_out_of_a_long_list_are_not_unseen_tasks(locus, tmp_path):
     _proc, run = locus.record([str(exe)], ("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     assert not [n for n in c["notes"] if "without the runtime seeing them" in n], c["notes"]
+    # The kept threads: rows of the matrices in order, with their place among all threads.
+    th = c["threads"]
+    assert c["threads_total"] == 101 and len(th) < 101, (c["threads_total"], len(th))
+    assert [t["index"] for t in th] == list(range(len(th)))
+    created = [t["created"] for t in th]
+    assert created[0] == 0 and created == sorted(set(created)) and created[-1] <= 100, created
 
 
 STACK_REUSED = r"""

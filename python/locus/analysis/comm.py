@@ -783,6 +783,11 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     obj, obj_off, sib = _attribute(run, ev, th, names, objs)
 
     threads = thread_rows(run, th, names)
+    # `created`: the thread's place in creation order among all threads; `index` is its
+    # row in the matrices, the same unless threads without samples were left out.
+    created = getattr(th, "created", None) or list(range(len(threads)))
+    for t, k in zip(threads, created):
+        t["created"] = k
     add_os_names(threads, run, th, ct_list)
     _add_work(threads, th, run, names, ev, wk)
     uses: dict = {}  # per process: its sampled accesses, read once (_sampled_uses)
@@ -949,9 +954,11 @@ def _compact_threads(th: _Threads, ev: Events, ct_list: list, notes: list):
         return th, ev
     new = _Threads.__new__(_Threads)
     new.proc, new.tid, new.routine, new.main, new.index = [], [], [], [], {}
+    new.created = []  # each kept thread's index among all of them (creation order)
     remap = np.full(len(th), -1, dtype=np.int64)
     for k in np.flatnonzero(keep).tolist():
         remap[k] = new.add(th.proc[k], th.tid[k], th.routine[k], th.main[k])
+        new.created.append(k)
     fields = {f: getattr(ev, f) for f in Events.__dataclass_fields__}
     fields["src"], fields["dst"] = remap[ev.src], remap[ev.dst]
     notes.append(
@@ -1914,7 +1921,8 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             out.append(
                 f"threads {thr} {verb} neighbouring {size}-byte words of {name} {where} at "
                 f"the same time (false sharing, {share}) and the same words at other times "
-                f"(true sharing: {shared} of {seen} sampled words used by two threads): "
+                f"(true sharing: {shared} of {seen} {'sampled ' if o.get('rse') else ''}words "
+                "used by two threads): "
                 f"padding each word to {line} bytes{align} removes the false "
                 "part; the true part needs fewer threads on the same words (give each "
                 "thread its own block of whole lines, or a private copy combined at the end)"

@@ -400,8 +400,11 @@ def thread_legend(threads: list[dict]) -> str:
     base = threads[0].get("os_name", "")
     many = len({t.get("pid") for t in threads}) > 1  # fork: whose thread
     # What a thread ran, where its start routine does not say it (std::thread, libgomp).
+    # Threads left out (no samples, over 64): the kept ones' place in creation order.
     parts = [
-        f"{t['index']} {t['name'] or '?'}"
+        f"{t['index']}"
+        + (f" (#{t['created']})" if t.get("created", t["index"]) != t["index"] else "")
+        + f" {t['name'] or '?'}"
         + (f" → {t['work']}" if _work_differs(t) else "")
         + (f" [{t['os_name']}]" if t.get("os_name") and t["os_name"] != base else "")
         + (f" (pid {t['pid']}, tid {t['tid']})" if many and t.get("pid") else f" (tid {t['tid']})")
