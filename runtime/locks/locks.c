@@ -55,6 +55,18 @@ static inline uint32_t slot_of(uint64_t lock, uint64_t site, uint16_t kind, uint
   return j ? j : 1;
 }
 
+/* The header of a table of n slots, the thread's next generation. It goes last: a table
+ * without one (cut by a kill) is ignored by readers, who keep the highest generation per
+ * thread. */
+static void table_seal(struct locus_lock_count *t, uint32_t n, struct locus_self *me) {
+  t[0].lock = n;
+  t[0].site = ++lt.gen;
+  t[0].tid = me->tid;
+  t[0].serial = me->serial;
+  atomic_signal_fence(memory_order_release);
+  t[0].kind = LOCUS_LC_HEADER;
+}
+
 static int table_grow(struct locus_self *me) {
   uint32_t n = lt.nslots ? lt.nslots * 4 : TABLE_FIRST;
   if (n > TABLE_MAX) return -1;
@@ -75,14 +87,7 @@ static int table_grow(struct locus_self *me) {
     while (t[j].kind) j = slot_next(j, n);
     t[j] = *e;
   }
-  /* The header goes last: a table without one (cut by a kill) is ignored by readers, who
-   * keep the highest generation per thread. */
-  t[0].lock = n;
-  t[0].site = ++lt.gen;
-  t[0].tid = me->tid;
-  t[0].serial = me->serial;
-  atomic_signal_fence(memory_order_release);
-  t[0].kind = LOCUS_LC_HEADER;
+  table_seal(t, n, me);
   if (lt.tab) locus_stream_release(lt.tab, (size_t)lt.nslots * sizeof *t);
   lt.tab = t;
   lt.tab_off = at;
@@ -112,12 +117,7 @@ static void table_compact(struct locus_self *me) {
     uint32_t k = 1;
     for (uint32_t i = 1; i < lt.nslots && k <= lt.used; i++)
       if (lt.tab[i].kind) t[k++] = lt.tab[i];
-    t[0].lock = k;
-    t[0].site = ++lt.gen;
-    t[0].tid = me->tid;
-    t[0].serial = me->serial;
-    atomic_signal_fence(memory_order_release);
-    t[0].kind = LOCUS_LC_HEADER;
+    table_seal(t, k, me);
     locus_stream_put_spare(&count_stream, at + pos + k * rec, len - k * rec);
     locus_stream_release(map, 4096);
   }

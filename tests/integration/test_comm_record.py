@@ -1422,6 +1422,16 @@ def test_threads_left_out_of_a_long_list_are_not_unseen_tasks(locus, tmp_path):
     assert created[0] == 0 and created == sorted(set(created)) and created[-1] <= 100, created
 
 
+def _gcc(tmp_path, name: str, source: str) -> Path:
+    """`source` built with gcc -O1 -g -pthread as tmp_path/name."""
+    (tmp_path / f"{name}.c").write_text(source)
+    exe = tmp_path / name
+    subprocess.run(
+        ["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(tmp_path / f"{name}.c")], check=True
+    )
+    return exe
+
+
 STACK_REUSED = r"""
 #include <pthread.h>
 #include <stdio.h>
@@ -1456,10 +1466,7 @@ def test_a_stack_ends_with_its_thread(locus, tmp_path):
     """A thread's user-supplied stack, freed after the join, and the heap block malloc then
     gives back at that address, shared falsely by two threads: the block read as "stack of
     thread 1 (a local variable other threads reach by its address)", a thread long gone."""
-    (tmp_path / "sr.c").write_text(STACK_REUSED)
-    exe = tmp_path / "sr"
-    subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(tmp_path / "sr.c")],
-                   check=True)  # fmt: skip
+    exe = _gcc(tmp_path, "sr", STACK_REUSED)
     proc, run = locus.record([str(exe)], ("--lens", "comm"))
     if not proc.stdout.startswith(b"1 "):
         pytest.skip("malloc did not give the freed stack back")
@@ -1500,10 +1507,7 @@ def test_blocks_of_one_site_packed_on_a_line_get_their_own_advice(locus, tmp_pat
     apart, and each thread writes offset 0 of its own. The advice read the writes as another
     object's ('which shares 64-byte lines with data other threads write ... keep data that
     is only read apart'), and said alignas, which a malloc'd block cannot get."""
-    (tmp_path / "bp.c").write_text(BLOCK_PER_THREAD)
-    exe = tmp_path / "bp"
-    subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(tmp_path / "bp.c")],
-                   check=True)  # fmt: skip
+    exe = _gcc(tmp_path, "bp", BLOCK_PER_THREAD)
     proc, run = locus.record([str(exe)], ("--lens", "comm"))
     if not proc.stdout.startswith(b"1"):
         pytest.skip("the allocator put the blocks on different lines")
@@ -1616,10 +1620,7 @@ def test_the_hand_off_note_spares_padded_counters(locus, tmp_path):
     same page: the run that shows the fix worked read '27 % of the sampled accesses ... went
     to lines that several threads use and one of them writes, yet 0 detection(s)' (a store
     anywhere on the page counted, even one to a line a single thread uses)."""
-    (tmp_path / "ps.c").write_text(PADDED_STATS)
-    exe = tmp_path / "ps"
-    subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(tmp_path / "ps.c")],
-                   check=True)  # fmt: skip
+    exe = _gcc(tmp_path, "ps", PADDED_STATS)
     _proc, run = locus.record([str(exe), "800000000"], ("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     assert c["totals"]["false"] == 0 and not c["advice"], c["advice"]
@@ -1661,10 +1662,7 @@ def test_a_field_only_read_beside_one_writers_field_gets_the_readers_advice(locu
     """One thread writes `g.hot_counter`, two only read `g.config_limit` on its line: the
     advice said 'threads 1-3 access different bytes ... separate what each thread writes'
     (two of them write nothing) on soft, 'adjacent fields, pad each' on exact."""
-    (tmp_path / "rb.c").write_text(READ_BESIDE_WRITTEN)
-    exe = tmp_path / "rb"
-    subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(tmp_path / "rb.c")],
-                   check=True)  # fmt: skip
+    exe = _gcc(tmp_path, "rb", READ_BESIDE_WRITTEN)
     _proc, run = locus.record([str(exe), "200000000"], ("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     advice = [a for a in c["advice"] if "`g." in a]
@@ -1703,10 +1701,7 @@ def test_a_fork_child_names_what_it_inherited(locus, tmp_path):
     """A block calloc'd before fork, falsely shared by two threads in the parent and two in
     the child: the child's own records never mention it, and its false sharing read as
     '(unattributed)'; the parent's records from before the fork now name it."""
-    (tmp_path / "fh.c").write_text(FORK_HEAP)
-    exe = tmp_path / "fh"
-    subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(tmp_path / "fh.c")],
-                   check=True)  # fmt: skip
+    exe = _gcc(tmp_path, "fh", FORK_HEAP)
     _proc, run = locus.record([str(exe)], ("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     named = [o for o in c["objects"] if o["name"].startswith("heap block from main fh.c:14")]
