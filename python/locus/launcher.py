@@ -29,7 +29,14 @@ import time
 
 from locus import FORMAT_VERSION, __version__
 from locus.errors import LocusError
-from locus.sampler import PROC_EXECED, PROC_EXITED, PROC_SIGNALED, Sampler, proc_flags
+from locus.sampler import (
+    PROC_EXECED,
+    PROC_EXITED,
+    PROC_SIGNALED,
+    Sampler,
+    proc_flags,
+    process_of_run,
+)
 from locus.sysfs import NODE_DIR, cpu_node_map, node_cpus
 
 KNOWN_LENSES = ("locks", "comm", "numa", "monitor")
@@ -877,6 +884,17 @@ def spawn(exe: str, command: list[str], env: dict) -> subprocess.Popen:
             signal.signal(s, h)
 
 
+def ended(flags: int | None) -> bool:
+    """Whether a proc.bin's flags say its process finished its records."""
+    return flags is not None and bool(flags & (PROC_EXITED | PROC_EXECED | PROC_SIGNALED))
+
+
+def still_running(entry: str, run_dir: str) -> bool:
+    """Whether the process of run entry procs/PID[.K] still runs under this run's runtime."""
+    pid = os.path.basename(entry).split(".")[0]
+    return pid.isdigit() and process_of_run(int(pid), run_dir)
+
+
 def unrecorded_execs(entries: list[str], flags: list[int | None]) -> list[str]:
     """Pids whose last recorded image ended in exec: the image after it went unrecorded
     (the images of one pid are procs/PID, procs/PID.1, ...)."""
@@ -1134,6 +1152,7 @@ def record(
         "env": selected_env(env),
         "runtime": runtime,
         "start_time": now.isoformat(timespec="seconds"),
+        "start_unix": time.time(),
         "start_ns": time.monotonic_ns(),
         "end_ns": None,
         "duration_s": None,
@@ -1164,6 +1183,7 @@ def record(
     write_json_atomic(meta_path, meta)
 
     meta["start_ns"] = time.monotonic_ns()
+    meta["start_unix"] = time.time()
     if engine is not None:
         engine.start()
     try:
@@ -1193,12 +1213,18 @@ def record(
         entries = proc_entries(run_dir)
         copy_perf_maps(entries, start_wall)
         finished = [proc_flags(os.path.join(e, "proc.bin")) for e in entries]
+        # A process not finished yet that still runs (a daemon: it outlived the program) is
+        # told apart from one that ended without finishing; read again after that check,
+        # a process that finished meanwhile is finished.
+        todo = [i for i, f in enumerate(finished) if not ended(f)]
+        alive = [i for i in todo if still_running(entries[i], run_dir)]
+        for i in todo:
+            finished[i] = proc_flags(os.path.join(entries[i], "proc.bin"))
+        running = [entries[i] for i in alive if not ended(finished[i])]
         # Every process finished its records: at exit, at exec, or in the runtime's handler
         # of a fatal signal (a crash or SIGTERM: the records are whole up to it). SIGKILL
         # leaves them unfinished.
-        all_ended = bool(entries) and all(
-            f is not None and f & (PROC_EXITED | PROC_EXECED | PROC_SIGNALED) for f in finished
-        )
+        all_ended = bool(entries) and all(ended(f) for f in finished)
         threads = sum(count_threads(e) for e in entries)
         meta.update(
             end_ns=end_ns,
@@ -1242,7 +1268,16 @@ def record(
             "dropped LD_PRELOAD, as `env -u LD_PRELOAD` does, or is setuid or static)",
             file=sys.stderr,
         )
-    if entries and not meta["complete"]:
+    # A process still running after the program exited (daemon(), a double fork) has not
+    # finished its records yet: the report reads them as whole once it has.
+    for e in running:
+        print(
+            f"locus: warning: a process (pid {os.path.basename(e).split('.')[0]}) was still "
+            "running when the program exited (daemon?): its records may be incomplete if you "
+            "report before it ends",
+            file=sys.stderr,
+        )
+    if entries and not meta["complete"] and len(running) < sum(not ended(f) for f in finished):
         print(
             "locus: warning: the run is incomplete: a process ended without finishing its "
             "records (killed, or exited without running its exit handlers: a raw exit_group, "

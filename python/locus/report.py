@@ -230,13 +230,36 @@ def build(run: RunDir, lenses: list[str] | None = None, filters: Filters | None 
         elif lens == "numa":
             res = filter_numa(res, filters)
         out_lenses[lens] = res
+    info = run_info(run)
+    notes = run_notes(run)
+    if notes:
+        info["notes"] = notes
+        # The renderers print the lenses' notes: the run's go with the first lens's.
+        first = next((r for r in out_lenses.values() if isinstance(r.get("notes"), list)), None)
+        if first is not None:
+            first["notes"] = [*notes, *first["notes"]]
     return {
         "locus_version": __version__,
         "format_version": run.meta.get("format_version", FORMAT_VERSION),
-        "run": run_info(run),
+        "run": info,
         "overhead": overhead(run),
         "lenses": out_lenses,
     }
+
+
+_WARNED: set[str] = set()  # files said changed on stderr, once per command
+
+
+def run_notes(run: RunDir) -> list[str]:
+    """Notes on the run as a whole, after the analyses (which named code and data from the
+    files in its maps): processes that outlived the program or still run, and files that
+    changed since the run (also on stderr, once each)."""
+    changed = [run.changed_files[p] for p in sorted(run.changed_files)]
+    for note in changed:
+        if note not in _WARNED:
+            _WARNED.add(note)
+            print(f"locus: warning: {note}", file=sys.stderr)
+    return [*run.notes(), *changed]
 
 
 def plot(report: dict, outdir: str) -> list[str]:

@@ -2,12 +2,16 @@
 
 The numpy dtypes below mirror runtime/include/locus_format.h field for field; that header is
 the contract and the itemsize asserts catch any drift. Every binary file is read whole with
-np.fromfile: a truncated last record (a killed writer) is ignored, a missing or empty file
-reads as an empty array, records with kind 0 (unused chunk tails) are dropped.
+np.fromfile: a missing or empty file reads as an empty array, records with kind 0 (unused
+chunk tails) are dropped. The runtime extends its files in whole chunks, so even a killed
+writer leaves whole records: RunDir.open refuses a run with a file that is not a whole
+number of its records (cut, or partly copied), or without files meta.json says it has
+(check_run_files, check_proc_files), rather than report what is left as the run.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import sys
@@ -17,6 +21,7 @@ import numpy as np
 
 from locus import FORMAT_VERSION
 from locus.errors import LocusError
+from locus.sampler import process_of_run
 
 PROC_MAGIC = 0x31434F5355434F4C
 
@@ -306,8 +311,30 @@ HEAP_SIZE_BITS = 40
 assert HEAP_DTYPE.itemsize == 32 and FREE_DTYPE.itemsize == 16
 
 
+# The record files of a process directory (proc.bin apart) and of the run, by record type:
+# RunDir.open checks that each is a whole number of its records.
+PROC_RECORD_FILES = {
+    "threads.bin": THREAD_DTYPE,
+    "locks.events.bin": LOCK_EVENT_DTYPE,
+    "locks.counts.bin": LOCK_COUNT_DTYPE,
+    "locks.objects.bin": LOCK_OBJECT_DTYPE,
+    "stacks.bin": STACK_DTYPE,
+    "comm.samples.bin": COMM_SAMPLE_DTYPE,
+    "comm.events.bin": COMM_EVENT_DTYPE,
+    "comm.threads.bin": COMM_THREAD_DTYPE,
+    "allocs.bin": ALLOC_DTYPE,
+    "heap.bin": HEAP_DTYPE,
+    "frees.bin": FREE_DTYPE,
+    "numa.touch.bin": NUMA_TOUCH_DTYPE,
+    "numa.pins.bin": NUMA_PIN_DTYPE,
+    "numa.counts.bin": NUMA_COUNT_DTYPE,
+}
+RUN_RECORD_FILES = {"sched.bin": SCHED_DTYPE}
+
+
 def read_records(path: str, dtype: np.dtype) -> np.ndarray:
-    """All whole records of `path`; a partial trailing record and a missing file are fine."""
+    """All whole records of `path` (a missing file: none). A partial trailing record is not
+    read; RunDir.open has refused a run with one (the runtime never leaves one)."""
     try:
         size = os.path.getsize(path)
     except OSError:
@@ -321,7 +348,116 @@ def read_records(path: str, dtype: np.dtype) -> np.ndarray:
         raise LocusError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def _read_text(path: str) -> str:
+def damaged(run: str, what: str) -> LocusError:
+    """The error of a run that lost part of its files (cut, partly copied, deleted)."""
+    return LocusError(f"{run} is damaged: {what}; record it again")
+
+
+def _whole(run: str, rel: str, dtype: np.dtype) -> None:
+    """Refuses a file of `run` that is not a whole number of its records: the runtime
+    extends its files in whole chunks (and the launcher sched.bin in whole rows), so a
+    partial record is a cut file, whose records would read as a run with fewer."""
+    try:
+        size = os.stat(os.path.join(run, rel)).st_size
+    except OSError:
+        return
+    if size % dtype.itemsize:
+        raise damaged(
+            run,
+            f"{rel} is {size} bytes, not a whole number of {dtype.itemsize}-byte records "
+            "(truncated or partly copied?)",
+        )
+
+
+def check_run_files(run: str, meta: dict) -> None:
+    """meta.json's processes against procs/ (the launcher wrote their number at the end:
+    entries are never removed, a daemon may add some), and the run's own record files."""
+    listed = meta.get("processes")
+    procs_dir = os.path.join(run, "procs")
+    if isinstance(listed, int) and not isinstance(listed, bool) and listed > 0:
+        if not os.path.isdir(procs_dir):
+            raise damaged(
+                run, f"procs/ is missing (meta.json lists {_count(listed, 'process', 'processes')})"
+            )
+        held = len(os.listdir(procs_dir))
+        if held < listed:
+            raise damaged(
+                run,
+                f"procs/ holds {held} of the {_count(listed, 'process', 'processes')} "
+                "meta.json lists",
+            )
+    for name, dtype in RUN_RECORD_FILES.items():
+        _whole(run, name, dtype)
+
+
+def check_proc_files(run: str, name: str, h: np.void, meta: dict) -> None:
+    """The record files of the process directory procs/NAME (its proc.bin header `h`)."""
+    for fname, dtype in PROC_RECORD_FILES.items():
+        _whole(run, f"procs/{name}/{fname}", dtype)
+    if not int(h["flags"]) & (PROC_EXITED | PROC_EXECED | PROC_SIGNALED):
+        return  # killed: what it wrote is kept (docs/format.md)
+    pdir = os.path.join(run, "procs", name)
+    # A process that finished created threads.bin at its start, right after proc.bin.
+    if not os.path.exists(os.path.join(pdir, "threads.bin")):
+        raise damaged(run, f"procs/{name}/threads.bin is missing")
+    # Every thread the runtime samples in writes its counters (at its first sample, then as
+    # it goes, at its end and at exit): samples beside an empty counter file are a cut
+    # file. In a run `locus record` wrote (its meta.json's `processes`; the synthetic runs
+    # of locus.synth* write what a test needs).
+    ct = os.path.join(pdir, "comm.threads.bin")
+    if (
+        isinstance(meta.get("processes"), int)
+        and os.path.exists(ct)
+        and os.path.getsize(ct) == 0
+        and _has_record(os.path.join(pdir, "comm.samples.bin"), COMM_SAMPLE_DTYPE)
+    ):
+        raise damaged(
+            run,
+            f"procs/{name}/comm.threads.bin is empty though process {name} took samples "
+            "(its threads' counters are lost)",
+        )
+
+
+def _has_record(path: str, dtype: np.dtype) -> bool:
+    """Whether the file's first chunk holds a used record (the first thread to write claims
+    offset 0 and writes its first record there at once)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(4096 // dtype.itemsize * dtype.itemsize)
+    except OSError:
+        return False
+    a = np.frombuffer(data[: len(data) // dtype.itemsize * dtype.itemsize], dtype=dtype)
+    return bool((a["kind"] != 0).any())
+
+
+def start_unix(meta: dict) -> float | None:
+    """Unix time the run started: meta.json `start_unix`, else its `start_time` (ISO 8601,
+    to the second: the start was in the second after it)."""
+    t = meta.get("start_unix")
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0:
+        return float(t)
+    st = meta.get("start_time")
+    if isinstance(st, str):
+        try:
+            return datetime.datetime.fromisoformat(st).timestamp() + 1.0
+        except (ValueError, OverflowError, OSError):
+            return None
+    return None
+
+
+def _count(n: int, one: str, many: str = "") -> str:
+    """'1 process', '3 processes'."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _pids(procs: list) -> str:
+    """'process 12', 'processes 12, 15, ...'."""
+    pids = ", ".join(str(p.pid) for p in procs[:5]) + (", ..." if len(procs) > 5 else "")
+    return f"process {pids}" if len(procs) == 1 else f"processes {pids}"
+
+
+def read_text(path: str) -> str:
+    """A text file of the run, "" when it cannot be read."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()
@@ -345,6 +481,11 @@ class Proc:
     # ns per tick of a sibling's TSC calibration, for a process killed before its own was
     # taken (RunDir.open sets it; the TSC is one clock machine-wide).
     fallback_rate: float | None = None
+    # Unix time the run started (meta.json), and the run's {path: note} of the executables
+    # and libraries that changed since (rebuilt): symbolize.for_proc fills it as it names
+    # code and data in them (RunDir.open shares one dict between the processes).
+    start_unix: float | None = field(default=None, repr=False)
+    changed_files: dict | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int:
@@ -454,7 +595,7 @@ class Proc:
     def maps_text(self) -> str:
         """The process's maps at start, at exit and before each dlclose (maps.dl): a library
         unloaded during the run is still found."""
-        return "\n".join(_read_text(self.file(f)) for f in ("maps", "maps.exit", "maps.dl"))
+        return "\n".join(read_text(self.file(f)) for f in ("maps", "maps.exit", "maps.dl"))
 
     def mapped_files(self) -> dict[tuple[int, int], str]:
         """(device, inode) -> path of the files the program mapped while the comm or numa
@@ -463,7 +604,7 @@ class Proc:
         if cached is not None:
             return cached
         out: dict[tuple[int, int], str] = {}
-        for ln in _read_text(self.file("mapped_files.txt")).splitlines():
+        for ln in read_text(self.file("mapped_files.txt")).splitlines():
             ino, _, rest = ln.partition(" ")
             dev, _, path = rest.partition(" ")
             if ino.isdigit() and dev.isdigit() and path:
@@ -474,7 +615,7 @@ class Proc:
     def perf_map_text(self) -> str:
         """The JIT symbol map the process wrote (/tmp/perf-PID.map, copied at the run's
         end), or ""."""
-        return _read_text(self.file("perf.map"))
+        return read_text(self.file("perf.map"))
 
 
 class RunDir:
@@ -486,6 +627,16 @@ class RunDir:
         self.procs = procs
         self.origin_ns = origin_ns
         self._sched: np.ndarray | None = None
+        # Process directories left out (no usable proc.bin: killed as it started): the run
+        # is incomplete.
+        self.left_out: list[str] = []
+        # {path: note} of the files named in the maps that changed since the run (rebuilt),
+        # found while naming code and data in them (symbolize.for_proc).
+        self.changed_files: dict[str, str] = {}
+        self.start_unix = start_unix(meta)
+        for p in procs:
+            p.start_unix = self.start_unix
+            p.changed_files = self.changed_files
 
     @classmethod
     def open(cls, path: str) -> RunDir:
@@ -508,13 +659,28 @@ class RunDir:
                 f"{path} uses run format version {ver}, this locus reads up to version "
                 f"{FORMAT_VERSION}: upgrade locus"
             )
+        check_run_files(path, meta)
         hdrs = []
+        left_out = []
         procs_dir = os.path.join(path, "procs")
         names = sorted(os.listdir(procs_dir)) if os.path.isdir(procs_dir) else []
         for name in names:
             pdir = os.path.join(procs_dir, name)
+            if not os.path.isdir(pdir):
+                continue
             pbin = os.path.join(pdir, "proc.bin")
             if not os.path.isfile(pbin):
+                # The runtime creates proc.bin first, right after the directory: an empty
+                # directory is a process killed as it started; beside other files, or in a
+                # run the launcher found complete, proc.bin was lost.
+                if os.listdir(pdir) or meta.get("complete") is True:
+                    raise damaged(path, f"procs/{name} has no proc.bin")
+                print(
+                    f"locus: warning: process {name} left no records (killed as it started?): "
+                    "it is left out",
+                    file=sys.stderr,
+                )
+                left_out.append(name)
                 continue
             raw = read_records(pbin, PROC_DTYPE)
             if len(raw) != 1 or int(raw[0]["magic"]) != PROC_MAGIC:
@@ -525,6 +691,7 @@ class RunDir:
                     "is left out",
                     file=sys.stderr,
                 )
+                left_out.append(name)
                 continue
             h = raw[0]
             if int(h["format_version"]) > FORMAT_VERSION:
@@ -532,6 +699,7 @@ class RunDir:
                     f"{pbin} uses run format version {int(h['format_version'])}, this locus "
                     f"reads up to version {FORMAT_VERSION}: upgrade locus"
                 )
+            check_proc_files(path, name, h, meta)
             hdrs.append((name, pdir, h))
         origin = meta.get("start_ns")
         if not isinstance(origin, int) or origin <= 0:
@@ -547,7 +715,9 @@ class RunDir:
         rate = float(np.median(rates)) if rates else None
         procs = [_load_proc(name, pdir, h, origin, rate) for name, pdir, h in hdrs]
         procs.sort(key=lambda p: (p.start_s, p.pid, p.key))
-        return cls(path, meta, procs, origin)
+        run = cls(path, meta, procs, origin)
+        run.left_out = left_out
+        return run
 
     # ---- meta ----
 
@@ -581,7 +751,42 @@ class RunDir:
 
     @property
     def complete(self) -> bool:
-        return bool(self.meta.get("complete", False)) and all(p.complete for p in self.procs)
+        """Every process finished its records (exit, exec, or the runtime's handler of a
+        fatal signal) and none was left out. The launcher's `complete` is what it saw when
+        the program exited: a process that outlived it (a daemon) and finished later is
+        whole now. A launcher that never finished its meta.json (no end_ns) leaves the
+        run incomplete."""
+        if self.left_out or not all(p.complete for p in self.procs):
+            return False
+        if self.meta.get("complete") is True:
+            return True
+        return bool(self.procs) and isinstance(self.meta.get("end_ns"), int)
+
+    def notes(self) -> list[str]:
+        """What the report says of the run as a whole: processes that outlived the program
+        (a daemon), or are still running as it is read."""
+        out = []
+        end = self.meta.get("end_ns")
+        if isinstance(end, int) and end > 0:
+            late = [p for p in self.procs if p.complete and int(p.hdr["end_ns"]) > end]
+            if late:
+                after = (max(int(p.hdr["end_ns"]) for p in late) - end) / 1e9
+                one = len(late) == 1
+                out.append(
+                    f"{_pids(late)} outlived the program (a daemon?): "
+                    f"{'it' if one else 'they'} finished {'its' if one else 'their'} records "
+                    f"{after:.2f} s after the program exited, so they are whole; the run's "
+                    "duration and scheduler samples end at the program's exit"
+                )
+        running = [p for p in self.procs if not p.complete and process_of_run(p.pid, self.path)]
+        if running:
+            one = len(running) == 1
+            out.append(
+                f"{_pids(running)} {'is' if one else 'are'} still running (a daemon?): "
+                f"{'its' if one else 'their'} records are not finished; report again when "
+                f"{'it has' if one else 'they have'} ended"
+            )
+        return out
 
     @property
     def host(self) -> dict:

@@ -49,6 +49,21 @@ def proc_flags(path: str) -> int | None:
     return struct.unpack("<I", data)[0]
 
 
+def process_of_run(pid: int, run_dir: str) -> bool:
+    """Whether process `pid` runs now under the runtime recording into `run_dir` (the
+    LOCUS_DIR of its environment, an absolute path): a process still writing its records,
+    such as a daemon that outlived the program. A zombie's environment reads empty."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return False
+    for item in env.split(b"\0"):
+        if item.startswith(b"LOCUS_DIR="):
+            return os.path.realpath(os.fsdecode(item[10:])) == os.path.realpath(run_dir)
+    return False
+
+
 def parse_schedstat(data: bytes) -> int:
     """First field of /proc/.../schedstat: nanoseconds spent running on a CPU."""
     return int(data.split(None, 1)[0])

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from . import dwarf
+from .rundir import read_text
 
 
 @dataclass(frozen=True)
@@ -201,12 +202,67 @@ class PerfMap:
 JIT_MODULE = "[jit]"  # CodeLoc.module of code named by a perf map
 
 
+def mapped_inodes(maps_text: str) -> dict[str, set[int]]:
+    """path -> the inodes the maps text shows it mapped from (0, a special file, left out)."""
+    out: dict[str, set[int]] = {}
+    for line in maps_text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith("/") or not parts[4].isdigit():
+            continue
+        ids = out.setdefault(parts[5].strip(), set())
+        if int(parts[4]):
+            ids.add(int(parts[4]))
+    return out
+
+
+def show_path(path: str) -> str:
+    """`./comm` for a file under the working directory, else the absolute path."""
+    try:
+        rel = os.path.relpath(path)
+    except (OSError, ValueError):  # no working directory any more
+        return path
+    return path if rel.startswith("..") else os.path.join(".", rel)
+
+
+def changed_note(path: str, inodes: set[int], since: float | None) -> str | None:
+    """The note for a module file named in a run's maps that is not the file the process
+    mapped any more: another inode (the linker writes a new file, which may get the old
+    one's inode number back, so the time says more), or modified after `since` (Unix time:
+    a file's mtime, from the kernel's coarse clock, is never later than its write). The
+    device is not compared: overlayfs and btrfs show another one in maps than stat gives.
+    None: the same file (or gone: its addresses are not named at all)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if (inodes and st.st_ino not in inodes) or (since is not None and st.st_mtime > since):
+        return (
+            f"`{show_path(path)}` changed since the run (rebuilt?): names of its code and "
+            "data may be wrong; record again"
+        )
+    return None
+
+
 class Symbolizer:
     """Resolves the addresses of one process (one maps text; code outside every module
-    through the process's perf map, if it wrote one)."""
+    through the process's perf map, if it wrote one).
 
-    def __init__(self, maps_text: str, tool: str | None = None, perf_map: str = ""):
+    `files`: path -> (inodes the run mapped it from, Unix time after which a modification
+    means it changed, or None); each module file names are read from is checked once
+    against it, and `changed` gets {path: note} of those that changed since the run."""
+
+    def __init__(
+        self,
+        maps_text: str,
+        tool: str | None = None,
+        perf_map: str = "",
+        files: dict[str, tuple[set[int], float | None]] | None = None,
+        changed: dict[str, str] | None = None,
+    ):
         self.mods = parse_maps(maps_text)
+        self.files = files
+        self.changed = changed
+        self._checked: set[str] = set()
         self.jit = PerfMap(perf_map) if perf_map else None
         self.sizes: dict[str, int] = {}  # data symbol -> bytes (data())
         self.layouts: dict[tuple, object] = {}  # (module, name, vaddr) -> dwarf.Layout
@@ -216,6 +272,17 @@ class Symbolizer:
             if tool is None and shutil.which("addr2line"):
                 tool = "addr2line"
         self.tool = tool
+
+    def _used(self, path: str) -> None:
+        """Names are about to be read from module file `path`: is it still the run's?"""
+        if self.files is None or self.changed is None or path in self._checked:
+            return
+        self._checked.add(path)
+        if path in self.changed or path not in self.files:
+            return
+        note = changed_note(path, *self.files[path])
+        if note:
+            self.changed[path] = note
 
     def _batch(self, kind: str, addrs: list[int]) -> dict[int, object]:
         """kind 'code' -> CodeLoc, 'data' -> symbol name or None; one process per module."""
@@ -232,6 +299,7 @@ class Symbolizer:
             m, v = loc
             per_mod.setdefault(m.path, []).append((a, v, m))
         for path, items in per_mod.items():
+            self._used(path)
             try:
                 mtime = os.path.getmtime(path)
             except OSError:
@@ -341,6 +409,7 @@ class Symbolizer:
         if loc is None:
             return None
         m, v = loc
+        self._used(m.path)
         return f"{os.path.basename(m.path)}+{v:#x}"
 
     def section(self, addr: int) -> tuple[str, str, int] | None:
@@ -350,6 +419,7 @@ class Symbolizer:
         if loc is None:
             return None
         m, v = loc
+        self._used(m.path)
         for lo, size, name in _elf_sections(m.path):
             if lo <= v < lo + size:
                 return os.path.basename(m.path), name, v
@@ -378,6 +448,7 @@ class Symbolizer:
         if loc is None:
             return None
         m, v = loc
+        self._used(m.path)
         key = (m.path, name, v)
         if key not in self.layouts:
             # A module with gigabytes of DWARF and no index is read whole by each lookup:
@@ -399,8 +470,25 @@ LIBRARY_PARTS = ("/.cargo/registry/", "/.rustup/toolchains/")
 
 
 def for_proc(proc) -> Symbolizer:
-    """The symbolizer of a recorded process (rundir.Proc): its maps and its perf map."""
-    return Symbolizer(proc.maps_text(), perf_map=proc.perf_map_text())
+    """The symbolizer of a recorded process (rundir.Proc): its maps and its perf map. The
+    files it names code and data from are checked against the run (proc.changed_files):
+    one mapped at the process's start must not have been modified after that start, one
+    mapped later (a dlopen) not after the process's end (a program may write a library
+    and then load it), and each must still be the inode the maps show."""
+    maps = proc.maps_text()
+    changed = getattr(proc, "changed_files", None)
+    if changed is None:
+        return Symbolizer(maps, perf_map=proc.perf_map_text())
+    run_start = getattr(proc, "start_unix", None)
+    t0 = t1 = None
+    if run_start is not None:
+        t0 = run_start + max(proc.start_s, 0.0)
+        t1 = run_start + proc.end_s if proc.end_s is not None else None
+    at_start = mapped_inodes(read_text(proc.file("maps")))
+    files = {
+        path: (ids, t0 if path in at_start else t1) for path, ids in mapped_inodes(maps).items()
+    }
+    return Symbolizer(maps, perf_map=proc.perf_map_text(), files=files, changed=changed)
 
 
 def is_library_source(file: str) -> bool:

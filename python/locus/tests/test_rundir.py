@@ -79,13 +79,19 @@ def test_tsc_clock_conversion(tmp_path):
 
 
 def test_truncated_and_unused_records(tmp_path):
+    """Unused records (a chunk's tail) are skipped. A partial record is no kill's (the
+    runtime extends its files in whole chunks): the file was cut, and its remaining records
+    read as a run with fewer (tests/integration/test_damaged_runs.py)."""
     run, path = _run(tmp_path)
     run.write(path)
     evf = os.path.join(path, "procs", "7", "locks.events.bin")
     with open(evf, "ab") as f:
         f.write(np.zeros(3, dtype=LOCK_EVENT_DTYPE).tobytes())  # unused chunk tail
-        f.write(b"\x01" * 40)  # a partial record cut by a kill
     assert len(RunDir.open(path).procs[0].lock_events()) == 2
+    with open(evf, "ab") as f:
+        f.write(b"\x01" * 40)  # a partial record: the file was cut
+    with pytest.raises(LocusError, match=r"is damaged: procs/7/locks.events.bin is 360 bytes"):
+        RunDir.open(path)
     os.unlink(evf)
     assert len(RunDir.open(path).procs[0].lock_events()) == 0
 

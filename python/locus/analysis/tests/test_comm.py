@@ -754,13 +754,17 @@ def test_truncated_and_killed_files(tmp_path):
     run, _p, c = _run()
     c.event(src=10, dst=11, line=COUNTER, count=3)
     path = run.write(str(tmp_path / "r"))
-    ev = os.path.join(path, "procs", "10", "comm.events.bin")
-    with open(ev, "ab") as f:
-        f.write(b"\x01" * (COMM_EVENT_DTYPE.itemsize // 2))  # half a record
     os.remove(os.path.join(path, "procs", "10", "comm.threads.bin"))
     res = analyze(RunDir.open(path), FAKE)
     assert res["totals"]["detections"] == 3
     assert any("no per-thread comm counters" in n for n in res["notes"])
+    # Half a record is no killed writer's (the runtime extends its files in whole chunks):
+    # the file was cut, and the run is refused (tests/integration/test_damaged_runs.py).
+    ev = os.path.join(path, "procs", "10", "comm.events.bin")
+    with open(ev, "ab") as f:
+        f.write(b"\x01" * (COMM_EVENT_DTYPE.itemsize // 2))
+    with pytest.raises(LocusError, match="is damaged: procs/10/comm.events.bin"):
+        RunDir.open(path)
 
 
 def test_no_events(tmp_path):
