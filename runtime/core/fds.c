@@ -36,6 +36,21 @@ void locus_fds_init(void) {
   }
 }
 
+/* The program closed its stderr, or put another file there: the runtime's warnings go
+ * where the program's now go, and the copy of the old one is closed. A daemon pointing 2
+ * at /dev/null (daemon(), or by hand) kept the recorder's pipe open through our copy:
+ * `locus record -- prog -d 2>&1 | cat` waited for the daemon to end. (glibc's freopen of
+ * stderr replaces 2 inside libc, unseen.) */
+void locus_follow_stderr(void) {
+  int e = locus_warn_fd;
+  if (e <= 2) return;
+  if (syscall(SYS_dup3, 2, e, O_CLOEXEC) == e) return;
+  /* 2 is closed: no more warnings. */
+  locus_warn_fd = -1;
+  locus_fd_forget(e);
+  syscall(SYS_close, e);
+}
+
 /* Move fd to the runtime's range and protect it; strict: close it and fail (EMFILE) when
  * the range is full, rather than keep a number of the program's. */
 static int keep(int fd, int strict) {

@@ -37,8 +37,9 @@ void locus_warn(const char *msg) {
   memcpy(buf, "locus: ", 7);
   memcpy(buf + 7, msg, n);
   buf[7 + n] = '\n';
-  /* Not through our own write interposer; to the stderr the program started with (a daemon
-   * may close 2 and reuse the number for a file of its own). */
+  /* Not through our own write interposer; to our copy of the program's stderr (a daemon
+   * may close 2 and reuse the number for a file of its own; the copy follows what the
+   * program puts at 2: locus_follow_stderr). */
   ssize_t rc = syscall(SYS_write, locus_warn_fd, buf, 8 + n);
   (void)rc;
 }

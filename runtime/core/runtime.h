@@ -114,7 +114,9 @@ long locus_read_small(const char *path, char *b, size_t n);
 
 /* ---- fds.c: the runtime's descriptors, kept away from the program's close() ---- */
 void locus_fds_init(void);
-extern int locus_warn_fd; /* stderr as the program started with it */
+extern int locus_warn_fd; /* stderr as the program has it: -1 once it closed it */
+/* The program closed its stderr or replaced it (dup2/dup3 onto 2): the copy follows. */
+void locus_follow_stderr(void);
 /* Move fd above the program's range and protect it; returns the descriptor to use. */
 int locus_fd_keep(int fd);
 /* The same for a descriptor the runtime can do without (a thread's perf events): when the

@@ -1,7 +1,8 @@
 /* Interposers that keep the program from closing or replacing the runtime's descriptors
  * (core/fds.c): close() of one is a no-op that succeeds, close_range() and closefrom()
  * close around them, dup2() and dup3() onto one fail with EBADF (as for a descriptor out
- * of range). Everything else goes through untouched. */
+ * of range). When the program closes or replaces its stderr, the runtime's copy follows
+ * (locus_follow_stderr). Everything else goes through untouched. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -19,7 +20,9 @@
 LOCUS_EXPORT int close(int fd) {
   static int (*next)(int);
   if (LOCUS_UNLIKELY(locus_fd_owned(fd))) return 0;
-  return NEXT(next, "close") ? next(fd) : (int)syscall(SYS_close, fd);
+  int rc = NEXT(next, "close") ? next(fd) : (int)syscall(SYS_close, fd);
+  if (LOCUS_UNLIKELY(fd == 2) && rc == 0) locus_follow_stderr();
+  return rc;
 }
 
 /* close_range on [first, last] minus the runtime's descriptors. */
@@ -63,7 +66,9 @@ LOCUS_EXPORT int dup2(int oldfd, int newfd) {
     errno = EBADF;
     return -1;
   }
-  return NEXT(next, "dup2") ? next(oldfd, newfd) : (int)syscall(SYS_dup2, oldfd, newfd);
+  int rc = NEXT(next, "dup2") ? next(oldfd, newfd) : (int)syscall(SYS_dup2, oldfd, newfd);
+  if (LOCUS_UNLIKELY(newfd == 2) && rc == 2) locus_follow_stderr();
+  return rc;
 }
 
 LOCUS_EXPORT int dup3(int oldfd, int newfd, int flags) {
@@ -72,6 +77,8 @@ LOCUS_EXPORT int dup3(int oldfd, int newfd, int flags) {
     errno = EBADF;
     return -1;
   }
-  return NEXT(next, "dup3") ? next(oldfd, newfd, flags)
-                            : (int)syscall(SYS_dup3, oldfd, newfd, flags);
+  int rc =
+      NEXT(next, "dup3") ? next(oldfd, newfd, flags) : (int)syscall(SYS_dup3, oldfd, newfd, flags);
+  if (LOCUS_UNLIKELY(newfd == 2) && rc == 2) locus_follow_stderr();
+  return rc;
 }

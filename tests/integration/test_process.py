@@ -694,6 +694,53 @@ def test_daemon_is_a_complete_run(locus, tmp_path):
     assert out.read_text() == "/ 1 0\n"
 
 
+DAEMON_STAYS = r"""
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  if (daemon(1, 0) != 0) return 1;
+  FILE *f = fopen(argv[1], "w");
+  fprintf(f, "%d\n", getpid());
+  fclose(f);
+  sleep(3);
+  return 0;
+}
+"""
+
+
+def test_a_daemon_does_not_hold_the_recorders_stderr(locus, tmp_path):
+    """The runtime keeps a copy of the program's stderr for its warnings: a daemon that
+    pointed 2 at /dev/null kept the recorder's stderr pipe open through that copy, and
+    `locus record -- prog -d 2>&1 | cat` waited for the daemon to end. The copy now follows
+    what the program puts at 2."""
+    src, exe = tmp_path / "ds.c", tmp_path / "ds"
+    src.write_text(DAEMON_STAYS)
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True)
+    pidfile = tmp_path / "pid"
+    r, w = os.pipe()
+    try:
+        p = locus.popen("record", "-o", str(tmp_path / "run"), "--lens", "locks", "--",
+                        str(exe), str(pidfile), stdout=w, stderr=w)  # fmt: skip
+        os.close(w)
+        assert p.wait(timeout=60) == 0
+        for _ in range(100):
+            if pidfile.exists() and pidfile.read_text().strip():
+                break
+            time.sleep(0.05)
+        pid = int(pidfile.read_text())
+        pipe = f"pipe:[{os.fstat(r).st_ino}]"
+        held = []
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == pipe:
+                    held.append(fd)
+            except OSError:
+                pass
+        assert not held, f"the daemon holds the recorder's pipe at fd {held}"
+    finally:
+        os.close(r)
+
+
 EXEC_AGAIN = r"""
 #include <stdio.h>
 #include <string.h>
