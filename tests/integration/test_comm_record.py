@@ -1709,3 +1709,77 @@ def test_a_fork_child_names_what_it_inherited(locus, tmp_path):
     assert len(pids) == 2, [(o["name"], o.get("pid"), o["all"]) for o in c["objects"]]
     assert not [o for o in c["objects"] if o["kind"] == "unknown" and o["all"] > 0.2 * c[
         "totals"]["all"]], c["objects"]  # fmt: skip
+
+
+LOCKED_QUEUE = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#define QCAP 64
+struct queue {
+  pthread_mutex_t lock;
+  pthread_cond_t not_empty, not_full;
+  int buf[QCAP];
+  int head, tail, count, done;
+};
+static struct queue q = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                         PTHREAD_COND_INITIALIZER};
+static long results[2];
+static int work_item(int x) {
+  unsigned h = x;
+  for (int i = 0; i < 200; i++) h = h * 1103515245u + 12345u;
+  return h & 1;
+}
+static void push(int v) {
+  pthread_mutex_lock(&q.lock);
+  while (q.count == QCAP) pthread_cond_wait(&q.not_full, &q.lock);
+  q.buf[q.tail] = v, q.tail = (q.tail + 1) % QCAP, q.count++;
+  pthread_cond_signal(&q.not_empty);
+  pthread_mutex_unlock(&q.lock);
+}
+static void *consumer(void *arg) {
+  long id = (long)arg;
+  for (;;) {
+    pthread_mutex_lock(&q.lock);
+    while (q.count == 0 && !q.done) pthread_cond_wait(&q.not_empty, &q.lock);
+    if (q.count == 0 && q.done) {
+      pthread_mutex_unlock(&q.lock);
+      break;
+    }
+    int item = q.buf[q.head];
+    q.head = (q.head + 1) % QCAP, q.count--;
+    pthread_cond_signal(&q.not_full);
+    pthread_mutex_unlock(&q.lock);
+    results[id] += work_item(item);
+  }
+  return 0;
+}
+int main(int argc, char **argv) {
+  int n = atoi(argv[1]);
+  pthread_t c[2];
+  for (long i = 0; i < 2; i++) pthread_create(&c[i], 0, consumer, (void *)i);
+  for (int i = 0; i < n; i++) push(i);
+  pthread_mutex_lock(&q.lock);
+  q.done = 1;
+  pthread_cond_broadcast(&q.not_empty);
+  pthread_mutex_unlock(&q.lock);
+  for (int i = 0; i < 2; i++) pthread_join(c[i], 0);
+  printf("%ld\n", results[0] + results[1]);
+  return 0;
+}
+"""
+
+
+def test_a_queue_whose_locks_every_thread_takes_is_not_told_to_pad(locus, tmp_path):
+    """A mutex and two condition variables, taken by the producer and both consumers at
+    every item: their words read partly as false sharing, and the advice said 'use
+    different locks that share 64-byte lines ... give each lock its own line': so padded,
+    the queue ran 1.4-1.7x slower. It is contention: hand over less often."""
+    exe = _gcc(tmp_path, "lq", LOCKED_QUEUE)
+    _proc, run = locus.record([str(exe), "1000000"], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    advice = [a for a in c["advice"] if "`q`" in a]
+    if not advice:
+        pytest.skip(f"no advice on `q` this time: {c['advice']}")
+    assert advice[0].startswith("threads 0-2 take the same locks in `q`"), advice
+    assert "alignas" not in advice[0] and "padding does not remove" in advice[0], advice

@@ -1608,6 +1608,10 @@ ADVICE_MIN_DETECTIONS = 10
 # An object in lock code no larger than this is one lock, not an array of them (glibc's
 # pthread_mutex_t: 40 bytes; rwlock 56; a C++ std::mutex wraps the former).
 LOCK_MAX = 64
+# The same few locks taken by every thread (a queue's mutex and condition variables): how
+# many named locks at most, and the threads' locks in common at least (_same_locks).
+SAME_LOCKS_MAX = 4
+SAME_LOCKS_SHARED = 0.5
 # An object whose false sharing is at least this much in one of its lines gets advice about
 # that line only.
 HOT_LINE_SHARE = 0.75
@@ -1672,6 +1676,37 @@ LOCK_CODE = re.compile(
     r"omp_(set|unset|test)_(nest_)?lock|gomp_(mutex|sem|ptrlock)|GOMP_critical|std::mutex::|"
     r"__gthread_mutex"
 )
+
+
+def _same_locks(o: dict, names, per: dict[int, Counter]) -> bool:
+    """Whether the threads take the same few locks of the object (a queue's mutex and two
+    condition variables, taken by every thread at every item), by the locks' names in the
+    static variable's DWARF type (`q.lock` of `q.lock.__data.__lock`): at most
+    SAME_LOCKS_MAX of them, the threads' sets of them alike (mean pairwise shared over
+    either's at least SAME_LOCKS_SHARED). An array of locks, each thread at its own or at
+    random ones, names many (`locks[3]`); without DWARF (a heap block) it is not known."""
+    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+    if not layout:
+        return False
+    sets = []
+    for c in per.values():
+        fields = (layout.field(x) for x in c)
+        sets.append({f.split(".__data.")[0] for f in fields if ".__data." in f})
+    every = set().union(*sets)
+    pairs = [(a, b) for i, a in enumerate(sets) for b in sets[i + 1 :] if a | b]
+    if not every or len(every) > SAME_LOCKS_MAX or not pairs:
+        return False
+    return sum(len(a & b) / len(a | b) for a, b in pairs) / len(pairs) >= SAME_LOCKS_SHARED
+
+
+def _lock_fields(o: dict, names, offs: list[int]) -> bool:
+    """Whether the object's false-sharing offsets are mostly in a libc lock's private fields
+    (`q.not_full.__data.__g1_orig_size`, by the static variable's DWARF type)."""
+    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+    if not layout or not offs:
+        return False
+    fields = [layout.field(x) for x in offs]
+    return sum(".__data." in f or "__lock" in f for f in fields) * 2 > len(fields)
 
 
 def _lock_code(site: dict | None) -> str | None:
@@ -1892,6 +1927,23 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             # malloc aligns to 16: an aligned type in a malloc'd block is not on a line.
             align = f" (alignas({line}) in the type, the block from aligned_alloc({line}, ...))"
         lock = _lock_code(site)
+        inside = lock is not None or _lock_fields(o, names, offs)
+        if inside and not own and o.get("size", 0) > LOCK_MAX and _same_locks(o, names, per):
+            # The same locks taken by every thread (a queue's mutex and condition
+            # variables, beside what they guard): their words and the data pass between the
+            # threads at every hand-over. Padding them apart adds a line to each hand-over
+            # (a queue padded so ran 1.4-1.7x slower); fewer hand-overs remove it.
+            how = f" (in {lock})" if lock else ""
+            out.append(
+                f"threads {thr} take the same locks in {name} {where}{how}: their words, and "
+                f"the data they guard, pass between the threads at every hand-over ({share} "
+                "reads as false sharing, different words of the same locks): that is "
+                "contention, which padding does not remove (it adds a line to every "
+                "hand-over); hand over less often (batch the work a lock protects), or split "
+                "it between locks that different threads take (--lens locks measures the "
+                "waits)"
+            )
+            continue
         if lock is not None and not own and o.get("size") and o["size"] <= LOCK_MAX:
             # One lock (a pthread_mutex_t is 40 bytes), every thread at the same words: its
             # fields (the lock word, the owner, the waiters) move between the threads that
