@@ -143,9 +143,13 @@ def summary_lines(report: dict) -> list[str]:
             f"locks     {count(s['acquisitions'])} acquisitions, {count(s['contended'])}"
             f" contended, wait {est}{seconds(s['wait_s'])}, hold {est}{seconds(s['hold_s'])}"
         )
+        # The waits the path jumped through were spent while it ran on other threads: they
+        # overlap it and one another, and may sum to more than the path or the run.
+        length = f" of {seconds(cp['length_s'])}" if cp.get("length_s") is not None else ""
         lines.append(
-            f"critical  {count(cp['events'])} sections on the path, hold"
-            f" {seconds(cp['hold_s'])}, path waits {seconds(cp['wait_s'])}"
+            f"critical  {count(cp['events'])} sections on a path{length}: hold"
+            f" {seconds(cp['hold_s'])} on it; waits it passed through {seconds(cp['wait_s'])}"
+            " (in other threads, overlapping it)"
         )
         if s["dependency_loss_s"] is None:
             lines.append("losses    n/a (no scheduler samples)")
