@@ -342,7 +342,7 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
         m = np.flatnonzero(ev.proc == pi)
         a = addr[m]
         t = ev.t[m].astype(np.uint64)
-        al = inherited_allocs(run, pi)
+        al = inherited_allocs(run, pi, np.concatenate([a, src_addr[m]]))
         # Stacks: the thread whose stack it was at the event's time. glibc gives a joined
         # thread's stack to the next one (sort's workers, one after another, all had one):
         # the latest stack that started before the event holds it, until its thread ended
