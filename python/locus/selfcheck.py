@@ -114,6 +114,21 @@ def _p2p(backend: str, out: str) -> dict:
     }
 
 
+def _busy() -> str:
+    """What to say when other work kept the machine busy, else ""."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return ""
+    cpus = os.cpu_count() or 1
+    if load < 0.75 * cpus:
+        return ""
+    return (
+        f"the machine is busy (load average {load:.1f} on {cpus} CPUs): the check's threads "
+        "must run at the same time, so run it again when the machine is idle"
+    )
+
+
 def run(backends: list[str]) -> list[dict]:
     """One row per check and backend: {backend, check, expected, measured, ok, detail}."""
     rows: list[dict] = []
@@ -152,7 +167,22 @@ def run(backends: list[str]) -> list[dict]:
             for k, frac in enumerate([*FRACTIONS, None]):
                 out = os.path.join(tmp, f"{b}-{k}")
                 try:
-                    rows.append(_p2p(b, out) if frac is None else _falseshare(b, frac, out))
+                    row = _p2p(b, out) if frac is None else _falseshare(b, frac, out)
+                    if not row["ok"]:
+                        # Once more: the free-running workloads measure what the threads do
+                        # at the same time, which other work on the machine disturbs.
+                        first = row["measured"]
+                        row = (
+                            _p2p(b, out + "b") if frac is None else _falseshare(b, frac, out + "b")
+                        )
+                        row["detail"] += (
+                            f" (second try; the first measured "
+                            f"{'n/a' if first is None else f'{first:.3f}'})"
+                        )
+                        busy = _busy()
+                        if not row["ok"] and busy:
+                            row["detail"] += f"; {busy}"
+                    rows.append(row)
                 except (RuntimeError, subprocess.TimeoutExpired, KeyError, ValueError) as e:
                     rows.append(
                         {

@@ -157,3 +157,30 @@ def test_machine_table_names_its_ok_column():
         "detail",
         "fix",
     ], head
+
+
+def test_a_failed_check_is_run_again_and_a_busy_machine_said(monkeypatch):
+    """On a loaded machine the free-running checks failed at random (0.193 for 0.25, then
+    another row on the next run), with no hint why: a failed row runs once more, and a
+    second failure on a busy machine says so."""
+    from locus import selfcheck
+
+    tries: list[float] = []
+
+    def fake(backend, frac, out):
+        got = 0.19 if not tries else 0.20
+        tries.append(got)
+        return {"backend": backend, "check": f"false sharing {frac:.2f}", "expected": frac,
+                "measured": got, "ok": False, "detail": "not within 5 points"}  # fmt: skip
+
+    monkeypatch.setattr(selfcheck, "_falseshare", fake)
+    monkeypatch.setattr(selfcheck, "_p2p", lambda b, out: {
+        "backend": b, "check": "pairs", "expected": 0.0, "measured": 0.0, "ok": True,
+        "detail": ""})  # fmt: skip
+    monkeypatch.setattr(selfcheck, "exe", lambda b, n: Path("/bin/true"))
+    monkeypatch.setattr(selfcheck.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    rows = selfcheck.run(["soft"])
+    first = rows[0]
+    assert len(tries) == 4  # each of the two fractions twice
+    assert "second try; the first measured 0.190" in first["detail"], first
+    assert "the machine is busy (load average 9.0" in first["detail"], first
