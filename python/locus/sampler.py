@@ -69,6 +69,13 @@ def parse_schedstat(data: bytes) -> int:
     return int(data.split(None, 1)[0])
 
 
+def parse_schedstat_switches(data: bytes) -> int:
+    """Third field of /proc/.../schedstat: the times the task was switched in (its
+    timeslices), 0 when absent."""
+    f = data.split()
+    return int(f[2]) if len(f) > 2 else 0
+
+
 def parse_stat_service(data: bytes, clk_tck: int) -> int:
     """utime+stime of a /proc/.../stat line, in nanoseconds (fallback without schedstat)."""
     # The command name may contain spaces and parentheses: split after the last ')'.
@@ -109,6 +116,7 @@ class Sampler(threading.Thread):
         self._pids: set[int] = {root_pid}
         self._finished_entries: set[str] = set()
         self.use_schedstat = os.path.exists(f"{proc_root}/self/schedstat")
+        self._switches = 0  # the last _read_task's switch count
         self.clk_tck = os.sysconf("SC_CLK_TCK")
         self.ticks = 0
         self.late_ticks = 0
@@ -198,6 +206,7 @@ class Sampler(threading.Thread):
     # -- reading ---------------------------------------------------------------------------
 
     def _read_task(self, pid: int, tid: int, fd: int | None) -> int | None:
+        """The task's service time (ns); its switch count in self._switches."""
         try:
             if fd is not None:
                 data = os.pread(fd, 256, 0)
@@ -211,7 +220,9 @@ class Sampler(threading.Thread):
             if not data:
                 return None
             if self.use_schedstat:
+                self._switches = parse_schedstat_switches(data)
                 return parse_schedstat(data)
+            self._switches = 0
             return parse_stat_service(data, self.clk_tck)
         except (OSError, ValueError, IndexError):
             return None
@@ -237,11 +248,13 @@ class Sampler(threading.Thread):
         for tid, (pid, fd) in self._tasks.items():
             if stride > 1 and (self.ticks + tid) % stride:
                 continue
+            self._switches = 0
             service = self._read_task(pid, tid, fd)
             if service is None:
                 dead.append(tid)
                 continue
-            buf += SAMPLE.pack(t, service, pid, tid, 0, 0)
+            # reserved[0]: the task's context switches (schedstat timeslices), mod 2^32.
+            buf += SAMPLE.pack(t, service, pid, tid, self._switches & 0xFFFFFFFF, 0)
         for tid in dead:
             self._drop(tid)
         self._task_work_ns += time.thread_time_ns() - cpu0

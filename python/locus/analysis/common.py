@@ -537,7 +537,23 @@ def task_service_ns(run: RunDir) -> dict[tuple[int, int], float]:
     samples: service_ns is cumulative since the task started, so its largest value is the
     task's whole service time (last - first would miss what ran before the first sample)."""
     s = run.sched()
+    return _task_max(s[s["tid"] != 0], "service_ns")
+
+
+def task_switches(run: RunDir) -> float:
+    """The context switches of the run's tasks (schedstat's timeslices, cumulative since each
+    task started, in the scheduler samples' reserved[0]; 0 for runs without them)."""
+    s = run.sched()
     s = s[s["tid"] != 0]
+    if not len(s) or "reserved" not in (s.dtype.names or ()):
+        return 0.0
+    col = np.zeros(len(s), dtype=[("pid", "<u4"), ("tid", "<u4"), ("n", "<f8")])
+    col["pid"], col["tid"], col["n"] = s["pid"], s["tid"], s["reserved"][:, 0]
+    return float(sum(_task_max(col, "n").values()))
+
+
+def _task_max(s: np.ndarray, field: str) -> dict[tuple[int, int], float]:
+    """(pid, tid) -> the largest `field` of each task's samples."""
     if not len(s):
         return {}
     _keys, first, inv = np.unique(
@@ -546,7 +562,7 @@ def task_service_ns(run: RunDir) -> dict[tuple[int, int], float]:
         return_inverse=True,
     )
     hi = np.zeros(len(first))
-    np.maximum.at(hi, inv.reshape(-1), s["service_ns"].astype(np.float64))
+    np.maximum.at(hi, inv.reshape(-1), s[field].astype(np.float64))
     return {(int(s["pid"][f]), int(s["tid"][f])): float(hi[j]) for j, f in enumerate(first)}
 
 

@@ -83,3 +83,8 @@ def test_stop_is_prompt(tmp_path):
     t = time.monotonic()
     s.stop()
     assert time.monotonic() - t < 0.5
+
+
+def test_schedstat_switches():
+    assert sampler.parse_schedstat_switches(b"117819808 0 2\n") == 2
+    assert sampler.parse_schedstat_switches(b"117819808\n") == 0
