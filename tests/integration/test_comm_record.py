@@ -1825,3 +1825,16 @@ def test_a_program_that_blocks_and_wakes_often_is_told_the_sampling_timers_cost(
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     note = [n for n in c["notes"] if "switched context" in n]
     assert note and "--period" in note[0], c["notes"]
+
+
+def test_locks_inside_a_struct_are_named_by_their_fields(locus, tmp_path):
+    """The locks lens named the queue's locks `q`, `q+40`, `q+88` where the comm lens, in
+    the same report, said `q.lock`, `q.not_empty`, `q.not_full`; the text table showed no
+    kind (a condition variable's 'acq' are its waits)."""
+    exe = _gcc(tmp_path, "lq", LOCKED_QUEUE)
+    _proc, run = locus.record([str(exe), "200000"], ("--lens", "locks"))
+    lk = locus.report(run, "--lens", "locks")["lenses"]["locks"]
+    kinds = {r["name"]: r["kind"] for r in lk["locks"]}
+    assert kinds.get("q.lock") == "mutex" and kinds.get("q.not_empty") == "cond", kinds
+    text = locus.run("report", str(run), "--lens", "locks").stdout.decode()
+    assert "q.not_empty (cond)" in text, text

@@ -30,6 +30,7 @@ from locus.analysis.kinds import (
     family_of,
 )
 from locus.rundir import PID_MAX, RunDir
+from locus.symbolize import split_offset
 
 LK_KIND_MAX = 16  # LOCUS_LK_KIND_MAX
 _HOLD = np.zeros(LK_KIND_MAX, dtype=bool)
@@ -880,7 +881,7 @@ class _Names:
             s = self.sym(proc)
             if s is not None:
                 for a, name in s.data(locks).items():
-                    self.data[(proc, a)] = name
+                    self.data[(proc, a)] = _lock_field(s, a, name)
         # First site that used each lock (events: earliest; else any counts row).
         want = {(p, lk, f) for p, lk, f in keys}
         if len(ev.proc):
@@ -947,3 +948,22 @@ class _Names:
         if loc is not None and loc.function:
             return f"{base} (first locked in {loc.function})"
         return base
+
+
+def _lock_field(sym, addr: int, name: str | None) -> str | None:
+    """A lock inside a static variable named by its field, from the variable's DWARF type
+    (`q.not_empty` rather than `q+40`, as the comm lens names it; glibc's own fields of the
+    lock, `__data.__lock`, are cut off); the symbol+offset name where there is no type."""
+    if not name or not hasattr(sym, "data_layout"):
+        return name
+    var, off = split_offset(name)
+    layout = sym.data_layout(var, addr - off)
+    if layout is None:
+        return name
+    parts = layout.field(off).split(".")
+    keep = []
+    for part in parts:
+        if part.startswith("__"):
+            break
+        keep.append(part)
+    return ".".join(keep) or name

@@ -30,7 +30,17 @@ PICTURED = {comm.MATRIX_TABLE, numa.MATRIX_TABLE, numa.CPU_MATRIX_TABLE}
 # code of comm lines: see the sites table; numa's unpinned classes: their sum `unpinned`
 NARROW_SKIP = {"wait_pct", "code", "unpinned_page", "unpinned_thread", "unpinned_both"}
 NARROW_SKIP |= {"unknown", "meaning", "block_address", "unpinned_acc", "obj_size"}
-WIDE = ("name", "where", "stack", "object_at", "ranges", "placement", "touched_by", "binding")
+WIDE = (
+    "name",
+    "name_kind",
+    "where",
+    "stack",
+    "object_at",
+    "ranges",
+    "placement",
+    "touched_by",
+    "binding",
+)
 
 
 def _tables(report: dict) -> list[Table]:
@@ -103,7 +113,8 @@ def to_text(report: dict, width: int | None = None) -> str:
             )
         for r in t.rows:
             # Cells are text, not rich markup ("fsv [pid 4]" lost its "[pid 4]").
-            rt.add_row(*(escape(fmt(r.get(k), u)) for _h, u, k in cols))
+            shown = t.text_keys or {}
+            rt.add_row(*(escape(fmt(r.get(shown.get(k, k)), u)) for _h, u, k in cols))
         con.print(rt)
     for pic in _pictures(report):
         con.print()
@@ -160,7 +171,9 @@ def to_md(report: dict) -> str:
         out.append("|" + "|".join("---:" if u else "---" for _h, u, _k in t.columns) + "|")
         for r in t.rows:
             cells = [
-                _one_line(str(fmt(r.get(k), u)).replace("|", "\\|"), "<br>")
+                _one_line(
+                    str(fmt(r.get((t.text_keys or {}).get(k, k)), u)).replace("|", "\\|"), "<br>"
+                )
                 for _h, u, k in t.columns
             ]
             out.append("| " + " | ".join(cells) + " |")

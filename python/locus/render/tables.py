@@ -23,6 +23,7 @@ class Table:
     shown: int | None = None  # rows kept by --top, of `total`: the title says "N of M"
     total: int | None = None
     csv_keys: dict | None = None  # column key -> the row key CSV writes (whole, not cut)
+    text_keys: dict | None = None  # column key -> the row key text and Markdown show
 
     @property
     def heading(self) -> str:
@@ -38,7 +39,11 @@ def _pct(v, d):
 def locks_tables(report: dict) -> list[Table]:
     lk = report["lenses"]["locks"]
     dur = report["run"]["duration_s"] or 0.0
-    locks = [dict(r, wait_pct=_pct(r["wait_s"], dur)) for r in lk["locks"]]
+    # The lock's kind beside its name (a condition variable's "acq" are its waits).
+    locks = [
+        dict(r, wait_pct=_pct(r["wait_s"], dur), name_kind=f"{r['name']} ({r['kind']})")
+        for r in lk["locks"]
+    ]
     sites = []
     for r in lk["sites"]:
         where = site_str(r)
@@ -59,6 +64,7 @@ def locks_tables(report: dict) -> list[Table]:
                 ("crit", "s", "critical_wait_s"),
             ],
             locks,
+            text_keys={"name": "name_kind"},
         ),
         Table(
             "sites",
