@@ -1838,3 +1838,7 @@ def test_locks_inside_a_struct_are_named_by_their_fields(locus, tmp_path):
     assert kinds.get("q.lock") == "mutex" and kinds.get("q.not_empty") == "cond", kinds
     text = locus.run("report", str(run), "--lens", "locks").stdout.decode()
     assert "q.not_empty (cond)" in text, text
+    # The main thread's wait in pthread_join: in its row, apart (a join-only thread read
+    # 'wait 0 s').
+    main = next(t for t in lk["threads"] if t["tid"] == lk["threads"][0]["pid"])
+    assert main["join_wait_s"] > 0, main

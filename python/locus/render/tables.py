@@ -87,6 +87,7 @@ def locks_tables(report: dict) -> list[Table]:
                 ("tid", "", "tid"),
                 ("acq", "n", "acquisitions"),
                 ("wait", "s", "wait_s"),
+                ("join", "s", "join_wait_s"),
                 ("hold", "s", "hold_s"),
                 ("hold sum", "s", "hold_combined_s"),
                 ("on cpu", "s", "service_s"),
