@@ -825,9 +825,16 @@ def print_text(f: Findings, verdicts: list[Verdict], out=None) -> None:
     for col in ("lens", "status", "reason", "fix"):
         t.add_column(col, overflow="fold")
     for v in verdicts:
-        name = v.lens if v.implemented else f"{v.lens} (planned)"
-        t.add_row(name, f"[{colors[v.status]}]{v.status}[/]", v.reason, v.fix)
+        if v.implemented:
+            t.add_row(v.lens, f"[{colors[v.status]}]{v.status}[/]", v.reason, v.fix)
+        else:
+            t.add_row(v.lens, "planned", _planned(v), v.fix)
     console.print(t)
+
+
+def _planned(v: Verdict) -> str:
+    """The reason of a lens locus does not have yet: what this machine would give it."""
+    return f"not in locus yet; this machine: {v.status}, {v.reason}"
 
 
 def print_plain(f: Findings, verdicts: list[Verdict], out) -> None:
@@ -836,9 +843,11 @@ def print_plain(f: Findings, verdicts: list[Verdict], out) -> None:
         print(f"{c.name:22} {c.value:24} {'ok' if c.ok else 'no':3} {c.detail}{fix}", file=out)
     print(file=out)
     for v in verdicts:
-        name = v.lens if v.implemented else f"{v.lens} (planned)"
         fix = f"  fix: {v.fix}" if v.fix else ""
-        print(f"{name:20} {v.status:12} {v.reason}{fix}", file=out)
+        if v.implemented:
+            print(f"{v.lens:20} {v.status:12} {v.reason}{fix}", file=out)
+        else:
+            print(f"{v.lens:20} {'planned':12} {_planned(v)}{fix}", file=out)
 
 
 def print_check(rows: list[dict], out=None) -> None:

@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import shutil
-import sys
 
 from locus.render import comm, monitor, numa
 from locus.render.tables import Table, locks_tables, summary_lines
@@ -80,8 +79,8 @@ def to_text(report: dict, width: int | None = None) -> str:
 
     buf = io.StringIO()
     if width is None:
-        # The terminal's width when printing to one; 80 columns in files and pipes.
-        width = shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else 80
+        # The terminal's width when printing to one; in files and pipes COLUMNS, else 80.
+        width = shutil.get_terminal_size((80, 24)).columns
     con = Console(file=buf, width=max(width, 80), no_color=True, highlight=False, soft_wrap=False)
     for line in _summary(report):
         con.print(line, markup=False)

@@ -86,7 +86,8 @@ def test_json_contract(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("fmt", ["text", "csv", "md"])
-def test_formats(tmp_path, capsys, fmt):
+def test_formats(tmp_path, capsys, monkeypatch, fmt):
+    monkeypatch.delenv("COLUMNS", raising=False)
     path = _write(tmp_path)
     assert main(["report", path, "--format", fmt]) == 0
     out = capsys.readouterr().out
@@ -97,6 +98,16 @@ def test_formats(tmp_path, capsys, fmt):
     if fmt == "csv":
         assert out.startswith("# locks\nid,name,")
         assert "\n\n# sites\n" in out
+
+
+def test_text_in_a_pipe_is_as_wide_as_columns_says(tmp_path, capsys, monkeypatch):
+    """In a file or a pipe the text was 80 columns whatever COLUMNS said: long names and
+    byte ranges were folded across lines."""
+    path = _write(tmp_path)
+    monkeypatch.setenv("COLUMNS", "150")
+    assert main(["report", path]) == 0
+    out = capsys.readouterr().out
+    assert "wait%" in out  # a column kept from 100 columns on
 
 
 def test_filters(tmp_path, capsys):
