@@ -1842,3 +1842,56 @@ def test_locks_inside_a_struct_are_named_by_their_fields(locus, tmp_path):
     # 'wait 0 s').
     main = next(t for t in lk["threads"] if t["tid"] == lk["threads"][0]["pid"])
     assert main["join_wait_s"] > 0, main
+
+
+READ_BESIDE_HEAP_WRITES = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+static long *ctr;
+static volatile long *cfg, sink;
+static void *writer(void *a) {
+  for (long i = 0; i < 300000000; i++) {
+    ctr[(long)a]++;
+    __asm__ volatile("" ::: "memory");
+  }
+  return a;
+}
+static void *reader(void *a) {
+  long s = 0;
+  for (long i = 0; i < 300000000; i++) s += *cfg;
+  sink = s;
+  return a;
+}
+int main(void) {
+  long *c[3], *g[3];
+  for (int k = 0; k < 3; k++) {
+    c[k] = calloc(2, sizeof(long));
+    g[k] = calloc(1, sizeof(long));
+    if (k == 0) sink = (long)calloc(1, sizeof(long)); /* the next pair 32 bytes on */
+  }
+  int k = 0;
+  while (k < 2 && (unsigned long)c[k] / 64 != (unsigned long)g[k] / 64) k++;
+  ctr = c[k], cfg = g[k];
+  pthread_t t[2];
+  pthread_create(&t[0], 0, writer, (void *)0);
+  pthread_create(&t[1], 0, reader, 0);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+  printf("%d\n", (unsigned long)ctr / 64 == (unsigned long)cfg / 64);
+  return 0;
+}
+"""
+
+
+def test_a_block_only_read_names_the_heap_block_written_beside_it(locus, tmp_path):
+    """A block one thread only reads, on the line of a block another thread writes: the
+    victim advice named the static variables at the writes' addresses and the objects with
+    false sharing of their own, and a heap block written by one thread beside it went
+    unnamed."""
+    exe = _gcc(tmp_path, "rh", READ_BESIDE_HEAP_WRITES)
+    proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    if not proc.stdout.startswith(b"1"):
+        pytest.skip("the allocator put the blocks on different lines")
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    victim = [a for a in c["advice"] if "only reads heap block from main rh.c:24" in a]
+    assert victim and "(heap block from main rh.c:23" in victim[0], c["advice"]

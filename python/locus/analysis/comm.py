@@ -303,6 +303,18 @@ class _Objects:
     def __init__(self):
         self.ids: dict[tuple, int] = {}
         self.info: list[dict] = []
+        # The heap block holding each event's writer bytes, where one does: an index into
+        # `writer_blocks` ({proc, site, frames, file}, as heap objects' info), else -1.
+        self.writer_block: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.writer_blocks: list[dict] = []
+        self._writer_keys: dict[tuple, int] = {}
+
+    def writer(self, pi: int, site: int, frames: tuple, file) -> int:
+        key = (pi, site, frames, file)
+        if key not in self._writer_keys:
+            self._writer_keys[key] = len(self.writer_blocks)
+            self.writer_blocks.append({"proc": pi, "site": site, "frames": frames, "file": file})
+        return self._writer_keys[key]
 
     def get(self, key: tuple, **info) -> int:
         if key not in self.ids:
@@ -337,6 +349,7 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
     # The writer's bytes in another block of the same allocation site (small blocks that
     # malloc packs on one line, one per thread): the block distance, else 0.
     sib = np.zeros(n, dtype=np.int64)
+    objs.writer_block = np.full(n, -1, dtype=np.int64)
     addr = ev.line.astype(np.uint64) + ev.dst_off.astype(np.uint64)
     src_addr = ev.line.astype(np.uint64) + ev.src_off.astype(np.uint64)
     for pi in np.unique(ev.proc).tolist():
@@ -379,8 +392,8 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 b["addr"][sbidx[two]].astype(np.int64) - b["addr"][bidx[two]].astype(np.int64)
             )
             stacks = stack_table(run.procs[pi]) if (b["stack"] != 0).any() else {}
-            for bi in np.unique(bidx[got]).tolist():
-                r = b[bi]
+
+            def block_key(r, stacks=stacks):
                 # With --call-stack: grouped by the frames (threads number their stacks on
                 # their own, so one path has an id per thread), named past the wrappers.
                 frames = stacks.get(int(r["stack"]), ())
@@ -388,6 +401,18 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 file = (
                     (int(r["dev"]), int(r["reserved"][1])) if int(r["flags"]) & ALF_FILE else None
                 )
+                return frames, file
+
+            # The writers' blocks, for a victim's advice (a block only read, moved by the
+            # writes to another block on its line).
+            sw = sbidx >= 0
+            for bi in np.unique(sbidx[sw]).tolist():
+                frames, file = block_key(b[bi])
+                wid = objs.writer(pi, int(b["site"][bi]), frames, file)
+                objs.writer_block[m[todo[sw & (sbidx == bi)]]] = wid
+            for bi in np.unique(bidx[got]).tolist():
+                r = b[bi]
+                frames, file = block_key(r)
                 key = ("heap", pi, int(r["site"]), frames, file)
                 oid = objs.get(
                     key,
@@ -453,6 +478,7 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
     return obj, off, sib
 
 
+HEAP_NAMES = ("heap block ", "file mapping ", "Go heap arena")  # how heap objects read
 SIBLING_BLOCKS = 0.5  # share of an object's false volume between its blocks for that advice
 HANDOFF_ADVICE = 0.8  # share of an object's false volume at polled words: hand-off advice
 SKIPPED_NOTE = 0.5  # share of skipped interrupts above which a note says what they were
@@ -985,6 +1011,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
     det = np.bincount(obj, weights=sampled.astype(float), minlength=n)
     order = np.lexsort((-S["false"], -S["all"]))[: opts.top_objects]
     heaps = [objs.info[o] for o in order.tolist() if objs.info[o]["kind"] == "heap"]
+    heaps += objs.writer_blocks[:VICTIM_WRITERS_LOOKED]
     alloc_prefetch(names, [(i["proc"], i["site"], i["frames"]) for i in heaps])
     line_off = obj_off - ev.dst_off
     out = []
@@ -1121,6 +1148,13 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
             src = np.unique(ev.line[one].astype(np.uint64) + ev.src_off[one].astype(np.uint64))
             found = names.data(info["proc"], src[:VICTIM_WRITERS_LOOKED].tolist())
             writers = list(dict.fromkeys(split_offset(v)[0] for v in found.values() if v))
+            # Heap blocks written beside it (a vector of per-thread counters next to a
+            # block only read): by their allocation site.
+            wb = objs.writer_block[fm]
+            for k in dict.fromkeys(wb[wb >= 0].tolist()):
+                wname = _heap_name(objs.writer_blocks[k], names)[0]
+                if wname != name and wname not in writers:
+                    writers.append(wname)
         # The busiest false-sharing access, whose source file tells the advice's language.
         top = int(fm[np.argmax(wk["false"][fm])]) if len(fm) else -1
         top_ip = (int(ev.proc[top]), int(ev.dst_ip[top])) if top >= 0 else None
@@ -2195,7 +2229,9 @@ def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int,
         return text + f" ({p['size']} bytes)" if p["name"] == o["name"] and p.get("size") else text
 
     named = [label(p) for p in near[:3]]
-    named += [f"`{w}`" for w in o.get("_victim_writers", ()) if f"`{w}`" not in named]
+    # Static variables in backquotes, heap blocks by their description (as _quoted does).
+    quoted = [w if w.startswith(HEAP_NAMES) else f"`{w}`" for w in o.get("_victim_writers", ())]
+    named += [w for w in quoted if w not in named]
     who = ", ".join(named[:3])
     if any(p["name"] == o["name"] for p in near[:3]) and o.get("size"):
         name += f" ({o['size']} bytes)"
