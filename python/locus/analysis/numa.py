@@ -1489,10 +1489,16 @@ def _notes(
         )
     no_touch = _num(a.w[~stack & ~has_t].sum()) if n else 0
     if no_touch:
+        # Under emulation a page's node is its touch record's: without one it is unknown.
+        how = (
+            "under emulation their node is unknown (only a touch record places a page), so "
+            "they are in `unknown`"
+            if cfg["emulated"]
+            else "they count as pinned pages (or `unknown` where their node is not known)"
+        )
         notes.append(
             f"{no_touch} {unit} hit pages without a first-touch record (static data, brk heap, "
-            "memory touched before the runtime started or not tracked): they count as "
-            "pinned pages"
+            f"memory touched before the runtime started or not tracked): {how}"
         )
     if not len(T.rec):
         notes.append("no first touch was recorded (no fresh anonymous memory was touched)")
