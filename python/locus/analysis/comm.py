@@ -882,7 +882,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             len(ct) and ((ct["flags"] & CT_UNTRACKED) != 0).any()
         )
         every = (
-            "every access of the code built with `locus cc` counted"
+            "every access of the code that `locus cc` compiled counted"
             + (" but those not tracked (below)" if partial else "")
             + "; code in libraries built without it (libc's pthread_mutex_* and other lock "
             "functions, a system library's loops) is not seen: false sharing of two locks, "
