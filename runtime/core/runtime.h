@@ -44,6 +44,7 @@ struct locus_stream {
    * there: 20,000 short-lived threads took a page each of every record file they wrote
    * (80 MB a file) for a few records each. */
   _Atomic uint64_t spare[LOCUS_STREAM_SPARES];
+  void *spare_map[LOCUS_STREAM_SPARES]; /* the range's page, mapped; NULL: map it */
 };
 /* The stream's descriptor, checked to be still open (a program may close every descriptor
  * with a raw close_range syscall): reopened by path if not. -1 when neither works.
@@ -68,8 +69,10 @@ void locus_stream_release(void *chunk, size_t bytes);
 int locus_stream_take_spare(struct locus_stream *s, size_t min, size_t rec, char **map,
                             uint64_t *at, size_t *pos, size_t *len);
 /* Offer [off, off + len) of the stream's file (inside one page, unused, reserved) to the
- * next thread; 0 when it was kept, -1 when every spare slot is taken. */
-int locus_stream_put_spare(struct locus_stream *s, uint64_t off, size_t len);
+ * next thread, with `page` the mapping of its page (NULL: none; when the range is kept the
+ * stream owns the mapping: the caller must not unmap it); 0 when it was kept, -1 when
+ * every spare slot is taken. */
+int locus_stream_put_spare(struct locus_stream *s, uint64_t off, size_t len, void *page);
 /* [off, off + len) of the stream's file given back to the filesystem: it reads as zeros,
  * unused records (page-aligned; a filesystem without hole punching keeps it allocated). */
 void locus_stream_punch(struct locus_stream *s, uint64_t off, size_t len);

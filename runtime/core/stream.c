@@ -30,7 +30,7 @@ int locus_stream_open(struct locus_stream *s, int dirfd, const char *name) {
   atomic_store(&s->size, 0);
   atomic_flag_clear(&s->grow_lock);
   atomic_flag_clear(&s->reopen_lock);
-  for (int i = 0; i < LOCUS_STREAM_SPARES; i++) atomic_store(&s->spare[i], 0);
+  for (int i = 0; i < LOCUS_STREAM_SPARES; i++) atomic_store(&s->spare[i], 0), s->spare_map[i] = 0;
   s->name = name;
   struct stat st;
   s->dev = s->ino = 0;
@@ -159,14 +159,21 @@ void *locus_stream_claim_at(struct locus_stream *s, size_t bytes, uint64_t *at) 
 #define PAGE 4096u
 #define SPARE_LEN_BITS 20
 
-int locus_stream_put_spare(struct locus_stream *s, uint64_t off, size_t len) {
+/* A spare slot: 0 empty, SPARE_BUSY while one thread fills or empties it, else the range
+ * ((offset / 16) << SPARE_LEN_BITS | bytes / 16), with its page's mapping in spare_map. */
+#define SPARE_BUSY (~0ull)
+
+int locus_stream_put_spare(struct locus_stream *s, uint64_t off, size_t len, void *page) {
   if (len < 16 || (off & 15) || (len & 15) || off / PAGE != (off + len - 1) / PAGE) return -1;
   uint64_t v = (off / 16) << SPARE_LEN_BITS | len / 16;
   for (int i = 0; i < LOCUS_STREAM_SPARES; i++) {
     uint64_t empty = 0;
     if (atomic_load_explicit(&s->spare[i], memory_order_relaxed) == 0 &&
-        atomic_compare_exchange_strong(&s->spare[i], &empty, v))
+        atomic_compare_exchange_strong(&s->spare[i], &empty, SPARE_BUSY)) {
+      s->spare_map[i] = page;
+      atomic_store_explicit(&s->spare[i], v, memory_order_release);
       return 0;
+    }
   }
   return -1;
 }
@@ -175,17 +182,21 @@ int locus_stream_take_spare(struct locus_stream *s, size_t min, size_t rec, char
                             uint64_t *at, size_t *pos, size_t *len) {
   if (s->fd < 0) return -1;
   for (int i = 0; i < LOCUS_STREAM_SPARES; i++) {
-    uint64_t v = atomic_load_explicit(&s->spare[i], memory_order_relaxed);
+    uint64_t v = atomic_load_explicit(&s->spare[i], memory_order_acquire);
     size_t n = (size_t)(v & ((1u << SPARE_LEN_BITS) - 1)) * 16;
     uint64_t off = (v >> SPARE_LEN_BITS) * 16, page = off / PAGE * PAGE;
     /* Readers see a file as an array of its records: a range must start on one. */
-    if (!v || n < min || off % rec || !atomic_compare_exchange_strong(&s->spare[i], &v, 0))
+    if (!v || v == SPARE_BUSY || n < min || off % rec ||
+        !atomic_compare_exchange_strong(&s->spare[i], &v, SPARE_BUSY))
       continue;
-    int fd = locus_stream_fd(s);
-    void *p = fd < 0
-                  ? MAP_FAILED
-                  : locus_sys_mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (long)page);
-    if (p == MAP_FAILED) return -1;
+    void *p = s->spare_map[i];
+    atomic_store_explicit(&s->spare[i], 0, memory_order_release);
+    if (!p) {
+      int fd = locus_stream_fd(s);
+      p = fd < 0 ? MAP_FAILED
+                 : locus_sys_mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (long)page);
+      if (p == MAP_FAILED) return -1;
+    }
     *map = p;
     *at = page;
     *pos = (size_t)(off - page);
@@ -209,7 +220,8 @@ void locus_stream_reset_after_fork(struct locus_stream *s) {
   locus_fd_close(s->fd);
   s->fd = -1;
   atomic_flag_clear(&s->grow_lock);
-  for (int i = 0; i < LOCUS_STREAM_SPARES; i++) atomic_store(&s->spare[i], 0);
+  /* (the parent's spare pages stay mapped in the child, unused: they map its file) */
+  for (int i = 0; i < LOCUS_STREAM_SPARES; i++) atomic_store(&s->spare[i], 0), s->spare_map[i] = 0;
 }
 
 void locus_stream_close(struct locus_stream *s) {
@@ -266,8 +278,12 @@ void locus_cursor_finish(struct locus_stream *s, struct locus_cursor *c) {
   uint64_t off = c->off + keep;
   size_t tail = c->base && keep < c->chunk ? c->chunk - keep : 0;
   /* The rest of the last page written goes to the next thread: a record file holds no
-   * page per short-lived thread. */
-  if (c->base && used < keep) locus_stream_put_spare(s, c->off + used, keep - used);
+   * page per short-lived thread. A one-page chunk goes with its mapping (no munmap: each
+   * one was a TLB shootdown on every CPU, 22 % of 20,000 short threads' time). */
+  void *page = c->base && c->chunk == PAGE ? c->base : NULL;
+  if (c->base && used < keep && locus_stream_put_spare(s, c->off + used, keep - used, page) == 0 &&
+      page)
+    c->base = NULL;
   locus_cursor_close(c);
   /* The tail reads as zeros (unused records) either way; a filesystem without hole
    * punching keeps it allocated. Never in a fork child: the chunk is the parent's. */

@@ -100,8 +100,9 @@ static int table_grow(struct locus_self *me) {
  * page of locks.counts.bin per thread, 80 MB for 20,000 threads) is written again dense,
  * its header then the used slots, in the rest of a page another thread left (or a new page,
  * whose rest the next threads take), under the next generation (a reader keeps the highest
- * generation per thread). The hash table's page, zeroed, is the next thread's first table (a page
- * each time from fallocate: 20,000 threads' fallocates queued on the file's lock in the kernel). */
+ * generation per thread). The hash table's page, zeroed and still mapped, is the next thread's
+ * first table (a page each time from fallocate: 20,000 threads' fallocates queued on the file's
+ * lock in the kernel, and each munmap was a TLB shootdown). */
 static void table_compact(struct locus_self *me) {
   size_t rec = sizeof lt.tab[0], bytes = (size_t)(lt.used + 1) * rec, tab = lt.nslots * rec;
   char *map = NULL;
@@ -118,11 +119,13 @@ static void table_compact(struct locus_self *me) {
     for (uint32_t i = 1; i < lt.nslots && k <= lt.used; i++)
       if (lt.tab[i].kind) t[k++] = lt.tab[i];
     table_seal(t, k, me);
-    locus_stream_put_spare(&count_stream, at + pos + k * rec, len - k * rec);
-    locus_stream_release(map, 4096);
+    if (locus_stream_put_spare(&count_stream, at + pos + k * rec, len - k * rec, map) != 0)
+      locus_stream_release(map, 4096);
   }
   memset(lt.tab, 0, tab);
-  if (tab != 4096 || locus_stream_put_spare(&count_stream, lt.tab_off, tab) != 0)
+  if (tab == 4096 && locus_stream_put_spare(&count_stream, lt.tab_off, tab, lt.tab) == 0)
+    lt.tab = NULL; /* handed over, mapped: the next thread's table */
+  else
     locus_stream_punch(&count_stream, lt.tab_off, tab);
 }
 
