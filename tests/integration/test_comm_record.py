@@ -1896,3 +1896,103 @@ def test_a_block_only_read_names_the_heap_block_written_beside_it(locus, tmp_pat
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     victim = [a for a in c["advice"] if "only reads heap block from main rh.c:24" in a]
     assert victim and "(heap block from main rh.c:23" in victim[0], c["advice"]
+
+
+HOT_BESIDE_FLAG = r"""
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+struct { _Atomic long epoch; _Atomic long ack; long stats; } g __attribute__((aligned(64)));
+static _Atomic int stop __attribute__((aligned(64)));
+static long n, seen;
+static void *writer(void *a) {
+  volatile long *s = &g.stats;
+  for (long i = 0; i < n; i++) {
+    (*s)++;
+    if ((i & 255) == 0) atomic_store_explicit(&g.epoch, i, memory_order_release);
+  }
+  atomic_store(&stop, 1);
+  return a;
+}
+static void *reader(void *a) {
+  long last = -1, k = 0;
+  while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+    long e = atomic_load_explicit(&g.epoch, memory_order_acquire);
+    if (e != last) last = e, k++, atomic_store_explicit(&g.ack, e, memory_order_release);
+  }
+  seen = k;
+  return a;
+}
+int main(int argc, char **argv) {
+  n = atol(argv[1]);
+  pthread_t w, r;
+  pthread_create(&r, 0, reader, 0);
+  pthread_create(&w, 0, writer, 0);
+  pthread_join(w, 0);
+  pthread_join(r, 0);
+  printf("%ld %ld\n", seen, g.stats);
+  return 0;
+}
+"""
+
+
+def test_a_hot_counter_beside_a_polled_flag_is_no_hand_off(locus, tmp_path):
+    """The writer bumps `g.stats` at every iteration and sets `g.epoch` once in 256; the
+    reader polls `epoch` and never reads `stats`. The hand-off rule ('keep the flag and its
+    data on one line') fired, at 99 % false sharing; moving `stats` to a line of its own cut
+    exact's transfers 7x. A hand-off moves the flag truly at every hand-over."""
+    (tmp_path / "hf.c").write_text(HOT_BESIDE_FLAG)
+    exe = tmp_path / "hf"
+    built = locus.run("cc", "-O2", "-g", "-pthread", "-o", str(exe), str(tmp_path / "hf.c"))
+    assert built.returncode == 0, built.stderr
+    _proc, run = locus.record([str(exe), "20000000"], ("--lens", "comm", "--backend", "exact"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    advice = [a for a in c["advice"] if "`g" in a]
+    assert advice and "hand data over" not in advice[0], c["advice"]
+    assert "pad each" in advice[0] or "line apart" in advice[0], advice
+
+
+TWO_LOCKS_BY_TURNS = r"""
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+struct { pthread_mutex_t m1, m2; } s = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+static long priv[2][8], n;
+static _Atomic long phase;
+static void *w(void *a) {
+  long t = (long)a;
+  for (long i = 0; i < n; i++) {
+    long ph = t == 0 ? i >> 16 : atomic_load_explicit(&phase, memory_order_relaxed);
+    if (t == 0 && (i & 65535) == 0) atomic_store_explicit(&phase, ph, memory_order_relaxed);
+    pthread_mutex_t *m = ((ph + t) & 1) ? &s.m2 : &s.m1;
+    pthread_mutex_lock(m);
+    priv[t][0]++;
+    pthread_mutex_unlock(m);
+  }
+  return a;
+}
+int main(int argc, char **argv) {
+  n = atol(argv[1]);
+  pthread_t th[2];
+  for (long i = 0; i < 2; i++) pthread_create(&th[i], 0, w, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], 0);
+  printf("%ld\n", priv[0][0] + priv[1][0]);
+  return 0;
+}
+"""
+
+
+def test_two_mutexes_taken_by_turns_are_different_locks(locus, tmp_path):
+    """Two mutexes of one struct, each thread at a different one at any moment (they swap
+    every 65,536 acquisitions): over the run both take both, and the same-locks rule said
+    'contention, which padding does not remove'. It needs a condition variable among the
+    locks (a queue's waits and signals); here padding is the fix."""
+    exe = _gcc(tmp_path, "tl", TWO_LOCKS_BY_TURNS)
+    _proc, run = locus.record([str(exe), "10000000"], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    advice = [a for a in c["advice"] if "`s`" in a]
+    if not advice:
+        pytest.skip(f"no advice on `s` this time: {c['advice']}")
+    assert "take the same locks" not in advice[0] and "alignas(64)" in advice[0], advice

@@ -479,8 +479,14 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
 
 
 HEAP_NAMES = ("heap block ", "file mapping ", "Go heap arena")  # how heap objects read
-SIBLING_BLOCKS = 0.5  # share of an object's false volume between its blocks for that advice
+# Share of an object's false volume between its blocks for the blocks' advice: below it
+# the blocks have writers of their own fields too (two threads per block), which an aligned
+# block does not cure (an audit's 67 %).
+SIBLING_BLOCKS = 0.8
 HANDOFF_ADVICE = 0.8  # share of an object's false volume at polled words: hand-off advice
+# ... and its true share at least: each hand-over moves the flag truly (a mailbox: 55 %),
+# while a hot counter beside a rarely set flag is 99 % false, and padding it helps (7x).
+HANDOFF_TRUE = 0.25
 SKIPPED_NOTE = 0.5  # share of skipped interrupts above which a note says what they were
 WORK_SAMPLES = 2_000_000  # samples read per process for `work` (a stride beyond)
 WORK_IPS = 16  # instructions symbolized per thread for `work`
@@ -1675,6 +1681,8 @@ LOCK_MAX = 64
 # The same few locks taken by every thread (a queue's mutex and condition variables): how
 # many named locks at most, and the threads' locks in common at least (_same_locks).
 SAME_LOCKS_MAX = 4
+COND_FIELDS = ("__wseq", "__g1_start", "__g_refs", "__g_size", "__g1_orig_size", "__wrefs",
+               "__g_signals")  # fmt: skip
 SAME_LOCKS_SHARED = 0.5
 # An object whose false sharing is at least this much in one of its lines gets advice about
 # that line only.
@@ -1712,9 +1720,11 @@ def _top_site(o: dict, names) -> dict | None:
     return names.site(*o["_top_ip"])
 
 
-def _align(site: dict | None, line: int, size: int = 8) -> str:
+def _align(site: dict | None, line: int, size: int = 8, heap: bool = False) -> str:
     """How the source's language aligns data to a line, in parentheses: C and C++
-    alignas, Rust's repr(align), Go's padding field ("" for Fortran, which has none)."""
+    alignas (for heap data, with the block from aligned_alloc: malloc aligns to 16, and an
+    aligned type in a malloc'd block is not on a line), Rust's repr(align), Go's padding
+    field ("" for Fortran, which has none)."""
     ext = os.path.splitext(site["file"])[1].lower() if site is not None else ""
     if ext in FORTRAN_SOURCES:
         return ""
@@ -1723,6 +1733,8 @@ def _align(site: dict | None, line: int, size: int = 8) -> str:
     if ext == ".go":
         pad = max(line - size, 8)
         return f" (a `_ [{pad}]byte` field after each, or golang.org/x/sys/cpu.CacheLinePad)"
+    if heap:
+        return f" (alignas({line}) in the type, the block from aligned_alloc({line}, ...))"
     return f" (alignas({line}))"
 
 
@@ -1759,6 +1771,12 @@ def _same_locks(o: dict, names, per: dict[int, Counter]) -> bool:
     every = set().union(*sets)
     pairs = [(a, b) for i, a in enumerate(sets) for b in sets[i + 1 :] if a | b]
     if not every or len(every) > SAME_LOCKS_MAX or not pairs:
+        return False
+    # A condition variable among them (glibc's pthread_cond_t fields): a queue's waits and
+    # signals under its mutex. Two mutexes the threads take by turns, each its own at any
+    # moment, read alike over the run, and padding them apart does help.
+    offs = (x for c in per.values() for x in c)
+    if not any(f in layout.field(x) for x in offs for f in COND_FIELDS):
         return False
     return sum(len(a & b) / len(a | b) for a, b in pairs) / len(pairs) >= SAME_LOCKS_SHARED
 
@@ -1952,7 +1970,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         if o["_sibling"][0] >= SIBLING_BLOCKS and o["kind"] == "heap":
             out.append(_sibling_advice(o, thr, line))
             continue
-        if o["_handoff"] >= HANDOFF_ADVICE:
+        if o["_handoff"] >= HANDOFF_ADVICE and o["true"] >= HANDOFF_TRUE * o["all"]:
             out.append(_handoff_advice(o, thr, line))
             continue
         offs = sorted({r[1] for r in acc})
@@ -1986,10 +2004,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         share = f"{100 * o['false'] / o['all']:.0f} % of its volume"
         site = _top_site(o, names)
         fortran = _is_fortran(site)
-        align = _align(site, line, size)
-        if o["kind"] == "heap" and align == f" (alignas({line}))":
-            # malloc aligns to 16: an aligned type in a malloc'd block is not on a line.
-            align = f" (alignas({line}) in the type, the block from aligned_alloc({line}, ...))"
+        align = _align(site, line, size, heap=o["kind"] == "heap")
         lock = _lock_code(site)
         inside = lock is not None or _lock_fields(o, names, offs)
         if inside and not own and o.get("size", 0) > LOCK_MAX and _same_locks(o, names, per):
@@ -2239,7 +2254,8 @@ def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int,
     fix = (
         "keep it apart from data that is written (another module or common block)"
         if _is_fortran(_top_site(o, names))
-        else f"give it a {line}-byte line of its own{_align(_top_site(o, names), line)}, or "
+        else f"give it a {line}-byte line of its own"
+        f"{_align(_top_site(o, names), line, heap=o['kind'] == 'heap')}, or "
         "keep data that is only read apart from data that is written"
     )
     one = thr.isdigit()
@@ -2284,11 +2300,12 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
             else ""
         )
         fortran = _is_fortran(_top_site(members[0][0], names))
+        heap = any(o["kind"] == "heap" for o, _t in members)
         fix = (
             "put them in different common blocks or modules, or pad between them"
             if fortran
-            else f"align each to {line} bytes{_align(_top_site(members[0][0], names), line)} "
-            "or place them apart"
+            else f"align each to {line} bytes"
+            f"{_align(_top_site(members[0][0], names), line, heap=heap)} or place them apart"
         )
         verb = "write" if all(o["_false_stores"] for o, _t in members) else "use"
         out.append(
