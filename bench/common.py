@@ -10,6 +10,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,3 +117,14 @@ def overhead(progs: dict, n: int, timed, label: str) -> dict:
         }
         print(f"  {name}: time x{tw / pw:.3f} rss x{tr / pr:.3f}", flush=True)
     return out
+
+
+def wall_under(argv: list[str], lens: str | None, run: Path) -> float:
+    """Wall seconds of argv, plain (lens None) or under `locus record --lens lens -o run`
+    (run replaced)."""
+    shutil.rmtree(run, ignore_errors=True)
+    cmd = argv if lens is None else [*locus_argv(), "record", "-o", str(run), "--lens", lens, "--"]
+    cmd = cmd if lens is None else [*cmd, *argv]
+    t0 = time.monotonic()
+    subprocess.run(cmd, check=True, capture_output=True, env=locus_env())
+    return time.monotonic() - t0

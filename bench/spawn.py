@@ -12,10 +12,7 @@ Usage: bench/spawn.py [-n 5] [--procs 100]
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,16 +26,7 @@ def loop(k: int) -> list[str]:
 
 
 def timed(argv: list[str], lens: str | None) -> float:
-    run = common.CACHE / "spawn-run"
-    shutil.rmtree(run, ignore_errors=True)
-    cmd = (
-        argv
-        if lens is None
-        else [*common.locus_argv(), "record", "-o", str(run), "--lens", lens, "--", *argv]
-    )
-    t0 = time.monotonic()
-    subprocess.run(cmd, check=True, capture_output=True, env=common.locus_env())
-    return time.monotonic() - t0
+    return common.wall_under(argv, lens, common.CACHE / "spawn-run")
 
 
 def main() -> int:

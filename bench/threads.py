@@ -13,10 +13,7 @@ Usage: bench/threads.py [-n 3] [--threads 20000]
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,16 +31,7 @@ def disk_bytes(path: Path) -> int:
 
 def timed(threads: int, lens: str | None) -> tuple[float, int]:
     run = common.CACHE / "threads-run"
-    shutil.rmtree(run, ignore_errors=True)
-    argv = [str(CHURN), str(threads), str(LOCKS_PER_THREAD)]
-    cmd = (
-        argv
-        if lens is None
-        else [*common.locus_argv(), "record", "-o", str(run), "--lens", lens, "--", *argv]
-    )
-    t0 = time.monotonic()
-    subprocess.run(cmd, check=True, capture_output=True, env=common.locus_env())
-    wall = time.monotonic() - t0
+    wall = common.wall_under([str(CHURN), str(threads), str(LOCKS_PER_THREAD)], lens, run)
     return wall, disk_bytes(run) if lens else 0
 
 
