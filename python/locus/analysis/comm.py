@@ -751,6 +751,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
 
     totals = {k: float(v.sum()) for k, v in wk.items()}
     totals["detections"] = n_ev
+    # The volume of detections without a CPU: in the totals, in no core or node matrix.
+    totals["no_cpu"] = float(w[~known_cpu].sum()) if n_ev else 0.0
     # How the sampling backends' detections were made: a sample's lookup (step 1), a trap on
     # a published store (step 2), a trap on a store to a line another thread loaded.
     trap = (ev.flags & CE_TRAP) != 0

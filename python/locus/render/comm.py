@@ -325,9 +325,11 @@ def within_volume(c: dict, by: str, kind: str) -> tuple[float, float]:
 
 
 def _no_cpu(c: dict) -> str:
-    """' or without a recorded CPU' when some detections have none (the analysis's note):
-    they are in the totals and in no core or node matrix."""
-    missing = any("no CPU recorded" in x for x in c.get("notes") or [])
+    """' or without a recorded CPU' when some detections have none (totals.no_cpu): they
+    are in the totals and in no core or node matrix."""
+    missing = (c.get("totals") or {}).get("no_cpu")
+    if missing is None:  # a report from before `no_cpu`: its note says it
+        missing = any("no CPU recorded" in x for x in c.get("notes") or [])
     return " or without a recorded CPU" if missing else ""
 
 
