@@ -195,3 +195,22 @@ def test_contended_means_weighted_by_sampling_period(tmp_path):
     lk = _lock(_res(tmp_path, run), L)
     mean = (10 * 1 * 0.001 + 10 * 4 * 0.003) / (10 * 1 + 10 * 4)
     assert lk["wait_s"] == pytest.approx(100 * mean)
+
+
+def test_holds_weighted_by_sampling_period(tmp_path):
+    """The runtime's period shrinks when timed sections are far apart, so long sections (a
+    holder that yields) are timed more often than short ones. The hold estimate was
+    acquisitions x the unweighted mean timed hold: a lock's hold came out above the run
+    (43 s in 30). Each timed hold stands for its event's weight."""
+    run = SynthRun(duration_s=2.0)
+    p = run.proc(pid=1)
+    p.thread(1, 0.0, 2.0)
+    for i in range(20):
+        hold, weight = (0.000001, 64) if i < 10 else (0.001, 1)
+        t = 0.05 + 0.05 * i
+        p.event("mutex", tid=1, lock=L, t_req=t, t_acq=t, t_rel=t + hold, weight=weight)
+    acq = 10 * 64 + 10
+    p.count(1, L, 0x401000, "mutex", acquisitions=acq, contended=0, timed=20)
+    lk = _lock(_res(tmp_path, run), L)
+    true_hold = 10 * 64 * 0.000001 + 10 * 0.001  # 10.6 ms; unweighted: 650 x 0.5 ms = 325 ms
+    assert lk["hold_s"] == pytest.approx(true_hold, rel=1e-6)
