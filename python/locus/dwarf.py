@@ -105,6 +105,12 @@ class Layout:
         `plain[3]`, `hits(2)` (Fortran); the variable's name where the type says no more."""
         return self.name + _field(self._dies, self._type, off, self.fortran, 0)
 
+    def bit_field(self, off: int) -> bool:
+        """Whether byte `off` is in a bit field (which padding cannot move apart)."""
+        bits: list[bool] = []
+        _field(self._dies, self._type, off, self.fortran, 0, bits)
+        return bool(bits)
+
 
 @dataclass
 class CommonLayout(Layout):
@@ -224,7 +230,9 @@ def _member_offset(c: Die) -> int:
     return bits // 8 if bits is not None else 0
 
 
-def _field(dies: dict, t: int | None, off: int, fortran: bool, depth: int) -> str:
+def _field(
+    dies: dict, t: int | None, off: int, fortran: bool, depth: int, bits_out: list | None = None
+) -> str:
     d = _strip(dies, t)
     if d is None or depth > 8 or off < 0:
         return ""
@@ -257,10 +265,14 @@ def _field(dies: dict, t: int | None, off: int, fortran: bool, depth: int) -> st
         named = []
         for c, at, bits in found[-1:] if d.tag != "DW_TAG_union_type" else found:
             name = _name(c.attrs.get("DW_AT_name"))
+            if bits and bits_out is not None:
+                bits_out.append(True)
             inner = (
                 ""
                 if bits
-                else _field(dies, _ref(c.attrs.get("DW_AT_type")), off - at, fortran, depth + 1)
+                else _field(
+                    dies, _ref(c.attrs.get("DW_AT_type")), off - at, fortran, depth + 1, bits_out
+                )
             )
             named.append(f"{sep}{name}{inner}" if name else inner)
         # A union: the member that names the byte most closely (`un.i[1]` for `union { long
@@ -284,7 +296,7 @@ def _field(dies: dict, t: int | None, off: int, fortran: bool, depth: int) -> st
             k //= n
         if k:
             return ""  # past the end
-        inner = _field(dies, et, rest, fortran, depth + 1)
+        inner = _field(dies, et, rest, fortran, depth + 1, bits_out)
         text = ", ".join(str(i) for i in idx) if fortran else "][".join(str(i) for i in idx)
         return f"({text}){inner}" if fortran else f"[{text}]{inner}"
     return ""

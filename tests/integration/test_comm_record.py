@@ -1996,3 +1996,48 @@ def test_two_mutexes_taken_by_turns_are_different_locks(locus, tmp_path):
     if not advice:
         pytest.skip(f"no advice on `s` this time: {c['advice']}")
     assert "take the same locks" not in advice[0] and "alignas(64)" in advice[0], advice
+
+
+BIT_FIELDS = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+struct flags { unsigned a : 16; unsigned b : 16; } fl;
+static long n;
+static void *wa(void *x) {
+  for (long i = 0; i < n; i++) {
+    fl.a++;
+    __asm__ volatile("" ::: "memory");
+  }
+  return x;
+}
+static void *wb(void *x) {
+  for (long i = 0; i < n; i++) {
+    fl.b++;
+    __asm__ volatile("" ::: "memory");
+  }
+  return x;
+}
+int main(int argc, char **argv) {
+  n = atol(argv[1]);
+  pthread_t a, b;
+  pthread_create(&a, 0, wa, 0);
+  pthread_create(&b, 0, wb, 0);
+  pthread_join(a, 0);
+  pthread_join(b, 0);
+  printf("%u %u\\n", fl.a, fl.b);
+  return 0;
+}
+"""
+
+
+def test_bit_fields_are_not_told_to_pad(locus, tmp_path):
+    """Two threads' bit-fields of one unit (`fl.a`, `fl.b`, 16 bits each): the advice said
+    'pad each to 64 bytes (alignas(64))', which a bit-field cannot be."""
+    exe = _gcc(tmp_path, "bf", BIT_FIELDS)
+    _proc, run = locus.record([str(exe), "200000000"], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    advice = [a for a in c["advice"] if "`fl`" in a]
+    if not advice:
+        pytest.skip(f"no advice on `fl` this time: {c['advice']}")
+    assert "bit-fields" in advice[0] and "pad each" not in advice[0], advice

@@ -1783,6 +1783,15 @@ def _same_locks(o: dict, names, per: dict[int, Counter]) -> bool:
     return sum(len(a & b) / len(a | b) for a, b in pairs) / len(pairs) >= SAME_LOCKS_SHARED
 
 
+def _bit_fields(o: dict, names, offs: list[int]) -> bool:
+    """Whether every false-sharing offset of the object is in a bit field (its DWARF
+    type: a static variable)."""
+    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+    return bool(layout and offs and hasattr(layout, "bit_field")) and all(
+        layout.bit_field(x) for x in offs
+    )
+
+
 def _lock_fields(o: dict, names, offs: list[int]) -> bool:
     """Whether the object's false-sharing offsets are mostly in a libc lock's private fields
     (`q.not_full.__data.__g1_orig_size`, by the static variable's DWARF type)."""
@@ -2059,6 +2068,16 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 f"padding each word to {line} bytes{align} removes the false "
                 "part; the true part needs fewer threads on the same words (give each "
                 "thread its own block of whole lines, or a private copy combined at the end)"
+            )
+        elif own and _bit_fields(o, names, offs):
+            # Bit-fields of one storage unit: alignas cannot reach them, and C makes the
+            # unit one memory location (concurrent writes to it are a data race).
+            out.append(
+                f"threads {thr} {verb} different bit-fields of {name} {where} (false "
+                f"sharing, {share}): a bit-field cannot be padded, and bit-fields of one unit "
+                "are one memory location in C (writing them from two threads is a data race): "
+                f"make each thread's a field of its own (a whole integer), on a {line}-byte "
+                f"line of its own{align}"
             )
         elif own and (k := _interleave(per, size, offs, line)):
             # A cyclic distribution (OpenMP schedule(static,1), i += nthreads): padding
