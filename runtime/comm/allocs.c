@@ -137,7 +137,8 @@ static void note_path(int fd, uint64_t ino, uint32_t dev) {
   static _Atomic uint32_t next;
   static int out = -1;
   static pid_t out_pid, recent_pid;
-  pid_t pid = getpid();
+  /* This process (tracking is on only once its streams are open: no getpid per mapping). */
+  pid_t pid = stream_pid;
   if (recent_pid != pid) { /* a fork child writes its own file: the parent's list is not it */
     for (int i = 0; i < 16; i++) atomic_store_explicit(&recent[i], 0, memory_order_relaxed);
     recent_pid = pid;

@@ -97,15 +97,21 @@ int locus_stream_fd(struct locus_stream *s) {
   return reopen(s, fd);
 }
 
-int locus_file_reserve(int fd, uint64_t from, uint64_t to) {
+/* [from, to) of fd allocated within RLIMIT_FSIZE: 0, -1 (past the limit, disk full), or 1
+ * when the filesystem has no fallocate (the caller extends the file sparsely). */
+static int allocate(int fd, uint64_t from, uint64_t to) {
   struct rlimit fl;
   if (getrlimit(RLIMIT_FSIZE, &fl) == 0 && fl.rlim_cur != RLIM_INFINITY && to > fl.rlim_cur)
     return -1;
   if (to <= from) return 0;
   if (syscall(SYS_fallocate, fd, 0, (off_t)from, (off_t)(to - from)) == 0) return 0;
+  return errno == EOPNOTSUPP ? 1 : -1;
+}
+
+int locus_file_reserve(int fd, uint64_t from, uint64_t to) {
+  int rc = allocate(fd, from, to);
   /* Filesystems without fallocate: extend sparsely. */
-  if (errno == EOPNOTSUPP && syscall(SYS_ftruncate, fd, (off_t)to) == 0) return 0;
-  return -1;
+  return rc == 1 ? (syscall(SYS_ftruncate, fd, (off_t)to) == 0 ? 0 : -1) : rc;
 }
 
 /* Reserves [from, to) of the stream's file for one claim. Lock-free: every claim
@@ -118,14 +124,11 @@ int locus_file_reserve(int fd, uint64_t from, uint64_t to) {
  * thread with a cancel pending was cancelled here). Past RLIMIT_FSIZE the records stop
  * (growing the file would kill the program with SIGXFSZ). */
 static int grow(struct locus_stream *s, int fd, uint64_t from, uint64_t to) {
-  struct rlimit fl;
-  if (getrlimit(RLIMIT_FSIZE, &fl) == 0 && fl.rlim_cur != RLIM_INFINITY && to > fl.rlim_cur)
-    return -1;
-  if (syscall(SYS_fallocate, fd, 0, (off_t)from, (off_t)(to - from)) == 0) return 0;
-  if (errno != EOPNOTSUPP) return -1;
+  int rc = allocate(fd, from, to);
+  if (rc != 1) return rc;
   while (atomic_flag_test_and_set_explicit(&s->grow_lock, memory_order_acquire))
     syscall(SYS_sched_yield);
-  int rc = 0;
+  rc = 0;
   if (to > atomic_load(&s->size)) {
     rc = syscall(SYS_ftruncate, fd, (off_t)to) == 0 ? 0 : -1;
     if (rc == 0) atomic_store(&s->size, to);

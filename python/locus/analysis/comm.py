@@ -37,6 +37,7 @@ from locus.analysis.common import (
     inherited_allocs,
     is_alloc_wrapper,
     live_blocks,
+    lock_of,
     short_function,
     stack_table,
     task_switches,
@@ -1756,6 +1757,11 @@ LOCK_CODE = re.compile(
 )
 
 
+def _layout_of(o: dict, names):
+    """The fields of a static object from its DWARF type (dwarf.Layout), else None."""
+    return names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+
+
 def _same_locks(o: dict, names, per: dict[int, Counter]) -> bool:
     """Whether the threads take the same few locks of the object (a queue's mutex and two
     condition variables, taken by every thread at every item), by the locks' names in the
@@ -1763,13 +1769,10 @@ def _same_locks(o: dict, names, per: dict[int, Counter]) -> bool:
     SAME_LOCKS_MAX of them, the threads' sets of them alike (mean pairwise shared over
     either's at least SAME_LOCKS_SHARED). An array of locks, each thread at its own or at
     random ones, names many (`locks[3]`); without DWARF (a heap block) it is not known."""
-    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+    layout = _layout_of(o, names)
     if not layout:
         return False
-    sets = []
-    for c in per.values():
-        fields = (layout.field(x) for x in c)
-        sets.append({f.split(".__data.")[0] for f in fields if ".__data." in f})
+    sets = [{lk for x in c if (lk := lock_of(layout.field(x)))} for c in per.values()]
     every = set().union(*sets)
     pairs = [(a, b) for i, a in enumerate(sets) for b in sets[i + 1 :] if a | b]
     if not every or len(every) > SAME_LOCKS_MAX or not pairs:
@@ -1786,7 +1789,7 @@ def _same_locks(o: dict, names, per: dict[int, Counter]) -> bool:
 def _bit_fields(o: dict, names, offs: list[int]) -> bool:
     """Whether every false-sharing offset of the object is in a bit field (its DWARF
     type: a static variable)."""
-    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+    layout = _layout_of(o, names)
     return bool(layout and offs and hasattr(layout, "bit_field")) and all(
         layout.bit_field(x) for x in offs
     )
@@ -1795,7 +1798,7 @@ def _bit_fields(o: dict, names, offs: list[int]) -> bool:
 def _lock_fields(o: dict, names, offs: list[int]) -> bool:
     """Whether the object's false-sharing offsets are mostly in a libc lock's private fields
     (`q.not_full.__data.__g1_orig_size`, by the static variable's DWARF type)."""
-    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+    layout = _layout_of(o, names)
     if not layout or not offs:
         return False
     fields = [layout.field(x) for x in offs]
@@ -1814,7 +1817,7 @@ def _fortran_padding(o: dict, line: int, size: int, names=None) -> str:
     """How to give each thread's element its own line, in Fortran (no alignas)."""
     n = max(line // max(size, 1), 1)
     var = o["name"].rsplit("::", 1)[-1] if o["kind"] == "static" else "a"
-    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+    layout = _layout_of(o, names)
     if layout is not None and layout.type.startswith("COMMON /"):
         # A COMMON block's symbol (`cblock_`) is not a name in the source: its member is.
         acc = o.get("_false_accesses") or []
@@ -1837,9 +1840,7 @@ def _fields_of(o: dict, names, per: dict[int, Counter]) -> str:
     accessed (FIELDS_THREADS threads, two fields each, the most false sharing first), from
     the static variable's DWARF type; "" without one, or when the type says no more than
     the variable's name."""
-    if names is None or not o.get("_layout"):
-        return ""
-    layout = names.layout(*o["_layout"])
+    layout = _layout_of(o, names)
     if layout is None:
         return ""
     parts = []
@@ -2153,7 +2154,7 @@ def _read_beside(o: dict, names, per: dict[int, Counter], wr: dict[int, set], li
 def _fields_text(o: dict, names, offs: list[int], what: str) -> str:
     """Offsets of an object named by its DWARF fields (a static variable's type), else by
     their range."""
-    layout = names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+    layout = _layout_of(o, names)
     fields = list(dict.fromkeys(layout.field(x) for x in offs)) if layout else []
     if fields and fields != [layout.name]:
         return ", ".join(f"`{f}`" for f in fields[:4]) + (", ..." if len(fields) > 4 else "")

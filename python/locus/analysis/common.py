@@ -174,6 +174,17 @@ def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:
     return out
 
 
+def lock_of(field: str) -> str | None:
+    """The lock a DWARF field name is inside, glibc's own fields of the lock cut off
+    (`q.not_empty` of `q.not_empty.__data.__wseq`), else None (no such field)."""
+    keep = []
+    for part in field.split("."):
+        if part.startswith("__"):
+            return ".".join(keep) or None
+        keep.append(part)
+    return None
+
+
 def inherited_allocs(run: RunDir, pi: int, addrs: np.ndarray | None = None) -> np.ndarray:
     """A process's allocation records, and for a fork child its parent's (and so on up)
     from before the fork: the blocks and mappings it inherited, which its own records never
@@ -545,24 +556,22 @@ def task_switches(run: RunDir) -> float:
     task started, in the scheduler samples' reserved[0]; 0 for runs without them)."""
     s = run.sched()
     s = s[s["tid"] != 0]
-    if not len(s) or "reserved" not in (s.dtype.names or ()):
-        return 0.0
-    col = np.zeros(len(s), dtype=[("pid", "<u4"), ("tid", "<u4"), ("n", "<f8")])
-    col["pid"], col["tid"], col["n"] = s["pid"], s["tid"], s["reserved"][:, 0]
-    return float(sum(_task_max(col, "n").values()))
+    return float(sum(_task_max(s, s["reserved"][:, 0]).values()))
 
 
-def _task_max(s: np.ndarray, field: str) -> dict[tuple[int, int], float]:
-    """(pid, tid) -> the largest `field` of each task's samples."""
+def _task_max(s: np.ndarray, values) -> dict[tuple[int, int], float]:
+    """(pid, tid) -> the largest of `values` (a field name of the samples, or a column
+    beside them) over each task's samples."""
     if not len(s):
         return {}
+    values = s[values] if isinstance(values, str) else values
     _keys, first, inv = np.unique(
         (s["pid"].astype(np.uint64) << np.uint64(32)) | s["tid"].astype(np.uint64),
         return_index=True,
         return_inverse=True,
     )
     hi = np.zeros(len(first))
-    np.maximum.at(hi, inv.reshape(-1), s[field].astype(np.float64))
+    np.maximum.at(hi, inv.reshape(-1), np.asarray(values, dtype=np.float64))
     return {(int(s["pid"][f]), int(s["tid"][f])): float(hi[j]) for j, f in enumerate(first)}
 
 

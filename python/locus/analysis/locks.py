@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from locus.analysis import critical_path
-from locus.analysis.common import drop_damaged, task_service_ns
+from locus.analysis.common import drop_damaged, lock_of, task_service_ns
 from locus.analysis.kinds import (
     BARRIER,
     EV_CONTENDED,
@@ -966,10 +966,5 @@ def _lock_field(sym, addr: int, name: str | None) -> str | None:
     layout = sym.data_layout(var, addr - off)
     if layout is None:
         return name
-    parts = layout.field(off).split(".")
-    keep = []
-    for part in parts:
-        if part.startswith("__"):
-            break
-        keep.append(part)
-    return ".".join(keep) or name
+    field = layout.field(off)
+    return lock_of(field) or field
