@@ -28,8 +28,9 @@ the workload's --truth):
   are compared as ratios, never as absolute numbers.
 
 Cost: wall time and peak RSS with `--lens comm` (soft, default period) against without, in
-one run, interleaved, medians: the four microbenchmarks, `sysbench mutex` and `stress-ng
---memthrash`; and the exact backend's slowdown (instrumented binary under locus vs plain).
+one run, interleaved, medians: the four microbenchmarks, `sysbench mutex`, `stress-ng
+--memthrash` and `sysbench threads` (context switches); and the exact backend's slowdown
+(instrumented binary under locus vs plain).
 
 Usage: bench/comm.py [-n 3] [--only accuracy|overhead]
 """
@@ -270,6 +271,8 @@ def overhead(n: int) -> dict:
         "sysbench_mutex": "sysbench mutex --threads=4 --mutex-num=4 --mutex-locks=10000000 "
         "--mutex-loops=50 run".split(),
         "stress_memthrash": "stress-ng --memthrash 2 --timeout 3s --metrics-brief".split(),
+        # sched_yield under mutexes: ~1 M context switches a second (the sampler's tick).
+        "sysbench_threads": "sysbench threads --threads=4 --events=8000 --time=0 run".split(),
     }
     return common.overhead(
         progs, n, lambda argv, under: timed(argv, ["--backend", "soft"] if under else None), "soft"

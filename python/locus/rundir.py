@@ -159,7 +159,7 @@ COMM_SAMPLE_DTYPE = np.dtype(
         ("addr", "<u8"),
         ("ip", "<u8"),
         ("node", "<i4"),
-        ("reserved0", "<u4"),
+        ("periods", "<u4"),
         ("reserved1", "<u8"),
         ("tid", "<u4"),
         ("cpu", "<i4"),

@@ -240,10 +240,12 @@ class SynthNuma:
         stack: bool = False,
         count: int = 1,
         length: int = 8,
+        periods: int = 0,
     ):
         """`count` identical samples (node: the page's node at sample time, -1 unknown,
-        -2 not present; stack accesses get -3)."""
+        -2 not present; stack accesses get -3; periods: what each stands for, 0 = 1)."""
         self.add_samples(
+            periods=periods,
             tid=np.full(count, tid),
             addr=addr,
             node=-3 if stack else node,

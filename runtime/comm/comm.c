@@ -80,6 +80,7 @@ void locus_comm_take(const struct locus_comm_access *a) {
   s.cpu = a->cpu;
   s.flags = a->flags;
   s.len = (uint16_t)a->len;
+  s.periods = a->weight > 1 ? a->weight : 1;
   s.kind = 1;
   s.node = locus_numa.on ? locus_numa_sample_node(a->addr, a->flags) : -1;
   locus_ct.st.samples++;

@@ -61,6 +61,8 @@ struct locus_comm_access {
   uint32_t len;   /* bytes */
   uint32_t flags; /* LOCUS_AC_* */
   int cpu;        /* -1 unknown */
+  uint32_t
+      weight; /* sampling periods the sample stands for (a POSIX timer's 1 + overruns); 0 = 1 */
 };
 /* ComDetective's Algorithm 1 (detect.c): the bulletin board and the watchpoints. Called
  * by a sampling backend from the signal handler of the thread that took the sample, after
@@ -70,6 +72,10 @@ void locus_comm_detect(const struct locus_comm_access *a);
  * sampling backends call them). */
 void locus_comm_detect_thread_init(void);
 void locus_comm_detect_thread_fini(void);
+/* park = 1: close the calling thread's watchpoints and open none until park = 0 (soft.c: a
+ * thread that switches context often, for which each open breakpoint event costs at every
+ * switch). Async-signal-safe. */
+void locus_comm_detect_park(int park);
 
 /* A sampling backend's usable access: write its sample record, count it, run the detector.
  * Async-signal-safe. */

@@ -85,13 +85,16 @@ struct detect_tls {
   uint64_t t_prev; /* time of this thread's previous sample */
   uint64_t t_trap; /* newest publication counted by a trap */
   uint64_t rng;
-  pid_t pid; /* process that opened the fds (fork check) */
-  int nwp;   /* watchpoints opened */
-  int want;  /* watchpoints to open at the first arming (0 once tried) */
+  pid_t pid;  /* process that opened the fds (fork check) */
+  int nwp;    /* watchpoints opened */
+  int want;   /* watchpoints to open at the first arming (0 once tried) */
+  int parked; /* locus_comm_detect_park: watchpoints to open again when unparked, plus 1 */
   int fds[MAX_WP];
   int armed; /* watchpoints armed on `on` */
   uint64_t chunk[MAX_WP];
-  uint64_t seen;      /* reservoir: candidates seen since the armed one was chosen */
+  uint64_t seen;   /* reservoir: candidates seen since the armed one was chosen */
+  uint32_t weight; /* periods of the sample being handled (arm() keeps it for the trap) */
+  uint32_t arm_weight;
   struct bb_entry on; /* the publication being watched */
 };
 static LOCUS_TLS struct detect_tls dt;
@@ -269,6 +272,7 @@ static void arm(const struct bb_entry *e) {
   for (int i = armed; i < was; i++) ioctl(dt.fds[i], PERF_EVENT_IOC_DISABLE, 0);
   dt.armed = armed;
   dt.on = *e;
+  dt.arm_weight = dt.weight;
   locus_ct.st.armed += (uint64_t)armed;
 }
 
@@ -335,9 +339,11 @@ void locus_comm_detect(const struct locus_comm_access *a) {
   uint64_t line = a->addr & ~((uint64_t)locus_comm_cfg.line - 1);
   struct bb_entry e;
   int detected = 0;
+  dt.weight = a->weight > 1 ? a->weight : 1;
   if (read_entry(board, slot_of(line), &e) == 0 && e.line == line && e.tid != locus_me.tid &&
       e.t > dt.t_prev) {
-    write_event(&e, a->t, locus_me.tid, a->addr, a->len, a->ip, a->flags, a->cpu, 0, 1.0);
+    write_event(&e, a->t, locus_me.tid, a->addr, a->len, a->ip, a->flags, a->cpu, 0,
+                (double)dt.weight);
     detected = 1;
   }
   if (!detected && LOCUS_UNLIKELY(dt.want > 0)) open_watchpoints();
@@ -387,8 +393,11 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
     a.flags = 0;
   }
   disarm();
-  /* A load's trap resolves the reader's sample (volume 1); a store's is scaled as the paper's. */
-  double volume = dt.on.loaded ? 1.0 : (double)locus_comm_cfg.line / ((double)WP_BYTES * m);
+  /* A load's trap resolves the reader's sample (volume 1); a store's is scaled as the
+   * paper's, in the periods of the sample that armed it. */
+  double volume = dt.on.loaded ? 1.0
+                               : (double)locus_comm_cfg.line / ((double)WP_BYTES * m) *
+                                     (dt.arm_weight > 1 ? (double)dt.arm_weight : 1.0);
   if (!dt.on.loaded) {
     write_event(&dt.on, t0, locus_me.tid, a.addr, a.len, a.ip, a.flags, sched_getcpu(),
                 LOCUS_CE_TRAP, volume);
@@ -495,6 +504,21 @@ static void open_watchpoints(void) {
     dt.fds[dt.nwp++] = fd;
   }
   locus_ct.st.watchpoints = (uint32_t)dt.nwp;
+}
+
+void locus_comm_detect_park(int park) {
+  if (park && !dt.parked) {
+    disarm();
+    int n = dt.nwp + dt.want;
+    if (dt.pid == getpid())
+      for (int i = 0; i < dt.nwp; i++) locus_fd_close(dt.fds[i]);
+    dt.nwp = 0;
+    dt.want = 0;
+    dt.parked = n + 1;
+  } else if (!park && dt.parked) {
+    dt.want = dt.parked - 1; /* opened again at the next arming */
+    dt.parked = 0;
+  }
 }
 
 void locus_comm_detect_thread_fini(void) {

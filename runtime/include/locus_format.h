@@ -190,6 +190,9 @@ enum locus_comm_backend {
 /* soft backend: no access at the sampled pc (nor, skid-corrected, before it); the thread was
  * single-stepped (trap flag) to the next instruction with a memory operand, this one */
 #define LOCUS_AC_STEP 16u
+/* soft backend: a load whose bytes one of the next few instructions stores to (a split
+ * read-modify-write, `mov (%rcx),%rax; add $1,%rax; mov %rax,(%rcx)`): a store too */
+#define LOCUS_AC_RMW 32u
 
 struct locus_comm_sample { /* 64 bytes */
   uint64_t t;              /* ticks */
@@ -197,7 +200,8 @@ struct locus_comm_sample { /* 64 bytes */
   uint64_t ip;             /* address of the accessing instruction (after skid correction) */
   int32_t node;            /* numa lens: memory node of the page (move_pages), -1 unknown or
                               not asked, -2 page not present, -3 stack (not asked) */
-  uint32_t reserved0;
+  uint32_t periods;        /* sampling periods the sample stands for (soft: 1, or a POSIX CPU-time
+                              timer's 1 + overruns); 0 = 1 */
   uint64_t reserved1;
   uint32_t tid;
   int32_t cpu;    /* sched_getcpu() when sampled, -1 unknown */
@@ -239,6 +243,10 @@ struct locus_comm_event { /* 64 bytes */
 /* exact backend: the thread was not tracked at all (more than 1024 threads live at once, or
  * a serial above 65535): none of its accesses were seen. */
 #define LOCUS_CT_UNTRACKED 2u
+/* soft backend: the thread switched context so often (more than the runtime's threshold per
+ * second of its CPU time) that it was sampled for a while by a POSIX CPU-time timer, at the
+ * scheduler's tick, without watchpoints: perf's task clock costs at every switch */
+#define LOCUS_CT_TICKED 4u
 struct locus_comm_thread { /* 128 bytes */
   uint32_t tid;
   uint32_t backend;     /* enum locus_comm_backend */

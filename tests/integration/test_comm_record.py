@@ -1440,7 +1440,7 @@ static volatile long *blk;
 static void *nothing(void *p) { return p; }
 static void *w(void *p) {
   long id = (long)p;
-  for (long i = 0; i < 30000000; i++) blk[id]++;
+  for (long i = 0; i < 300000000; i++) blk[id]++;
   return 0;
 }
 int main(void) {
@@ -1681,7 +1681,7 @@ FORK_HEAP = r"""
 static volatile long *base;
 static void *w(void *p) {
   long id = (long)p;
-  for (long i = 0; i < 60000000; i++) base[id]++;
+  for (long i = 0; i < 400000000; i++) base[id]++;
   return 0;
 }
 int main(void) {
@@ -1777,7 +1777,10 @@ def test_a_queue_whose_locks_every_thread_takes_is_not_told_to_pad(locus, tmp_pa
     different locks that share 64-byte lines ... give each lock its own line': so padded,
     the queue ran 1.4-1.7x slower. It is contention: hand over less often."""
     exe = _gcc(tmp_path, "lq", LOCKED_QUEUE)
-    _proc, run = locus.record([str(exe), "1000000"], ("--lens", "comm"))
+    # The threads block on every item: on the scheduler's tick (the default for them) they
+    # are sampled 4x less often, too seldom for the advice to see every thread on the locks.
+    env = {**locus.env, "LOCUS_COMM_SWITCH_RATE": "0"}
+    _proc, run = locus.record([str(exe), "1000000"], ("--lens", "comm"), env=env)
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     advice = [a for a in c["advice"] if "`q`" in a]
     if not advice:
@@ -1793,10 +1796,15 @@ PIPE_PING_PONG = r"""
 #include <unistd.h>
 static int ab[2], ba[2];
 static long n;
+static volatile long work[16];
+static void some_work(int k) { /* user time between the switches, to be sampled */
+  for (int i = 0; i < 4000; i++) work[k + (i & 7)] += i;
+}
 static void *pong(void *a) {
   char c;
   for (long i = 0; i < n; i++) {
     if (read(ab[0], &c, 1) != 1 || write(ba[1], &c, 1) != 1) break;
+    some_work(8);
   }
   return a;
 }
@@ -1808,6 +1816,7 @@ int main(int argc, char **argv) {
   char c = 'x';
   for (long i = 0; i < n; i++) {
     if (write(ab[1], &c, 1) != 1 || read(ba[0], &c, 1) != 1) break;
+    some_work(0);
   }
   pthread_join(t, 0);
   puts("done");
@@ -1816,16 +1825,36 @@ int main(int argc, char **argv) {
 """
 
 
-def test_a_program_that_blocks_and_wakes_often_is_told_the_sampling_timers_cost(locus, tmp_path):
+def test_threads_that_block_and_wake_often_are_sampled_at_the_tick(locus, tmp_path):
     """Threads that block and wake tens of thousands of times a second (a queue under a
-    mutex and condition variables) ran 2-4x slower under soft sampling while the report's
-    comm cost said 0.4 %: each switch stops and restarts the sampling timer, in the kernel.
-    A note now gives the switch rate and what a longer period does."""
+    mutex and condition variables, sysbench threads) ran 2-12x slower under soft sampling
+    while the report's comm cost said 0.4 %: each switch stops and restarts perf's task
+    clock, in the kernel. Such threads are now moved to a POSIX CPU-time timer, checked at
+    the scheduler's tick, whose samples stand for the periods that elapsed; the report
+    counts them and says so. With LOCUS_COMM_SWITCH_RATE=0 they stay on the task clock and
+    a note gives the switch rate and what a longer period does."""
+    from locus.rundir import COMM_SAMPLE_DTYPE, read_records
+
     exe = _gcc(tmp_path, "pp", PIPE_PING_PONG)
     _proc, run = locus.record([str(exe), "30000"], ("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["ticked_threads"] == 2, c["notes"]  # both block on every round
+    note = [n for n in c["notes"] if "at the scheduler's tick" in n]
+    assert note and note[0].startswith("2 thread(s) switched context"), c["notes"]
+    (pdir,) = [p for p in (run / "procs").iterdir() if p.is_dir()]
+    s = read_records(pdir / "comm.samples.bin", COMM_SAMPLE_DTYPE)
+    s = s[s["kind"] == 1]
+    assert len(s) and (s["periods"] >= 1).all() and s["periods"].max() > 1
+
+    env = {**locus.env, "LOCUS_COMM_SWITCH_RATE": "0"}
+    _proc, run = locus.record([str(exe), "30000"], ("--lens", "comm"), env=env)
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["ticked_threads"] == 0
     note = [n for n in c["notes"] if "switched context" in n]
     assert note and "--period" in note[0], c["notes"]
+    (pdir,) = [p for p in (run / "procs").iterdir() if p.is_dir()]
+    s = read_records(pdir / "comm.samples.bin", COMM_SAMPLE_DTYPE)
+    assert (s["periods"][s["kind"] == 1] == 1).all()
 
 
 def test_locks_inside_a_struct_are_named_by_their_fields(locus, tmp_path):

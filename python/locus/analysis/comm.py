@@ -119,7 +119,7 @@ def recorded(run: RunDir) -> bool:
 
 # The flag bits the runtime defines (records with others are damage).
 CE_KNOWN = 15  # LOCUS_CE_TRUE | TRAP | EXACT | LOADED
-AC_KNOWN = 31  # LOCUS_AC_STORE .. LOCUS_AC_STEP
+AC_KNOWN = 63  # LOCUS_AC_STORE .. LOCUS_AC_RMW
 
 
 def valid_events(e: np.ndarray) -> np.ndarray:
@@ -555,6 +555,7 @@ def _add_work(
 
 CT_NO_COPY_BIT = 1  # LOCUS_CT_NO_COPY_BIT (locus_format.h)
 CT_UNTRACKED = 2  # LOCUS_CT_UNTRACKED
+CT_TICKED = 4  # LOCUS_CT_TICKED
 EXACT_COPY_BITS = 64  # threads the exact model keeps copies for at once (exact.c XS_BITS)
 EXACT_THREADS = 1024  # threads it tracks at once (exact.c XS_MAX)
 
@@ -853,7 +854,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         notes.append(handoff)
     if unseen:
         notes.append(unseen)
-    switching = _switching_note(run, cfg)
+    ticked = int(((ct["flags"] & CT_TICKED) != 0).sum()) if len(ct) else 0
+    switching = _ticked_note(ticked) if ticked else _switching_note(run, cfg)
     if switching:
         notes.append(switching)
 
@@ -956,6 +958,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "bind": cfg["bind"],
         "samples": counters["samples"],
         "skipped": counters["skipped"],
+        "ticked_threads": ticked,
         "counters": counters,
         "overhead_s": counters["self_ns"] / 1e9,
         "threads": threads,
@@ -1311,6 +1314,22 @@ def _sampled_uses(proc, line: int, cache: dict) -> tuple[np.ndarray, np.ndarray]
 
 
 SWITCH_NOTE_RATE = 5_000  # context switches per second of the run that get the note
+# A thread that switches context more often than this, per second of its CPU time, is
+# sampled at the scheduler's tick (soft.c default_switch_high).
+SWITCH_RATE_VM, SWITCH_RATE_METAL = 10_000, 50_000
+
+
+def _ticked_note(n: int) -> str:
+    """The threads the soft sampler moved to the scheduler's tick (LOCUS_CT_TICKED)."""
+    return (
+        f"{n} thread(s) switched context more than {SWITCH_RATE_VM:,} times a second of their "
+        f"CPU time ({SWITCH_RATE_METAL:,} on bare metal; LOCUS_COMM_SWITCH_RATE) and were "
+        "sampled meanwhile at the scheduler's tick (a POSIX CPU-time timer: at most HZ "
+        "samples a second, each counted for the periods it stands for) without watchpoints: "
+        "perf's task clock costs at every switch (5.8 us in a VM; sysbench threads ran 12x "
+        "slower for it). Fewer samples and no watchpoint traps for those threads: their "
+        "volumes are coarser"
+    )
 
 
 def _switching_note(run: RunDir, cfg: dict) -> str | None:
@@ -1332,7 +1351,9 @@ def _switching_note(run: RunDir, cfg: dict) -> str | None:
         "that the comm cost above does not count, larger the shorter the period (a queue "
         "under a mutex and condition variables, 33,000 switches/s in a VM: 2.1x slower at "
         "the default 1 ms, 1.3x at 5 ms, 1.04x at 10 ms): a longer --period (10ms) keeps "
-        "such a program's timing, with fewer samples"
+        "such a program's timing, with fewer samples (a thread that switches more than "
+        f"{SWITCH_RATE_VM:,} times a second of its CPU time in a VM, {SWITCH_RATE_METAL:,} on "
+        "bare metal, is moved to the scheduler's tick by itself)"
     )
 
 

@@ -571,7 +571,9 @@ def _accesses(run: RunDir, scale: float, notes: list[str]) -> _Accesses:
         tid=cat(s["tid"], c["tid"]),
         cpu=cat(s["cpu"], np.full(nc, -1), np.int64),
         stack=((flags & AC_STACK) != 0) | (node == -3),
-        w=cat(np.full(ns, scale), c["count"], np.float64),
+        # A sample of the tick (a thread that switched context often: soft.c) stands for
+        # the periods that elapsed; 0 in older runs.
+        w=cat(np.maximum(s["periods"], 1) * scale, c["count"], np.float64),
         mask=cat(np.zeros(ns, dtype=np.uint64), c["nodes"]),
         unpinned_page=cat(
             np.full(ns, -1, dtype=np.int8), (c["flags"] & NC_UNPINNED_PAGE) != 0, np.int8

@@ -19,6 +19,7 @@
 #include <Zydis/Zydis.h>
 #include <dlfcn.h>
 #include <asm/prctl.h>
+#include <cpuid.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
@@ -30,6 +31,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -69,7 +71,9 @@ static int zydis_open(void) {
 #define TRAP_PERF 6
 #endif
 
-enum { SRC_NONE = 0, SRC_SIGTRAP = 1, SRC_ASYNC = 2, SRC_TIMER = 3 };
+/* SRC_TICK: the task clock's thread, moved to its POSIX CPU-time timer while it switches
+ * context often (see adapt()). */
+enum { SRC_NONE = 0, SRC_SIGTRAP = 1, SRC_ASYNC = 2, SRC_TIMER = 3, SRC_TICK = 4 };
 
 #define MAX_MODS 512
 #define ALTSTACK_SIZE (64u << 10)
@@ -111,8 +115,14 @@ struct soft_tls {
   uint64_t stack_lo, stack_hi;
   int step_left;   /* single steps left towards the next memory access (0: not stepping) */
   uint64_t step_t; /* ticks at the chain's previous signal */
+  int ktimer;      /* SRC_TICK's timer (a kernel timer id), -1 none yet */
+  int streak;      /* checks in a row that point to the other source; -1: adapt no more */
+  int wp_streak;   /* checks in a row (on the tick) that point to parking, or unparking, the
+                      watchpoints */
+  int parked;      /* the watchpoints are parked (locus_comm_detect_park) */
+  uint64_t sw_last, cpu_last; /* context switches and CPU time (us) at the previous check */
 };
-static LOCUS_TLS struct soft_tls me_soft = {.fd = -1};
+static LOCUS_TLS struct soft_tls me_soft = {.fd = -1, .ktimer = -1};
 /* A sample whose instruction (and, skid-corrected, the previous one) has no usable memory
  * access: the load that stalled overwrote its own base register (`mov (%rax),%rax`, the
  * pointer chase), or the loop's branch. The thread is single-stepped (x86 trap flag, one
@@ -666,7 +676,7 @@ static int reg_value(ZydisRegister r, const greg_t *g, uint64_t *v) {
   return 0;
 }
 
-enum { DEC_OK = 0, DEC_NOMEM = 1, DEC_UNDECODED = 2, DEC_CLOBBERED = 3 };
+enum { DEC_OK = 0, DEC_NOMEM = 1, DEC_UNDECODED = 2, DEC_CLOBBERED = 3, DEC_SYSCALL = 4 };
 
 /* The memory access of the decoded instruction `in` (operands ops) at ip. `executed`: the
  * registers g (a ucontext's gregs) are those after it ran (skid), else before. */
@@ -1134,7 +1144,7 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
 /* The next access from pc (code c, registers g), interpreted as above: DEC_OK with *a,
  * DEC_NOMEM when the run ahead ended without one (step instead). */
 static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
-                        struct locus_comm_access *a) {
+                        struct locus_comm_access *a, greg_t *regs_at) {
   struct ahead s;
   memcpy(s.g, g, sizeof s.g);
   s.g[REG_RIP] = (greg_t)pc;
@@ -1154,10 +1164,108 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
      * instructions) is the answer, with the registers before it runs (at pc itself too:
      * after a skid-corrected instruction without an access, pc's is the next one). */
     int rc = access_decoded(&in, ops, at, s.g, 0, a);
+    if (rc == DEC_OK && regs_at) memcpy(regs_at, s.g, sizeof s.g);
     if (rc != DEC_NOMEM) return rc == DEC_OK ? DEC_OK : DEC_NOMEM;
     if (ahead_step(&s, &in, ops) != 0) return DEC_NOMEM;
   }
   return DEC_NOMEM;
+}
+
+/* ---- split read-modify-writes ----
+ * `x++` on a volatile or at -O0, `p->n = p->n * 2 + k`: a load, some arithmetic, and a
+ * store to the same bytes. A timer lands where the time goes, on the load (its data comes
+ * from the other core, or from the store before it), and next to never on the store, which
+ * retires at once into the store buffer: on a 2023 Xeon all 208 samples of two threads
+ * incrementing neighbouring volatile counters were the load, nothing was published, and no
+ * false sharing was found. So a sampled load is followed, on a copy of the registers, for
+ * RMW_MAX instructions of straight-line code (no branch but a direct jmp, no call): when
+ * one stores to bytes the load read, with an address from registers whose values are
+ * known, the sample is that store too (LOCUS_AC_STORE | LOCUS_AC_RMW), as `addq $1,(%rcx)`
+ * is. A register loaded from memory meanwhile, or computed from one, is unknown; an address
+ * made of one ends the search. `executed`: g holds the registers after the load ran
+ * (skid-corrected), else before it. */
+#define RMW_MAX 8
+
+static uint32_t reg_bit(ZydisRegister r) {
+  r = wide(r);
+  return r >= ZYDIS_REGISTER_RAX && r <= ZYDIS_REGISTER_R15 ? 1u << (r - ZYDIS_REGISTER_RAX) : 0;
+}
+
+/* The registers an instruction writes (hidden operands too: rdx of mul, rsp of push); ~0
+ * for one writing a register we do not track by bit. */
+static uint32_t written_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
+  uint32_t w = 0;
+  for (int i = 0; i < in->operand_count; i++)
+    if (ops[i].type == ZYDIS_OPERAND_TYPE_REGISTER &&
+        (ops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
+      w |= reg_bit(ops[i].reg.value);
+  return w;
+}
+
+static uint32_t read_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
+  uint32_t r = 0;
+  for (int i = 0; i < in->operand_count; i++) {
+    const ZydisDecodedOperand *o = &ops[i];
+    if (o->type == ZYDIS_OPERAND_TYPE_REGISTER && (o->actions & ZYDIS_OPERAND_ACTION_MASK_READ))
+      r |= reg_bit(o->reg.value);
+    if (o->type == ZYDIS_OPERAND_TYPE_MEMORY) r |= reg_bit(o->mem.base) | reg_bit(o->mem.index);
+  }
+  return r;
+}
+
+static int has_memory(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
+  for (int i = 0; i < in->operand_count; i++)
+    if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.type == ZYDIS_MEMOP_TYPE_MEM &&
+        (ops[i].actions & (ZYDIS_OPERAND_ACTION_MASK_READ | ZYDIS_OPERAND_ACTION_MASK_WRITE)))
+      return 1;
+  return 0;
+}
+
+static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a) {
+  struct ahead s;
+  memcpy(s.g, g, sizeof s.g);
+  s.known = 0; /* no conditional branch is followed */
+  uint32_t unknown = 0;
+  struct code here;
+  ZydisDecodedInstruction in;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  code_at(a->ip, &here);
+  if (!here.avail || !ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, here.p, here.avail, &in, ops)))
+    return;
+  if (!executed) unknown = written_regs(&in, ops);
+  s.g[REG_RIP] = (greg_t)(a->ip + in.length);
+  for (int k = 0; k < RMW_MAX; k++) {
+    uint64_t at = (uint64_t)s.g[REG_RIP];
+    code_at(at, &here);
+    if (!here.avail || !ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, here.p, here.avail, &in, ops)))
+      return;
+    if (in.meta.branch_type != ZYDIS_BRANCH_TYPE_NONE && in.mnemonic != ZYDIS_MNEMONIC_JMP) return;
+    if (in.meta.category == ZYDIS_CATEGORY_SYSCALL || in.meta.category == ZYDIS_CATEGORY_INTERRUPT)
+      return;
+    uint32_t reads = read_regs(&in, ops), writes = written_regs(&in, ops);
+    if (has_memory(&in, ops)) {
+      struct locus_comm_access b;
+      memset(&b, 0, sizeof b);
+      for (int i = 0; i < in.operand_count; i++) /* the address must be of known registers */
+        if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY &&
+            (unknown & (reg_bit(ops[i].mem.base) | reg_bit(ops[i].mem.index))))
+          return;
+      if (access_decoded(&in, ops, at, s.g, 0, &b) != DEC_OK) return;
+      if ((b.flags & LOCUS_AC_STORE) && a->addr < b.addr + b.len && b.addr < a->addr + a->len) {
+        a->flags |= LOCUS_AC_STORE | LOCUS_AC_RMW;
+        return;
+      }
+      unknown |= writes; /* a load's value, or a push's rsp: not followed */
+      s.g[REG_RIP] = (greg_t)(at + in.length);
+      continue;
+    }
+    if (reads & unknown) { /* computed from an unknown value */
+      unknown |= writes;
+      s.g[REG_RIP] = (greg_t)(at + in.length);
+      continue;
+    }
+    if (ahead_step(&s, &in, ops) != 0) return;
+  }
 }
 
 /* A watchpoint trap's pc follows the access that ran (a branch target or not). */
@@ -1226,6 +1334,8 @@ int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,
   memset(&a, 0, sizeof a);
   int rc = access_of((const void *)ip, ZYDIS_MAX_INSTRUCTION_LENGTH, ip,
                      ((ucontext_t *)uc)->uc_mcontext.gregs, 0, &a);
+  if (rc == DEC_OK && !(a.flags & (LOCUS_AC_STORE | LOCUS_AC_STACK)))
+    split_rmw(((ucontext_t *)uc)->uc_mcontext.gregs, 0, &a);
   *addr = a.addr;
   *len = a.len;
   *flags = a.flags;
@@ -1239,7 +1349,7 @@ int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, u
   code_at(ip, &c);
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
-  if (access_ahead(ip, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, &a) != DEC_OK) return -1;
+  if (access_ahead(ip, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, &a, NULL) != DEC_OK) return -1;
   *at = a.ip;
   *addr = a.addr;
   *len = a.len;
@@ -1259,8 +1369,132 @@ static int enters_kernel(const struct code *c) {
   return in.meta.category == ZYDIS_CATEGORY_SYSCALL || in.meta.category == ZYDIS_CATEGORY_INTERRUPT;
 }
 
+/* ---- threads that switch context often ----
+ * perf's task clock costs at every context switch of the thread it samples (the kernel
+ * stops and restarts its hrtimer, which reprograms the CPU's timer): 5.8 us a switch in this
+ * KVM guest, where writing the timer exits to the hypervisor. sysbench threads (sched_yield
+ * under mutexes, 1.2 M switches a second) ran 12x slower for it, and each open breakpoint
+ * event (the watchpoints) adds 0.1 us a switch. A thread that switches more than
+ * switch_high times a second of its CPU time, at two samples in a row, is therefore moved
+ * to a POSIX CPU-time timer, which the kernel checks at the scheduler's tick (no cost at a
+ * switch; at most HZ samples a second, each standing for the periods that elapsed: 1 + the
+ * timer's overruns); under a quarter of that rate, at two samples in a row, it goes back to
+ * the task clock. On the tick, above WP_PARK x switch_high its watchpoints are closed too
+ * (sysbench threads: 1.6x slower with them open), and opened again under a quarter of that.
+ * LOCUS_COMM_SWITCH_RATE sets switch_high (0: never move). */
+#define WP_PARK 8u
+static uint64_t switch_high;
+static uint64_t period_ns(void);
+static int open_clock(int sigtrap);
+
+static int tick_arm(uint64_t p) {
+  struct itimerspec its = {{(time_t)(p / 1000000000u), (long)(p % 1000000000u)},
+                           {(time_t)(p / 1000000000u), (long)(p % 1000000000u)}};
+  return (int)syscall(SYS_timer_settime, me_soft.ktimer, 0, &its, NULL);
+}
+
+static void go_tick(void) {
+  if (me_soft.ktimer < 0) {
+    struct sigevent sev;
+    memset(&sev, 0, sizeof sev);
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = SIGTRAP;
+    sev.sigev_value.sival_ptr = (void *)LOCUS_TRAP_COOKIE;
+    sev._sigev_un._tid = (pid_t)locus_me.tid;
+    int id = -1;
+    if (syscall(SYS_timer_create, CLOCK_THREAD_CPUTIME_ID, &sev, &id) != 0) {
+      me_soft.streak = -1;
+      return;
+    }
+    me_soft.ktimer = id;
+  }
+  if (tick_arm(period_ns()) != 0) {
+    me_soft.streak = -1;
+    return;
+  }
+  /* Closed, not disabled: a disabled event still costs at every switch. */
+  ioctl(me_soft.fd, PERF_EVENT_IOC_DISABLE, 0);
+  locus_fd_close(me_soft.fd);
+  me_soft.fd = -1;
+  me_soft.source = SRC_TICK;
+  me_soft.wp_streak = 0;
+  locus_ct.st.flags |= LOCUS_CT_TICKED;
+}
+
+static void go_clock(void) {
+  int fd = open_clock(1);
+  if (fd < 0) return; /* stays on the tick */
+  tick_arm(0);
+  /* A tick already queued arrives under SRC_SIGTRAP and is dropped (on_sampler_signal). */
+  me_soft.fd = fd;
+  me_soft.source = SRC_SIGTRAP;
+  if (me_soft.parked) locus_comm_detect_park(0);
+  me_soft.parked = 0;
+}
+
+/* On the tick: park the watchpoints above WP_PARK x switch_high, unpark under a quarter of
+ * that, at two checks in a row. */
+static void park_watchpoints(uint64_t rate) {
+  uint64_t hi = WP_PARK * switch_high;
+  if (me_soft.parked ? rate < hi / 4 : rate > hi)
+    me_soft.wp_streak++;
+  else
+    me_soft.wp_streak = 0;
+  if (me_soft.wp_streak < 2) return;
+  me_soft.wp_streak = 0;
+  me_soft.parked = !me_soft.parked;
+  locus_comm_detect_park(me_soft.parked);
+}
+
+/* After a sample of the task clock or the tick: count the switches since the last one. */
+static void adapt(void) {
+  if (!switch_high || me_soft.streak < 0 ||
+      (me_soft.source != SRC_SIGTRAP && me_soft.source != SRC_TICK))
+    return;
+  struct rusage ru;
+  if (syscall(SYS_getrusage, RUSAGE_THREAD, &ru) != 0) return;
+  uint64_t sw = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
+  uint64_t cpu = (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000u +
+                 (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  uint64_t dsw = sw - me_soft.sw_last, dcpu = cpu - me_soft.cpu_last;
+  int first = !me_soft.cpu_last;
+  me_soft.sw_last = sw;
+  me_soft.cpu_last = cpu;
+  if (first || cpu < dcpu) return;
+  uint64_t rate = dsw * 1000000u / (dcpu ? dcpu : 1);
+  int tick = me_soft.source == SRC_TICK;
+  if (tick) park_watchpoints(rate);
+  if (tick ? rate < switch_high / 4 : rate > switch_high)
+    me_soft.streak++;
+  else
+    me_soft.streak = 0;
+  if (me_soft.streak < 2) return;
+  me_soft.streak = 0;
+  if (tick)
+    go_clock();
+  else
+    go_tick();
+}
+
+static uint64_t default_switch_high(void) {
+  unsigned a, b, c, d;
+  int vm = __get_cpuid(1, &a, &b, &c, &d) && (c >> 31) & 1; /* the hypervisor bit */
+  /* Bare metal: hrtimer reprogramming is a register write, ~0.5 us a switch all told. */
+  return vm ? 10000u : 50000u;
+}
+
 /* ---- the handler ---- */
-static void take_sample(ucontext_t *uc) {
+/* A POSIX CPU-time timer's signal that fired while the thread was in a system call is
+ * delivered as the call returns, at the instruction after `syscall`: the time was the
+ * kernel's, and the next access is not what the thread was doing (perf's task clock,
+ * exclude_kernel, drops such samples itself). Read in loaded objects only. */
+static int after_syscall(const struct code *c, uint64_t pc) {
+  if (!c->m || pc < c->m->lo + 2) return 0;
+  const uint8_t *p = (const uint8_t *)pc;
+  return p[-2] == 0x0f && p[-1] == 0x05;
+}
+
+static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
   struct locus_comm_thread *st = &locus_ct.st;
   if (!locus_ct.started) return;
   uint64_t t0 = locus_ticks(), c0 = locus_comm_self_begin();
@@ -1282,10 +1516,13 @@ static void take_sample(ucontext_t *uc) {
   } else {
     struct code c;
     code_at(pc, &c);
-    int rc = sampled_access(pc, &c, uc, &a);
+    int rc = timer && after_syscall(&c, pc) ? DEC_SYSCALL : sampled_access(pc, &c, uc, &a);
+    const greg_t *regs = uc->uc_mcontext.gregs; /* at the sampled access (split_rmw) */
+    greg_t ahead_regs[NGREG];
     if (rc == DEC_NOMEM && ahead_on) {
-      rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a);
+      rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a, ahead_regs);
       if (rc == DEC_OK) a.flags |= LOCUS_AC_STEP;
+      regs = ahead_regs;
     }
     /* Never with SIGTRAP blocked in the context we return to: the kernel delivers a sample
      * to a thread that blocks it (asynchronously), but a blocked trap-flag SIGTRAP kills. */
@@ -1297,12 +1534,17 @@ static void take_sample(ucontext_t *uc) {
     } else if (rc != DEC_OK) {
       st->skipped++;
       if (rc == DEC_UNDECODED) st->undecoded++;
+      if (rc == DEC_SYSCALL) st->kernel++;
     } else {
+      if (!(a.flags & (LOCUS_AC_STORE | LOCUS_AC_STACK)))
+        split_rmw(regs, (a.flags & LOCUS_AC_SKID) != 0, &a);
       a.t = t0;
       a.cpu = sched_getcpu();
+      a.weight = weight;
       locus_comm_take(&a);
     }
   }
+  adapt();
   locus_comm_self_end(c0);
   locus_me.guard--;
 }
@@ -1323,8 +1565,11 @@ static void on_step(ucontext_t *uc) {
     locus_me.guard++;
     code_at(pc, &c);
     if (c.avail) rc = access_of(c.p, c.avail, pc, uc->uc_mcontext.gregs, 0, &a);
-    if (rc == DEC_NOMEM && ahead_on) rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a);
+    greg_t regs[NGREG];
+    memcpy(regs, uc->uc_mcontext.gregs, sizeof regs);
+    if (rc == DEC_NOMEM && ahead_on) rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a, regs);
     if (rc == DEC_OK) {
+      if (!(a.flags & (LOCUS_AC_STORE | LOCUS_AC_STACK))) split_rmw(regs, 0, &a);
       a.t = t0;
       a.cpu = sched_getcpu();
       a.flags |= LOCUS_AC_STEP;
@@ -1352,14 +1597,21 @@ static int on_sampler_signal(siginfo_t *si, void *uc) {
     on_step(uc);
     return 1;
   }
-  if (si->si_code == TRAP_PERF)
+  uint32_t weight = 1;
+  int timer = 0;
+  if (si->si_code == TRAP_PERF) {
     ours = 1;
-  else if (si->si_code == SI_TIMER)
-    ours = me_soft.source == SRC_TIMER && (uint64_t)si->si_value.sival_ptr == LOCUS_TRAP_COOKIE;
+  } else if (si->si_code == SI_TIMER) {
+    /* One of our timers; one queued before its thread left SRC_TICK is dropped. */
+    ours = (uint64_t)si->si_value.sival_ptr == LOCUS_TRAP_COOKIE;
+    if (me_soft.source != SRC_TIMER && me_soft.source != SRC_TICK) return ours;
+    weight = 1u + (uint32_t)(si->si_overrun > 0 ? si->si_overrun : 0);
+    timer = 1;
+  }
   /* F_SETSIG with a signal that has codes of its own (SIGTRAP) arrives as SI_SIGIO. */
   else if (si->si_code == SI_SIGIO || (si->si_code >= POLL_IN && si->si_code <= POLL_HUP))
     ours = me_soft.source == SRC_ASYNC && me_soft.fd > 2 && si->si_fd == me_soft.fd;
-  if (ours) take_sample(uc);
+  if (ours) take_sample(uc, weight, timer);
   return ours;
 }
 
@@ -1489,6 +1741,8 @@ static void start_sampler(void) {
 
 static void stop_sampler(void) {
   if (me_soft.source == SRC_TIMER) timer_delete(me_soft.timer);
+  if (me_soft.ktimer >= 0) syscall(SYS_timer_delete, me_soft.ktimer);
+  me_soft.ktimer = -1;
   if (me_soft.fd >= 0) {
     ioctl(me_soft.fd, PERF_EVENT_IOC_DISABLE, 0);
     locus_fd_close(me_soft.fd);
@@ -1541,6 +1795,9 @@ static void soft_thread_init(void) {
   if (!proc_ok) return;
   me_soft.fd = -1;
   me_soft.source = SRC_NONE;
+  me_soft.ktimer = -1;
+  me_soft.streak = me_soft.wp_streak = me_soft.parked = 0;
+  me_soft.sw_last = me_soft.cpu_last = 0;
   setup_altstack();
   thread_context();
   /* Objects dlopen'ed since the last snapshot (the handler cannot call dl_iterate_phdr). */
@@ -1573,6 +1830,9 @@ static void soft_after_fork(void) {
   atomic_store(&mods_busy, 0);
   me_soft.fd = -1;
   me_soft.source = SRC_NONE;
+  me_soft.ktimer = -1;
+  me_soft.streak = me_soft.wp_streak = me_soft.parked = 0;
+  me_soft.sw_last = me_soft.cpu_last = 0;
   locus_comm_detect_thread_init();
   start_sampler();
 }
@@ -1594,6 +1854,8 @@ static int soft_proc_init(void) {
   const char *src = getenv("LOCUS_COMM_SOFT_SOURCE");
   if (src && !strcmp(src, "async")) forced_source = SRC_ASYNC;
   if (src && !strcmp(src, "timer")) forced_source = SRC_TIMER;
+  const char *rate = getenv("LOCUS_COMM_SWITCH_RATE");
+  switch_high = rate && *rate ? strtoull(rate, NULL, 10) : default_switch_high();
   void *cache = mmap(NULL, CACHE_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (cache == MAP_FAILED) {

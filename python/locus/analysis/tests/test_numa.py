@@ -124,6 +124,21 @@ def test_unpinned_threads_and_pages(tmp_path):
     assert "OMP_PROC_BIND" in res["advice"][0]["text"]
 
 
+def test_tick_samples_count_their_periods(tmp_path):
+    # A thread sampled at the scheduler's tick (it switched context often) has samples that
+    # stand for several periods each: the matrix and totals count periods, not records.
+    run, _p, n = _run()
+    n.start(10, nodes=[0])
+    n.start(11, nodes=[1])
+    n.mmap(ARR, 2 * PAGE, site=0x401100, t=0.01)
+    n.touch(10, ARR, node=0, t=0.1)
+    n.sample(10, ARR + 8, node=0, count=6)  # the task clock: one period each
+    n.sample(11, ARR + 16, node=0, count=2, periods=4)  # the tick: four periods each
+    res = _res(tmp_path, run)
+    assert _classes(res) == {"local": 6, "remote": 8}
+    assert res["totals"]["accesses"] == 14
+
+
 def test_memory_only_nodes_by_distance(tmp_path):
     dist = [[10, 20, 17, 28], [20, 10, 28, 17], [17, 28, 10, 28], [28, 17, 28, 10]]
     run, _p, n = _run(threads=3, nodes=[[0, 1], [2, 3], [], []], distances=dist)
