@@ -1751,17 +1751,43 @@ static void stop_sampler(void) {
   me_soft.source = SRC_NONE;
 }
 
+/* Ended threads' alternate stacks, kept for the next threads: an munmap per ended thread
+ * is a TLB shootdown on every CPU that runs another thread of the program (as the record
+ * chunks' were, bench/threads.py). Slots taken and given with one atomic exchange each. */
+#define ALTSTACK_POOL 64
+static void *_Atomic altstack_pool[ALTSTACK_POOL];
+
+static void *altstack_get(void) {
+  for (int i = 0; i < ALTSTACK_POOL; i++)
+    if (atomic_load_explicit(&altstack_pool[i], memory_order_relaxed)) {
+      void *p = atomic_exchange(&altstack_pool[i], NULL);
+      if (p) return p;
+    }
+  void *p = mmap(NULL, ALTSTACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void altstack_put(void *p) {
+  for (int i = 0; i < ALTSTACK_POOL; i++) {
+    void *none = NULL;
+    if (!atomic_load_explicit(&altstack_pool[i], memory_order_relaxed) &&
+        atomic_compare_exchange_strong(&altstack_pool[i], &none, p))
+      return;
+  }
+  munmap(p, ALTSTACK_SIZE);
+}
+
 /* The thread's alternate signal stack (raw system calls: the sigaltstack interposer keeps
  * a smaller one the program sets later virtual, see locus_alt). */
 static void setup_altstack(void) {
   stack_t cur;
   if (syscall(SYS_sigaltstack, NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE))
     return; /* the program's */
-  void *p = mmap(NULL, ALTSTACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return;
+  void *p = altstack_get();
+  if (!p) return;
   stack_t ss = {.ss_sp = p, .ss_flags = 0, .ss_size = ALTSTACK_SIZE};
   if (syscall(SYS_sigaltstack, &ss, NULL) != 0) {
-    munmap(p, ALTSTACK_SIZE);
+    altstack_put(p);
     return;
   }
   locus_alt = (struct locus_altstack){
@@ -1774,7 +1800,7 @@ static void free_altstack(void) {
   if (syscall(SYS_sigaltstack, NULL, &cur) == 0 && cur.ss_sp == locus_alt.sp &&
       !(cur.ss_flags & SS_ONSTACK)) {
     stack_t off = {.ss_sp = NULL, .ss_flags = SS_DISABLE, .ss_size = 0};
-    if (syscall(SYS_sigaltstack, &off, NULL) == 0) munmap(locus_alt.sp, ALTSTACK_SIZE);
+    if (syscall(SYS_sigaltstack, &off, NULL) == 0) altstack_put(locus_alt.sp);
   }
   locus_alt.sp = NULL;
 }
