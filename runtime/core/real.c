@@ -53,23 +53,9 @@ void locus_real_resolve(void) {
   R(execve, "execve");
   R(execvp, "execvp");
   R(execvpe, "execvpe");
-  R(omp_set_lock, "omp_set_lock");
-  R(omp_unset_lock, "omp_unset_lock");
-  R(omp_test_lock, "omp_test_lock");
-  R(omp_set_nest_lock, "omp_set_nest_lock");
-  R(omp_unset_nest_lock, "omp_unset_nest_lock");
-  R(omp_test_nest_lock, "omp_test_nest_lock");
-  R(omp_set_lock_, "omp_set_lock_");
-  R(omp_unset_lock_, "omp_unset_lock_");
-  R(omp_test_lock_, "omp_test_lock_");
-  R(omp_set_nest_lock_, "omp_set_nest_lock_");
-  R(omp_unset_nest_lock_, "omp_unset_nest_lock_");
-  R(omp_test_nest_lock_, "omp_test_nest_lock_");
-  R(gomp_critical_start, "GOMP_critical_start");
-  R(gomp_critical_end, "GOMP_critical_end");
-  R(gomp_critical_name_start, "GOMP_critical_name_start");
-  R(gomp_critical_name_end, "GOMP_critical_name_end");
-  R(gomp_barrier, "GOMP_barrier");
+  /* The OpenMP entry points are resolved at their first call (REAL): in a program without
+   * an OpenMP runtime each failed lookup allocates its error message on the program's heap
+   * (768 bytes before main), which moves every block the program allocates after it. */
 }
 
 void *locus_real_need(void **slot, const char *name) {
