@@ -119,12 +119,11 @@ static _Atomic int warned_source, warned_budget;
 struct soft_tls {
   int fd;
   int source;
-  timer_t timer;
   uint64_t fs_base, gs_base;
   uint64_t stack_lo, stack_hi;
   int step_left;   /* single steps left towards the next memory access (0: not stepping) */
   uint64_t step_t; /* ticks at the chain's previous signal */
-  int ktimer;      /* SRC_TICK's timer (a kernel timer id), -1 none yet */
+  int ktimer;      /* the POSIX CPU-time timer (SRC_TICK, SRC_TIMER): a kernel id, -1 none yet */
   int streak;      /* checks in a row that point to the other source; -1: adapt no more */
   int wp_streak;   /* checks in a row (on the tick) that point to parking, or unparking, the
                       watchpoints */
@@ -1402,7 +1401,9 @@ static int tick_arm(uint64_t p) {
   return (int)syscall(SYS_timer_settime, me_soft.ktimer, 0, &its, NULL);
 }
 
-static void go_tick(void) {
+/* This thread's POSIX CPU-time timer (made at its first use; raw system calls, the kernel's
+ * timer id), signalling SIGTRAP with our cookie every p ns of its CPU time: 0, or -1. */
+static int tick_start(uint64_t p) {
   if (me_soft.ktimer < 0) {
     struct sigevent sev;
     memset(&sev, 0, sizeof sev);
@@ -1411,13 +1412,14 @@ static void go_tick(void) {
     sev.sigev_value.sival_ptr = (void *)LOCUS_TRAP_COOKIE;
     sev._sigev_un._tid = (pid_t)locus_me.tid;
     int id = -1;
-    if (syscall(SYS_timer_create, CLOCK_THREAD_CPUTIME_ID, &sev, &id) != 0) {
-      me_soft.streak = -1;
-      return;
-    }
+    if (syscall(SYS_timer_create, CLOCK_THREAD_CPUTIME_ID, &sev, &id) != 0) return -1;
     me_soft.ktimer = id;
   }
-  if (tick_arm(period_ns()) != 0) {
+  return tick_arm(p);
+}
+
+static void go_tick(void) {
+  if (tick_start(period_ns()) != 0) {
     me_soft.streak = -1;
     return;
   }
@@ -1687,22 +1689,8 @@ static int start_async(void) {
 }
 
 static int start_timer(void) {
-  struct sigevent sev;
-  memset(&sev, 0, sizeof sev);
-  sev.sigev_notify = SIGEV_THREAD_ID;
-  sev.sigev_signo = SIGTRAP;
-  sev.sigev_value.sival_ptr = (void *)LOCUS_TRAP_COOKIE;
-  sev._sigev_un._tid = (pid_t)locus_me.tid;
-  if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &me_soft.timer) != 0) return -1;
+  if (tick_start(period_ns()) != 0) return -1;
   me_soft.source = SRC_TIMER;
-  uint64_t p = period_ns();
-  struct itimerspec its = {{(time_t)(p / 1000000000u), (long)(p % 1000000000u)},
-                           {(time_t)(p / 1000000000u), (long)(p % 1000000000u)}};
-  if (timer_settime(me_soft.timer, 0, &its, NULL) != 0) {
-    timer_delete(me_soft.timer);
-    me_soft.source = SRC_NONE;
-    return -1;
-  }
   return 0;
 }
 
@@ -1749,7 +1737,6 @@ static void start_sampler(void) {
 }
 
 static void stop_sampler(void) {
-  if (me_soft.source == SRC_TIMER) timer_delete(me_soft.timer);
   if (me_soft.ktimer >= 0) syscall(SYS_timer_delete, me_soft.ktimer);
   me_soft.ktimer = -1;
   if (me_soft.fd >= 0) {
