@@ -66,7 +66,7 @@ struct bb_entry { /* 64 bytes */
   uint32_t serial; /* publisher's thread serial */
   uint32_t pubno;  /* publisher's store (or load) sample count when it published this */
   uint32_t loaded; /* a sampled load (the load board): 1, 2 once a trap resolved it; else 0 */
-  uint32_t pad;
+  uint32_t weight; /* sampling periods the publishing sample stands for */
 };
 
 static struct bb_entry *board;
@@ -149,6 +149,7 @@ static void publish(const struct locus_comm_access *a, uint64_t line, int loaded
   e->serial = serial;
   e->pubno = n;
   e->loaded = (uint32_t)loaded;
+  e->weight = dt.weight;
   atomic_store_explicit(&e->seq, s + 2, memory_order_release);
   if (loaded) return; /* step 2's candidates are stores */
   uint32_t r = atomic_fetch_add_explicit(&recent_next, 1, memory_order_relaxed);
@@ -393,9 +394,9 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
     a.flags = 0;
   }
   disarm();
-  /* A load's trap resolves the reader's sample (volume 1); a store's is scaled as the
+  /* A load's trap resolves the reader's sample (its periods); a store's is scaled as the
    * paper's, in the periods of the sample that armed it. */
-  double volume = dt.on.loaded ? 1.0
+  double volume = dt.on.loaded ? (dt.on.weight > 1 ? (double)dt.on.weight : 1.0)
                                : (double)locus_comm_cfg.line / ((double)WP_BYTES * m) *
                                      (dt.arm_weight > 1 ? (double)dt.arm_weight : 1.0);
   if (!dt.on.loaded) {
