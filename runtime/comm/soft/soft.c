@@ -53,23 +53,37 @@ static struct {
  * says 4), nothing is allocated. A dlopen at run time allocates its bookkeeping on the program's
  * heap (4.5 KiB before main), which moves every block the program allocates after it: sysbench
  * mutex, whose threads' blocks share lines, ran 1.6 s instead of 1.2 for that shift alone. */
-static int zydis_open(void) {
-  if (zy.init) return 0;
-  /* RTLD_DEFAULT (NULL) when loaded already: a dlopen with RTLD_NOLOAD allocates too. */
-  void *h = RTLD_DEFAULT;
-  ZyanU64 (*version)(void) = (ZyanU64(*)(void))dlsym(RTLD_DEFAULT, "ZydisGetVersion");
-  if (!version || (version() >> 48) != 4) {
-    h = dlopen("libZydis.so.4.0", RTLD_NOW | RTLD_LOCAL);
-    if (!h) h = dlopen("libZydis.so", RTLD_NOW | RTLD_LOCAL);
-    if (!h) return -1;
-  }
+/* The functions from h; with `from`, only when all are in the object that holds it. */
+static int zydis_bind(void *h, void *from) {
   zy.decode_full = (__typeof__(zy.decode_full))dlsym(h, "ZydisDecoderDecodeFull");
   zy.decode_instruction =
       (__typeof__(zy.decode_instruction))dlsym(h, "ZydisDecoderDecodeInstruction");
   zy.largest_enclosing =
       (__typeof__(zy.largest_enclosing))dlsym(h, "ZydisRegisterGetLargestEnclosing");
   zy.init = (__typeof__(zy.init))dlsym(h, "ZydisDecoderInit");
-  return zy.init && zy.decode_full && zy.decode_instruction && zy.largest_enclosing ? 0 : -1;
+  int ok = zy.init && zy.decode_full && zy.decode_instruction && zy.largest_enclosing;
+  if (ok && from) {
+    Dl_info want, got;
+    void *fns[] = {(void *)zy.init, (void *)zy.decode_full, (void *)zy.decode_instruction,
+                   (void *)zy.largest_enclosing};
+    ok = dladdr(from, &want) != 0;
+    for (int i = 0; ok && i < 4; i++) ok = dladdr(fns[i], &got) && got.dli_fbase == want.dli_fbase;
+  }
+  if (!ok) zy.init = NULL;
+  return ok;
+}
+
+static int zydis_open(void) {
+  if (zy.init) return 0;
+  /* RTLD_DEFAULT (NULL) when loaded already: a dlopen with RTLD_NOLOAD allocates too. */
+  ZyanU64 (*version)(void) = (ZyanU64(*)(void))dlsym(RTLD_DEFAULT, "ZydisGetVersion");
+  /* The version compiled against (the generated enums differ between minor versions), and
+   * every function from the same object as ZydisGetVersion (not a copy in the program). */
+  if (version && (version() >> 32) == (ZYDIS_VERSION >> 32) && zydis_bind(RTLD_DEFAULT, version))
+    return 0;
+  void *h = dlopen("libZydis.so.4.0", RTLD_NOW | RTLD_LOCAL);
+  if (!h) h = dlopen("libZydis.so", RTLD_NOW | RTLD_LOCAL);
+  return h && zydis_bind(h, NULL) ? 0 : -1;
 }
 #define ZydisDecoderInit zy.init
 #define ZydisDecoderDecodeFull zy.decode_full
@@ -121,16 +135,18 @@ struct soft_tls {
   int source;
   uint64_t fs_base, gs_base;
   uint64_t stack_lo, stack_hi;
-  int step_left;   /* single steps left towards the next memory access (0: not stepping) */
-  uint64_t step_t; /* ticks at the chain's previous signal */
-  int ktimer;      /* the POSIX CPU-time timer (SRC_TICK, SRC_TIMER): a kernel id, -1 none yet */
-  int streak;      /* checks in a row that point to the other source; -1: adapt no more */
-  int wp_streak;   /* checks in a row (on the tick) that point to parking, or unparking, the
-                      watchpoints */
-  int parked;      /* the watchpoints are parked (locus_comm_detect_park) */
-  uint64_t sw_last, cpu_last; /* context switches and CPU time (us) at the previous check */
+  int step_left;        /* single steps left towards the next memory access (0: not stepping) */
+  uint64_t step_t;      /* ticks at the chain's previous signal */
+  uint32_t step_weight; /* periods of the sample the chain is for */
+  int async_fd;         /* the async source's event, kept after its close; -1 none */
+  int ktimer;    /* the POSIX CPU-time timer (SRC_TICK, SRC_TIMER): a kernel id, -1 none yet */
+  int streak;    /* checks in a row that point to the other source; -1: adapt no more */
+  int wp_streak; /* checks in a row (on the tick) that point to parking, or unparking, the
+                    watchpoints */
+  int parked;    /* the watchpoints are parked (locus_comm_detect_park) */
+  uint64_t sw_last, cpu_last; /* context switches and CPU time (ns) at the previous check */
 };
-static LOCUS_TLS struct soft_tls me_soft = {.fd = -1, .ktimer = -1};
+static LOCUS_TLS struct soft_tls me_soft = {.fd = -1, .async_fd = -1, .ktimer = -1};
 /* A sample whose instruction (and, skid-corrected, the previous one) has no usable memory
  * access: the load that stalled overwrote its own base register (`mov (%rax),%rax`, the
  * pointer chase), or the loop's branch. The thread is single-stepped (x86 trap flag, one
@@ -1221,6 +1237,16 @@ static uint32_t read_regs(const ZydisDecodedInstruction *in, const ZydisDecodedO
   return r;
 }
 
+/* Any branch, call, return, iret: an operand that writes rip. */
+static int writes_rip(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
+  if (in->meta.branch_type != ZYDIS_BRANCH_TYPE_NONE) return 1;
+  for (int i = 0; i < in->operand_count; i++)
+    if (ops[i].type == ZYDIS_OPERAND_TYPE_REGISTER && ops[i].reg.value == ZYDIS_REGISTER_RIP &&
+        (ops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
+      return 1;
+  return 0;
+}
+
 static int has_memory(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
   for (int i = 0; i < in->operand_count; i++)
     if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.type == ZYDIS_MEMOP_TYPE_MEM &&
@@ -1247,7 +1273,10 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
     code_at(at, &here);
     if (!here.avail || !ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, here.p, here.avail, &in, ops)))
       return;
-    if (in.meta.branch_type != ZYDIS_BRANCH_TYPE_NONE && in.mnemonic != ZYDIS_MNEMONIC_JMP) return;
+    if (writes_rip(&in, ops) &&
+        !(in.mnemonic == ZYDIS_MNEMONIC_JMP && ops[0].type == ZYDIS_OPERAND_TYPE_IMMEDIATE &&
+          ops[0].imm.is_relative))
+      return;
     if (in.meta.category == ZYDIS_CATEGORY_SYSCALL || in.meta.category == ZYDIS_CATEGORY_INTERRUPT)
       return;
     uint32_t reads = read_regs(&in, ops), writes = written_regs(&in, ops);
@@ -1264,11 +1293,13 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
         return;
       }
       unknown |= writes; /* a load's value, or a push's rsp: not followed */
+      s.known = 0;       /* nor the flags it may set */
       s.g[REG_RIP] = (greg_t)(at + in.length);
       continue;
     }
     if (reads & unknown) { /* computed from an unknown value */
       unknown |= writes;
+      s.known = 0;
       s.g[REG_RIP] = (greg_t)(at + in.length);
       continue;
     }
@@ -1462,17 +1493,24 @@ static void adapt(void) {
   if (!switch_high || me_soft.streak < 0 ||
       (me_soft.source != SRC_SIGTRAP && me_soft.source != SRC_TICK))
     return;
+  /* getrusage's CPU time moves at ticks and switches only: the thread's clock, exactly. */
   struct rusage ru;
-  if (syscall(SYS_getrusage, RUSAGE_THREAD, &ru) != 0) return;
+  struct timespec ts;
+  if (syscall(SYS_getrusage, RUSAGE_THREAD, &ru) != 0 ||
+      syscall(SYS_clock_gettime, CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return;
   uint64_t sw = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
-  uint64_t cpu = (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000u +
-                 (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  uint64_t cpu = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+  if (!me_soft.cpu_last || cpu < me_soft.cpu_last) {
+    me_soft.sw_last = sw;
+    me_soft.cpu_last = cpu;
+    return;
+  }
   uint64_t dsw = sw - me_soft.sw_last, dcpu = cpu - me_soft.cpu_last;
-  int first = !me_soft.cpu_last;
+  if (dcpu < period_ns() / 2) return; /* too short to tell: measured over the next ones */
   me_soft.sw_last = sw;
   me_soft.cpu_last = cpu;
-  if (first || cpu < dcpu) return;
-  uint64_t rate = dsw * 1000000u / (dcpu ? dcpu : 1);
+  uint64_t rate = dsw * 1000000000u / dcpu;
   int tick = me_soft.source == SRC_TICK;
   if (tick) park_watchpoints(rate);
   if (tick ? rate < switch_high / 4 : rate > switch_high)
@@ -1502,7 +1540,9 @@ static uint64_t default_switch_high(void) {
 static int after_syscall(const struct code *c, uint64_t pc) {
   if (!c->m || pc < c->m->lo + 2) return 0;
   const uint8_t *p = (const uint8_t *)pc;
-  return p[-2] == 0x0f && p[-1] == 0x05;
+  if (p[-2] != 0x0f || p[-1] != 0x05) return 0;
+  uint64_t w = lookup(c->m, pc); /* the instruction before pc, when the function table says */
+  return (w & PC_NONE) || ((w >> 48) & 0xf) == 2;
 }
 
 static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
@@ -1540,6 +1580,7 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
     if (rc == DEC_NOMEM && step_on && !sigismember(&uc->uc_sigmask, SIGTRAP) &&
         !enters_kernel(&c)) {
       me_soft.step_left = steps_allowed(); /* counted when the stepping ends */
+      me_soft.step_weight = weight;
       me_soft.step_t = t0;
       uc->uc_mcontext.gregs[REG_EFL] |= EFL_TF;
     } else if (rc != DEC_OK) {
@@ -1584,6 +1625,7 @@ static void on_step(ucontext_t *uc) {
       a.t = t0;
       a.cpu = sched_getcpu();
       a.flags |= LOCUS_AC_STEP;
+      a.weight = me_soft.step_weight;
       locus_comm_take(&a);
     }
     locus_me.guard--;
@@ -1620,8 +1662,11 @@ static int on_sampler_signal(siginfo_t *si, void *uc) {
     timer = 1;
   }
   /* F_SETSIG with a signal that has codes of its own (SIGTRAP) arrives as SI_SIGIO. */
-  else if (si->si_code == SI_SIGIO || (si->si_code >= POLL_IN && si->si_code <= POLL_HUP))
-    ours = me_soft.source == SRC_ASYNC && me_soft.fd > 2 && si->si_fd == me_soft.fd;
+  else if (si->si_code == SI_SIGIO || (si->si_code >= POLL_IN && si->si_code <= POLL_HUP)) {
+    /* Still ours when queued before the event was closed (stop_sampler). */
+    ours = me_soft.async_fd > 2 && si->si_fd == me_soft.async_fd;
+    if (me_soft.source != SRC_ASYNC) return ours;
+  }
   if (ours) take_sample(uc, weight, timer);
   return ours;
 }
@@ -1674,7 +1719,7 @@ static int start_async(void) {
   int fd = open_clock(0);
   if (fd < 0) return -1;
   /* Known before the first signal can come. */
-  me_soft.fd = fd;
+  me_soft.fd = me_soft.async_fd = fd;
   me_soft.source = SRC_ASYNC;
   struct f_owner_ex owner = {F_OWNER_TID, (pid_t)locus_me.tid};
   if (fcntl(fd, F_SETSIG, SIGTRAP) != 0 || fcntl(fd, F_SETOWN_EX, &owner) != 0 ||
@@ -1737,14 +1782,15 @@ static void start_sampler(void) {
 }
 
 static void stop_sampler(void) {
-  if (me_soft.ktimer >= 0) syscall(SYS_timer_delete, me_soft.ktimer);
-  me_soft.ktimer = -1;
-  if (me_soft.fd >= 0) {
-    ioctl(me_soft.fd, PERF_EVENT_IOC_DISABLE, 0);
-    locus_fd_close(me_soft.fd);
+  int fd = me_soft.fd, timer = me_soft.ktimer;
+  me_soft.source = SRC_NONE; /* first: a sample meanwhile switches nothing (adapt) */
+  me_soft.fd = me_soft.ktimer = -1;
+  atomic_signal_fence(memory_order_seq_cst);
+  if (timer >= 0) syscall(SYS_timer_delete, timer);
+  if (fd >= 0) {
+    ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+    locus_fd_close(fd);
   }
-  me_soft.fd = -1;
-  me_soft.source = SRC_NONE;
 }
 
 /* Ended threads' alternate stacks, kept for the next threads: an munmap per ended thread
@@ -1817,7 +1863,7 @@ static void soft_thread_init(void) {
   if (!proc_ok) return;
   me_soft.fd = -1;
   me_soft.source = SRC_NONE;
-  me_soft.ktimer = -1;
+  me_soft.ktimer = me_soft.async_fd = -1;
   me_soft.streak = me_soft.wp_streak = me_soft.parked = 0;
   me_soft.sw_last = me_soft.cpu_last = 0;
   setup_altstack();
@@ -1852,7 +1898,7 @@ static void soft_after_fork(void) {
   atomic_store(&mods_busy, 0);
   me_soft.fd = -1;
   me_soft.source = SRC_NONE;
-  me_soft.ktimer = -1;
+  me_soft.ktimer = me_soft.async_fd = -1;
   me_soft.streak = me_soft.wp_streak = me_soft.parked = 0;
   me_soft.sw_last = me_soft.cpu_last = 0;
   locus_comm_detect_thread_init();
