@@ -1325,9 +1325,9 @@ def _ticked_note(n: int) -> str:
         f"{n} thread(s) switched context more than {SWITCH_RATE_VM:,} times a second of their "
         f"CPU time ({SWITCH_RATE_METAL:,} on bare metal; LOCUS_COMM_SWITCH_RATE) and were "
         "sampled meanwhile at the scheduler's tick (a POSIX CPU-time timer: at most HZ "
-        "samples a second, each counted for the periods it stands for) without watchpoints: "
-        "perf's task clock costs at every switch (5.8 us in a VM; sysbench threads ran 12x "
-        "slower for it). Fewer samples and no watchpoint traps for those threads: their "
+        "samples a second, each counted for the periods it stands for; above 8x that rate "
+        "without watchpoints): perf's task clock costs at every switch (5.8 us in a VM; "
+        "sysbench threads ran 12x slower for it). Those threads have fewer samples: their "
         "volumes are coarser"
     )
 
