@@ -535,23 +535,6 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
     }
 
 
-# The soft and hw backends' instruction decoder, preloaded after the runtime: the runtime
-# finds it loaded, where its own dlopen would allocate 4.5 KiB on the program's heap before
-# main and move every block the program allocates after it (a program's false sharing
-# depends on where its blocks fall: sysbench mutex ran 1.6 s instead of 1.2 for that shift
-# alone). Where it is not found, the runtime opens it itself (or says it is missing).
-DECODER_SONAME = "libZydis.so.4.0"
-LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/lib")
-
-
-def decoder_library() -> str | None:
-    for d in LIB_DIRS:
-        path = os.path.join(d, DECODER_SONAME)
-        if os.path.exists(path):
-            return path
-    return None
-
-
 def comm_env(comm: dict) -> dict[str, str]:
     return {
         "LOCUS_COMM_BACKEND": comm["backend"],
@@ -1146,10 +1129,7 @@ def record(
 
     env = dict(os.environ)
     preload = env.get("LD_PRELOAD", "").strip()
-    decoder = decoder_library() if comm_settings and comm_settings["backend"] != "exact" else None
-    env["LD_PRELOAD"] = ":".join(
-        [*sanitizers, runtime] + ([decoder] if decoder else []) + ([preload] if preload else [])
-    )
+    env["LD_PRELOAD"] = ":".join([*sanitizers, runtime] + ([preload] if preload else []))
     env["LOCUS_DIR"] = run_dir
     # The numa lens takes its samples from the comm lens's samplers: the runtime runs comm
     # too, without the communication detector when comm was not asked for.

@@ -17,6 +17,9 @@
 #define LOCUS_ALLOC_TRACKING 2 /* the comm lens records allocations */
 #define LOCUS_ALLOC_BOOT 4     /* the bootstrap arena handed out blocks (frees check it) */
 #define LOCUS_ALLOC_NUMA 8     /* the numa lens tracks first touches of fresh blocks */
+/* 1: this thread's allocations come from the runtime's private arena (its own dlopen), not
+ * the program's heap; 0: back. */
+void locus_alloc_private(int on);
 extern int locus_alloc_state;
 
 /* Record one allocation event of the calling thread (kind: enum locus_alloc_kind).

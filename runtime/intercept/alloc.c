@@ -74,6 +74,14 @@ static size_t boot_size(const void *p) { return ((const size_t *)p)[-1]; }
 
 /* ---- resolution ---- */
 static LOCUS_TLS int resolving; /* this thread is inside dlsym: allocate from the arena */
+/* The runtime's own calls into the loader (the decoder's dlopen) allocate from the arena:
+ * on the program's heap they would move every block the program allocates after them. */
+static LOCUS_TLS int private_allocs;
+
+void locus_alloc_private(int on) {
+  if (on) __atomic_fetch_or(&locus_alloc_state, LOCUS_ALLOC_BOOT, __ATOMIC_RELEASE);
+  private_allocs = on;
+}
 
 #define R(field, name) \
   __atomic_store_n((void **)&real.field, dlsym(RTLD_NEXT, name), __ATOMIC_RELAXED)
@@ -139,7 +147,7 @@ static inline void numa_fresh(int s, void *p, size_t n, uint64_t site) {
 static __attribute__((noinline)) void *malloc_slow(size_t n, uint64_t site) {
   site = caller_site(site);
   int s = state();
-  if (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED))
+  if (private_allocs || (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED)))
     return boot_alloc(n, 16);
   void *p = real.malloc(n);
   if ((s & LOCUS_ALLOC_TRACKING) && p) locus_allocs_record(LOCUS_AL_MALLOC, p, n, site);
@@ -149,7 +157,8 @@ static __attribute__((noinline)) void *malloc_slow(size_t n, uint64_t site) {
 
 static __attribute__((noinline)) void *calloc_slow(size_t k, size_t n, uint64_t site) {
   int s = state();
-  if (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED)) {
+  if (private_allocs ||
+      (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED))) {
     size_t bytes;
     if (__builtin_mul_overflow(k, n, &bytes)) {
       errno = ENOMEM;
@@ -181,6 +190,11 @@ static __attribute__((noinline)) void free_slow(void *p, uint64_t site) {
 static __attribute__((noinline)) void *realloc_slow(void *p, size_t n, uint64_t site) {
   int s = state();
   if (!(s & LOCUS_ALLOC_RESOLVED)) s = resolve();
+  if (private_allocs && (!p || is_boot(p))) {
+    void *q = boot_alloc(n, 16);
+    if (q && p) memcpy(q, p, boot_size(p) < n ? boot_size(p) : n);
+    return q;
+  }
   if (p && is_boot(p)) {
     /* Out of the arena: a new block (real if possible) with the old contents. */
     void *q = (s & LOCUS_ALLOC_RESOLVED) ? real.malloc(n) : boot_alloc(n, 16);
@@ -214,7 +228,7 @@ static __attribute__((noinline)) void *align_slow(int which, size_t align, size_
                                                   uint64_t site) {
   site = caller_site(site);
   int s = state();
-  if (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED))
+  if (private_allocs || (!(s & LOCUS_ALLOC_RESOLVED) && !((s = resolve()) & LOCUS_ALLOC_RESOLVED)))
     return boot_alloc(n, which >= 2 ? 4096 : align);
   void *p = NULL;
   switch (which) {

