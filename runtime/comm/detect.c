@@ -482,6 +482,11 @@ void locus_comm_detect_thread_init(void) {
   memset(&dt, 0, sizeof dt);
   dt.pid = pid;
   dt.rng = ((uint64_t)locus_me.tid << 32) ^ locus_ticks() ^ 0x2545f4914f6cdd1dull;
+  /* Publications older than one period before the thread began are not communication to it
+   * (step 1 counts those newer than t_prev): an ended thread's stores on a stack glibc gave
+   * to this thread read as transfers between threads that never lived at once. */
+  uint64_t now = locus_ticks();
+  dt.t_prev = now > period_ticks ? now - period_ticks : 0;
   int want = locus_comm_cfg.watchpoints;
   if (want > MAX_WP) want = MAX_WP;
   if (want > 0 && locus_comm_trap_install() != 0) want = 0;

@@ -1863,7 +1863,7 @@ def test_threads_that_block_and_wake_often_are_sampled_at_the_tick(locus, tmp_pa
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     assert c["ticked_threads"] == 0
     note = [n for n in c["notes"] if "switched context" in n]
-    assert note and "--period" in note[0], c["notes"]
+    assert note and "--period" in note[0] and "SWITCH_RATE=0 kept every thread" in note[0]
     (pdir,) = [p for p in (run / "procs").iterdir() if p.is_dir()]
     s = read_records(pdir / "comm.samples.bin", COMM_SAMPLE_DTYPE)
     assert (s["periods"][s["kind"] == 1] == 1).all()

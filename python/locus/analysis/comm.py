@@ -855,7 +855,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     if unseen:
         notes.append(unseen)
     ticked = int(((ct["flags"] & CT_TICKED) != 0).sum()) if len(ct) else 0
-    switching = _ticked_note(ticked) if ticked else _switching_note(run, cfg)
+    rate = _switch_rate(run)
+    switching = _ticked_note(ticked, rate) if ticked else _switching_note(run, cfg, rate)
     if switching:
         notes.append(switching)
 
@@ -1319,11 +1320,25 @@ SWITCH_NOTE_RATE = 5_000  # context switches per second of the run that get the 
 SWITCH_RATE_VM, SWITCH_RATE_METAL = 10_000, 50_000
 
 
-def _ticked_note(n: int) -> str:
+def _switch_rate(run: RunDir) -> int | None:
+    """LOCUS_COMM_SWITCH_RATE as the run had it (None: the runtime's default)."""
+    v = (run.meta.get("env") or {}).get("LOCUS_COMM_SWITCH_RATE")
+    try:
+        return int(v) if v not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _ticked_note(n: int, rate: int | None = None) -> str:
     """The threads the soft sampler moved to the scheduler's tick (LOCUS_CT_TICKED)."""
+    limit = (
+        f"{rate:,} times a second of their CPU time (LOCUS_COMM_SWITCH_RATE)"
+        if rate
+        else f"{SWITCH_RATE_VM:,} times a second of their CPU time ({SWITCH_RATE_METAL:,} on "
+        "bare metal; LOCUS_COMM_SWITCH_RATE)"
+    )
     return (
-        f"{n} thread(s) switched context more than {SWITCH_RATE_VM:,} times a second of their "
-        f"CPU time ({SWITCH_RATE_METAL:,} on bare metal; LOCUS_COMM_SWITCH_RATE) and were "
+        f"{n} thread(s) switched context more than {limit} and were "
         "sampled meanwhile at the scheduler's tick (a POSIX CPU-time timer: at most HZ "
         "samples a second, each counted for the periods it stands for; above 8x that rate "
         "without watchpoints): perf's task clock costs at every switch (5.8 us in a VM; "
@@ -1332,7 +1347,7 @@ def _ticked_note(n: int) -> str:
     )
 
 
-def _switching_note(run: RunDir, cfg: dict) -> str | None:
+def _switching_note(run: RunDir, cfg: dict, rate: int | None = None) -> str | None:
     """A note when the threads switch context often (they block and wake: a queue under a
     mutex and condition variables, sched_yield): each switch also stops and restarts the
     thread's sampling timer (a perf event), a cost in the kernel that the handlers' time
@@ -1351,9 +1366,16 @@ def _switching_note(run: RunDir, cfg: dict) -> str | None:
         "that the comm cost above does not count, larger the shorter the period (a queue "
         "under a mutex and condition variables, 33,000 switches/s in a VM: 2.1x slower at "
         "the default 1 ms, 1.3x at 5 ms, 1.04x at 10 ms): a longer --period (10ms) keeps "
-        "such a program's timing, with fewer samples (a thread that switches more than "
-        f"{SWITCH_RATE_VM:,} times a second of its CPU time in a VM, {SWITCH_RATE_METAL:,} on "
-        "bare metal, is moved to the scheduler's tick by itself)"
+        "such a program's timing, with fewer samples "
+        + (
+            "(LOCUS_COMM_SWITCH_RATE=0 kept every thread on the task clock; without it a "
+            "thread that switches that often is moved to the scheduler's tick by itself)"
+            if rate == 0
+            else f"(a thread that switches more than {rate or SWITCH_RATE_VM:,} times a second "
+            "of its CPU time"
+            + ("" if rate else f" in a VM, {SWITCH_RATE_METAL:,} on bare metal,")
+            + " is moved to the scheduler's tick by itself)"
+        )
     )
 
 

@@ -1040,7 +1040,14 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
   switch (m) {
     case ZYDIS_MNEMONIC_NOP:
     case ZYDIS_MNEMONIC_ENDBR64:
-    case ZYDIS_MNEMONIC_PAUSE: /* a spin loop's */
+    case ZYDIS_MNEMONIC_PAUSE:    /* a spin loop's */
+    case ZYDIS_MNEMONIC_PREFETCH: /* a hint: no access the report counts (access_decoded) */
+    case ZYDIS_MNEMONIC_PREFETCHNTA:
+    case ZYDIS_MNEMONIC_PREFETCHT0:
+    case ZYDIS_MNEMONIC_PREFETCHT1:
+    case ZYDIS_MNEMONIC_PREFETCHT2:
+    case ZYDIS_MNEMONIC_PREFETCHW:
+    case ZYDIS_MNEMONIC_PREFETCHWT1:
       return 0;
     case ZYDIS_MNEMONIC_JMP:
       if (n != 1 || ops[0].type != ZYDIS_OPERAND_TYPE_IMMEDIATE || !ops[0].imm.is_relative)
