@@ -2217,3 +2217,43 @@ def test_prefetches_are_passed_over_to_the_next_access(locus, tmp_path):
         c["samples"],
         c["skipped"],
     )
+
+
+ONE_AFTER_ANOTHER = r"""
+#include <pthread.h>
+#include <stdio.h>
+static void *work(void *arg) {
+  volatile long a[64];
+  long s = 0;
+  for (long i = 0; i < 30000000L; i++) {
+    a[i & 63] += i;
+    s += a[(i * 7) & 63];
+  }
+  return (void *)s;
+}
+int main(void) {
+  long tot = 0;
+  for (int k = 0; k < 40; k++) {
+    pthread_t t;
+    void *r;
+    pthread_create(&t, NULL, work, NULL);
+    pthread_join(t, &r);
+    tot += (long)r;
+  }
+  printf("%ld\n", tot);
+  return 0;
+}
+"""
+
+
+def test_threads_that_never_lived_at_once_do_not_communicate(locus, tmp_path):
+    """40 threads, each created after the last one ended, each writing an array on its own
+    stack (glibc gives the next thread the same stack): a thread's first sample counted the
+    ended thread's publications on those lines, 27 detections between threads 1-8 apart.
+    Only a thread that began within a period of the last one's store can still see it (the
+    line does move between cores then): 31-34 detections before, 2-10 now."""
+    exe = _gcc(tmp_path, "seq", ONE_AFTER_ANOTHER)
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["samples"] > 200
+    assert c["totals"]["detections"] <= 16, c["totals"]
