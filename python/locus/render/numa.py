@@ -294,7 +294,8 @@ def summary_lines(report: dict) -> list[str]:
         )
     else:
         lines.append(
-            f"samples   {count(c['samples'])} ({count(t['stack'])} stack),"
+            f"samples   {count(c['samples'])}"
+            f" ({percent(_pct(t['stack'], t['accesses'] + t['stack']))} stack),"
             f" {count(c['skipped'])} skipped ({percent(_pct(c['skipped'], seen))}),"
             f" {count(c['dropped'])} dropped"
         )

@@ -465,7 +465,7 @@ def test_report_all_formats_and_plot(tmp_path, capsys):
     for s in ("numa      soft, 1 sample/1.00 ms of a thread's CPU time: counts are samples",
               "Access classes and first touches", "Code sites by accesses",
               "Allocations: page placement", "Pinning log", "Access matrix (rows", "█  50 %",
-              "advice    the 256.0 KiB block", "samples   256 (0 stack)"):  # fmt: skip
+              "advice    the 256.0 KiB block", "samples   256 (0.0 % stack)"):  # fmt: skip
         assert s in out, s
     assert "numa-matrix.png" in cap.err
     for ext in ("png", "svg"):
