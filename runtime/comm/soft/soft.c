@@ -688,11 +688,9 @@ static int reg_value(ZydisRegister r, const greg_t *g, uint64_t *v) {
 
 enum { DEC_OK = 0, DEC_NOMEM = 1, DEC_UNDECODED = 2, DEC_CLOBBERED = 3, DEC_SYSCALL = 4 };
 
-/* The memory access of the decoded instruction `in` (operands ops) at ip. `executed`: the
- * registers g (a ucontext's gregs) are those after it ran (skid), else before. */
-static int access_decoded(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops,
-                          uint64_t ip, const greg_t *g, int executed, struct locus_comm_access *a) {
-  switch (in->mnemonic) {
+/* A prefetch: a hint, no access the report counts; the run ahead passes over it. */
+static int is_prefetch(ZydisMnemonic m) {
+  switch (m) {
     case ZYDIS_MNEMONIC_PREFETCH:
     case ZYDIS_MNEMONIC_PREFETCHNTA:
     case ZYDIS_MNEMONIC_PREFETCHT0:
@@ -700,6 +698,18 @@ static int access_decoded(const ZydisDecodedInstruction *in, const ZydisDecodedO
     case ZYDIS_MNEMONIC_PREFETCHT2:
     case ZYDIS_MNEMONIC_PREFETCHW:
     case ZYDIS_MNEMONIC_PREFETCHWT1:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* The memory access of the decoded instruction `in` (operands ops) at ip. `executed`: the
+ * registers g (a ucontext's gregs) are those after it ran (skid), else before. */
+static int access_decoded(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops,
+                          uint64_t ip, const greg_t *g, int executed, struct locus_comm_access *a) {
+  if (is_prefetch(in->mnemonic)) return DEC_NOMEM;
+  switch (in->mnemonic) {
     case ZYDIS_MNEMONIC_CLFLUSH:
     case ZYDIS_MNEMONIC_CLFLUSHOPT:
     case ZYDIS_MNEMONIC_CLWB:
@@ -1037,17 +1047,11 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
   uint64_t a = 0, b = 0, r, sign = bits ? 1ull << (bits - 1) : 0;
   ZydisMnemonic m = in->mnemonic;
   s->g[REG_RIP] = (greg_t)next;
+  if (is_prefetch(m)) return 0;
   switch (m) {
     case ZYDIS_MNEMONIC_NOP:
     case ZYDIS_MNEMONIC_ENDBR64:
-    case ZYDIS_MNEMONIC_PAUSE:    /* a spin loop's */
-    case ZYDIS_MNEMONIC_PREFETCH: /* a hint: no access the report counts (access_decoded) */
-    case ZYDIS_MNEMONIC_PREFETCHNTA:
-    case ZYDIS_MNEMONIC_PREFETCHT0:
-    case ZYDIS_MNEMONIC_PREFETCHT1:
-    case ZYDIS_MNEMONIC_PREFETCHT2:
-    case ZYDIS_MNEMONIC_PREFETCHW:
-    case ZYDIS_MNEMONIC_PREFETCHWT1:
+    case ZYDIS_MNEMONIC_PAUSE: /* a spin loop's */
       return 0;
     case ZYDIS_MNEMONIC_JMP:
       if (n != 1 || ops[0].type != ZYDIS_OPERAND_TYPE_IMMEDIATE || !ops[0].imm.is_relative)
@@ -1859,13 +1863,17 @@ static void thread_context(void) {
   }
 }
 
-static void soft_thread_init(void) {
-  if (!proc_ok) return;
-  me_soft.fd = -1;
+/* No source, fd or timer (a new thread's, or a fork child's: neither is inherited). */
+static void sampler_reset(void) {
+  me_soft.fd = me_soft.ktimer = me_soft.async_fd = -1;
   me_soft.source = SRC_NONE;
-  me_soft.ktimer = me_soft.async_fd = -1;
   me_soft.streak = me_soft.wp_streak = me_soft.parked = 0;
   me_soft.sw_last = me_soft.cpu_last = 0;
+}
+
+static void soft_thread_init(void) {
+  if (!proc_ok) return;
+  sampler_reset();
   setup_altstack();
   thread_context();
   /* Objects dlopen'ed since the last snapshot (the handler cannot call dl_iterate_phdr). */
@@ -1896,11 +1904,7 @@ static void soft_after_fork(void) {
   locus_fd_close(me_soft.fd);
   /* Another thread may have held it at fork: the child has only this thread. */
   atomic_store(&mods_busy, 0);
-  me_soft.fd = -1;
-  me_soft.source = SRC_NONE;
-  me_soft.ktimer = me_soft.async_fd = -1;
-  me_soft.streak = me_soft.wp_streak = me_soft.parked = 0;
-  me_soft.sw_last = me_soft.cpu_last = 0;
+  sampler_reset();
   locus_comm_detect_thread_init();
   start_sampler();
 }
