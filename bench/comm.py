@@ -28,9 +28,10 @@ the workload's --truth):
   are compared as ratios, never as absolute numbers.
 
 Cost: wall time and peak RSS with `--lens comm` (soft, default period) against without, in
-one run, interleaved, medians: the four microbenchmarks, `sysbench mutex`, `stress-ng
---memthrash` and `sysbench threads` (context switches); and the exact backend's slowdown
-(instrumented binary under locus vs plain).
+one run, interleaved, medians: the four microbenchmarks (free-running, a fixed amount of
+work: what their slowest thread did in ~1 s of a plain calibration run), `sysbench mutex`,
+`stress-ng --memthrash` and `sysbench threads` (context switches); and the exact backend's
+slowdown (instrumented binary under locus vs plain).
 
 Usage: bench/comm.py [-n 3] [--only accuracy|overhead]
 """
@@ -262,12 +263,39 @@ def timed(argv: list[str], options: list[str] | None) -> tuple[float, int]:
     return wall, int(rss.read_text().split()[-1])
 
 
+# The microbenchmarks' cost runs: (threads, arguments after the work limit). Each does a
+# fixed amount of work (~1 s plain), free-running, so that its wall time grows with the
+# slowdown: their default (~1 s of turns) stops at a deadline, and its wall ratio was
+# locus's fixed start and stop cost, whatever the sampler cost meanwhile (and turn
+# hand-offs vary 10x by where the scheduler puts the threads).
+MICRO_OVERHEAD = {
+    "comm_writevol": ("2", ["0.5"]),
+    "comm_falseshare": ("2", ["0.5"]),
+    "comm_readwrite": ("1", ["0.5"]),
+    "comm_p2p": ("4", []),
+}
+
+
+def fixed_work(name: str) -> list[str]:
+    """argv of `name` free-running for a number of iterations per thread that takes ~1 s
+    plain on this host: what its slowest thread did in ~1 s, scaled by one timed plain run
+    of that (its threads' rates change when the others finish)."""
+    threads, rest = MICRO_OVERHEAD[name]
+    exe = str(WL / name)
+    p = subprocess.run(
+        [exe, threads, "-", *rest, "--free", "--truth"], capture_output=True, text=True
+    )
+    truth = json.loads([x for x in p.stderr.splitlines() if x.startswith("{")][0])
+    limit = max(1, min(truth["iterations"]))
+    t0 = time.monotonic()
+    subprocess.run([exe, threads, str(limit), *rest, "--free"], capture_output=True, check=True)
+    wall = max(time.monotonic() - t0, 0.05)
+    return [exe, threads, str(max(1, int(limit / wall))), *rest, "--free"]
+
+
 def overhead(n: int) -> dict:
     progs = {
-        "comm_writevol": [str(WL / "comm_writevol"), "2"],
-        "comm_falseshare": [str(WL / "comm_falseshare"), "2"],
-        "comm_readwrite": [str(WL / "comm_readwrite"), "1"],
-        "comm_p2p": [str(WL / "comm_p2p"), "4"],
+        **{name: fixed_work(name) for name in MICRO_OVERHEAD},
         "sysbench_mutex": "sysbench mutex --threads=4 --mutex-num=4 --mutex-locks=10000000 "
         "--mutex-loops=50 run".split(),
         "stress_memthrash": "stress-ng --memthrash 2 --timeout 3s --metrics-brief".split(),
