@@ -1,4 +1,4 @@
 """locus: why a multithreaded or MPI program does not scale."""
 
 __version__ = "0.1.0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2

@@ -160,7 +160,7 @@ COMM_SAMPLE_DTYPE = np.dtype(
         ("ip", "<u8"),
         ("node", "<i4"),
         ("periods", "<u4"),
-        ("reserved1", "<u8"),
+        ("caller", "<u8"),
         ("tid", "<u4"),
         ("cpu", "<i4"),
         ("flags", "<u4"),
@@ -170,26 +170,34 @@ COMM_SAMPLE_DTYPE = np.dtype(
     ]
 )
 
+_COMM_EVENT_HEAD = [
+    ("t", "<u8"),
+    ("line", "<u8"),
+    ("src_ip", "<u8"),
+    ("dst_ip", "<u8"),
+    ("volume", "<f8"),
+    ("src_tid", "<u4"),
+    ("dst_tid", "<u4"),
+    ("src_cpu", "<i2"),
+    ("dst_cpu", "<i2"),
+    ("src_off", "u1"),
+    ("src_len", "u1"),
+    ("dst_off", "u1"),
+    ("dst_len", "u1"),
+]
+_COMM_EVENT_TAIL = [("flags", "<u2"), ("kind", "<u2"), ("dst_flags", "<u4")]
+# Format version 2: the callers of the two instructions (system libraries), 128 bytes.
 COMM_EVENT_DTYPE = np.dtype(
     [
-        ("t", "<u8"),
-        ("line", "<u8"),
-        ("src_ip", "<u8"),
-        ("dst_ip", "<u8"),
-        ("volume", "<f8"),
-        ("src_tid", "<u4"),
-        ("dst_tid", "<u4"),
-        ("src_cpu", "<i2"),
-        ("dst_cpu", "<i2"),
-        ("src_off", "u1"),
-        ("src_len", "u1"),
-        ("dst_off", "u1"),
-        ("dst_len", "u1"),
-        ("flags", "<u2"),
-        ("kind", "<u2"),
-        ("dst_flags", "<u4"),
+        *_COMM_EVENT_HEAD,
+        ("src_caller", "<u8"),
+        ("dst_caller", "<u8"),
+        ("reserved", "<u8", (6,)),
+        *_COMM_EVENT_TAIL,
     ]
 )
+# Format version 1 (runs of locus before 2026-11-28): 64 bytes, no callers.
+COMM_EVENT_V1_DTYPE = np.dtype([*_COMM_EVENT_HEAD, *_COMM_EVENT_TAIL])
 
 COMM_THREAD_DTYPE = np.dtype(
     [
@@ -300,7 +308,7 @@ assert NUMA_COUNT_DTYPE.itemsize == 64
 assert NUMA_TOUCH_DTYPE.itemsize == 64
 assert NUMA_PIN_DTYPE.itemsize == 64
 assert COMM_SAMPLE_DTYPE.itemsize == 64
-assert COMM_EVENT_DTYPE.itemsize == 64
+assert COMM_EVENT_DTYPE.itemsize == 128 and COMM_EVENT_V1_DTYPE.itemsize == 64
 assert COMM_THREAD_DTYPE.itemsize == 128
 assert ALLOC_DTYPE.itemsize == 64
 # The allocation hot path's small records (struct locus_heap, struct locus_free): heap.bin
@@ -393,6 +401,8 @@ def check_run_files(run: str, meta: dict) -> None:
 def check_proc_files(run: str, name: str, h: np.void, meta: dict) -> None:
     """The record files of the process directory procs/NAME (its proc.bin header `h`)."""
     for fname, dtype in PROC_RECORD_FILES.items():
+        if fname == "comm.events.bin" and int(h["format_version"]) < 2:
+            dtype = COMM_EVENT_V1_DTYPE
         _whole(run, f"procs/{name}/{fname}", dtype)
     if not int(h["flags"]) & (PROC_EXITED | PROC_EXECED | PROC_SIGNALED):
         return  # killed: what it wrote is kept (docs/format.md)
@@ -562,7 +572,14 @@ class Proc:
         return self.records("comm.samples.bin", COMM_SAMPLE_DTYPE)
 
     def comm_events(self) -> np.ndarray:
-        return self.records("comm.events.bin", COMM_EVENT_DTYPE)
+        """The detections, as COMM_EVENT_DTYPE rows (a version 1 run's without callers)."""
+        if int(self.hdr["format_version"]) >= 2:
+            return self.records("comm.events.bin", COMM_EVENT_DTYPE)
+        old = self.records("comm.events.bin", COMM_EVENT_V1_DTYPE)
+        out = np.zeros(len(old), dtype=COMM_EVENT_DTYPE)
+        for f in COMM_EVENT_V1_DTYPE.names:
+            out[f] = old[f]
+        return out
 
     def comm_threads(self) -> np.ndarray:
         return self.records("comm.threads.bin", COMM_THREAD_DTYPE)

@@ -75,6 +75,8 @@ class SynthComm:
         dst_cpu: int = -1,
         src_ip: int = 0,
         dst_ip: int = 0,
+        src_caller: int = 0,
+        dst_caller: int = 0,
         true: bool | None = None,
         trap: bool = False,
         loaded: bool = False,
@@ -106,6 +108,8 @@ class SynthComm:
             dst_len,
             flags,
             AC_STORE if store else 0,
+            src_caller,
+            dst_caller,
         )
         self.events.extend([row] * count)
 
@@ -143,7 +147,7 @@ class SynthComm:
         ev = np.zeros(len(self.events), dtype=COMM_EVENT_DTYPE)
         names = (
             "t line src_ip dst_ip volume src_tid dst_tid src_cpu dst_cpu src_off src_len "
-            "dst_off dst_len flags dst_flags"
+            "dst_off dst_len flags dst_flags src_caller dst_caller"
         ).split()
         for i, row in enumerate(self.events):
             for k, v in zip(names, row):

@@ -14,6 +14,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+_Static_assert(sizeof(struct locus_comm_sample) == 64, "rundir.py's COMM_SAMPLE_DTYPE");
+_Static_assert(sizeof(struct locus_comm_event) == 128, "rundir.py's COMM_EVENT_DTYPE");
+
 struct locus_comm_config locus_comm_cfg;
 LOCUS_TLS struct locus_comm_tls locus_ct;
 
@@ -76,6 +79,7 @@ void locus_comm_take(const struct locus_comm_access *a) {
   s.t = a->t;
   s.addr = a->addr;
   s.ip = a->ip;
+  s.caller = a->caller;
   s.tid = locus_me.tid;
   s.cpu = a->cpu;
   s.flags = a->flags;

@@ -55,12 +55,13 @@ extern LOCUS_TLS struct locus_comm_tls locus_ct;
 
 /* One sampled access, as every sampling backend hands it to the detector. */
 struct locus_comm_access {
-  uint64_t t;     /* ticks */
-  uint64_t addr;  /* effective address */
-  uint64_t ip;    /* accessing instruction */
-  uint32_t len;   /* bytes */
-  uint32_t flags; /* LOCUS_AC_* */
-  int cpu;        /* -1 unknown */
+  uint64_t t;      /* ticks */
+  uint64_t addr;   /* effective address */
+  uint64_t ip;     /* accessing instruction */
+  uint32_t len;    /* bytes */
+  uint32_t flags;  /* LOCUS_AC_* */
+  int cpu;         /* -1 unknown */
+  uint64_t caller; /* ip in a system library: the program's call into it (soft.c), 0 none */
   uint32_t
       weight; /* sampling periods the sample stands for (a POSIX timer's 1 + overruns); 0 = 1 */
 };

@@ -60,14 +60,17 @@ struct bb_entry { /* 64 bytes */
   uint64_t line;
   uint64_t addr;
   uint64_t ip;
+  uint64_t caller; /* the program's call into the system library ip is in, 0 none */
   uint64_t t;
-  uint32_t len;
-  int32_t cpu;
-  uint32_t serial; /* publisher's thread serial */
+  uint16_t len;
+  int16_t cpu;
+  uint16_t serial; /* publisher's thread serial, mod PUBLISHERS */
+  uint16_t loaded; /* a sampled load (the load board): 1, 2 once a trap resolved it; else 0 */
   uint32_t pubno;  /* publisher's store (or load) sample count when it published this */
-  uint32_t loaded; /* a sampled load (the load board): 1, 2 once a trap resolved it; else 0 */
   uint32_t weight; /* sampling periods the publishing sample stands for */
 };
+_Static_assert(sizeof(struct bb_entry) == 64, "a bulletin board entry is one cache line");
+_Static_assert(PUBLISHERS <= 65536, "serial is 16 bits");
 
 static struct bb_entry *board;
 static struct bb_entry *loads; /* the load board (watch_loads), board_cap entries after board */
@@ -143,12 +146,13 @@ static void publish(const struct locus_comm_access *a, uint64_t line, int loaded
   e->line = line;
   e->addr = a->addr;
   e->ip = a->ip;
+  e->caller = a->caller;
   e->t = a->t;
-  e->len = a->len;
-  e->cpu = a->cpu;
-  e->serial = serial;
+  e->len = (uint16_t)a->len;
+  e->cpu = (int16_t)a->cpu;
+  e->serial = (uint16_t)serial;
   e->pubno = n;
-  e->loaded = (uint32_t)loaded;
+  e->loaded = (uint16_t)loaded;
   e->weight = dt.weight;
   atomic_store_explicit(&e->seq, s + 2, memory_order_release);
   if (loaded) return; /* step 2's candidates are stores */
@@ -183,14 +187,16 @@ static uint8_t len_in_line(uint64_t addr, uint32_t len, uint64_t line) {
 }
 
 static void write_event(const struct bb_entry *src, uint64_t t, uint32_t dst_tid, uint64_t dst_addr,
-                        uint32_t dst_len, uint64_t dst_ip, uint32_t dst_flags, int dst_cpu,
-                        uint16_t flags, double volume) {
+                        uint32_t dst_len, uint64_t dst_ip, uint64_t dst_caller, uint32_t dst_flags,
+                        int dst_cpu, uint16_t flags, double volume) {
   struct locus_comm_event ev;
   memset(&ev, 0, sizeof ev);
   ev.t = t;
   ev.line = src->line;
   ev.src_ip = src->ip;
   ev.dst_ip = dst_ip;
+  ev.src_caller = src->caller;
+  ev.dst_caller = dst_caller;
   ev.volume = volume;
   ev.src_tid = src->tid;
   ev.dst_tid = dst_tid;
@@ -343,7 +349,7 @@ void locus_comm_detect(const struct locus_comm_access *a) {
   dt.weight = a->weight > 1 ? a->weight : 1;
   if (read_entry(board, slot_of(line), &e) == 0 && e.line == line && e.tid != locus_me.tid &&
       e.t > dt.t_prev) {
-    write_event(&e, a->t, locus_me.tid, a->addr, a->len, a->ip, a->flags, a->cpu, 0,
+    write_event(&e, a->t, locus_me.tid, a->addr, a->len, a->ip, a->caller, a->flags, a->cpu, 0,
                 (double)dt.weight);
     detected = 1;
   }
@@ -400,7 +406,7 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
                                : (double)locus_comm_cfg.line / ((double)WP_BYTES * m) *
                                      (dt.arm_weight > 1 ? (double)dt.arm_weight : 1.0);
   if (!dt.on.loaded) {
-    write_event(&dt.on, t0, locus_me.tid, a.addr, a.len, a.ip, a.flags, sched_getcpu(),
+    write_event(&dt.on, t0, locus_me.tid, a.addr, a.len, a.ip, a.caller, a.flags, sched_getcpu(),
                 LOCUS_CE_TRAP, volume);
   } else if (confirm(&dt.on)) { /* else another thread's store resolved that load first */
     /* This thread stored to a chunk of a line dt.on's thread was sampled loading: the
@@ -410,8 +416,9 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
     w.addr = a.addr;
     w.len = a.len;
     w.ip = a.ip;
-    w.cpu = sched_getcpu();
-    write_event(&w, t0, dt.on.tid, dt.on.addr, dt.on.len, dt.on.ip, 0, dt.on.cpu,
+    w.caller = a.caller;
+    w.cpu = (int16_t)sched_getcpu();
+    write_event(&w, t0, dt.on.tid, dt.on.addr, dt.on.len, dt.on.ip, dt.on.caller, 0, dt.on.cpu,
                 LOCUS_CE_TRAP | LOCUS_CE_LOADED, volume);
   }
   if (dt.on.t > dt.t_trap) dt.t_trap = dt.on.t;

@@ -33,7 +33,9 @@
 
 #include <stdint.h>
 
-#define LOCUS_FORMAT_VERSION 1
+/* 2: struct locus_comm_event is 128 bytes (src_caller, dst_caller); struct
+ * locus_comm_sample's caller (was reserved). Readers take version 1 runs too. */
+#define LOCUS_FORMAT_VERSION 2
 #define LOCUS_PROC_MAGIC 0x31434f5355434f4cULL /* "LOCUSCO1" little-endian */
 
 /* Timestamps: raw ticks of the clock named in struct locus_proc.clock. Convert with the
@@ -202,7 +204,9 @@ struct locus_comm_sample { /* 64 bytes */
                               not asked, -2 page not present, -3 stack (not asked) */
   uint32_t periods;        /* sampling periods the sample stands for (soft: 1, or a POSIX CPU-time
                               timer's 1 + overruns); 0 = 1 */
-  uint64_t reserved1;
+  uint64_t caller;         /* ip in a system library (soft): the program's call into it, the
+                              return address found by a stack scan (docs/lenses/comm.md);
+                              0 = none found, or ip is not in a system library */
   uint32_t tid;
   int32_t cpu;    /* sched_getcpu() when sampled, -1 unknown */
   uint32_t flags; /* LOCUS_AC_* */
@@ -218,7 +222,7 @@ struct locus_comm_sample { /* 64 bytes */
  * src is the storing thread, the dst the thread whose copy the store invalidated */
 #define LOCUS_CE_LOADED 8u
 
-struct locus_comm_event { /* 64 bytes */
+struct locus_comm_event { /* 128 bytes (64 in format version 1: no callers, no reserved) */
   uint64_t t;             /* ticks of the detection */
   uint64_t line;          /* address of the cache line (addr & ~(line size - 1)) */
   uint64_t src_ip;        /* instruction of the publishing (writing) access, 0 if unknown */
@@ -230,9 +234,12 @@ struct locus_comm_event { /* 64 bytes */
   int16_t dst_cpu;
   uint8_t src_off, src_len; /* byte range within the line of the write */
   uint8_t dst_off, dst_len; /* byte range within the line of the detecting access */
-  uint16_t flags;           /* LOCUS_CE_* */
-  uint16_t kind;            /* 1 = event; 0 = unused record */
-  uint32_t dst_flags;       /* LOCUS_AC_* of the detecting access */
+  uint64_t src_caller;      /* the callers of src_ip and dst_ip when they are in a system */
+  uint64_t dst_caller;      /* library, as struct locus_comm_sample's caller; 0 = none */
+  uint64_t reserved[6];
+  uint16_t flags;     /* LOCUS_CE_* */
+  uint16_t kind;      /* 1 = event; 0 = unused record */
+  uint32_t dst_flags; /* LOCUS_AC_* of the detecting access */
 };
 
 /* Per-thread counters of the comm lens, written when the thread ends (and at process exit

@@ -2257,3 +2257,61 @@ def test_threads_that_never_lived_at_once_do_not_communicate(locus, tmp_path):
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     assert c["samples"] > 200
     assert c["totals"]["detections"] <= 16, c["totals"]
+
+
+ADJACENT_LOCKS_CALLED = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+static pthread_mutex_t locks[2] __attribute__((aligned(64))); /* one line: words 0, 40 */
+static long counts[2][8];
+static pthread_barrier_t go;
+__attribute__((noinline)) static void take(int i) {
+  pthread_mutex_lock(&locks[i]); /* LOCK */
+  counts[i][0]++;
+  pthread_mutex_unlock(&locks[i]); /* UNLOCK */
+}
+static void *worker(void *arg) {
+  int i = (int)(long)arg;
+  pthread_barrier_wait(&go);
+  for (long k = 0; k < 6000000; k++) take(i);
+  return NULL;
+}
+int main(void) {
+  pthread_t t[2];
+  pthread_barrier_init(&go, NULL, 2);
+  for (int i = 0; i < 2; i++) pthread_mutex_init(&locks[i], NULL);
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, worker, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  printf("%ld\n", counts[0][0] + counts[1][0]);
+  return 0;
+}
+"""
+
+
+def test_lock_sites_in_the_c_library_name_the_programs_call(locus, tmp_path):
+    """Two threads take two mutexes on one line from one function of the program: every
+    communicating access is in glibc (pthread_mutex_lock.c), and the sites, the lines and the
+    advice named only glibc's lines. Each such site now carries the program's call that led
+    there (the soft handler's stack scan): `take` at the lock's or the unlock's line."""
+    exe = _gcc(tmp_path, "alc", ADJACENT_LOCKS_CALLED)
+    src = ADJACENT_LOCKS_CALLED.splitlines()
+    lock_line = next(n for n, s in enumerate(src, 1) if "/* LOCK */" in s)
+    unlock_line = next(n for n, s in enumerate(src, 1) if "/* UNLOCK */" in s)
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    lib = [s for s in c["sites"] if "pthread_mutex" in s["file"]]
+    assert lib, c["sites"]
+    named = [s for s in lib if s["callers"]]
+    # Nearly all of the library sites' volume has its caller.
+    share = sum(s["all"] * sum(k["share"] for k in s["callers"]) for s in lib)
+    assert share >= 0.9 * sum(s["all"] for s in lib), lib
+    for s in named:
+        for k in s["callers"]:
+            assert k["function"] == "take" and k["file"].endswith("alc.c"), s
+            assert k["line"] in (lock_line, unlock_line), (k, lock_line, unlock_line)
+    # The program's own sites have none.
+    assert all(not s["callers"] for s in c["sites"] if s["file"].endswith("alc.c")), c["sites"]
+    assert [ln for ln in c["lines"] if any("← take alc.c:" in x for x in ln["sites"])], c["lines"]
+    lock = [a for a in c["advice"] if "locks" in a and "different locks" in a]
+    assert lock and "called from take alc.c:" in lock[0], c["advice"]

@@ -108,6 +108,9 @@ class Events:
     dst_len: np.ndarray
     flags: np.ndarray
     dst_flags: np.ndarray
+    # The program's calls into the system library src_ip/dst_ip is in (soft), 0 none.
+    src_caller: np.ndarray
+    dst_caller: np.ndarray
 
 
 def recorded(run: RunDir) -> bool:
@@ -1171,6 +1174,13 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
         # The busiest false-sharing access, whose source file tells the advice's language.
         top = int(fm[np.argmax(wk["false"][fm])]) if len(fm) else -1
         top_ip = (int(ev.proc[top]), int(ev.dst_ip[top])) if top >= 0 else None
+        # ... and its program's call into the system library it is in (a lock function).
+        fc = fm[(ev.dst_caller[fm] != 0) & (ev.dst_ip[fm] == ev.dst_ip[top])] if len(fm) else fm
+        top_caller = None
+        if len(fc):
+            inv, first = group(ev.dst_caller[fc])
+            j = int(fc[first[np.argmax(np.bincount(inv, weights=wk["false"][fc]))]])
+            top_caller = (int(ev.proc[j]), int(ev.dst_caller[j]) - 1)
         shared = (
             _shared_words(names.run.procs[info["proc"]], ev, m, fm, tids, cfg["line_size"], uses)
             if len(fm)
@@ -1204,6 +1214,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "_shared_words": shared,
                 "_wrapper": wrapper,
                 "_top_ip": top_ip,
+                "_top_caller": top_caller,
                 "_layout": (info["proc"], name, info["addr"]) if info.get("addr") else None,
                 "_stack_lo": info.get("lo"),
             }
@@ -1525,18 +1536,24 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
     spans: dict[int, dict[int, list]] = {}
     for li, t, o, ln in acc.tolist():
         spans.setdefault(li, {}).setdefault(t, []).append((o, o + ln))
-    # Code sites of each line.
+    # Code sites of each line; one in a system library with the program's call that led
+    # there ("site ← caller": the caller's call instruction, a return address minus one).
     ips = np.concatenate(
         [
-            np.stack([r, ev.proc[keep], ev.src_ip[keep]], 1),
-            np.stack([r, ev.proc[keep], ev.dst_ip[keep]], 1),
+            np.stack([r, ev.proc[keep], ev.src_ip[keep], ev.src_caller[keep].astype(np.int64)], 1),
+            np.stack([r, ev.proc[keep], ev.dst_ip[keep], ev.dst_caller[keep].astype(np.int64)], 1),
         ]
     )
     ips = unique_rows(ips[ips[:, 2] != 0].astype(np.uint64)).astype(np.int64)
-    names.code([(int(p), int(ip)) for _li, p, ip in ips.tolist()])
+    names.code(
+        [(int(p), int(ip)) for _li, p, ip, _c in ips.tolist()]
+        + [(int(p), int(c) - 1) for _li, p, _ip, c in ips.tolist() if c]
+    )
     line_sites: dict[int, list[str]] = {}
-    for li, p, ip in ips.tolist():
+    for li, p, ip, c in ips.tolist():
         s = _site_str(names.site(int(p), int(ip)))
+        if c:
+            s += f" ← {_site_str(names.site(int(p), int(c) - 1))}"
         lst = line_sites.setdefault(li, [])
         if s not in lst:
             lst.append(s)
@@ -1716,8 +1733,41 @@ def _site_rows(ev, wk, names, opts) -> list:
         tot = np.bincount(sid, weights=v[e_idx], minlength=len(rows))
         for r, x in zip(rows, tot.tolist()):
             r[k] = float(x)
+    callers = np.concatenate([ev.dst_caller[own], ev.src_caller[extra]])
+    _site_callers(rows, sid, e_idx, callers, ev.proc[e_idx], wk["all"], names)
     rows.sort(key=lambda r: (-r["all"], -r["false"]))
     return rows[: opts.top_sites]
+
+
+SITE_CALLERS = 3  # callers listed per site in a system library
+
+
+def _site_callers(rows, sid, e_idx, callers, procs, vol, names) -> None:
+    """`callers` of each site in a system library (C library, loader, vDSO): the program's
+    calls that led to its accesses (the runtime's stack scan, soft), the busiest first, each
+    with its share of the site's volume. Return addresses are named by their call
+    instruction (the address before). Sites elsewhere get none."""
+    has = callers != 0
+    for r in rows:
+        r["callers"] = []
+    if not has.any():
+        return
+    sid, procs, callers, w = sid[has], procs[has], callers[has].astype(np.int64), vol[e_idx][has]
+    inv, first = group(sid, procs, callers)
+    v = np.bincount(inv, weights=w, minlength=len(first))
+    keys = [(int(procs[f]), int(callers[f]) - 1) for f in first]
+    names.code(keys)
+    best: dict[int, list] = {}
+    for j in np.argsort(-v, kind="stable").tolist():
+        lst = best.setdefault(int(sid[first[j]]), [])
+        if len(lst) < SITE_CALLERS:
+            lst.append((keys[j], float(v[j])))
+    for i, lst in best.items():
+        total = rows[i]["all"]
+        rows[i]["callers"] = [
+            dict(names.site(*k), address=f"{k[1] + 1:#x}", share=x / total if total else 0.0)
+            for k, x in lst
+        ]
 
 
 ADVICE_MIN_DETECTIONS = 10
@@ -1764,6 +1814,15 @@ def _top_site(o: dict, names) -> dict | None:
     if names is None or not o.get("_top_ip"):
         return None
     return names.site(*o["_top_ip"])
+
+
+def _top_caller(o: dict, names) -> dict | None:
+    """The site of the program's call that led to the object's busiest false-sharing access,
+    when that access is in a system library (a lock function); else None."""
+    if names is None or not o.get("_top_caller"):
+        return None
+    names.code([o["_top_caller"]])
+    return names.site(*o["_top_caller"])
 
 
 def _align(site: dict | None, line: int, size: int = 8, heap: bool = False) -> str:
@@ -2058,9 +2117,13 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         shared, seen = o["_shared_words"]
         share = f"{100 * o['false'] / o['all']:.0f} % of its volume"
         site = _top_site(o, names)
-        fortran = _is_fortran(site)
-        align = _align(site, line, size, heap=o["kind"] == "heap")
+        caller = _top_caller(o, names)
+        # The program's language from its own call when the access is in a library.
+        fortran = _is_fortran(caller or site)
+        align = _align(caller or site, line, size, heap=o["kind"] == "heap")
         lock = _lock_code(site)
+        if lock is not None and caller is not None:
+            lock += f", called from {_site_str(caller)}"
         inside = lock is not None or _lock_fields(o, names, offs)
         if inside and not own and o.get("size", 0) > LOCK_MAX and _same_locks(o, names, per):
             # The same locks taken by every thread (a queue's mutex and condition

@@ -141,6 +141,9 @@ def comm_tables(report: dict) -> list[Table]:
     sites = []
     for r in c["sites"]:
         where = site_str(r)
+        # A site in the C library: the program's calls that led there (JSON `callers`).
+        for k in r.get("callers") or []:
+            where += f"\n← {site_str(k)} ({100 * k['share']:.0f} %)"
         sites.append(dict(r, where=where, false_pct=_pct(r["false"], r["all"])))
     shown, total = c.get("shown") or {}, c.get("total") or {}
     tables = [

@@ -101,6 +101,7 @@ struct module {
   uint64_t lo, hi;
   uint64_t hdr; /* address of .eh_frame_hdr, 0 when the object has none */
   _Atomic int dead;
+  int sys; /* a system library (is_system): its samples get the program's call into it */
 };
 static struct module mods[MAX_MODS];
 static _Atomic int nmods;
@@ -285,10 +286,33 @@ struct seen {
   int n;
 };
 
+/* Code the program did not write: the C library and the other objects installed in the
+ * system's library directories, the vDSO, the dynamic loader, and this runtime. Samples in
+ * it get the program's call into it (caller_of). */
+static int is_system(const struct dl_phdr_info *info) {
+  const char *n = info->dlpi_name;
+  static const char *const dirs[] = {"/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/"};
+  if (!n || !n[0]) return 0;     /* the program */
+  if (!strchr(n, '/')) return 1; /* linux-vdso.so.1 */
+  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
+    if (strncmp(n, dirs[i], strlen(dirs[i])) == 0) return 1;
+  for (int i = 0; i < info->dlpi_phnum; i++) { /* liblocus.so, wherever it is */
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uint64_t lo = info->dlpi_addr + ph->p_vaddr, self = (uint64_t)(uintptr_t)&is_system;
+    if (ph->p_type == PT_LOAD && self >= lo && self < lo + ph->p_memsz) return 1;
+  }
+  return 0;
+}
+
+/* The span of the program's own code (objects not is_system): a stack word outside it is no
+ * return address into it. Only grows. */
+static _Atomic uint64_t user_lo = UINT64_MAX, user_hi;
+
 static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
   struct seen *seen = arg;
   uint64_t hdr = 0;
+  int sys = is_system(info);
   for (int i = 0; i < info->dlpi_phnum; i++)
     if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
       hdr = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
@@ -308,7 +332,16 @@ static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
     m->lo = lo;
     m->hi = hi;
     m->hdr = hdr;
+    m->sys = sys;
     atomic_store(&m->dead, 0);
+    if (!sys) {
+      uint64_t v = atomic_load(&user_lo);
+      while (lo < v && !atomic_compare_exchange_weak(&user_lo, &v, lo)) {
+      }
+      v = atomic_load(&user_hi);
+      while (hi > v && !atomic_compare_exchange_weak(&user_hi, &v, hi)) {
+      }
+    }
     atomic_store_explicit(&nmods, n + 1, memory_order_release);
   }
   return 0;
@@ -1305,14 +1338,58 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
 }
 
 /* A watchpoint trap's pc follows the access that ran (a branch target or not). */
+/* ---- the program's call into a system library ----
+ * A sample in the C library (a lock word's cmpxchg in pthread_mutex_lock, memcpy's stores)
+ * names a line of glibc, whoever called it. Its caller in the program is found as Breakpad
+ * does without unwind information: the nearest word above the stack pointer that points into
+ * the program's own code right after a call instruction (decoded: the call ends there) and
+ * is not a function start (a function placed after a call that never returns, `call abort`,
+ * is not a return address). A function pointer or a stale return address kept in a library
+ * frame can be taken for it: the report names it "called from", as the nearest call found.
+ * Bounded: SCAN_BYTES of the thread's own stack (none when the stack pointer is elsewhere,
+ * e.g. on a signal stack). Unwinding with the libraries' CFI (libunwind) would be exact, but
+ * it is not async-signal-safe: it walks the loader's list under its lock. */
+#define SCAN_BYTES 4096u
+
+static int after_call(const struct module *m, uint64_t v) {
+  uint64_t start, end;
+  if (v - m->lo < 2 || (function_of(m, v, &start, &end) == 0 && start == v)) return 0;
+  ZydisDecoderContext ctx;
+  ZydisDecodedInstruction in;
+  for (uint64_t k = 2; k <= 7 && k <= v - m->lo; k++)
+    if (ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, (const void *)(v - k), k, &in)) &&
+        in.length == k && in.mnemonic == ZYDIS_MNEMONIC_CALL)
+      return 1;
+  return 0;
+}
+
+/* The return address into the program above the stack pointer regs[REG_RSP], when ip is in
+ * a system library; 0 otherwise or when none is found. */
+static uint64_t caller_of(uint64_t ip, const greg_t *regs) {
+  const struct module *m = module_of(ip);
+  if (!m || !m->sys) return 0;
+  uint64_t sp = (uint64_t)regs[REG_RSP], lo = atomic_load_explicit(&user_lo, memory_order_relaxed),
+           hi = atomic_load_explicit(&user_hi, memory_order_relaxed);
+  if (sp < me_soft.stack_lo || sp >= me_soft.stack_hi || lo >= hi) return 0;
+  uint64_t end = me_soft.stack_hi - sp > SCAN_BYTES ? sp + SCAN_BYTES : me_soft.stack_hi;
+  for (uint64_t p = (sp + 7) & ~7ull; p + 8 <= end; p += 8) {
+    uint64_t v = *(const uint64_t *)p;
+    if (v <= lo || v >= hi) continue;
+    const struct module *c = module_of(v);
+    if (c && !c->sys && after_call(c, v)) return v;
+  }
+  return 0;
+}
+
 int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a) {
   if (pc >= 0x800000000000ull || pc < 4096) return -1;
   const struct module *m = module_of(pc);
   struct around b;
   uint64_t w = skid_at(m, pc, &b);
   uint64_t prevlen = (w >> 48) & 0xf;
-  if ((w & PC_NONE) || !prevlen) return -1;
-  return access_before(m, &b, pc, prevlen, uc, a) == DEC_OK ? 0 : -1;
+  if ((w & PC_NONE) || !prevlen || access_before(m, &b, pc, prevlen, uc, a) != DEC_OK) return -1;
+  a->caller = caller_of(a->ip, ((ucontext_t *)uc)->uc_mcontext.gregs);
+  return 0;
 }
 
 /* ---- sizes of hardware address samples ---- */
@@ -1594,6 +1671,7 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
       a.t = t0;
       a.cpu = sched_getcpu();
       a.weight = weight;
+      a.caller = caller_of(a.ip, regs);
       locus_comm_take(&a);
     }
   }
@@ -1627,6 +1705,7 @@ static void on_step(ucontext_t *uc) {
       a.cpu = sched_getcpu();
       a.flags |= LOCUS_AC_STEP;
       a.weight = me_soft.step_weight;
+      a.caller = caller_of(a.ip, regs);
       locus_comm_take(&a);
     }
     locus_me.guard--;

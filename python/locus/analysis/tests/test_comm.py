@@ -1357,3 +1357,52 @@ def test_exact_advice_needs_a_share_of_the_run(tmp_path):
     c.event(src=11, dst=10, line=STATS, src_off=8, dst_off=0, store=True, count=1, volume=300.0)
     res = _res(tmp_path, run, name="exact2")
     assert [a for a in res["advice"] if "stats" in a], res["advice"]
+
+
+def test_sites_in_a_library_list_the_programs_calls(tmp_path):
+    """Events whose instructions have callers (an access in the C library): each such site
+    lists the program's calls, busiest first, with their shares of its volume (the caller
+    named by its call instruction, the address before the return address); sites without
+    callers have an empty list; the lines' code column shows `site ← caller`."""
+    run, _p, c = _run()
+    c.event(src=10, dst=11, line=STATS, src_off=0, dst_off=8, src_ip=0x401010,
+            dst_ip=0x401020, dst_caller=0x401101, count=3)  # fmt: skip
+    c.event(src=10, dst=11, line=STATS, src_off=0, dst_off=8, src_ip=0x401010,
+            dst_ip=0x401020, dst_caller=0x401201, count=1)  # fmt: skip
+    res = _res(tmp_path, run)
+    sites = {s["line"]: s for s in res["sites"]}
+    assert sites[16]["callers"] == []  # the writer: no caller recorded
+    callers = sites[32]["callers"]
+    assert [(k["line"], k["address"]) for k in callers] == [
+        (0x100, "0x401101"),
+        (0x200, "0x401201"),
+    ]
+    assert [k["share"] for k in callers] == pytest.approx([0.75, 0.25])
+    (ln,) = res["lines"]
+    assert "worker fs.c:32 ← worker fs.c:256" in ln["sites"], ln["sites"]
+    sites_table = next(t for t in comm_tables({"lenses": {"comm": res}}) if t.name == "comm_sites")
+    where = [r["where"] for r in sites_table.rows]
+    assert "worker fs.c:32\n← worker fs.c:256 (75 %)\n← worker fs.c:512 (25 %)" in where, where
+
+
+def test_a_version_1_run_reads_its_64_byte_events(tmp_path):
+    """Runs recorded before format version 2 hold 64-byte events without callers: read as
+    they are (their sites have no callers), not refused as damaged."""
+    from locus.rundir import COMM_EVENT_V1_DTYPE, PROC_DTYPE
+
+    run, _p, c = _run()
+    c.event(src=10, dst=11, line=STATS, src_off=0, dst_off=8, src_ip=0x401010,
+            dst_ip=0x401020, dst_caller=0x401101, count=2)  # fmt: skip
+    path = run.write(str(tmp_path / "v1"))
+    pdir = os.path.join(path, "procs", "10")
+    new = np.fromfile(os.path.join(pdir, "comm.events.bin"), dtype=COMM_EVENT_DTYPE)
+    old = np.zeros(len(new), dtype=COMM_EVENT_V1_DTYPE)
+    for f in COMM_EVENT_V1_DTYPE.names:
+        old[f] = new[f]
+    old.tofile(os.path.join(pdir, "comm.events.bin"))
+    h = np.fromfile(os.path.join(pdir, "proc.bin"), dtype=PROC_DTYPE)
+    h["format_version"] = 1
+    h.tofile(os.path.join(pdir, "proc.bin"))
+    res = analyze(RunDir.open(path), FAKE)
+    assert res["totals"]["detections"] == 2
+    assert all(s["callers"] == [] for s in res["sites"])
