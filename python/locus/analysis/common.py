@@ -144,6 +144,12 @@ def site_str(s: dict) -> str:
     return where
 
 
+def callers_text(r: dict) -> str:
+    """The `callers` of a site in a system library, a line each under it: "\n← take
+    lk.c:8 (100 %)" ("" when it has none)."""
+    return "".join(f"\n← {site_str(k)} ({100 * k['share']:.0f} %)" for k in r.get("callers") or [])
+
+
 def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:
     """NUMA node of each CPU 0..ncpu-1: the emulated nodes of a --fake-numa run (the numa
     lens's map: the node matrix said "in one node" beside numa's two), else meta host

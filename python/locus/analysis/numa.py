@@ -531,6 +531,7 @@ class _Accesses:
     t: np.ndarray
     addr: np.ndarray
     ip: np.ndarray
+    caller: np.ndarray  # the program's call into the system library ip is in (soft), 0 none
     node: np.ndarray  # int64: the page's node, -1 unknown, -2 not present, -3 stack
     tid: np.ndarray
     cpu: np.ndarray  # int64, -1 unknown
@@ -567,6 +568,7 @@ def _accesses(run: RunDir, scale: float, notes: list[str]) -> _Accesses:
         t=cat(s["t"], c["t"]),
         addr=cat(s["addr"], c["addr"]),
         ip=cat(s["ip"], c["ip"]),
+        caller=cat(s["caller"], np.zeros(nc, dtype=np.uint64)).astype(np.uint64),
         node=node,
         tid=cat(s["tid"], c["tid"]),
         cpu=cat(s["cpu"], np.full(nc, -1), np.int64),
@@ -759,6 +761,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     ev = {
         "proc": np.concatenate([a.proc[ns], T.proc[first]]),
         "ip": np.concatenate([a.ip[ns], t["ip"][first]]),
+        "caller": np.concatenate([a.caller[ns], np.zeros(int(first.sum()), dtype=np.uint64)]),
         "field": np.concatenate([cls[ns], t_field[first]]).astype(np.int64),
         "w": np.concatenate([a.w[ns], t_first_w[first]]),
         "k": np.concatenate([a_k[ns], t_k[first]]),
@@ -1007,7 +1010,42 @@ def _site_rows(ev, names, opts) -> tuple[list[dict], list[list[tuple[int, int]]]
     for key in sorted(merged, key=lambda k: (-sums[k][ACCESS].sum(), -sums[k][:2].sum())):
         rows.append(dict(merged[key], **_fields(sums[key])))
         mem.append(members[key])
+    _site_callers(rows, mem, ev, names)
     return rows, mem
+
+
+SITE_CALLERS = 3  # callers listed per site in a system library
+
+
+def _site_callers(rows: list[dict], mem: list, ev: dict, names) -> None:
+    """`callers` of each site in a system library (comm.md's "Callers of library code"):
+    the program's calls that led to its sampled accesses, the busiest first, each with its
+    share of the site's accesses; [] elsewhere (and for first touches, which record none)."""
+    for r in rows:
+        r["callers"] = []
+    field = ev["field"]
+    has = (ev["caller"] != 0) & (field >= ACCESS.start) & (field < ACCESS.stop)
+    if not has.any():
+        return
+    row_of = {k: i for i, keys in enumerate(mem) for k in keys}
+    proc, ip, caller, w = ev["proc"][has], ev["ip"][has], ev["caller"][has], ev["w"][has]
+    inv, first = group(proc, ip, caller)
+    v = np.bincount(inv, weights=w, minlength=len(first))
+    per: dict[int, dict[tuple, float]] = {}
+    for j, f in enumerate(first.tolist()):
+        i = row_of.get((int(proc[f]), int(ip[f])))
+        if i is not None:
+            k = (int(proc[f]), int(caller[f]) - 1)  # the call instruction
+            per.setdefault(i, {}).setdefault(k, 0.0)
+            per[i][k] += float(v[j])
+    names.code([k for d in per.values() for k in d])
+    for i, d in per.items():
+        total = rows[i]["accesses"] or 0.0
+        best = sorted(d.items(), key=lambda kv: -kv[1])[:SITE_CALLERS]
+        rows[i]["callers"] = [
+            dict(names.site(*k), address=f"{k[1] + 1:#x}", share=x / total if total else 0.0)
+            for k, x in best
+        ]
 
 
 def _alloc_frames(names, keys: list[tuple[int, int, int]]) -> list[tuple]:

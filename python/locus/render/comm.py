@@ -7,7 +7,7 @@ import math
 import re
 
 from locus.analysis.comm import _ranges
-from locus.analysis.common import site_str
+from locus.analysis.common import callers_text, site_str
 from locus.errors import LocusError
 from locus.render.heat import masked_zeros, pyplot, save, shade, shade_legend, zero_apart
 from locus.render.tables import Table
@@ -140,10 +140,8 @@ def comm_tables(report: dict) -> list[Table]:
         )
     sites = []
     for r in c["sites"]:
-        where = site_str(r)
         # A site in the C library: the program's calls that led there (JSON `callers`).
-        for k in r.get("callers") or []:
-            where += f"\n← {site_str(k)} ({100 * k['share']:.0f} %)"
+        where = site_str(r) + callers_text(r)
         sites.append(dict(r, where=where, false_pct=_pct(r["false"], r["all"])))
     shown, total = c.get("shown") or {}, c.get("total") or {}
     tables = [

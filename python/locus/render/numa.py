@@ -4,7 +4,7 @@ terminal and the matplotlib heat maps (--plot DIR)."""
 
 from __future__ import annotations
 
-from locus.analysis.common import ranges, site_str, via_text
+from locus.analysis.common import callers_text, ranges, site_str, via_text
 from locus.errors import LocusError
 from locus.render.heat import masked_zeros, pyplot, save, shade, shade_legend, zero_apart
 from locus.render.tables import Table
@@ -156,7 +156,7 @@ def numa_tables(report: dict) -> list[Table]:
             )
         )
     else:
-        rows = [dict(_with_unpinned(r), where=_where(r)) for r in c["sites"]]
+        rows = [dict(_with_unpinned(r), where=_where(r) + callers_text(r)) for r in c["sites"]]
         tables.append(
             Table(
                 "numa_sites",

@@ -613,3 +613,26 @@ def test_read_first_touch_placement_and_census(tmp_path):
     assert [(x["toucher"], x["accessor"]) for x in a["mismatched"]] == [(1, 0)]
     assert any("placed by a later write" in x for x in res["notes"])
     assert any("census" in x for x in res["notes"])
+
+
+def test_sites_in_a_library_list_the_programs_calls(tmp_path):
+    """Sampled accesses in the C library (memcpy into remote pages) with the program's call
+    recorded (the soft handler's stack scan): the site lists its callers, named by the call
+    instruction, with their shares of its accesses; the first touches and the counted
+    accesses record none."""
+    run, _p, n = _run()
+    n.start(10, nodes=[0])
+    n.sample(10, ARR, node=1, ip=0x401040, count=6)
+    n.add_samples(tid=np.full(3, 10), addr=ARR, node=1, ip=0x401040, caller=0x401101, t=0.5)
+    n.add_samples(tid=np.full(1, 10), addr=ARR, node=1, ip=0x401040, caller=0x401201, t=0.5)
+    n.sample(10, ARR, node=1, ip=0x401050, count=2)
+    res = _res(tmp_path, run)
+    site = {s["line"]: s for s in res["sites"]}
+    assert site[0x50]["callers"] == []
+    got = [(k["line"], k["address"], k["share"]) for k in site[0x40]["callers"]]
+    assert got == [(0x100, "0x401101", pytest.approx(0.3)), (0x200, "0x401201", pytest.approx(0.1))]
+    # The CLI (no symbols for a synthetic run): callers by address, under their site.
+    text = render(build(RunDir.open(str(tmp_path / "run")), ["numa"], Filters()), "text")
+    rows = [ln.strip() for ln in text.splitlines()]
+    i = next(k for k, ln in enumerate(rows) if ln.startswith("0x401040"))
+    assert rows[i + 1 : i + 3] == ["← 0x401100 (30 %)", "← 0x401200 (10 %)"], text
