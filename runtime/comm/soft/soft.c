@@ -245,20 +245,6 @@ static int read_enc(const uint8_t **pp, uint8_t enc, uint64_t data, uint64_t *ou
   return 0;
 }
 
-static uint64_t uleb(const uint8_t **pp) {
-  uint64_t v = 0;
-  unsigned shift = 0;
-  const uint8_t *p = *pp;
-  uint8_t b;
-  do {
-    b = *p++;
-    if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
-    shift += 7;
-  } while (b & 0x80);
-  *pp = p;
-  return v;
-}
-
 static int hdr_table(uint64_t hdr, const int32_t **table, uint32_t *nfde) {
   const uint8_t *p = (const uint8_t *)hdr;
   if (p[0] != 1) return -1;
@@ -490,11 +476,17 @@ static const struct module *module_of(uint64_t pc) {
   return NULL;
 }
 
-/* [start, end) of the function holding pc, from the FDE; -1 when no FDE covers pc. */
+/* [start, end) of the function holding pc: start from the object's .eh_frame_hdr search
+ * table (the FDEs' initial locations, sorted), end the next entry's start (or the segment's
+ * end); -1 when pc is before the first. The FDE itself (its exact range) is not read: each
+ * read faulted in 64 KiB of .eh_frame (the kernel's fault-around) that the program never
+ * uses — 68 KiB of libc's for a program that samples a few libc functions. pc in the gap
+ * after a function's FDE range (alignment padding, code without CFI) is then decoded from
+ * that function's start, through the padding (valid instructions), instead of by resync. */
 static int function_of(const struct module *m, uint64_t pc, uint64_t *start, uint64_t *end) {
   const int32_t *t;
   uint32_t nfde;
-  if (!m->hdr || hdr_table(m->hdr, &t, &nfde) != 0) return -1;
+  if (!m->hdr || hdr_table(m->hdr, &t, &nfde) != 0 || !nfde) return -1;
   int64_t rel = (int64_t)(pc - m->hdr);
   uint32_t lo = 0, hi = nfde; /* last entry with start <= pc */
   if (t[0] > rel) return -1;
@@ -505,56 +497,10 @@ static int function_of(const struct module *m, uint64_t pc, uint64_t *start, uin
     else
       hi = mid;
   }
-  const uint8_t *fde = (const uint8_t *)(m->hdr + (uint64_t)(int64_t)t[2 * lo + 1]);
-  const uint8_t *p = fde;
-  uint32_t len32;
-  memcpy(&len32, p, 4);
-  p += 4;
-  if (len32 == 0xffffffffu) p += 8; /* 64-bit DWARF: the CIE pointer stays 4 bytes in .eh_frame */
-  uint32_t cie_off;
-  memcpy(&cie_off, p, 4);
-  if (cie_off == 0) return -1; /* a CIE, not an FDE */
-  const uint8_t *cie = p - cie_off;
-  p += 4;
-  /* The CIE's augmentation says how the FDE's addresses are encoded ('R'). */
-  const uint8_t *c = cie;
-  memcpy(&len32, c, 4);
-  c += len32 == 0xffffffffu ? 12 + 8 : 4 + 4; /* length, CIE id */
-  uint8_t version = *c++;
-  const char *aug = (const char *)c;
-  while (*c) c++;
-  c++;
-  uleb(&c); /* code alignment */
-  uleb(&c); /* data alignment (sleb: same length) */
-  if (version == 1)
-    c++;
-  else
-    uleb(&c);
-  uint8_t enc = 0; /* absptr */
-  if (aug[0] == 'z') {
-    uleb(&c);
-    for (const char *a = aug + 1; *a; a++) {
-      if (*a == 'R') {
-        enc = *c++;
-        break;
-      } else if (*a == 'P') {
-        uint8_t penc = *c++;
-        uint64_t skip;
-        if (read_enc(&c, penc & 0x7f, 0, &skip) != 0) return -1;
-      } else if (*a == 'L') {
-        c++;
-      } else if (*a != 'S' && *a != 'B' && *a != 'G') {
-        return -1;
-      }
-    }
-  }
-  uint64_t begin, range;
-  if (read_enc(&p, enc, 0, &begin) != 0 || read_enc(&p, enc & 0x0f, 0, &range) != 0) return -1;
-  if (pc < begin || pc - begin >= range) return -1;
-  *start = begin;
-  *end = begin + range;
+  *start = m->hdr + (uint64_t)(int64_t)t[2 * lo];
+  *end = lo + 1 < nfde ? m->hdr + (uint64_t)(int64_t)t[2 * (lo + 1)] : m->hi;
   if (*end > m->hi) *end = m->hi;
-  return 0;
+  return pc < *end ? 0 : -1;
 }
 
 static int is_branch(const ZydisDecodedInstruction *in) {
