@@ -1327,8 +1327,10 @@ def _sampled_uses(proc, line: int, cache: dict) -> tuple[np.ndarray, np.ndarray]
 
 SWITCH_NOTE_RATE = 5_000  # context switches per second of the run that get the note
 # A thread that switches context more often than this, per second of its CPU time, is
-# sampled at the scheduler's tick (soft.c default_switch_high).
-SWITCH_RATE_VM, SWITCH_RATE_METAL = 10_000, 50_000
+# sampled at the scheduler's tick (soft.c switch_high), and above the second pair without
+# its watchpoints (soft.c wp_park_high; 8x LOCUS_COMM_SWITCH_RATE when that is set).
+SWITCH_RATE_VM, SWITCH_RATE_METAL = 2_000, 50_000
+WP_PARK_VM, WP_PARK_METAL = 80_000, 400_000
 
 
 def _switch_rate(run: RunDir) -> int | None:
@@ -1348,11 +1350,14 @@ def _ticked_note(n: int, rate: int | None = None) -> str:
         else f"{SWITCH_RATE_VM:,} times a second of their CPU time ({SWITCH_RATE_METAL:,} on "
         "bare metal; LOCUS_COMM_SWITCH_RATE)"
     )
+    park = (
+        f"above {8 * rate:,}" if rate else f"above {WP_PARK_VM:,} ({WP_PARK_METAL:,} on bare metal)"
+    )
     return (
         f"{n} thread(s) switched context more than {limit} and were "
         "sampled meanwhile at the scheduler's tick (a POSIX CPU-time timer: at most HZ "
-        "samples a second, each counted for the periods it stands for; above 8x that rate "
-        "without watchpoints): perf's task clock costs at every switch (5.8 us in a VM; "
+        f"samples a second, each counted for the periods it stands for; {park} "
+        "without watchpoints): perf's task clock costs at every switch (10-14 us in a VM; "
         "sysbench threads ran 12x slower for it). Those threads have fewer samples: their "
         "volumes are coarser"
     )

@@ -1430,19 +1430,25 @@ static int enters_kernel(const struct code *c) {
 
 /* ---- threads that switch context often ----
  * perf's task clock costs at every context switch of the thread it samples (the kernel
- * stops and restarts its hrtimer, which reprograms the CPU's timer): 5.8 us a switch in this
- * KVM guest, where writing the timer exits to the hypervisor. sysbench threads (sched_yield
- * under mutexes, 1.2 M switches a second) ran 12x slower for it, and each open breakpoint
- * event (the watchpoints) adds 0.1 us a switch. A thread that switches more than
- * switch_high times a second of its CPU time, at two samples in a row, is therefore moved
- * to a POSIX CPU-time timer, which the kernel checks at the scheduler's tick (no cost at a
- * switch; at most HZ samples a second, each standing for the periods that elapsed: 1 + the
- * timer's overruns); under a quarter of that rate, at two samples in a row, it goes back to
- * the task clock. On the tick, above WP_PARK x switch_high its watchpoints are closed too
- * (sysbench threads: 1.6x slower with them open), and opened again under a quarter of that.
- * LOCUS_COMM_SWITCH_RATE sets switch_high (0: never move). */
-#define WP_PARK 8u
-static uint64_t switch_high;
+ * stops and restarts its hrtimer, which reprograms the CPU's timer): 10-14 us a switch in
+ * this KVM guest, where writing the timer exits to the hypervisor (two threads handing a
+ * futex back and forth on one CPU: 4.1 -> 13.7 us a hand-off). sysbench threads
+ * (sched_yield under mutexes, 1.2 M switches a second) ran 12x slower for it, and each
+ * open breakpoint event (the watchpoints) adds ~0.05 us a switch. A thread that switches
+ * more than switch_high times a second of its CPU time, at two measurements in a row (each
+ * over at least RATE_WINDOW_NS of it), is therefore moved to a POSIX CPU-time timer, which
+ * the kernel checks at the scheduler's tick (no cost at a switch; at most HZ samples a
+ * second, each standing for the periods that elapsed: 1 + the timer's overruns); under a
+ * quarter of that rate, at two measurements in a row, it goes back to the task clock.
+ * switch_high bounds the task clock's cost to ~3 % of the thread's time: 2,000 a second in
+ * a VM (at 10,000, the futex hand-off with 100 us of work between switches, 9,500 a
+ * second, stayed on the task clock and ran 13 % slower; sysbench mutex's threads switch
+ * 8-9,000 times a second in most runs). On the tick, above wp_park_high its watchpoints
+ * are closed too (sysbench threads: 1.6x slower with them open), and opened again under a
+ * quarter of that. LOCUS_COMM_SWITCH_RATE sets switch_high (0: never move), and
+ * wp_park_high to 8x it. */
+static uint64_t switch_high, wp_park_high;
+#define RATE_WINDOW_NS 10000000u /* the least CPU time a rate is measured over */
 static uint64_t period_ns(void);
 static int open_clock(int sigtrap);
 
@@ -1496,10 +1502,10 @@ static void go_clock(void) {
   me_soft.parked = 0;
 }
 
-/* On the tick: park the watchpoints above WP_PARK x switch_high, unpark under a quarter of
- * that, at two checks in a row. */
+/* On the tick: park the watchpoints above wp_park_high, unpark under a quarter of that, at
+ * two checks in a row. */
 static void park_watchpoints(uint64_t rate) {
-  uint64_t hi = WP_PARK * switch_high;
+  uint64_t hi = wp_park_high;
   if (me_soft.parked ? rate < hi / 4 : rate > hi)
     me_soft.wp_streak++;
   else
@@ -1529,7 +1535,12 @@ static void adapt(void) {
     return;
   }
   uint64_t dsw = sw - me_soft.sw_last, dcpu = cpu - me_soft.cpu_last;
-  if (dcpu < period_ns() / 2) return; /* too short to tell: measured over the next ones */
+  /* Too short to tell: measured over the next ones. Over a single 1 ms period a compute
+   * thread preempted 1,000 times a second (beside a 1 ms sleep loop, on a loaded machine)
+   * showed 2-3 switches often enough, twice in a row, to be moved for most of its run;
+   * over 10 ms its count is 10 +- 3, far from 20. */
+  uint64_t window = period_ns() / 2 > RATE_WINDOW_NS ? period_ns() / 2 : RATE_WINDOW_NS;
+  if (dcpu < window) return;
   me_soft.sw_last = sw;
   me_soft.cpu_last = cpu;
   uint64_t rate = dsw * 1000000000u / dcpu;
@@ -1547,11 +1558,9 @@ static void adapt(void) {
     go_tick();
 }
 
-static uint64_t default_switch_high(void) {
+static int in_vm(void) {
   unsigned a, b, c, d;
-  int vm = __get_cpuid(1, &a, &b, &c, &d) && (c >> 31) & 1; /* the hypervisor bit */
-  /* Bare metal: hrtimer reprogramming is a register write, ~0.5 us a switch all told. */
-  return vm ? 10000u : 50000u;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c >> 31) & 1; /* the hypervisor bit */
 }
 
 /* ---- the handler ---- */
@@ -1952,7 +1961,17 @@ static int soft_proc_init(void) {
   if (src && !strcmp(src, "async")) forced_source = SRC_ASYNC;
   if (src && !strcmp(src, "timer")) forced_source = SRC_TIMER;
   const char *rate = getenv("LOCUS_COMM_SWITCH_RATE");
-  switch_high = rate && *rate ? strtoull(rate, NULL, 10) : default_switch_high();
+  if (rate && *rate) {
+    switch_high = strtoull(rate, NULL, 10);
+    wp_park_high = 8 * switch_high;
+  } else {
+    /* Bare metal: hrtimer reprogramming is a register write, ~0.5 us a switch all told. The
+     * watchpoints' thresholds are where they were with the task clock's at 10,000 (VM) and
+     * 50,000: their cost at a switch did not change. */
+    int vm = in_vm();
+    switch_high = vm ? 2000u : 50000u;
+    wp_park_high = vm ? 80000u : 400000u;
+  }
   void *cache = mmap(NULL, CACHE_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (cache == MAP_FAILED) {
