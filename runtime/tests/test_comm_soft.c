@@ -262,7 +262,8 @@ static int read_result(const char *run, struct result *r) {
   r->line = line & ~63ul;
   size_t len;
   char *b = slurp(pd, "comm.events.bin", &len);
-  for (size_t off = 0; b && off + 64 <= len; off += 64) {
+  for (size_t off = 0; b && off + sizeof(struct locus_comm_event) <= len;
+       off += sizeof(struct locus_comm_event)) {
     struct locus_comm_event *e = (void *)(b + off);
     if (e->kind != 1) continue;
     r->events++;

@@ -2315,3 +2315,66 @@ def test_lock_sites_in_the_c_library_name_the_programs_call(locus, tmp_path):
     assert [ln for ln in c["lines"] if any("← take alc.c:" in x for x in ln["sites"])], c["lines"]
     lock = [a for a in c["advice"] if "locks" in a and "different locks" in a]
     assert lock and "called from take alc.c:" in lock[0], c["advice"]
+
+
+PLUGIN = r"""
+__attribute__((noinline)) void *here(void) { return __builtin_return_address(0); }
+/* Leaves return addresses into this library in the stack below its caller's frame. */
+__attribute__((noinline)) void fill(void) {
+  void *ra = here();
+  volatile void *a[512];
+  for (int i = 0; i < 512; i++) a[i] = ra;
+}
+"""
+
+PLUGIN_HOST = r"""
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+static void *nothing(void *a) { return a; }
+int main(int argc, char **argv) {
+  char buf[256];
+  long n = 0;
+  for (int round = 0; round < 40; round++) {
+    void *h = dlopen(argv[1], RTLD_NOW);
+    if (!h) { puts(dlerror()); return 1; }
+    pthread_t t; /* a thread start: the runtime's list of loaded objects now has the plugin */
+    pthread_create(&t, NULL, nothing, NULL);
+    pthread_join(t, NULL);
+    ((void (*)(void))dlsym(h, "fill"))();
+    dlclose(h);
+    /* The C library's frames lie over the plugin's stale return addresses. */
+    for (int i = 0; i < 20000; i++) n += snprintf(buf, sizeof buf, "%d %s %f", i, "abc", i * .5);
+  }
+  printf("%ld\n", n > 0);
+  return 0;
+}
+"""
+
+
+def test_stale_return_addresses_into_an_unloaded_library(locus, tmp_path):
+    """A program unloads a plugin of its own (dlclose) and goes on in the C library, whose
+    frames lie over return addresses into the plugin. The soft handler's scan for the
+    program's call into the library took such a word for a return address and decoded the
+    code before it, unmapped: the program died of SIGSEGV in the handler. It runs to its end,
+    and its samples in the C library still name its call (main)."""
+    (tmp_path / "plugin.c").write_text(PLUGIN)
+    lib = tmp_path / "libplugin.so"
+    subprocess.run(
+        ["gcc", "-O1", "-g", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "plugin.c")],
+        check=True,
+    )
+    exe = _gcc(tmp_path, "host", PLUGIN_HOST)
+    proc, run = locus.record(
+        [str(exe), str(lib)], ("--lens", "comm", "--period", "100us"), check=False
+    )
+    assert proc.returncode == 0 and proc.stdout == b"1\n", (proc.returncode, proc.stderr)
+    import numpy as np
+
+    from locus.rundir import COMM_SAMPLE_DTYPE, read_records
+
+    s = np.concatenate(
+        [read_records(str(p / "comm.samples.bin"), COMM_SAMPLE_DTYPE) for p in run.glob("procs/*")]
+    )
+    s = s[s["ip"] != 0]
+    assert len(s) > 50 and (s["caller"] != 0).sum() > 0.3 * len(s), (len(s), s["caller"])

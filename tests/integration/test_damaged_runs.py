@@ -76,7 +76,7 @@ def test_an_intact_run_reads_without_a_word(locus, comm_run):
 
 @pytest.mark.parametrize(
     "name,size,record",
-    [("comm.events.bin", 1000, 64), ("comm.threads.bin", 100, 128), ("threads.bin", 33, 64)],
+    [("comm.events.bin", 1000, 128), ("comm.threads.bin", 100, 128), ("threads.bin", 33, 64)],
 )
 def test_a_cut_record_file_is_refused(locus, comm_run, _recorded, name, size, record):
     """A file cut inside a record read as a run with fewer records, exit 0: "volume 16 ms
@@ -146,7 +146,7 @@ def test_an_event_file_cut_at_a_record_boundary_is_said(locus, comm_run):
     """Cut at a whole record, comm.events.bin cannot be told from a whole one by its size:
     the threads' counters (comm.threads.bin `detections`) say how many were written."""
     pdir = proc_dir(comm_run)
-    os.truncate(pdir / "comm.events.bin", 15 * 64)
+    os.truncate(pdir / "comm.events.bin", 15 * 128)
     proc = locus.run("report", str(comm_run), "--format", "json")
     err = proc.stderr.decode()
     assert proc.returncode == 0 and "Traceback" not in err, err

@@ -1283,7 +1283,6 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
   }
 }
 
-/* A watchpoint trap's pc follows the access that ran (a branch target or not). */
 /* ---- the program's call into a system library ----
  * A sample in the C library (a lock word's cmpxchg in pthread_mutex_lock, memcpy's stores)
  * names a line of glibc, whoever called it. Its caller in the program is found as Breakpad
@@ -1294,19 +1293,44 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
  * frame can be taken for it: the report names it "called from", as the nearest call found.
  * Bounded: SCAN_BYTES of the thread's own stack (none when the stack pointer is elsewhere,
  * e.g. on a signal stack). Unwinding with the libraries' CFI (libunwind) would be exact, but
- * it is not async-signal-safe: it walks the loader's list under its lock. */
+ * it is not async-signal-safe: it walks the loader's list under its lock.
+ * Every stack word and code byte is copied with process_vm_readv, which fails cleanly where
+ * a plain read faults: a stale return address into a library dlclose'd since the last
+ * snapshot of the loaded objects (its code unmapped, the object still listed) crashed the
+ * program in the handler, and so would a page of its stack or code it protected. */
 #define SCAN_BYTES 4096u
+#define SCAN_CHUNK 1024u /* words copied at a time: the handler's stack may be small */
 
-static int after_call(const struct module *m, uint64_t v) {
-  uint64_t start, end;
-  if (v - m->lo < 2 || (function_of(m, v, &start, &end) == 0 && start == v)) return 0;
+/* [a, a + n) copied into buf with process_vm_readv, one element per page (a partial copy
+ * stops at the first page that cannot be read); the bytes copied. */
+static size_t copy_self(long pid, uint64_t a, void *buf, size_t n) {
+  struct iovec local = {buf, n}, remote[3];
+  unsigned long nr = 0;
+  for (uint64_t p = a, end = a + n; p < end && nr < 3;) {
+    uint64_t next = (p | 4095u) + 1;
+    if (next > end) next = end;
+    remote[nr++] = (struct iovec){(void *)p, (size_t)(next - p)};
+    p = next;
+  }
+  long r = syscall(SYS_process_vm_readv, pid, &local, 1UL, remote, nr, 0UL);
+  return r > 0 ? (size_t)r : 0;
+}
+
+static int after_call(const struct module *m, uint64_t v, long pid) {
+  if (v - m->lo < 2) return 0;
+  uint8_t code[7];
+  uint64_t n = v - m->lo < sizeof code ? v - m->lo : sizeof code;
+  if (copy_self(pid, v - n, code + sizeof code - n, n) != n) return 0;
   ZydisDecoderContext ctx;
   ZydisDecodedInstruction in;
-  for (uint64_t k = 2; k <= 7 && k <= v - m->lo; k++)
-    if (ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, (const void *)(v - k), k, &in)) &&
-        in.length == k && in.mnemonic == ZYDIS_MNEMONIC_CALL)
-      return 1;
-  return 0;
+  int call = 0;
+  for (uint64_t k = 2; k <= n && !call; k++)
+    call =
+        ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code + sizeof code - k, k, &in)) &&
+        in.length == k && in.mnemonic == ZYDIS_MNEMONIC_CALL;
+  /* The object's function table is read in place: its code was just readable. */
+  uint64_t start, end;
+  return call && !(function_of(m, v, &start, &end) == 0 && start == v);
 }
 
 /* The return address into the program above the stack pointer regs[REG_RSP], when ip is in
@@ -1318,15 +1342,24 @@ static uint64_t caller_of(uint64_t ip, const greg_t *regs) {
            hi = atomic_load_explicit(&user_hi, memory_order_relaxed);
   if (sp < me_soft.stack_lo || sp >= me_soft.stack_hi || lo >= hi) return 0;
   uint64_t end = me_soft.stack_hi - sp > SCAN_BYTES ? sp + SCAN_BYTES : me_soft.stack_hi;
-  for (uint64_t p = (sp + 7) & ~7ull; p + 8 <= end; p += 8) {
-    uint64_t v = *(const uint64_t *)p;
-    if (v <= lo || v >= hi) continue;
-    const struct module *c = module_of(v);
-    if (c && !c->sys && after_call(c, v)) return v;
+  long pid = syscall(SYS_getpid);
+  uint64_t w[SCAN_CHUNK / 8];
+  for (uint64_t p = (sp + 7) & ~7ull; p + 8 <= end;) {
+    size_t want = end - p < SCAN_CHUNK ? (size_t)((end - p) & ~7ull) : SCAN_CHUNK;
+    size_t got = copy_self(pid, p, w, want) / 8;
+    for (size_t i = 0; i < got; i++) {
+      uint64_t v = w[i];
+      if (v <= lo || v >= hi) continue;
+      const struct module *c = module_of(v);
+      if (c && !c->sys && after_call(c, v, pid)) return v;
+    }
+    if (got * 8 < want) break; /* a page that cannot be read */
+    p += want;
   }
   return 0;
 }
 
+/* A watchpoint trap's pc follows the access that ran (a branch target or not). */
 int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a) {
   if (pc >= 0x800000000000ull || pc < 4096) return -1;
   const struct module *m = module_of(pc);
