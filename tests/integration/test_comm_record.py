@@ -2317,7 +2317,7 @@ def test_lock_sites_in_the_c_library_name_the_programs_call(locus, tmp_path):
     assert lock and "called from take alc.c:" in lock[0], c["advice"]
 
 
-PLUGIN = r"""
+STALE_PLUGIN = r"""
 __attribute__((noinline)) void *here(void) { return __builtin_return_address(0); }
 /* Leaves return addresses into this library in the stack below its caller's frame. */
 __attribute__((noinline)) void fill(void) {
@@ -2327,7 +2327,7 @@ __attribute__((noinline)) void fill(void) {
 }
 """
 
-PLUGIN_HOST = r"""
+STALE_PLUGIN_HOST = r"""
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -2358,13 +2358,13 @@ def test_stale_return_addresses_into_an_unloaded_library(locus, tmp_path):
     program's call into the library took such a word for a return address and decoded the
     code before it, unmapped: the program died of SIGSEGV in the handler. It runs to its end,
     and its samples in the C library still name its call (main)."""
-    (tmp_path / "plugin.c").write_text(PLUGIN)
+    (tmp_path / "plugin.c").write_text(STALE_PLUGIN)
     lib = tmp_path / "libplugin.so"
     subprocess.run(
         ["gcc", "-O1", "-g", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "plugin.c")],
         check=True,
     )
-    exe = _gcc(tmp_path, "host", PLUGIN_HOST)
+    exe = _gcc(tmp_path, "host", STALE_PLUGIN_HOST)
     proc, run = locus.record(
         [str(exe), str(lib)], ("--lens", "comm", "--period", "100us"), check=False
     )
