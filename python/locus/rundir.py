@@ -266,7 +266,7 @@ NUMA_TOUCH_DTYPE = np.dtype(
         ("cpu", "<i2"),
         ("flags", "<u2"),
         ("kind", "<u2"),
-        ("reserved", "<u8"),
+        ("caller", "<u8"),
     ]
 )
 

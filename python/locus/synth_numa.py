@@ -188,6 +188,7 @@ class SynthNuma:
         as_range: bool = False,
         exact: bool = False,
         place: bool = False,
+        caller: int = 0,
     ):
         """First touches of `pages` pages from `addr` (page-aligned) by `tid`, landed on
         `node`: one record per page, or one RANGE record standing for all. `nodes` (the
@@ -198,6 +199,7 @@ class SynthNuma:
         r["t"] = _ns(t)
         r["addr"] = addr + PAGE * np.arange(n, dtype=np.uint64)
         r["ip"] = ip
+        r["caller"] = caller
         r["region"] = region or addr
         mask = self._allowed(tid, t) if nodes is None else _mask(nodes)
         r["nodes"] = mask

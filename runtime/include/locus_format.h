@@ -356,12 +356,13 @@ struct locus_numa_touch { /* 64 bytes */
   uint64_t region; /* start of the protected region (allocation) holding the page, 0 unknown */
   uint64_t nodes;  /* nodes the touching thread was allowed to run on (bit per node) */
   uint32_t tid;
-  uint32_t pages; /* pages this record stands for (1; more with LOCUS_NT_RANGE) */
-  int16_t node;   /* memory node the page landed on; -1 unknown */
-  int16_t cpu;    /* CPU of the touching thread, -1 unknown */
-  uint16_t flags; /* LOCUS_NT_* */
-  uint16_t kind;  /* 1 = record; 0 = unused */
-  uint64_t reserved;
+  uint32_t pages;  /* pages this record stands for (1; more with LOCUS_NT_RANGE) */
+  int16_t node;    /* memory node the page landed on; -1 unknown */
+  int16_t cpu;     /* CPU of the touching thread, -1 unknown */
+  uint16_t flags;  /* LOCUS_NT_* */
+  uint16_t kind;   /* 1 = record; 0 = unused */
+  uint64_t caller; /* ip in a system library (memset): the program's call into it, as struct
+                      locus_comm_sample's caller; 0 none (and in runs before 2026-11-28) */
 };
 
 /* A thread's binding: at thread start, at its end, and after every successful call that

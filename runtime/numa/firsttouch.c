@@ -91,6 +91,10 @@ static long sys_mprotect(uintptr_t a, size_t n, int prot) {
 
 /* ---- records ---- */
 
+/* The program's call into the system library whose code is first-touching a page (memset,
+ * memcpy), while the fault handler runs; 0 otherwise. */
+static LOCUS_TLS uint64_t fault_caller;
+
 void locus_ft_touch(uintptr_t page, uint64_t ip, uintptr_t region, uint32_t pages, int node,
                     uint64_t nodes, uint16_t flags) {
   struct locus_numa_touch r;
@@ -99,6 +103,7 @@ void locus_ft_touch(uintptr_t page, uint64_t ip, uintptr_t region, uint32_t page
   r.t = locus_ticks();
   r.addr = page;
   r.ip = ip;
+  r.caller = fault_caller;
   r.region = region;
   r.nodes = nodes;
   if (__builtin_popcountll(nodes) > 1) flags |= LOCUS_NT_UNPINNED;
@@ -376,7 +381,10 @@ static void on_segv(int sig, siginfo_t *si, void *ucv) {
       retry_addr = a;
       retry_n = 0;
     }
-    if (on_fault(a, write, ip, 0)) {
+    fault_caller = locus_soft_caller(ip, uc);
+    int mine = on_fault(a, write, ip, 0);
+    fault_caller = 0;
+    if (mine) {
       errno = saved;
       return;
     }

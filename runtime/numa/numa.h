@@ -98,4 +98,10 @@ void locus_numa_exact_thread_fini(void);
 void locus_numa_exact_proc_fini(void);
 void locus_numa_exact_after_fork(void);
 
+/* The program's call into the system library ip is in, found by the soft backend's stack
+ * scan in the signal handler whose context is uc (comm/soft/soft.c; docs/lenses/comm.md,
+ * "Callers of library code"); 0 when ip is the program's, none is found, or the soft
+ * backend is not running. Async-signal-safe. */
+uint64_t locus_soft_caller(uint64_t ip, const void *uc);
+
 #endif

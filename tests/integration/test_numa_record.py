@@ -407,3 +407,40 @@ def test_allocations_named_past_a_wrapper(locus, tmp_path):
             objects = rep["lenses"]["comm"]["objects"]
             if objects:  # a wrapper-named object needs a detection
                 assert any("allocation wrapper (xmalloc)" in n for n in notes), notes
+
+
+MEMSET_INIT = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+__attribute__((noinline)) static void init(char *p, size_t n) {
+  memset(p, 1, n); /* MEMSET */
+}
+int main(void) {
+  size_t n = 32u << 20;
+  char *p = malloc(n);
+  init(p, n);
+  long s = 0;
+  for (size_t i = 0; i < n; i += 4096) s += p[i];
+  printf("%ld\n", s > 0);
+  return 0;
+}
+"""
+
+
+def test_first_touches_in_memset_name_the_programs_call(locus, tmp_path):
+    """A buffer first-touched by memset: the touching instruction is the C library's, and
+    the site said only `__memset_avx2_unaligned_erms memset-vec-unaligned-erms.S:...`. The
+    site now carries the program's call that led there (the fault handler's stack scan):
+    `init` at the memset's line, for all of its first touches."""
+    (tmp_path / "ms.c").write_text(MEMSET_INIT)
+    exe = tmp_path / "ms"
+    subprocess.run(["gcc", "-O1", "-g", "-o", str(exe), str(tmp_path / "ms.c")], check=True)
+    line = next(n for n, s in enumerate(MEMSET_INIT.splitlines(), 1) if "/* MEMSET */" in s)
+    _proc, run = locus.record([str(exe)], ("--lens", "numa"))
+    numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+    lib = [s for s in numa["sites"] if "memset" in s["function"]]
+    assert lib and lib[0]["first_touch"] + lib[0]["unpinned_first_touch"] >= 8000, numa["sites"]
+    (k,) = lib[0]["touch_callers"]
+    assert (k["function"], k["line"], k["share"]) == ("init", line, 1.0), lib[0]
+    assert all(not s["touch_callers"] for s in numa["sites"] if s["file"].endswith("ms.c"))

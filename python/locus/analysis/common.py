@@ -144,10 +144,10 @@ def site_str(s: dict) -> str:
     return where
 
 
-def callers_text(r: dict) -> str:
-    """The `callers` of a site in a system library, a line each under it: "\n← take
-    lk.c:8 (100 %)" ("" when it has none)."""
-    return "".join(f"\n← {site_str(k)} ({100 * k['share']:.0f} %)" for k in r.get("callers") or [])
+def callers_text(r: dict, key: str = "callers", of: str = "") -> str:
+    """The callers (`key`) of a site in a system library, a line each under it: "\n← take
+    lk.c:8 (100 %)", `of` after the share ("" when it has none)."""
+    return "".join(f"\n← {site_str(k)} ({100 * k['share']:.0f} %{of})" for k in r.get(key) or [])
 
 
 def cpu_nodes(run: RunDir, ncpu: int, notes: list[str]) -> np.ndarray:

@@ -761,7 +761,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     ev = {
         "proc": np.concatenate([a.proc[ns], T.proc[first]]),
         "ip": np.concatenate([a.ip[ns], t["ip"][first]]),
-        "caller": np.concatenate([a.caller[ns], np.zeros(int(first.sum()), dtype=np.uint64)]),
+        "caller": np.concatenate([a.caller[ns], t["caller"][first].astype(np.uint64)]),
         "field": np.concatenate([cls[ns], t_field[first]]).astype(np.int64),
         "w": np.concatenate([a.w[ns], t_first_w[first]]),
         "k": np.concatenate([a_k[ns], t_k[first]]),
@@ -1018,13 +1018,24 @@ SITE_CALLERS = 3  # callers listed per site in a system library
 
 
 def _site_callers(rows: list[dict], mem: list, ev: dict, names) -> None:
-    """`callers` of each site in a system library (comm.md's "Callers of library code"):
-    the program's calls that led to its sampled accesses, the busiest first, each with its
-    share of the site's accesses; [] elsewhere (and for first touches, which record none)."""
-    for r in rows:
-        r["callers"] = []
+    """Of each site in a system library (comm.md's "Callers of library code"): `callers`,
+    the program's calls that led to its sampled accesses, and `touch_callers`, to its first
+    touches, the busiest first, each with its share of the site's accesses (or first-touched
+    pages); [] elsewhere."""
     field = ev["field"]
-    has = (ev["caller"] != 0) & (field >= ACCESS.start) & (field < ACCESS.stop)
+    acc = (field >= ACCESS.start) & (field < ACCESS.stop)
+    touch = (field == F["first_touch"]) | (field == F["unpinned_first_touch"])
+    _callers_of(rows, mem, ev, names, acc, "callers", lambda r: r["accesses"])
+    _callers_of(
+        rows, mem, ev, names, touch, "touch_callers",
+        lambda r: r["first_touch"] + r["unpinned_first_touch"],
+    )  # fmt: skip
+
+
+def _callers_of(rows, mem, ev, names, sel, key, total_of) -> None:
+    for r in rows:
+        r[key] = []
+    has = (ev["caller"] != 0) & sel
     if not has.any():
         return
     row_of = {k: i for i, keys in enumerate(mem) for k in keys}
@@ -1040,9 +1051,9 @@ def _site_callers(rows: list[dict], mem: list, ev: dict, names) -> None:
             per[i][k] += float(v[j])
     names.code([k for d in per.values() for k in d])
     for i, d in per.items():
-        total = rows[i]["accesses"] or 0.0
+        total = total_of(rows[i]) or 0.0
         best = sorted(d.items(), key=lambda kv: -kv[1])[:SITE_CALLERS]
-        rows[i]["callers"] = [
+        rows[i][key] = [
             dict(names.site(*k), address=f"{k[1] + 1:#x}", share=x / total if total else 0.0)
             for k, x in best
         ]

@@ -156,7 +156,15 @@ def numa_tables(report: dict) -> list[Table]:
             )
         )
     else:
-        rows = [dict(_with_unpinned(r), where=_where(r) + callers_text(r)) for r in c["sites"]]
+        rows = [
+            dict(
+                _with_unpinned(r),
+                where=_where(r)
+                + callers_text(r)
+                + callers_text(r, "touch_callers", " of its first touches"),
+            )
+            for r in c["sites"]
+        ]
         tables.append(
             Table(
                 "numa_sites",

@@ -1359,6 +1359,10 @@ static uint64_t caller_of(uint64_t ip, const greg_t *regs) {
   return 0;
 }
 
+uint64_t locus_soft_caller(uint64_t ip, const void *uc) {
+  return caller_of(ip, ((const ucontext_t *)uc)->uc_mcontext.gregs);
+}
+
 /* A watchpoint trap's pc follows the access that ran (a branch target or not). */
 int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a) {
   if (pc >= 0x800000000000ull || pc < 4096) return -1;

@@ -618,17 +618,20 @@ def test_read_first_touch_placement_and_census(tmp_path):
 def test_sites_in_a_library_list_the_programs_calls(tmp_path):
     """Sampled accesses in the C library (memcpy into remote pages) with the program's call
     recorded (the soft handler's stack scan): the site lists its callers, named by the call
-    instruction, with their shares of its accesses; the first touches and the counted
-    accesses record none."""
+    instruction, with their shares of its accesses, and the callers of its first touches
+    (the fault handler's scan) with their shares of its touched pages."""
     run, _p, n = _run()
     n.start(10, nodes=[0])
     n.sample(10, ARR, node=1, ip=0x401040, count=6)
     n.add_samples(tid=np.full(3, 10), addr=ARR, node=1, ip=0x401040, caller=0x401101, t=0.5)
     n.add_samples(tid=np.full(1, 10), addr=ARR, node=1, ip=0x401040, caller=0x401201, t=0.5)
     n.sample(10, ARR, node=1, ip=0x401050, count=2)
+    n.touch(10, ARR, node=1, pages=4, ip=0x401040, caller=0x401301)  # memset's first touches
     res = _res(tmp_path, run)
     site = {s["line"]: s for s in res["sites"]}
-    assert site[0x50]["callers"] == []
+    assert site[0x50]["callers"] == [] and site[0x50]["touch_callers"] == []
+    (k,) = site[0x40]["touch_callers"]
+    assert (k["line"], k["share"]) == (0x300, 1.0)
     got = [(k["line"], k["address"], k["share"]) for k in site[0x40]["callers"]]
     assert got == [(0x100, "0x401101", pytest.approx(0.3)), (0x200, "0x401201", pytest.approx(0.1))]
     # The CLI (no symbols for a synthetic run): callers by address, under their site.
@@ -636,3 +639,4 @@ def test_sites_in_a_library_list_the_programs_calls(tmp_path):
     rows = [ln.strip() for ln in text.splitlines()]
     i = next(k for k, ln in enumerate(rows) if ln.startswith("0x401040"))
     assert rows[i + 1 : i + 3] == ["← 0x401100 (30 %)", "← 0x401200 (10 %)"], text
+    assert rows[i + 3].startswith("← 0x401300 (100 % of its"), text
