@@ -168,11 +168,14 @@ LOCUS_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void 
 }
 
 /* A library about to be unloaded: the maps are kept first, so that its statics and code
- * (a plugin's shared counters) are named in the report, not bare addresses. */
+ * (a plugin's shared counters) are named in the report, not bare addresses; once it is,
+ * the soft sampler forgets its code (a library loaded next can take its addresses). */
 LOCUS_EXPORT int dlclose(void *handle) {
   static int (*next)(void *);
   if (!locus_me.guard) locus_maps_before_unload();
-  return NEXT(next, "dlclose") ? next(handle) : -1;
+  int r = NEXT(next, "dlclose") ? next(handle) : -1;
+  if (!locus_me.guard) locus_soft_objects_changed();
+  return r;
 }
 
 LOCUS_EXPORT int pthread_join(pthread_t th, void **ret) {

@@ -2378,3 +2378,80 @@ def test_stale_return_addresses_into_an_unloaded_library(locus, tmp_path):
     )
     s = s[s["ip"] != 0]
     assert len(s) > 50 and (s["caller"] != 0).sum() > 0.3 * len(s), (len(s), s["caller"])
+
+
+RELOAD_A = r"""
+long acc[64];
+void work(long n) { for (long i = 0; i < n; i++) acc[i & 63] += i; }
+"""
+# The same code 4 bytes further on: loaded where A was, its instructions start elsewhere.
+RELOAD_B = r"""
+long acc[64];
+void work(long n) {
+  __asm__ volatile("nopl 0x0(%rax)");
+  for (long i = 0; i < n; i++) acc[i & 63] += i;
+}
+"""
+RELOAD_HOST = r"""
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+static void *nothing(void *a) { return a; }
+int main(int argc, char **argv) {
+  void *h = dlopen(argv[1], RTLD_NOW);
+  pthread_t t; /* a thread start: the sampler's list of loaded objects has A */
+  pthread_create(&t, NULL, nothing, NULL);
+  pthread_join(t, NULL);
+  void (*w)(long) = (void (*)(long))dlsym(h, "work");
+  w(100000000);
+  void *a = (void *)w;
+  dlclose(h);
+  h = dlopen(argv[2], RTLD_NOW);
+  w = (void (*)(long))dlsym(h, "work");
+  w(300000000);
+  printf("%d\n", (void *)w == a);
+  return 0;
+}
+"""
+
+
+def test_a_library_loaded_where_an_unloaded_one_was_is_decoded_as_itself(locus, tmp_path):
+    """A plugin unloaded (dlclose) and another loaded at its addresses, with no thread
+    started in between: the soft sampler still listed the first one, and its cached answers
+    (the instruction before each pc) were used for the second one's code: 95-119 of ~655 of
+    its samples were attributed to an address inside an instruction. dlclose now refreshes
+    the list (the gone object dead, its cached answers dropped)."""
+    import re
+
+    import numpy as np
+
+    from locus.rundir import RunDir
+
+    libs = []
+    for name, src in (("a", RELOAD_A), ("b", RELOAD_B)):
+        (tmp_path / f"{name}.c").write_text(src)
+        lib = tmp_path / f"lib{name}.so"
+        cmd = ["gcc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / f"{name}.c")]
+        subprocess.run(cmd, check=True)
+        libs.append(str(lib))
+    (tmp_path / "host.c").write_text(RELOAD_HOST)
+    exe = tmp_path / "host"
+    cmd = ["gcc", "-O1", "-pthread", "-o", str(exe), str(tmp_path / "host.c"), "-ldl"]
+    subprocess.run(cmd, check=True)
+    proc, run = locus.record([str(exe), *libs], ("--lens", "comm", "--period", "100us"))
+    if proc.stdout != b"1\n":
+        pytest.skip("the second library was not loaded where the first one was")
+    p = RunDir.open(str(run)).procs[0]
+    base = next(
+        int(ln.split("-")[0], 16)
+        for ln in (Path(p.path) / "maps.exit").read_text().splitlines()
+        if "libb.so" in ln and " 00000000 " in ln
+    )
+    dis = subprocess.run(["objdump", "-d", libs[1]], capture_output=True, text=True).stdout
+    starts = {int(m.group(1), 16) for m in re.finditer(r"^\s+([0-9a-f]+):", dis, re.M)}
+    s = p.comm_samples()
+    s = s[np.argsort(s["t"])][len(s) * 3 // 5 :]  # B's phase: it runs 3x longer than A's
+    ips = [int(x) - base for x in s["ip"] if base <= int(x) < base + 0x10000]
+    assert len(ips) > 100, len(ips)
+    bad = [x for x in ips if x not in starts]
+    assert len(bad) <= 0.01 * len(ips), (len(bad), len(ips), sorted({hex(x) for x in bad})[:5])

@@ -1359,6 +1359,10 @@ static uint64_t caller_of(uint64_t ip, const greg_t *regs) {
   return 0;
 }
 
+void locus_soft_objects_changed(void) {
+  if (proc_ok) refresh_modules();
+}
+
 uint64_t locus_soft_caller(uint64_t ip, const void *uc) {
   return caller_of(ip, ((const ucontext_t *)uc)->uc_mcontext.gregs);
 }
