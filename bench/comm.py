@@ -279,6 +279,9 @@ def timed(argv: list[str], options: list[str] | None) -> tuple[float, int]:
 # hand-offs vary 10x by where the scheduler puts the threads).
 MICRO_OVERHEAD = {
     "comm_writevol": ("2", ["0.5"]),
+    # No line shared: two CPU-bound threads on two CPUs, the sampler's own cost without
+    # the contended runs' dependence on how the scheduler overlaps the threads.
+    "comm_writevol private": ("2", ["0"]),
     "comm_falseshare": ("2", ["0.5"]),
     "comm_readwrite": ("1", ["0.5"]),
     "comm_p2p": ("4", []),
@@ -290,7 +293,7 @@ def fixed_work(name: str) -> list[str]:
     plain on this host: what its slowest thread did in ~1 s, scaled by one timed plain run
     of that (its threads' rates change when the others finish)."""
     threads, rest = MICRO_OVERHEAD[name]
-    exe = str(WL / name)
+    exe = str(WL / name.split()[0])
     p = subprocess.run(
         [exe, threads, "-", *rest, "--free", "--truth"], capture_output=True, text=True
     )
