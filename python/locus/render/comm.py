@@ -170,6 +170,7 @@ def comm_tables(report: dict) -> list[Table]:
             "Code sites by communication volume (writer or reader)",
             [("site", "", "where"), *vols, ("false%", "%", "false_pct")],
             sites,
+            sep="; ",  # a site, then its callers (← ...): not a call stack
             shown=shown.get("sites"),
             total=total.get("sites"),
         ),

@@ -171,6 +171,7 @@ def numa_tables(report: dict) -> list[Table]:
                 "Code sites by accesses (and the pages they first-touched)",
                 [("site", "", "where"), *acc],
                 rows,
+                sep="; ",  # a site, then its callers (← ...): not a call stack
             )
         )
     allocs = []
