@@ -122,11 +122,15 @@ def _elf_sections(path: str) -> list[tuple[int, int, str]]:
     return [] if e is None else e[2]
 
 
-def parse_maps(text: str) -> list[_Module]:
-    """Modules (ELF files mapped from offset-known segments) of a maps text."""
+def parse_maps(text: str, vdso: str | None = None) -> list[_Module]:
+    """Modules (ELF files mapped from offset-known segments) of a maps text; the `[vdso]`
+    mapping's from `vdso`, the runtime's copy of its image (vdso.so in the process's
+    directory), when given."""
     first: dict[str, tuple[int, int]] = {}
     for line in text.splitlines():
         parts = line.split(None, 5)
+        if len(parts) == 6 and vdso and parts[5].strip() == "[vdso]":
+            parts[5] = vdso
         if len(parts) < 6 or not parts[5].startswith("/"):
             continue
         path = parts[5].strip()
@@ -258,8 +262,9 @@ class Symbolizer:
         perf_map: str = "",
         files: dict[str, tuple[set[int], float | None]] | None = None,
         changed: dict[str, str] | None = None,
+        vdso: str | None = None,
     ):
-        self.mods = parse_maps(maps_text)
+        self.mods = parse_maps(maps_text, vdso)
         self.files = files
         self.changed = changed
         self._checked: set[str] = set()
@@ -476,9 +481,11 @@ def for_proc(proc) -> Symbolizer:
     mapped later (a dlopen) not after the process's end (a program may write a library
     and then load it), and each must still be the inode the maps show."""
     maps = proc.maps_text()
+    vdso = proc.file("vdso.so") if hasattr(proc, "file") else None
+    vdso = vdso if vdso and os.path.isfile(vdso) else None
     changed = getattr(proc, "changed_files", None)
     if changed is None:
-        return Symbolizer(maps, perf_map=proc.perf_map_text())
+        return Symbolizer(maps, perf_map=proc.perf_map_text(), vdso=vdso)
     run_start = getattr(proc, "start_unix", None)
     t0 = t1 = None
     if run_start is not None:
@@ -488,7 +495,7 @@ def for_proc(proc) -> Symbolizer:
     files = {
         path: (ids, t0 if path in at_start else t1) for path, ids in mapped_inodes(maps).items()
     }
-    return Symbolizer(maps, perf_map=proc.perf_map_text(), files=files, changed=changed)
+    return Symbolizer(maps, perf_map=proc.perf_map_text(), files=files, changed=changed, vdso=vdso)
 
 
 def is_library_source(file: str) -> bool:

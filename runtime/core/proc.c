@@ -2,6 +2,7 @@
  * process directory, proc.bin, the maps), finish (exit, _exit, fatal signals), fork
  * (a sub-run of its own) and exec (a new process entry). */
 #define _GNU_SOURCE
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -93,6 +95,20 @@ static void copy_file_to(const char *from, int dirfd, const char *to, int append
 
 static void copy_file(const char *from, int dirfd, const char *to) {
   copy_file_to(from, dirfd, to, 0);
+}
+
+/* The vDSO's image, as vdso.so: it is no file, and the report names the samples in its
+ * functions (clock_gettime, gettimeofday, getcpu) from this copy (symbolize.py). The whole
+ * ELF image is mapped, its section headers last. */
+static void copy_vdso(int dirfd) {
+  const Elf64_Ehdr *e = (const void *)getauxval(AT_SYSINFO_EHDR);
+  if (!e || memcmp(e->e_ident, ELFMAG, SELFMAG) != 0 || e->e_ident[EI_CLASS] != ELFCLASS64) return;
+  size_t size = (size_t)e->e_shoff + (size_t)e->e_shnum * e->e_shentsize;
+  if (size < sizeof *e || size > (64u << 10)) return;
+  int out = openat(dirfd, "vdso.so", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) return;
+  syscall(SYS_write, out, e, size);
+  close(out);
 }
 
 /* The maps before a library is unloaded (dlclose): its statics and code stay nameable.
@@ -224,6 +240,7 @@ static void start_process(int forked) {
     return;
   }
   copy_file("/proc/self/maps", locus_proc_dirfd, "maps");
+  copy_vdso(locus_proc_dirfd);
   locus_threads_open();
   locus_stack_open();
   locus_lenses_init();
@@ -255,6 +272,7 @@ static void after_fork_child(void) {
   locus_proc_dirfd = open_proc_dir();
   if (locus_proc_dirfd >= 0 && open_proc_header(1, 0) == 0) {
     copy_file("/proc/self/maps", locus_proc_dirfd, "maps");
+    copy_vdso(locus_proc_dirfd);
     locus_threads_after_fork();
     locus_stack_after_fork();
     locus_lenses_after_fork();

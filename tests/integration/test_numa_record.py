@@ -444,3 +444,36 @@ def test_first_touches_in_memset_name_the_programs_call(locus, tmp_path):
     (k,) = lib[0]["touch_callers"]
     assert (k["function"], k["line"], k["share"]) == ("init", line, 1.0), lib[0]
     assert all(not s["touch_callers"] for s in numa["sites"] if s["file"].endswith("ms.c"))
+
+
+VDSO_LOOP = r"""
+#include <stdio.h>
+#include <time.h>
+int main(void) {
+  struct timespec t;
+  long s = 0;
+  for (long i = 0; i < 4000000; i++) {
+    clock_gettime(CLOCK_MONOTONIC, &t); /* CALL */
+    s += t.tv_nsec;
+  }
+  printf("%d\n", s != 0);
+  return 0;
+}
+"""
+
+
+def test_samples_in_the_vdso_are_named(locus, tmp_path):
+    """A program that reads the clock in a loop spends its time in the vDSO, which is no
+    file: its samples were bare addresses (0x7f6e93479b57). The runtime keeps a copy of the
+    vDSO's image (vdso.so in the process's directory), and the report names its functions,
+    with the program's call into it."""
+    (tmp_path / "vd.c").write_text(VDSO_LOOP)
+    exe = tmp_path / "vd"
+    subprocess.run(["gcc", "-O1", "-g", "-o", str(exe), str(tmp_path / "vd.c")], check=True)
+    line = next(n for n, s in enumerate(VDSO_LOOP.splitlines(), 1) if "/* CALL */" in s)
+    _proc, run = locus.record([str(exe)], ("--lens", "numa"))
+    assert list(run.glob("procs/*/vdso.so")), list(run.glob("procs/*/*"))
+    numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+    vdso = [s for s in numa["sites"] if "clock_gettime" in s["function"]]
+    assert vdso and vdso[0]["accesses"] >= 10, numa["sites"][:4]
+    assert [(k["function"], k["line"]) for k in vdso[0]["callers"]] == [("main", line)], vdso[0]
