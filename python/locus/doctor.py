@@ -18,9 +18,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-from locus.sysfs import node_cpus
-
-EVENT_SOURCES = "/sys/bus/event_source/devices"
+from locus.sysfs import EVENT_SOURCES, node_cpus
 
 # perf_event_open(2)
 PERF_TYPE_HARDWARE = 0

@@ -37,7 +37,7 @@ from locus.sampler import (
     proc_flags,
     process_of_run,
 )
-from locus.sysfs import NODE_DIR, cpu_node_map, node_cpus
+from locus.sysfs import NODE_DIR, address_sampling_pmu, cpu_node_map, node_cpus
 
 KNOWN_LENSES = ("locks", "comm", "numa", "monitor")
 BACKENDS = {"locks": "interpose", "comm": "auto", "numa": "auto", "monitor": "sensors"}
@@ -452,7 +452,8 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
         if instrumented and not sampling_given:
             backend, module, instrumented = "exact", instrumented, None
         else:
-            hw_ok, _, _ = hw_backend_status()
+            # No PEBS/IBS PMU: no need for doctor's probe (its imports alone take ~9 ms).
+            hw_ok = address_sampling_pmu() and hw_backend_status()[0]
             backend = "hw" if hw_ok else "soft"
     elif asked == "hw":
         hw_ok, why, fix = hw_backend_status()

@@ -7,6 +7,17 @@ import glob
 import os
 
 NODE_DIR = "/sys/devices/system/node"
+EVENT_SOURCES = "/sys/bus/event_source/devices"
+
+
+def address_sampling_pmu() -> bool:
+    """Whether the machine shows a PMU the comm lens's hw backend can sample addresses with:
+    PEBS's mem-loads event (Intel; `cpu`, or `cpu_core` on hybrid parts) or IBS op (AMD).
+    Without one the backend is unavailable, whatever else doctor's probe would find."""
+    return any(
+        os.path.exists(os.path.join(EVENT_SOURCES, d, "events", "mem-loads"))
+        for d in ("cpu", "cpu_core")
+    ) or os.path.isdir(os.path.join(EVENT_SOURCES, "ibs_op"))
 
 
 def parse_cpulist(text: str) -> list[int]:

@@ -184,3 +184,23 @@ def test_a_failed_check_is_run_again_and_a_busy_machine_said(monkeypatch):
     assert len(tries) == 4  # each of the two fractions twice
     assert "second try; the first measured 0.190" in first["detail"], first
     assert "the machine is busy (load average 9.0" in first["detail"], first
+
+
+def test_no_address_sampling_pmu_means_no_hw_backend(tmp_path, monkeypatch):
+    """`--backend auto` skips doctor's probe (and its imports) when sysfs shows no PEBS or
+    IBS PMU: that shortcut must agree with the probe. With fake event sources, no PMU: the
+    probe finds none either; a `cpu` PMU with mem-loads, or an ibs_op one, counts."""
+    from locus import doctor, sysfs
+
+    monkeypatch.setattr(sysfs, "EVENT_SOURCES", str(tmp_path))
+    monkeypatch.setattr(doctor, "EVENT_SOURCES", str(tmp_path))
+    (tmp_path / "cpu" / "events").mkdir(parents=True)
+    (tmp_path / "software").mkdir()
+    assert not sysfs.address_sampling_pmu()
+    kind, err = doctor.probe_hw_sampling()
+    assert kind is None and "no PEBS" in err
+    (tmp_path / "cpu" / "events" / "mem-loads").write_text("event=0xcd,umask=0x1\n")
+    assert sysfs.address_sampling_pmu()
+    (tmp_path / "cpu" / "events" / "mem-loads").unlink()
+    (tmp_path / "ibs_op").mkdir()
+    assert sysfs.address_sampling_pmu()
