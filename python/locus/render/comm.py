@@ -189,9 +189,10 @@ def matrix_table(c: dict) -> Table:
     return Table(MATRIX_TABLE, f"Communication matrix by {by}, {kind} sharing", cols, rows)
 
 
-# The exact backend's cost, measured on the workloads (bench/comm.py --only exact, the
-# default inlined builds): gcc x3.3-16, clang LTO x2.7-13.
-EXACT_COST = "every access runs the hit test, a workload x2.7-16 slower"
+# The exact backend's cost, measured on the workloads (bench/comm.py --only exact -n 3,
+# 2026-11-28, the default inlined builds): gcc x3.4-22 (a vectorised store loop is the worst),
+# clang LTO x2.1-11.
+EXACT_COST = "every access runs the hit test, a workload x2-22 slower"
 
 
 def _bytes_part(t: dict) -> str:
