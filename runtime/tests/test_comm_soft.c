@@ -688,9 +688,24 @@ __asm__(
     "12: movq $8,424(%rdi)\n"
     "9: lea 16(%rdi),%rax\n sub $8,%rax\n mov (%rax),%rax\n ret\n"
     ".size ahead_alu,.-ahead_alu\n"
+    ".globl ahead_simd\n.type ahead_simd,@function\n"
+    /* rdi = long buf[64], rsi = x, rdx = y: SIMD work between the accesses, which writes
+     * no register the run ahead follows (passed over), and some that does (movq to rcx),
+     * or that sets the flags a branch then reads (ucomisd). */
+    "ahead_simd:\n"
+    " movq %rsi,%xmm0\n punpcklqdq %xmm0,%xmm0\n pxor %xmm1,%xmm1\n movq %rdx,%xmm2\n"
+    " movups %xmm0,(%rdi)\n"
+    " paddq %xmm0,%xmm0\n pshufd $0x4e,%xmm0,%xmm3\n mov %rsi,%rax\n add %rdx,%rax\n"
+    " por %xmm3,%xmm1\n jc 1f\n movups %xmm1,16(%rdi)\n"
+    "1: ucomisd %xmm2,%xmm1\n ja 2f\n movups %xmm0,48(%rdi)\n"
+    "2: movq %xmm0,%rcx\n and $7,%ecx\n mov %rax,64(%rdi,%rcx,8)\n"
+    " cmp %rsi,%rdx\n pxor %xmm0,%xmm0\n jl 3f\n movq $1,136(%rdi)\n"
+    "3: ret\n"
+    ".size ahead_simd,.-ahead_simd\n"
     ".globl ahead_end\nahead_end:\n nop\n");
 void ahead_loop(long *g, long id, long n);
 long ahead_alu(long *buf, long x, long y);
+void ahead_simd(long *buf, long x, long y);
 
 #define AHEAD_STEPS 4096
 typedef int (*ahead_fn)(uint64_t, void *, uint64_t *, uint64_t *, uint32_t *, uint32_t *);
@@ -792,6 +807,8 @@ static int check_ahead(void) {
       v[q] = (k % 3 == 0) ? (long)(seed % 5) - 2 : (long)seed;
     }
     ahead_trace(alu_void, buf, v[0], k % 7 == 0 ? v[0] : v[1]);
+    wrong += ahead_check(&answered, &asked);
+    ahead_trace(ahead_simd, buf, v[0], k % 5 == 0 ? v[0] : v[1]);
     wrong += ahead_check(&answered, &asked);
   }
   printf("  run ahead: %ld of %ld instructions answered, %d wrong\n", answered, asked, wrong);
