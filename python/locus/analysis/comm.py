@@ -39,6 +39,7 @@ from locus.analysis.common import (
     live_blocks,
     lock_of,
     short_function,
+    site_callers,
     stack_table,
     task_switches,
     thread_rows,
@@ -1739,40 +1740,11 @@ def _site_rows(ev, wk, names, opts) -> list:
         for r, x in zip(rows, tot.tolist()):
             r[k] = float(x)
     callers = np.concatenate([ev.dst_caller[own], ev.src_caller[extra]])
-    _site_callers(rows, sid, e_idx, callers, ev.proc[e_idx], wk["all"], names)
+    site_callers(
+        rows, "callers", sid, ev.proc[e_idx], callers, wk["all"][e_idx], lambda r: r["all"], names
+    )
     rows.sort(key=lambda r: (-r["all"], -r["false"]))
     return rows[: opts.top_sites]
-
-
-SITE_CALLERS = 3  # callers listed per site in a system library
-
-
-def _site_callers(rows, sid, e_idx, callers, procs, vol, names) -> None:
-    """`callers` of each site in a system library (C library, loader, vDSO): the program's
-    calls that led to its accesses (the runtime's stack scan, soft), the busiest first, each
-    with its share of the site's volume. Return addresses are named by their call
-    instruction (the address before). Sites elsewhere get none."""
-    has = callers != 0
-    for r in rows:
-        r["callers"] = []
-    if not has.any():
-        return
-    sid, procs, callers, w = sid[has], procs[has], callers[has].astype(np.int64), vol[e_idx][has]
-    inv, first = group(sid, procs, callers)
-    v = np.bincount(inv, weights=w, minlength=len(first))
-    keys = [(int(procs[f]), int(callers[f]) - 1) for f in first]
-    names.code(keys)
-    best: dict[int, list] = {}
-    for j in np.argsort(-v, kind="stable").tolist():
-        lst = best.setdefault(int(sid[first[j]]), [])
-        if len(lst) < SITE_CALLERS:
-            lst.append((keys[j], float(v[j])))
-    for i, lst in best.items():
-        total = rows[i]["all"]
-        rows[i]["callers"] = [
-            dict(names.site(*k), address=f"{k[1] + 1:#x}", share=x / total if total else 0.0)
-            for k, x in lst
-        ]
 
 
 ADVICE_MIN_DETECTIONS = 10

@@ -144,6 +144,39 @@ def site_str(s: dict) -> str:
     return where
 
 
+SITE_CALLERS = 3  # callers listed per site in a system library
+
+
+def site_callers(rows: list[dict], key: str, row, procs, callers, w, total_of, names) -> None:
+    """rows[i][key]: the program's calls into a system library (`callers`: return addresses
+    the runtime's stack scan found, 0 none) that led to the events of row i (`row`: each
+    event's row, -1 none; `w` its weight), the busiest first, at most SITE_CALLERS, each
+    {function, file, line, address, share}: named by its call instruction (the address
+    before), `share` its weight over total_of(rows[i]). [] for a row without."""
+    for r in rows:
+        r[key] = []
+    row = np.asarray(row, dtype=np.int64)
+    has = (np.asarray(callers) != 0) & (row >= 0)
+    if not has.any():
+        return
+    cols = np.stack([row[has], np.asarray(procs)[has], np.asarray(callers)[has].astype(np.int64)])
+    uniq, first, inv = np.unique(cols, axis=1, return_index=True, return_inverse=True)
+    v = np.bincount(inv.reshape(-1), weights=np.asarray(w, dtype=np.float64)[has])
+    keys = [(int(p), int(c) - 1) for p, c in zip(uniq[1].tolist(), uniq[2].tolist())]
+    names.code(keys)
+    best: dict[int, list] = {}
+    for j in np.lexsort((first, -v)).tolist():  # busiest first, ties in event order
+        lst = best.setdefault(int(uniq[0][j]), [])
+        if len(lst) < SITE_CALLERS:
+            lst.append((keys[j], float(v[j])))
+    for i, lst in best.items():
+        total = total_of(rows[i]) or 0.0
+        rows[i][key] = [
+            dict(names.site(*k), address=f"{k[1] + 1:#x}", share=x / total if total else 0.0)
+            for k, x in lst
+        ]
+
+
 def callers_text(r: dict, key: str = "callers", of: str = "") -> str:
     """The callers (`key`) of a site in a system library, a line each under it: "\n← take
     lk.c:8 (100 %)", `of` after the share ("" when it has none)."""

@@ -45,6 +45,7 @@ from locus.analysis.common import (
     inherited_allocs,
     live_blocks,
     ranges,
+    site_callers,
     site_str,
     stack_table,
     thread_rows,
@@ -1014,49 +1015,28 @@ def _site_rows(ev, names, opts) -> tuple[list[dict], list[list[tuple[int, int]]]
     return rows, mem
 
 
-SITE_CALLERS = 3  # callers listed per site in a system library
-
-
 def _site_callers(rows: list[dict], mem: list, ev: dict, names) -> None:
     """Of each site in a system library (comm.md's "Callers of library code"): `callers`,
     the program's calls that led to its sampled accesses, and `touch_callers`, to its first
-    touches, the busiest first, each with its share of the site's accesses (or first-touched
-    pages); [] elsewhere."""
+    touches, each with its share of the site's accesses (or first-touched pages)."""
     field = ev["field"]
+    row = np.full(len(field), -1, dtype=np.int64)
+    has = ev["caller"] != 0
+    if has.any():  # each event's row, by its (process, instruction)
+        row_of = {k: i for i, keys in enumerate(mem) for k in keys}
+        p, ip = ev["proc"][has], ev["ip"][has]
+        inv, first = group(p, ip)
+        at = np.array([row_of.get((int(p[f]), int(ip[f])), -1) for f in first], dtype=np.int64)
+        row[has] = at[inv]
     acc = (field >= ACCESS.start) & (field < ACCESS.stop)
     touch = (field == F["first_touch"]) | (field == F["unpinned_first_touch"])
-    _callers_of(rows, mem, ev, names, acc, "callers", lambda r: r["accesses"])
-    _callers_of(
-        rows, mem, ev, names, touch, "touch_callers",
-        lambda r: r["first_touch"] + r["unpinned_first_touch"],
-    )  # fmt: skip
-
-
-def _callers_of(rows, mem, ev, names, sel, key, total_of) -> None:
-    for r in rows:
-        r[key] = []
-    has = (ev["caller"] != 0) & sel
-    if not has.any():
-        return
-    row_of = {k: i for i, keys in enumerate(mem) for k in keys}
-    proc, ip, caller, w = ev["proc"][has], ev["ip"][has], ev["caller"][has], ev["w"][has]
-    inv, first = group(proc, ip, caller)
-    v = np.bincount(inv, weights=w, minlength=len(first))
-    per: dict[int, dict[tuple, float]] = {}
-    for j, f in enumerate(first.tolist()):
-        i = row_of.get((int(proc[f]), int(ip[f])))
-        if i is not None:
-            k = (int(proc[f]), int(caller[f]) - 1)  # the call instruction
-            per.setdefault(i, {}).setdefault(k, 0.0)
-            per[i][k] += float(v[j])
-    names.code([k for d in per.values() for k in d])
-    for i, d in per.items():
-        total = total_of(rows[i]) or 0.0
-        best = sorted(d.items(), key=lambda kv: -kv[1])[:SITE_CALLERS]
-        rows[i][key] = [
-            dict(names.site(*k), address=f"{k[1] + 1:#x}", share=x / total if total else 0.0)
-            for k, x in best
-        ]
+    for key, sel, total_of in (
+        ("callers", acc, lambda r: r["accesses"]),
+        ("touch_callers", touch, lambda r: r["first_touch"] + r["unpinned_first_touch"]),
+    ):
+        site_callers(
+            rows, key, np.where(sel, row, -1), ev["proc"], ev["caller"], ev["w"], total_of, names
+        )
 
 
 def _alloc_frames(names, keys: list[tuple[int, int, int]]) -> list[tuple]:

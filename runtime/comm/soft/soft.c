@@ -784,6 +784,22 @@ struct code {
   uint8_t buf[16];
 };
 
+/* [a, a + n) (n at most two pages) copied into buf with process_vm_readv, one element per
+ * page, so that a partial copy stops at the first page that cannot be read; the bytes
+ * copied. */
+static size_t copy_self(long pid, uint64_t a, void *buf, size_t n) {
+  struct iovec local = {buf, n}, remote[3];
+  unsigned long nr = 0;
+  for (uint64_t p = a, end = a + n; p < end && nr < 3;) {
+    uint64_t next = (p | 4095u) + 1;
+    if (next > end) next = end;
+    remote[nr++] = (struct iovec){(void *)p, (size_t)(next - p)};
+    p = next;
+  }
+  long r = syscall(SYS_process_vm_readv, pid, &local, 1UL, remote, nr, 0UL);
+  return r > 0 ? (size_t)r : 0;
+}
+
 static void code_at(uint64_t pc, struct code *c) {
   c->m = pc < 0x800000000000ull ? module_of(pc) : NULL;
   c->p = c->buf;
@@ -794,14 +810,7 @@ static void code_at(uint64_t pc, struct code *c) {
     return;
   }
   if (pc >= 0x800000000000ull || pc < 4096) return;
-  uint64_t page_end = (pc | 4095u) + 1, want = ZYDIS_MAX_INSTRUCTION_LENGTH;
-  uint64_t first = page_end - pc < want ? page_end - pc : want;
-  struct iovec local = {c->buf, (size_t)want};
-  struct iovec remote[2] = {{(void *)pc, (size_t)first},
-                            {(void *)page_end, (size_t)(want - first)}};
-  long n = syscall(SYS_process_vm_readv, syscall(SYS_getpid), &local, 1UL, remote,
-                   first < want ? 2UL : 1UL, 0UL);
-  c->avail = n > 0 ? (size_t)n : 0;
+  c->avail = copy_self(syscall(SYS_getpid), pc, c->buf, ZYDIS_MAX_INSTRUCTION_LENGTH);
 }
 
 /* Code bytes around pc outside every loaded object, copied (process_vm_readv, as in
@@ -810,21 +819,13 @@ static void code_at(uint64_t pc, struct code *c) {
  * the bytes copied (0: none). */
 #define JIT_AFTER 64u
 static size_t jit_code(uint64_t pc, uint8_t *buf, uint64_t *lo) {
-  uint64_t page = pc & ~4095ull, pid = (uint64_t)syscall(SYS_getpid);
+  uint64_t page = pc & ~4095ull;
+  long pid = syscall(SYS_getpid);
   for (int pass = 0; pass < 2; pass++) {
     /* A failing element ends the copy: the page before pc's is its own element, first. */
     *lo = pass == 0 ? pc - RESYNC_BACK : page;
-    struct iovec remote[3];
-    unsigned long nr = 0;
-    for (uint64_t a = *lo, end = pc + JIT_AFTER; a < end && nr < 3;) {
-      uint64_t next = (a | 4095u) + 1;
-      if (next > end) next = end;
-      remote[nr++] = (struct iovec){(void *)a, (size_t)(next - a)};
-      a = next;
-    }
-    struct iovec local = {buf, (size_t)(pc + JIT_AFTER - *lo)};
-    long n = syscall(SYS_process_vm_readv, pid, &local, 1UL, remote, nr, 0UL);
-    if (n > 0 && (uint64_t)n > pc - *lo) return (size_t)n;
+    size_t n = copy_self(pid, *lo, buf, (size_t)(pc + JIT_AFTER - *lo));
+    if (n > pc - *lo) return n;
     if (*lo >= page) break; /* already from pc's page */
   }
   return 0;
@@ -1336,21 +1337,6 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
  * program in the handler, and so would a page of its stack or code it protected. */
 #define SCAN_BYTES 4096u
 #define SCAN_CHUNK 1024u /* words copied at a time: the handler's stack may be small */
-
-/* [a, a + n) copied into buf with process_vm_readv, one element per page (a partial copy
- * stops at the first page that cannot be read); the bytes copied. */
-static size_t copy_self(long pid, uint64_t a, void *buf, size_t n) {
-  struct iovec local = {buf, n}, remote[3];
-  unsigned long nr = 0;
-  for (uint64_t p = a, end = a + n; p < end && nr < 3;) {
-    uint64_t next = (p | 4095u) + 1;
-    if (next > end) next = end;
-    remote[nr++] = (struct iovec){(void *)p, (size_t)(next - p)};
-    p = next;
-  }
-  long r = syscall(SYS_process_vm_readv, pid, &local, 1UL, remote, nr, 0UL);
-  return r > 0 ? (size_t)r : 0;
-}
 
 static int after_call(const struct module *m, uint64_t v, long pid) {
   if (v - m->lo < 2) return 0;
