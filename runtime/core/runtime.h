@@ -147,6 +147,17 @@ void *locus_sys_mmap(void *addr, size_t n, int prot, int flags, int fd, long off
 int locus_sys_munmap(void *addr, size_t n);
 /* Appends /proc/self/maps to the process's maps.dl (before dlclose unmaps a library). */
 void locus_maps_before_unload(void);
+
+/* The program's call into the system library ip is in, found by the soft backend's stack
+ * scan in the signal handler whose context is uc (comm/soft/soft.c; docs/lenses/comm.md,
+ * "Callers of library code"); 0 when ip is the program's, none is found, or the soft
+ * backend is not running. Async-signal-safe. */
+uint64_t locus_soft_caller(uint64_t ip, const void *uc);
+/* The program unloaded a library (dlclose returned): the soft backend's list of loaded
+ * objects is taken again, so that the gone one is dead at once (its code's pages may be
+ * another library's next). Normal context; nothing when the soft backend is not running. */
+void locus_soft_objects_changed(void);
+
 void locus_before_exec(void);
 void locus_after_failed_exec(void);
 void locus_add_self_ticks(uint64_t ticks);

@@ -98,14 +98,4 @@ void locus_numa_exact_thread_fini(void);
 void locus_numa_exact_proc_fini(void);
 void locus_numa_exact_after_fork(void);
 
-/* The program's call into the system library ip is in, found by the soft backend's stack
- * scan in the signal handler whose context is uc (comm/soft/soft.c; docs/lenses/comm.md,
- * "Callers of library code"); 0 when ip is the program's, none is found, or the soft
- * backend is not running. Async-signal-safe. */
-uint64_t locus_soft_caller(uint64_t ip, const void *uc);
-/* The program unloaded a library (dlclose returned): the soft backend's list of loaded
- * objects is taken again, so that the gone one is dead at once (its code's pages may be
- * another library's next). Normal context; nothing when the soft backend is not running. */
-void locus_soft_objects_changed(void);
-
 #endif
