@@ -340,6 +340,7 @@ static int run_case(const char *self, const char *lib, const char *name, const c
     if (strstr(name, "gap")) setenv("LOCUS_SOFT_STEP", "0", 1); /* see GAP_LOOP */
     /* No sample while the test single-steps its snippets itself. */
     if (!strcmp(name, "ahead")) setenv("LOCUS_COMM_PERIOD_NS", "10000000000", 1);
+    if (!strcmp(name, "samplecaller")) setenv("LOCUS_COMM_BACKEND", "hw", 1);
     execl(self, self, name, (char *)NULL);
     _exit(127);
   }
@@ -508,6 +509,76 @@ static int check_access_size(void) {
              rc, len, flags, want[i].rc, want[i].len, want[i].flags);
       ok = 0;
     }
+  }
+  return ok;
+}
+
+/* Callers of hardware samples (the hw backend, which no PMU here can run): the signal that
+ * delivers a sample in a system library finds the program's call into it by the stack scan,
+ * as long as it interrupts the sampled function. sc_sleep calls nanosleep; the signal
+ * interrupts it in glibc; the call's return address is sc_ret. */
+__asm__(
+    ".text\n"
+    ".globl sc_sleep\n"
+    "sc_sleep:\n"
+    " sub $8,%rsp\n"
+    " call nanosleep@PLT\n"
+    "sc_ret:\n"
+    " add $8,%rsp\n"
+    " ret\n");
+extern int sc_sleep(const struct timespec *req, struct timespec *rem);
+extern const char sc_ret[];
+
+typedef uint64_t (*sample_caller_fn)(uint64_t, const void *);
+static sample_caller_fn sample_caller;
+static volatile uint64_t sc_same, sc_other, sc_prog, sc_rip;
+
+static void sc_handler(int sig, siginfo_t *si, void *uc) {
+  (void)sig;
+  (void)si;
+  uint64_t rip = (uint64_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+  sc_rip = rip;
+  sc_same = sample_caller(rip - 1, uc); /* a sample a moment before, in the same function */
+  sc_other = sample_caller((uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, "getppid"), uc);
+  sc_prog = sample_caller((uint64_t)(uintptr_t)sc_ret, uc); /* in the program: no caller */
+}
+
+static void *sc_kicker(void *arg) {
+  struct timespec ts = {0, 100 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  pthread_kill(*(pthread_t *)arg, SIGUSR1);
+  return NULL;
+}
+
+static int check_sample_caller(void) {
+  int (*open_dec)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "locus_comm_decoder_open");
+  void (*stack)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "locus_comm_soft_thread_stack");
+  sample_caller = (sample_caller_fn)dlsym(RTLD_DEFAULT, "locus_comm_sample_caller");
+  if (!open_dec || !stack || !sample_caller || open_dec() != 0) {
+    printf("  not ok: no locus_comm_sample_caller preloaded, or no decoder\n");
+    return 0;
+  }
+  stack();
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = sc_handler;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGUSR1, &sa, NULL);
+  pthread_t me = pthread_self(), k;
+  pthread_create(&k, NULL, sc_kicker, &me);
+  struct timespec ts = {5, 0};
+  sc_sleep(&ts, NULL); /* interrupted by SIGUSR1 after 100 ms */
+  pthread_join(k, NULL);
+  int ok = 1;
+  if (sc_same != (uint64_t)(uintptr_t)sc_ret) {
+    printf("  not ok: caller of a sample in nanosleep (rip %#lx): %#lx, want sc_ret %#lx\n",
+           (unsigned long)sc_rip, (unsigned long)sc_same, (unsigned long)(uintptr_t)sc_ret);
+    ok = 0;
+  }
+  if (sc_other || sc_prog) {
+    printf("  not ok: callers where none is right: another function %#lx, the program %#lx\n",
+           (unsigned long)sc_other, (unsigned long)sc_prog);
+    ok = 0;
   }
   return ok;
 }
@@ -837,6 +908,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "rawexit")) return run_raw_exit(dir);
     if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
     if (!strcmp(argv[1], "ahead")) return check_ahead() ? 0 : 1;
+    if (!strcmp(argv[1], "samplecaller")) return check_sample_caller() ? 0 : 1;
     return 2;
   }
   if (argc != 2) {
@@ -865,6 +937,13 @@ int main(int argc, char **argv) {
   mkdir(run, 0755);
   finish("soft run ahead: the next access found without stepping is the one the CPU makes",
          run_case(self, lib, "ahead", run) == 0);
+
+  /* (d3) Callers of hw samples, with the comm lens's hw backend refused (no PMU here, and
+   * so no soft sampler): the stack scan on its own. */
+  snprintf(run, sizeof run, "%s/samplecaller", base);
+  mkdir(run, 0755);
+  finish("hw samples in a system library get the program's call into it",
+         run_case(self, lib, "samplecaller", run) == 0);
 
   /* (a) Two threads writing the same word: communication between exactly them, mostly
    * true sharing. */

@@ -152,6 +152,7 @@ static void warn_errno(const char *what, int err) {
 struct drain_ctx {
   uint32_t flags;
   uint64_t now_ns, now_ticks;
+  const void *uc; /* the signal's context: the callers' stack scan */
 };
 
 static void on_access(const struct locus_comm_access *a, void *arg) {
@@ -179,10 +180,12 @@ static void on_access(const struct locus_comm_access *a, void *arg) {
   /* The record's time is CLOCK_MONOTONIC ns (use_clockid); samples carry runtime ticks. */
   uint64_t age = x.t && x.t <= c->now_ns ? c->now_ns - x.t : 0;
   x.t = c->now_ticks - (uint64_t)((double)age * locus_ticks_per_us / 1000.0);
+  /* In a system library (a lock word in pthread_mutex_lock): the program's call into it. */
+  if (c->uc) x.caller = locus_comm_sample_caller(x.ip, c->uc);
   locus_comm_take(&x);
 }
 
-static void drain(struct hw_event *e, int use) {
+static void drain(struct hw_event *e, int use, const void *uc) {
   struct perf_event_mmap_page *pg = e->page;
   if (!pg) return;
   uint64_t head = __atomic_load_n(&pg->data_head, __ATOMIC_ACQUIRE);
@@ -190,7 +193,7 @@ static void drain(struct hw_event *e, int use) {
   if (use) {
     const char *ring = (const char *)pg + (pg->data_offset ? pg->data_offset : hw.page);
     size_t size = pg->data_size ? pg->data_size : RING_PAGES * hw.page;
-    struct drain_ctx c = {e->flags, locus_mono_ns(), locus_ticks()};
+    struct drain_ctx c = {e->flags, locus_mono_ns(), locus_ticks(), uc};
     /* A record that wraps the ring's end is copied here: on the handler's frame (on the
      * alternate stack), not in thread-local storage, which every thread of the program
      * carries whether or not it samples. */
@@ -210,7 +213,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
   locus_me.guard++;
   /* After the process finished its records (exit in progress) only empty the rings. */
   int use = locus_enabled && locus_ct.started;
-  for (int i = 0; i < ht.n; i++) drain(&ht.ev[i], use);
+  for (int i = 0; i < ht.n; i++) drain(&ht.ev[i], use, uc);
   if (use) {
     locus_ct.st.signals++;
     locus_comm_checkpoint(locus_ticks());
@@ -262,6 +265,8 @@ static void hw_thread_init(void) {
   forget_inherited();
   if (!hw.kind || ht.n) return;
   ht.pid = getpid();
+  locus_comm_soft_thread_stack(); /* the callers' stack scan keeps to it */
+  locus_soft_objects_changed();   /* objects dlopen'ed since: callers into them */
   int err = 0;
   if (hw.kind == HW_INTEL) {
     err = open_event(&ht.ev[0], hw.load_cfg, hw.load_cfg1, 0);
@@ -290,7 +295,7 @@ static void hw_thread_fini(void) {
   pthread_sigmask(SIG_BLOCK, &set, &old);
   for (int i = 0; i < ht.n; i++) ioctl(ht.ev[i].fd, PERF_EVENT_IOC_DISABLE, 0);
   for (int i = 0; i < ht.n; i++) {
-    drain(&ht.ev[i], locus_ct.started);
+    drain(&ht.ev[i], locus_ct.started, NULL);
     close_event(&ht.ev[i]);
   }
   ht.n = 0;

@@ -114,6 +114,7 @@ static _Atomic int mods_busy;
 static _Atomic uint64_t *pc_cache;
 static ZydisDecoder dec;
 static int proc_ok;
+static _Atomic int sizes_ready; /* locus_comm_decoder_open (the hw backend) */
 static int forced_source;
 static _Atomic int warned_source, warned_budget;
 
@@ -1382,11 +1383,33 @@ static uint64_t caller_of(uint64_t ip, const greg_t *regs) {
 }
 
 void locus_soft_objects_changed(void) {
-  if (proc_ok) refresh_modules();
+  if (proc_ok || atomic_load(&sizes_ready)) refresh_modules();
 }
 
 uint64_t locus_soft_caller(uint64_t ip, const void *uc) {
   return caller_of(ip, ((const ucontext_t *)uc)->uc_mcontext.gregs);
+}
+
+/* A PMU sample's ip comes with no registers: the stack scanned is the one of the signal that
+ * delivers the sample (uc), a few instructions later. Its return address is the sample's
+ * only while the thread is still in the sampled function (the same frame); otherwise none
+ * is given rather than a caller's caller. */
+uint64_t locus_comm_sample_caller(uint64_t ip, const void *uc) {
+  const greg_t *g = ((const ucontext_t *)uc)->uc_mcontext.gregs;
+  const struct module *m = module_of(ip);
+  uint64_t pc = (uint64_t)g[REG_RIP], s0, e0, s1, e1;
+  if (!m || !m->sys || module_of(pc) != m || function_of(m, ip, &s0, &e0) != 0 ||
+      function_of(m, pc, &s1, &e1) != 0 || s0 != s1)
+    return 0;
+  return caller_of(ip, g);
+}
+
+void locus_comm_soft_thread_stack(void) {
+  uintptr_t lo, hi;
+  if (locus_thread_stack(&lo, &hi) == 0) {
+    me_soft.stack_lo = lo;
+    me_soft.stack_hi = hi;
+  }
 }
 
 /* A watchpoint trap's pc follows the access that ran (a branch target or not). */
@@ -1402,7 +1425,6 @@ int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_acces
 }
 
 /* ---- sizes of hardware address samples ---- */
-static _Atomic int sizes_ready;
 
 int locus_comm_decoder_open(void) {
   if (atomic_load(&sizes_ready)) return 0;
@@ -1953,11 +1975,7 @@ static void thread_context(void) {
   if (syscall(SYS_arch_prctl, ARCH_GET_FS, &v) == 0) me_soft.fs_base = v;
   v = 0;
   if (syscall(SYS_arch_prctl, ARCH_GET_GS, &v) == 0) me_soft.gs_base = v;
-  uintptr_t lo, hi;
-  if (locus_thread_stack(&lo, &hi) == 0) {
-    me_soft.stack_lo = lo;
-    me_soft.stack_hi = hi;
-  }
+  locus_comm_soft_thread_stack();
 }
 
 /* No source, fd or timer (a new thread's, or a fork child's: neither is inherited). */

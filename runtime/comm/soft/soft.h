@@ -44,6 +44,13 @@ int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_acces
  * memory operand; -1 when it cannot be read or decoded, or the decoder is not open. */
 LOCUS_EXPORT int locus_comm_decoder_open(void);
 LOCUS_EXPORT int locus_comm_access_size(uint64_t ip, int store, uint32_t *len, uint32_t *flags);
+/* Callers of hardware samples in system libraries (after locus_comm_decoder_open): the
+ * program's call that led to the sample at `ip`, found by the soft backend's stack scan in
+ * the context `uc` of the signal that delivers it, when that context is still in the
+ * sampled function; 0 otherwise. The scan keeps to the thread's stack, whose bounds
+ * locus_comm_soft_thread_stack takes (once per thread, normal context). */
+LOCUS_EXPORT uint64_t locus_comm_sample_caller(uint64_t ip, const void *uc);
+LOCUS_EXPORT void locus_comm_soft_thread_stack(void);
 
 /* Tests: resync_info on the code bytes [code, code + n) as if at their own address, for the
  * pc at code + at: the length of the instruction before it (0: none usable), -1 when there
