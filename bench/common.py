@@ -60,12 +60,17 @@ def stamp() -> dict:
         "git_rev": git_rev(),
         "host": os.uname().nodename,
         "cpus": os.cpu_count(),
+        # Other work on the host moves every ratio (free-running threads overlap less, the
+        # exact oracle's transfers drop): the 1, 5 and 15 min load averages, at the start and
+        # (write_result) at the end, so that a result can be read against its conditions.
+        "load_start": [round(x, 2) for x in os.getloadavg()],
     }
 
 
 def write_result(name: str, data: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / name
+    data = {**data, "load_end": [round(x, 2) for x in os.getloadavg()]}
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
 
