@@ -815,6 +815,52 @@ static int check_ahead(void) {
   return wrong == 0 && answered * 10 >= asked * 9;
 }
 
+/* The check of a thread's context-switch rate (adapt): two checks in a row past the
+ * threshold move it, but one far past it (many switches, 4x the threshold) moves it at once:
+ * a thread that spends its time switching gets the task clock's signals only when a period
+ * ends in user mode, one every 30-100 ms of its CPU time, and each one it waited for cost it
+ * ~10x its switches meanwhile. */
+static int check_switch_rate(void) {
+  typedef int (*check_fn)(int, uint64_t, uint64_t, uint64_t, int *);
+  check_fn ck = (check_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_switch_check");
+  if (!ck) {
+    printf("  not ok: no locus_test_soft_switch_check preloaded\n");
+    return 0;
+  }
+  int ok = 1, streak = 0;
+  /* 200,000 switches a second over 50 ms (10,000 switches), threshold 2,000: at once. */
+  if (ck(0, 200000, 10000, 2000, &streak) != 1 || streak != 0) {
+    printf("  not ok: a rate 100x the threshold over 10,000 switches waited (streak %d)\n", streak);
+    ok = 0;
+  }
+  /* Past the threshold but not 4x: the second check in a row moves. */
+  streak = 0;
+  if (ck(0, 5000, 500, 2000, &streak) != 0 || ck(0, 5000, 500, 2000, &streak) != 1) {
+    printf("  not ok: 2.5x the threshold should take two checks in a row\n");
+    ok = 0;
+  }
+  /* Far past it on a few switches (3 over 1 ms): noise, not a decision. */
+  streak = 0;
+  if (ck(0, 3000000, 3, 2000, &streak) != 0) {
+    printf("  not ok: 3 switches decided alone\n");
+    ok = 0;
+  }
+  /* Under it: the count restarts. */
+  streak = 0;
+  if (ck(0, 5000, 500, 2000, &streak) != 0 || ck(0, 1000, 100, 2000, &streak) != 0 || streak != 0 ||
+      ck(0, 5000, 500, 2000, &streak) != 0) {
+    printf("  not ok: a check under the threshold should restart the count\n");
+    ok = 0;
+  }
+  /* Back from the tick: always two checks under a quarter of the threshold. */
+  streak = 0;
+  if (ck(1, 0, 0, 2000, &streak) != 0 || ck(1, 0, 0, 2000, &streak) != 1) {
+    printf("  not ok: back to the task clock after two quiet checks\n");
+    ok = 0;
+  }
+  return ok;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && getenv("LOCUS_DIR")) {
     const char *dir = getenv("LOCUS_DIR");
@@ -837,6 +883,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "rawexit")) return run_raw_exit(dir);
     if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
     if (!strcmp(argv[1], "ahead")) return check_ahead() ? 0 : 1;
+    if (!strcmp(argv[1], "switchrate")) return check_switch_rate() ? 0 : 1;
     return 2;
   }
   if (argc != 2) {
@@ -865,6 +912,12 @@ int main(int argc, char **argv) {
   mkdir(run, 0755);
   finish("soft run ahead: the next access found without stepping is the one the CPU makes",
          run_case(self, lib, "ahead", run) == 0);
+
+  /* (d3) The check that moves a thread that switches often to the scheduler's tick. */
+  snprintf(run, sizeof run, "%s/switchrate", base);
+  mkdir(run, 0755);
+  finish("soft sampler: a switch rate far past the threshold moves a thread at its first check",
+         run_case(self, lib, "switchrate", run) == 0);
 
   /* (a) Two threads writing the same word: communication between exactly them, mostly
    * true sharing. */

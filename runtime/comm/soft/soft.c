@@ -1499,7 +1499,8 @@ static int enters_kernel(const struct code *c) {
  * (sched_yield under mutexes, 1.2 M switches a second) ran 12x slower for it, and each
  * open breakpoint event (the watchpoints) adds ~0.05 us a switch. A thread that switches
  * more than switch_high times a second of its CPU time, at two measurements in a row (each
- * over at least RATE_WINDOW_NS of it), is therefore moved to a POSIX CPU-time timer, which
+ * over at least RATE_WINDOW_NS of it; one far past it, see DECISIVE_SWITCHES, is enough), is
+ * therefore moved to a POSIX CPU-time timer, which
  * the kernel checks at the scheduler's tick (no cost at a switch; at most HZ samples a
  * second, each standing for the periods that elapsed: 1 + the timer's overruns); under a
  * quarter of that rate, at two measurements in a row, it goes back to the task clock.
@@ -1507,9 +1508,9 @@ static int enters_kernel(const struct code *c) {
  * a VM (at 10,000, the futex hand-off with 100 us of work between switches, 9,500 a
  * second, stayed on the task clock and ran 13 % slower; sysbench mutex's threads switch
  * 8-9,000 times a second in most runs). On the tick, above wp_park_high its watchpoints
- * are closed too (sysbench threads: 1.6x slower with them open), and opened again under a
- * quarter of that. LOCUS_COMM_SWITCH_RATE sets switch_high (0: never move), and
- * wp_park_high to 8x it. */
+ * are closed too (sysbench threads: 1.6x slower with them open; at once when the task
+ * clock's rate already was), and opened again under a quarter of that.
+ * LOCUS_COMM_SWITCH_RATE sets switch_high (0: never move), and wp_park_high to 8x it. */
 static uint64_t switch_high, wp_park_high;
 #define RATE_WINDOW_NS 10000000u /* the least CPU time a rate is measured over */
 static uint64_t period_ns(void);
@@ -1538,7 +1539,58 @@ static int tick_start(uint64_t p) {
   return tick_arm(p);
 }
 
-static void go_tick(void) {
+/* A rate measured over at least DECISIVE_SWITCHES switches and DECISIVE_FACTOR times past
+ * its threshold is far outside its noise (a count of 100 is +-10 %): it decides at once,
+ * without the second check in a row. The task clock's signals come only when its period
+ * ends in user mode (exclude_kernel: the kernel drops the others), so a thread that spends
+ * its time switching (sysbench threads: sched_yield, ~5 % in user mode once the task clock
+ * makes each switch 10x dearer) took one every 30-100 ms of its CPU time, and the three it
+ * needed to be moved (the first only began the measurement) kept it that long at 10x its
+ * cost: 0.1-0.3 s of CPU per thread. The measurement now begins when the thread's sampler
+ * starts, and one signal over such a rate moves it. */
+#define DECISIVE_SWITCHES 100u
+#define DECISIVE_FACTOR 4u
+
+/* One check of a measured rate: whether the thread moves to the other source (tick: it is
+ * on the tick, else on the task clock) now. *streak: checks in a row that pointed there. */
+static int switch_check(int tick, uint64_t rate, uint64_t dsw, uint64_t high, int *streak) {
+  if (tick ? rate < high / 4 : rate > high)
+    ++*streak;
+  else
+    *streak = 0;
+  int decisive = !tick && dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
+  if (*streak < 2 && !decisive) return 0;
+  *streak = 0;
+  return 1;
+}
+
+/* The same for the watchpoints on the tick: whether they are parked (or unparked) now. */
+static int park_check(int parked, uint64_t rate, uint64_t dsw, uint64_t high, int *streak) {
+  if (parked ? rate < high / 4 : rate > high)
+    ++*streak;
+  else
+    *streak = 0;
+  int decisive = !parked && dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
+  if (*streak < 2 && !decisive) return 0;
+  *streak = 0;
+  return 1;
+}
+
+int locus_test_soft_switch_check(int tick, uint64_t rate, uint64_t dsw, uint64_t high,
+                                 int *streak) {
+  return switch_check(tick, rate, dsw, high, streak);
+}
+
+static void park(int parked) {
+  me_soft.parked = parked;
+  locus_comm_detect_park(parked);
+}
+
+/* rate: the switches a second measured on the task clock. It is a floor of the rate on the
+ * tick (the clock's cost at each switch only slows them): above wp_park_high the
+ * watchpoints are parked at once, not two checks on the tick later (their cost at a switch,
+ * armed, is ~1.2 us here). */
+static void go_tick(uint64_t rate) {
   if (tick_start(period_ns()) != 0) {
     me_soft.streak = -1;
     return;
@@ -1550,6 +1602,7 @@ static void go_tick(void) {
   me_soft.source = SRC_TICK;
   me_soft.wp_streak = 0;
   locus_ct.st.flags |= LOCUS_CT_TICKED;
+  if (rate > wp_park_high && !me_soft.parked) park(1);
 }
 
 static void go_clock(void) {
@@ -1565,60 +1618,53 @@ static void go_clock(void) {
   me_soft.parked = 0;
 }
 
-/* On the tick: park the watchpoints above wp_park_high, unpark under a quarter of that, at
- * two checks in a row. */
-static void park_watchpoints(uint64_t rate) {
-  uint64_t hi = wp_park_high;
-  if (me_soft.parked ? rate < hi / 4 : rate > hi)
-    me_soft.wp_streak++;
-  else
-    me_soft.wp_streak = 0;
-  if (me_soft.wp_streak < 2) return;
-  me_soft.wp_streak = 0;
-  me_soft.parked = !me_soft.parked;
-  locus_comm_detect_park(me_soft.parked);
+/* The context switches of this thread so far, -1 when unknown. */
+static int64_t switches(void) {
+  struct rusage ru;
+  if (syscall(SYS_getrusage, RUSAGE_THREAD, &ru) != 0) return -1;
+  return (int64_t)ru.ru_nvcsw + (int64_t)ru.ru_nivcsw;
 }
 
-/* After a sample of the task clock or the tick: count the switches since the last one. */
-static void adapt(void) {
+/* The measurement's start: at the sampler's start, and after each check. cpu: the thread's
+ * CPU time (ns) now. */
+static void adapt_mark(uint64_t cpu) {
+  int64_t sw = switches();
+  me_soft.sw_last = sw < 0 ? 0 : (uint64_t)sw;
+  me_soft.cpu_last = sw < 0 ? 0 : cpu;
+}
+
+/* After a sample of the task clock or the tick: count the switches since the last check.
+ * cpu: the thread's CPU time at the signal (ns; 0 unknown), read by the handler already.
+ * getrusage's CPU time moves at ticks and switches only: the thread's clock, exactly. */
+static void adapt(uint64_t cpu) {
   if (!switch_high || me_soft.streak < 0 ||
-      (me_soft.source != SRC_SIGTRAP && me_soft.source != SRC_TICK))
+      (me_soft.source != SRC_SIGTRAP && me_soft.source != SRC_TICK) || !cpu)
     return;
-  /* getrusage's CPU time moves at ticks and switches only: the thread's clock, exactly. */
-  struct rusage ru;
-  struct timespec ts;
-  if (syscall(SYS_getrusage, RUSAGE_THREAD, &ru) != 0 ||
-      syscall(SYS_clock_gettime, CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-    return;
-  uint64_t sw = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
-  uint64_t cpu = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
   if (!me_soft.cpu_last || cpu < me_soft.cpu_last) {
-    me_soft.sw_last = sw;
-    me_soft.cpu_last = cpu;
+    adapt_mark(cpu);
     return;
   }
-  uint64_t dsw = sw - me_soft.sw_last, dcpu = cpu - me_soft.cpu_last;
+  uint64_t dcpu = cpu - me_soft.cpu_last;
   /* Too short to tell: measured over the next ones. Over a single 1 ms period a compute
    * thread preempted 1,000 times a second (beside a 1 ms sleep loop, on a loaded machine)
    * showed 2-3 switches often enough, twice in a row, to be moved for most of its run;
-   * over 10 ms its count is 10 +- 3, far from 20. */
+   * over 10 ms its count is 10 +- 3, far from 20. The switches are read only then. */
   uint64_t window = period_ns() / 2 > RATE_WINDOW_NS ? period_ns() / 2 : RATE_WINDOW_NS;
   if (dcpu < window) return;
-  me_soft.sw_last = sw;
+  int64_t sw = switches();
+  if (sw < 0) return;
+  uint64_t dsw = (uint64_t)sw - me_soft.sw_last;
+  me_soft.sw_last = (uint64_t)sw;
   me_soft.cpu_last = cpu;
   uint64_t rate = dsw * 1000000000u / dcpu;
   int tick = me_soft.source == SRC_TICK;
-  if (tick) park_watchpoints(rate);
-  if (tick ? rate < switch_high / 4 : rate > switch_high)
-    me_soft.streak++;
-  else
-    me_soft.streak = 0;
-  if (me_soft.streak < 2) return;
-  me_soft.streak = 0;
+  if (tick && park_check(me_soft.parked, rate, dsw, wp_park_high, &me_soft.wp_streak))
+    park(!me_soft.parked);
+  if (!switch_check(tick, rate, dsw, switch_high, &me_soft.streak)) return;
   if (tick)
     go_clock();
   else
-    go_tick();
+    go_tick(rate);
 }
 
 static int in_vm(void) {
@@ -1693,7 +1739,7 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
       locus_comm_take(&a);
     }
   }
-  adapt();
+  adapt(c0);
   locus_comm_self_end(c0);
   locus_me.guard--;
 }
@@ -1960,6 +2006,11 @@ static void thread_context(void) {
   }
 }
 
+/* The switch rate is measured from the sampler's start (adapt). */
+static void sampler_started(void) {
+  if (switch_high && me_soft.source == SRC_SIGTRAP) adapt_mark(locus_thread_cpu_ns());
+}
+
 /* No source, fd or timer (a new thread's, or a fork child's: neither is inherited). */
 static void sampler_reset(void) {
   me_soft.fd = me_soft.ktimer = me_soft.async_fd = -1;
@@ -1977,6 +2028,7 @@ static void soft_thread_init(void) {
   refresh_modules();
   locus_comm_detect_thread_init();
   start_sampler();
+  sampler_started();
 }
 
 static void soft_thread_fini(void) {
@@ -2004,6 +2056,7 @@ static void soft_after_fork(void) {
   sampler_reset();
   locus_comm_detect_thread_init();
   start_sampler();
+  sampler_started();
 }
 
 static int soft_proc_init(void) {
