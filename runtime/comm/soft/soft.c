@@ -115,6 +115,8 @@ static _Atomic uint64_t *pc_cache;
 static ZydisDecoder dec;
 static int proc_ok;
 static int forced_source;
+/* The task clock opened in this process: its threads after the first start on the tick. */
+static _Atomic int clock_works;
 static _Atomic int warned_source, warned_budget;
 
 struct soft_tls {
@@ -131,6 +133,7 @@ struct soft_tls {
   int wp_streak; /* checks in a row (on the tick) that point to parking, or unparking, the
                     watchpoints */
   int parked;    /* the watchpoints are parked (locus_comm_detect_park) */
+  int undecided; /* started on the tick: the first check of its rate chooses the source */
   uint64_t sw_last, cpu_last; /* context switches and CPU time (ns) at the previous check */
 };
 static LOCUS_TLS struct soft_tls me_soft = {.fd = -1, .async_fd = -1, .ktimer = -1};
@@ -1605,9 +1608,9 @@ static void go_tick(uint64_t rate) {
   if (rate > wp_park_high && !me_soft.parked) park(1);
 }
 
-static void go_clock(void) {
+static int go_clock(void) {
   int fd = open_clock(1);
-  if (fd < 0) return; /* stays on the tick */
+  if (fd < 0) return -1; /* stays on the tick */
   /* Deleted, not disarmed: each timer holds a unit of the user's RLIMIT_SIGPENDING. */
   syscall(SYS_timer_delete, me_soft.ktimer);
   me_soft.ktimer = -1;
@@ -1616,6 +1619,51 @@ static void go_clock(void) {
   me_soft.source = SRC_SIGTRAP;
   if (me_soft.parked) locus_comm_detect_park(0);
   me_soft.parked = 0;
+  return 0;
+}
+
+static void warn_budget(void) {
+  if (!atomic_load(&warned_budget) && !atomic_exchange(&warned_budget, 1))
+    locus_warn(
+        "comm: the runtime's file descriptors (the top quarter of RLIMIT_NOFILE) are all in "
+        "use: threads from here on are sampled by a POSIX CPU-time timer (at most HZ samples "
+        "per second) without watchpoints, and the program keeps the rest of its descriptors; "
+        "raise the limit (ulimit -n) to sample every thread fully");
+}
+
+/* A thread that started on the tick (start_undecided), at its first signal: a rate far past
+ * switch_high (the decisive rule: DECISIVE_FACTOR times, over DECISIVE_SWITCHES switches)
+ * keeps it on the tick, as one moved there, with its watchpoints opened only under
+ * wp_park_high; any other goes to the task clock with its watchpoints, where it would have
+ * started before, and adapt() moves it as it always did (two checks in a row past the
+ * threshold). Staying on the tick for any rate past switch_high could catch a compute thread
+ * preempted a few thousand times a second of its CPU time on a loaded machine, and on the
+ * tick it comes back only under a quarter of that (the likely reason a test of two counting
+ * threads once got 460 samples where it asks 600, under a load average of 30). */
+static int stays_on_tick(uint64_t rate, uint64_t dsw, uint64_t high) {
+  return dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
+}
+
+int locus_test_soft_stays_on_tick(uint64_t rate, uint64_t dsw, uint64_t high) {
+  return stays_on_tick(rate, dsw, high);
+}
+
+static void decide(uint64_t rate, uint64_t dsw) {
+  me_soft.undecided = 0;
+  me_soft.streak = me_soft.wp_streak = 0;
+  if (!stays_on_tick(rate, dsw, switch_high)) {
+    if (go_clock() == 0) return;
+    /* No task clock (the runtime's descriptors all in use): on the tick for good. */
+    me_soft.streak = -1;
+    if (errno == EMFILE) {
+      warn_budget();
+      return;
+    }
+    park(0);
+    return;
+  }
+  locus_ct.st.flags |= LOCUS_CT_TICKED;
+  if (rate <= wp_park_high) park(0);
 }
 
 /* The context switches of this thread so far, -1 when unknown. */
@@ -1650,13 +1698,19 @@ static void adapt(uint64_t cpu) {
    * showed 2-3 switches often enough, twice in a row, to be moved for most of its run;
    * over 10 ms its count is 10 +- 3, far from 20. The switches are read only then. */
   uint64_t window = period_ns() / 2 > RATE_WINDOW_NS ? period_ns() / 2 : RATE_WINDOW_NS;
-  if (dcpu < window) return;
+  /* A thread that started on the tick chooses at its first signal: only a rate the noise
+   * cannot give keeps it there (stays_on_tick), and the task clock is the default. */
+  if (!dcpu || (dcpu < window && !me_soft.undecided)) return;
   int64_t sw = switches();
   if (sw < 0) return;
   uint64_t dsw = (uint64_t)sw - me_soft.sw_last;
   me_soft.sw_last = (uint64_t)sw;
   me_soft.cpu_last = cpu;
   uint64_t rate = dsw * 1000000000u / dcpu;
+  if (me_soft.undecided) {
+    decide(rate, dsw);
+    return;
+  }
   int tick = me_soft.source == SRC_TICK;
   if (tick && park_check(me_soft.parked, rate, dsw, wp_park_high, &me_soft.wp_streak))
     park(!me_soft.parked);
@@ -1886,24 +1940,41 @@ static int start_timer(void) {
   return 0;
 }
 
+/* A thread after the process's first starts on the tick, its watchpoints parked, until the
+ * check of its switch rate at its first tick signal (adapt) chooses (decide). A perf event, even
+ * closed, leaves the thread a perf context that the kernel visits at each of its switches (~45 ns
+ * here, two locks), and the task clock's first signals are slow to come to a thread that switches
+ * often (see DECISIVE_SWITCHES): sysbench threads' workers, which the first check keeps on the tick
+ * with their watchpoints parked, now never open one (CPU time 4.1 s plain, 4.8 s when they started
+ * on the task clock). A compute thread takes its first sample on the tick (1-4 ms of its CPU time:
+ * the timer's first period, seen at the next tick; one sample standing for those periods) before
+ * its task clock. The process's first thread starts on the task clock: it tells whether perf works
+ * here, and the warnings are its. */
+static int start_undecided(void) {
+  if (tick_start(period_ns()) != 0) return -1;
+  me_soft.source = SRC_TICK;
+  me_soft.undecided = 1;
+  park(1);
+  return 0;
+}
+
 static void start_sampler(void) {
   int full = 0; /* the runtime's descriptors are all in use */
+  if (forced_source <= SRC_SIGTRAP && switch_high && atomic_load(&clock_works) &&
+      start_undecided() == 0)
+    return;
   if (forced_source <= SRC_SIGTRAP) {
     int fd = open_clock(1);
     if (fd >= 0) {
       me_soft.fd = fd;
       me_soft.source = SRC_SIGTRAP;
+      atomic_store(&clock_works, 1);
       return;
     }
     full = errno == EMFILE;
   }
   if (full && start_timer() == 0) {
-    if (!atomic_load(&warned_budget) && !atomic_exchange(&warned_budget, 1))
-      locus_warn(
-          "comm: the runtime's file descriptors (the top quarter of RLIMIT_NOFILE) are all in "
-          "use: threads from here on are sampled by a POSIX CPU-time timer (at most HZ samples "
-          "per second) without watchpoints, and the program keeps the rest of its descriptors; "
-          "raise the limit (ulimit -n) to sample every thread fully");
+    warn_budget();
     return;
   }
   if (forced_source <= SRC_ASYNC && start_async() == 0) {
@@ -2008,14 +2079,15 @@ static void thread_context(void) {
 
 /* The switch rate is measured from the sampler's start (adapt). */
 static void sampler_started(void) {
-  if (switch_high && me_soft.source == SRC_SIGTRAP) adapt_mark(locus_thread_cpu_ns());
+  if (switch_high && (me_soft.source == SRC_SIGTRAP || me_soft.undecided))
+    adapt_mark(locus_thread_cpu_ns());
 }
 
 /* No source, fd or timer (a new thread's, or a fork child's: neither is inherited). */
 static void sampler_reset(void) {
   me_soft.fd = me_soft.ktimer = me_soft.async_fd = -1;
   me_soft.source = SRC_NONE;
-  me_soft.streak = me_soft.wp_streak = me_soft.parked = 0;
+  me_soft.streak = me_soft.wp_streak = me_soft.parked = me_soft.undecided = 0;
   me_soft.sw_last = me_soft.cpu_last = 0;
 }
 

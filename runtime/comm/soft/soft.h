@@ -67,4 +67,9 @@ LOCUS_EXPORT int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint
 LOCUS_EXPORT int locus_test_soft_switch_check(int tick, uint64_t rate, uint64_t dsw, uint64_t high,
                                               int *streak);
 
+/* Test-only entry point: whether a thread that started on the tick stays there at its
+ * first check (rate: its switches a second of CPU time, over dsw switches; high: the
+ * threshold); else it takes the task clock. */
+LOCUS_EXPORT int locus_test_soft_stays_on_tick(uint64_t rate, uint64_t dsw, uint64_t high);
+
 #endif
