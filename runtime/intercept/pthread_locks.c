@@ -13,17 +13,18 @@
 #define SITE ((uint64_t)(uintptr_t)__builtin_return_address(0))
 
 /* An unlock only has work to do when the thread holds a timed section; otherwise it is a
- * test and a jump to the real function. */
-#define UNLOCK(name, type, field)                                   \
-  static __attribute__((noinline)) int name##_held(type *l) {       \
-    locus_lock_release((void *)l);                                  \
-    int r = REAL(field, #name)(l);                                  \
-    locus_lock_released();                                          \
-    return r;                                                       \
-  }                                                                 \
-  LOCUS_EXPORT int name(type *l) {                                  \
-    if (LOCUS_UNLIKELY(locus_lt.nheld != 0)) return name##_held(l); \
-    return REAL(field, #name)(l);                                   \
+ * test and a jump to the real function (name##_held also resolves the real function when
+ * it is not yet: a call there would make the interposer save a register around it). */
+#define UNLOCK(name, type, field)                                                        \
+  static __attribute__((noinline)) int name##_held(type *l) {                            \
+    locus_lock_release((void *)l);                                                       \
+    int r = REAL(field, #name)(l);                                                       \
+    locus_lock_released();                                                               \
+    return r;                                                                            \
+  }                                                                                      \
+  LOCUS_EXPORT int name(type *l) {                                                       \
+    if (LOCUS_UNLIKELY(locus_lt.nheld != 0) || !locus_real.field) return name##_held(l); \
+    return locus_real.field(l);                                                          \
   }
 
 /* ---- adapters: one signature for every try and blocking operation ---- */
