@@ -20,6 +20,7 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import os
+import select
 import struct
 import threading
 import time
@@ -112,6 +113,8 @@ class Sampler(threading.Thread):
         self._task_work_ns = 0  # CPU time of the work that grows with the number of tasks
         self.proc = proc_root
         self._stopping = False
+        # stop() writes a byte here, which ends the sampler's wait at once (_nap).
+        self._wake_r, self._wake_w = os.pipe()
         self._tasks: dict[int, tuple[int, int | None]] = {}  # tid -> (pid, fd or None)
         self._pids: set[int] = {root_pid}
         self._finished_entries: set[str] = set()
@@ -310,11 +313,20 @@ class Sampler(threading.Thread):
                     missed = (now - next_t) // self.interval_ns + 1
                     self.late_ticks += missed
                     next_t += missed * self.interval_ns
-                # time.sleep, not Event.wait: a condition variable per tick costs more than
-                # the tick's own reads. Long intervals sleep in slices so stop() is prompt.
-                time.sleep(min(next_t - now, 50_000_000) / 1e9)
+                # Long intervals wait in slices (a stop() between two is seen at the next).
+                self._nap(min(next_t - now, 50_000_000) / 1e9)
                 while not self._stopping and time.monotonic_ns() < next_t - 1_000_000:
-                    time.sleep(min(next_t - time.monotonic_ns(), 50_000_000) / 1e9)
+                    self._nap(min(next_t - time.monotonic_ns(), 50_000_000) / 1e9)
+
+    def _nap(self, seconds: float) -> None:
+        """Wait `seconds`, or until stop(). One system call, as time.sleep was (an
+        Event.wait, a condition variable per tick, costs more than the tick's own reads),
+        but stop() ends it: the launcher waited for the sampler's current sleep, up to a
+        whole interval (10 ms), at the end of every run."""
+        if self._wake_r >= 0:
+            select.select([self._wake_r], [], [], max(0.0, seconds))
+        else:
+            time.sleep(max(0.0, seconds))
 
     def _adapt_stride(self, full: float) -> None:
         """Choose the stride whose per-task work fits the CPU budget.
@@ -328,10 +340,22 @@ class Sampler(threading.Thread):
         self.stride = int(min(1000, max(1, -(-full // budget_ns))))
         self.max_stride = max(self.max_stride, self.stride)
 
+    def _wake(self) -> None:
+        """End the wait under way, and every later one."""
+        try:
+            os.write(self._wake_w, b"\0")
+        except OSError:
+            pass
+
     def stop(self) -> None:
         self._stopping = True
+        self._wake()
         if self.is_alive():
             self.join()
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
 
     def stats(self) -> dict:
         return {

@@ -886,6 +886,121 @@ static int check_ahead(void) {
   return wrong == 0 && answered * 10 >= asked * 9;
 }
 
+/* The check of a thread's context-switch rate (adapt): two checks in a row past the
+ * threshold move it, but one far past it (many switches, 4x the threshold) moves it at once:
+ * a thread that spends its time switching gets the task clock's signals only when a period
+ * ends in user mode, one every 30-100 ms of its CPU time, and each one it waited for cost it
+ * ~10x its switches meanwhile. */
+static int check_switch_rate(void) {
+  typedef int (*check_fn)(int, uint64_t, uint64_t, uint64_t, int *);
+  check_fn ck = (check_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_switch_check");
+  if (!ck) {
+    printf("  not ok: no locus_test_soft_switch_check preloaded\n");
+    return 0;
+  }
+  int ok = 1, streak = 0;
+  /* 200,000 switches a second over 50 ms (10,000 switches), threshold 2,000: at once. */
+  if (ck(0, 200000, 10000, 2000, &streak) != 1 || streak != 0) {
+    printf("  not ok: a rate 100x the threshold over 10,000 switches waited (streak %d)\n", streak);
+    ok = 0;
+  }
+  /* Past the threshold but not 4x: the second check in a row moves. */
+  streak = 0;
+  if (ck(0, 5000, 500, 2000, &streak) != 0 || ck(0, 5000, 500, 2000, &streak) != 1) {
+    printf("  not ok: 2.5x the threshold should take two checks in a row\n");
+    ok = 0;
+  }
+  /* Far past it on a few switches (3 over 1 ms): noise, not a decision. */
+  streak = 0;
+  if (ck(0, 3000000, 3, 2000, &streak) != 0) {
+    printf("  not ok: 3 switches decided alone\n");
+    ok = 0;
+  }
+  /* Under it: the count restarts. */
+  streak = 0;
+  if (ck(0, 5000, 500, 2000, &streak) != 0 || ck(0, 1000, 100, 2000, &streak) != 0 || streak != 0 ||
+      ck(0, 5000, 500, 2000, &streak) != 0) {
+    printf("  not ok: a check under the threshold should restart the count\n");
+    ok = 0;
+  }
+  /* Back from the tick: always two checks under a quarter of the threshold. */
+  streak = 0;
+  if (ck(1, 0, 0, 2000, &streak) != 0 || ck(1, 0, 0, 2000, &streak) != 1) {
+    printf("  not ok: back to the task clock after two quiet checks\n");
+    ok = 0;
+  }
+  return ok;
+}
+
+/* Threads after the process's first start on the scheduler's tick, without any perf event:
+ * an event, even closed, leaves the thread a perf context the kernel visits at each of its
+ * switches, and a thread that switches often is kept on the tick by its first check of its
+ * rate. A compute thread goes to the task clock at that check. */
+static int perf_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  char path[300], link[64];
+  while ((e = readdir(d))) {
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t k = readlink(path, link, sizeof link - 1);
+    if (k <= 0) continue;
+    link[k] = 0;
+    if (strstr(link, "perf_event")) n++;
+  }
+  closedir(d);
+  return n;
+}
+
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void *count_at_start(void *arg) {
+  *(int *)arg = perf_fds();
+  return NULL;
+}
+
+static volatile unsigned long spin_sink;
+static void *compute_then_count(void *arg) {
+  while (thread_cpu_s() < 0.15) spin_sink++;
+  *(int *)arg = perf_fds();
+  return NULL;
+}
+
+static int run_start_tick(void) {
+  int base = perf_fds(), at_start = -1, after = -1, ok = 1;
+  pthread_t t;
+  pthread_create(&t, NULL, count_at_start, &at_start);
+  pthread_join(t, NULL);
+  if (at_start != base) {
+    printf("  not ok: a new thread opened %d perf event(s) before its first rate check\n",
+           at_start - base);
+    ok = 0;
+  }
+  pthread_create(&t, NULL, compute_then_count, &after);
+  pthread_join(t, NULL);
+  if (after < base + 1) {
+    printf("  not ok: a compute thread had no task clock after 150 ms of CPU (%d, base %d)\n",
+           after, base);
+    ok = 0;
+  }
+  /* Its first check keeps it on the tick only for a rate far past the threshold: a compute
+   * thread preempted 3,000 times a second of its CPU time on a loaded machine takes the
+   * task clock (on the tick it would come back only under 500). */
+  typedef int (*stays_fn)(uint64_t, uint64_t, uint64_t);
+  stays_fn stays = (stays_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_stays_on_tick");
+  if (!stays || stays(200000, 10000, 2000) != 1 || stays(3000, 300, 2000) != 0 ||
+      stays(1000000, 10, 2000) != 0) {
+    printf("  not ok: the first check's choice (%s)\n", stays ? "wrong" : "no entry point");
+    ok = 0;
+  }
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && getenv("LOCUS_DIR")) {
     const char *dir = getenv("LOCUS_DIR");
@@ -909,6 +1024,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "decode")) return check_decoder(argv[0]) ? 0 : 1;
     if (!strcmp(argv[1], "ahead")) return check_ahead() ? 0 : 1;
     if (!strcmp(argv[1], "samplecaller")) return check_sample_caller() ? 0 : 1;
+    if (!strcmp(argv[1], "switchrate")) return check_switch_rate() ? 0 : 1;
+    if (!strcmp(argv[1], "starttick")) return run_start_tick();
     return 2;
   }
   if (argc != 2) {
@@ -944,6 +1061,19 @@ int main(int argc, char **argv) {
   mkdir(run, 0755);
   finish("hw samples in a system library get the program's call into it",
          run_case(self, lib, "samplecaller", run) == 0);
+
+  /* (d4) The check that moves a thread that switches often to the scheduler's tick. */
+  snprintf(run, sizeof run, "%s/switchrate", base);
+  mkdir(run, 0755);
+  finish("soft sampler: a switch rate far past the threshold moves a thread at its first check",
+         run_case(self, lib, "switchrate", run) == 0);
+
+  /* (d5) A new thread opens no perf event until its rate is known. */
+  snprintf(run, sizeof run, "%s/starttick", base);
+  mkdir(run, 0755);
+  finish(
+      "soft sampler: a new thread starts on the tick, a compute thread then takes the task clock",
+      run_case(self, lib, "starttick", run) == 0);
 
   /* (a) Two threads writing the same word: communication between exactly them, mostly
    * true sharing. */

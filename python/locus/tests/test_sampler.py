@@ -6,6 +6,7 @@ import os
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 from locus import sampler
@@ -83,6 +84,18 @@ def test_stop_is_prompt(tmp_path):
     t = time.monotonic()
     s.stop()
     assert time.monotonic() - t < 0.5
+
+
+def test_stop_ends_the_wait_under_way(tmp_path):
+    """stop() wakes the sampler in the middle of its wait (the launcher waited for it, up
+    to a whole 10 ms interval, at the end of every run): an hour-long nap ends."""
+    s = sampler.Sampler(str(tmp_path), os.getpid(), interval_ms=1000)
+    t = threading.Thread(target=s._nap, args=(3600.0,), daemon=True)
+    t.start()
+    s._wake()  # what stop() does before it joins the sampler
+    t.join(timeout=120)
+    assert not t.is_alive()
+    s.stop()
 
 
 def test_schedstat_switches():

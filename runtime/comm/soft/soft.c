@@ -116,6 +116,8 @@ static ZydisDecoder dec;
 static int proc_ok;
 static _Atomic int sizes_ready; /* locus_comm_decoder_open (the hw backend) */
 static int forced_source;
+/* The task clock opened in this process: its threads after the first start on the tick. */
+static _Atomic int clock_works;
 static _Atomic int warned_source, warned_budget;
 
 struct soft_tls {
@@ -132,6 +134,7 @@ struct soft_tls {
   int wp_streak; /* checks in a row (on the tick) that point to parking, or unparking, the
                     watchpoints */
   int parked;    /* the watchpoints are parked (locus_comm_detect_park) */
+  int undecided; /* started on the tick: the first check of its rate chooses the source */
   uint64_t sw_last, cpu_last; /* context switches and CPU time (ns) at the previous check */
 };
 static LOCUS_TLS struct soft_tls me_soft = {.fd = -1, .async_fd = -1, .ktimer = -1};
@@ -1521,7 +1524,8 @@ static int enters_kernel(const struct code *c) {
  * (sched_yield under mutexes, 1.2 M switches a second) ran 12x slower for it, and each
  * open breakpoint event (the watchpoints) adds ~0.05 us a switch. A thread that switches
  * more than switch_high times a second of its CPU time, at two measurements in a row (each
- * over at least RATE_WINDOW_NS of it), is therefore moved to a POSIX CPU-time timer, which
+ * over at least RATE_WINDOW_NS of it; one far past it, see DECISIVE_SWITCHES, is enough), is
+ * therefore moved to a POSIX CPU-time timer, which
  * the kernel checks at the scheduler's tick (no cost at a switch; at most HZ samples a
  * second, each standing for the periods that elapsed: 1 + the timer's overruns); under a
  * quarter of that rate, at two measurements in a row, it goes back to the task clock.
@@ -1529,9 +1533,9 @@ static int enters_kernel(const struct code *c) {
  * a VM (at 10,000, the futex hand-off with 100 us of work between switches, 9,500 a
  * second, stayed on the task clock and ran 13 % slower; sysbench mutex's threads switch
  * 8-9,000 times a second in most runs). On the tick, above wp_park_high its watchpoints
- * are closed too (sysbench threads: 1.6x slower with them open), and opened again under a
- * quarter of that. LOCUS_COMM_SWITCH_RATE sets switch_high (0: never move), and
- * wp_park_high to 8x it. */
+ * are closed too (sysbench threads: 1.6x slower with them open; at once when the task
+ * clock's rate already was), and opened again under a quarter of that.
+ * LOCUS_COMM_SWITCH_RATE sets switch_high (0: never move), and wp_park_high to 8x it. */
 static uint64_t switch_high, wp_park_high;
 #define RATE_WINDOW_NS 10000000u /* the least CPU time a rate is measured over */
 static uint64_t period_ns(void);
@@ -1560,7 +1564,58 @@ static int tick_start(uint64_t p) {
   return tick_arm(p);
 }
 
-static void go_tick(void) {
+/* A rate measured over at least DECISIVE_SWITCHES switches and DECISIVE_FACTOR times past
+ * its threshold is far outside its noise (a count of 100 is +-10 %): it decides at once,
+ * without the second check in a row. The task clock's signals come only when its period
+ * ends in user mode (exclude_kernel: the kernel drops the others), so a thread that spends
+ * its time switching (sysbench threads: sched_yield, ~5 % in user mode once the task clock
+ * makes each switch 10x dearer) took one every 30-100 ms of its CPU time, and the three it
+ * needed to be moved (the first only began the measurement) kept it that long at 10x its
+ * cost: 0.1-0.3 s of CPU per thread. The measurement now begins when the thread's sampler
+ * starts, and one signal over such a rate moves it. */
+#define DECISIVE_SWITCHES 100u
+#define DECISIVE_FACTOR 4u
+
+/* One check of a measured rate: whether the thread moves to the other source (tick: it is
+ * on the tick, else on the task clock) now. *streak: checks in a row that pointed there. */
+static int switch_check(int tick, uint64_t rate, uint64_t dsw, uint64_t high, int *streak) {
+  if (tick ? rate < high / 4 : rate > high)
+    ++*streak;
+  else
+    *streak = 0;
+  int decisive = !tick && dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
+  if (*streak < 2 && !decisive) return 0;
+  *streak = 0;
+  return 1;
+}
+
+/* The same for the watchpoints on the tick: whether they are parked (or unparked) now. */
+static int park_check(int parked, uint64_t rate, uint64_t dsw, uint64_t high, int *streak) {
+  if (parked ? rate < high / 4 : rate > high)
+    ++*streak;
+  else
+    *streak = 0;
+  int decisive = !parked && dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
+  if (*streak < 2 && !decisive) return 0;
+  *streak = 0;
+  return 1;
+}
+
+int locus_test_soft_switch_check(int tick, uint64_t rate, uint64_t dsw, uint64_t high,
+                                 int *streak) {
+  return switch_check(tick, rate, dsw, high, streak);
+}
+
+static void park(int parked) {
+  me_soft.parked = parked;
+  locus_comm_detect_park(parked);
+}
+
+/* rate: the switches a second measured on the task clock. It is a floor of the rate on the
+ * tick (the clock's cost at each switch only slows them): above wp_park_high the
+ * watchpoints are parked at once, not two checks on the tick later (their cost at a switch,
+ * armed, is ~1.2 us here). */
+static void go_tick(uint64_t rate) {
   if (tick_start(period_ns()) != 0) {
     me_soft.streak = -1;
     return;
@@ -1572,11 +1627,12 @@ static void go_tick(void) {
   me_soft.source = SRC_TICK;
   me_soft.wp_streak = 0;
   locus_ct.st.flags |= LOCUS_CT_TICKED;
+  if (rate > wp_park_high && !me_soft.parked) park(1);
 }
 
-static void go_clock(void) {
+static int go_clock(void) {
   int fd = open_clock(1);
-  if (fd < 0) return; /* stays on the tick */
+  if (fd < 0) return -1; /* stays on the tick */
   /* Deleted, not disarmed: each timer holds a unit of the user's RLIMIT_SIGPENDING. */
   syscall(SYS_timer_delete, me_soft.ktimer);
   me_soft.ktimer = -1;
@@ -1585,62 +1641,106 @@ static void go_clock(void) {
   me_soft.source = SRC_SIGTRAP;
   if (me_soft.parked) locus_comm_detect_park(0);
   me_soft.parked = 0;
+  return 0;
 }
 
-/* On the tick: park the watchpoints above wp_park_high, unpark under a quarter of that, at
- * two checks in a row. */
-static void park_watchpoints(uint64_t rate) {
-  uint64_t hi = wp_park_high;
-  if (me_soft.parked ? rate < hi / 4 : rate > hi)
-    me_soft.wp_streak++;
-  else
-    me_soft.wp_streak = 0;
-  if (me_soft.wp_streak < 2) return;
-  me_soft.wp_streak = 0;
-  me_soft.parked = !me_soft.parked;
-  locus_comm_detect_park(me_soft.parked);
+static void warn_budget(void) {
+  if (!atomic_load(&warned_budget) && !atomic_exchange(&warned_budget, 1))
+    locus_warn(
+        "comm: the runtime's file descriptors (the top quarter of RLIMIT_NOFILE) are all in "
+        "use: threads from here on are sampled by a POSIX CPU-time timer (at most HZ samples "
+        "per second) without watchpoints, and the program keeps the rest of its descriptors; "
+        "raise the limit (ulimit -n) to sample every thread fully");
 }
 
-/* After a sample of the task clock or the tick: count the switches since the last one. */
-static void adapt(void) {
-  if (!switch_high || me_soft.streak < 0 ||
-      (me_soft.source != SRC_SIGTRAP && me_soft.source != SRC_TICK))
-    return;
-  /* getrusage's CPU time moves at ticks and switches only: the thread's clock, exactly. */
-  struct rusage ru;
-  struct timespec ts;
-  if (syscall(SYS_getrusage, RUSAGE_THREAD, &ru) != 0 ||
-      syscall(SYS_clock_gettime, CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-    return;
-  uint64_t sw = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
-  uint64_t cpu = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-  if (!me_soft.cpu_last || cpu < me_soft.cpu_last) {
-    me_soft.sw_last = sw;
-    me_soft.cpu_last = cpu;
+/* A thread that started on the tick (start_undecided), at its first signal: a rate far past
+ * switch_high (the decisive rule: DECISIVE_FACTOR times, over DECISIVE_SWITCHES switches)
+ * keeps it on the tick, as one moved there, with its watchpoints opened only under
+ * wp_park_high; any other goes to the task clock with its watchpoints, where it would have
+ * started before, and adapt() moves it as it always did (two checks in a row past the
+ * threshold). Staying on the tick for any rate past switch_high could catch a compute thread
+ * preempted a few thousand times a second of its CPU time on a loaded machine, and on the
+ * tick it comes back only under a quarter of that (the likely reason a test of two counting
+ * threads once got 460 samples where it asks 600, under a load average of 30). */
+static int stays_on_tick(uint64_t rate, uint64_t dsw, uint64_t high) {
+  return dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
+}
+
+int locus_test_soft_stays_on_tick(uint64_t rate, uint64_t dsw, uint64_t high) {
+  return stays_on_tick(rate, dsw, high);
+}
+
+static void decide(uint64_t rate, uint64_t dsw) {
+  me_soft.undecided = 0;
+  me_soft.streak = me_soft.wp_streak = 0;
+  if (!stays_on_tick(rate, dsw, switch_high)) {
+    if (go_clock() == 0) return;
+    /* No task clock (the runtime's descriptors all in use): on the tick for good. */
+    me_soft.streak = -1;
+    if (errno == EMFILE) {
+      warn_budget();
+      return;
+    }
+    park(0);
     return;
   }
-  uint64_t dsw = sw - me_soft.sw_last, dcpu = cpu - me_soft.cpu_last;
+  locus_ct.st.flags |= LOCUS_CT_TICKED;
+  if (rate <= wp_park_high) park(0);
+}
+
+/* The context switches of this thread so far, -1 when unknown. */
+static int64_t switches(void) {
+  struct rusage ru;
+  if (syscall(SYS_getrusage, RUSAGE_THREAD, &ru) != 0) return -1;
+  return (int64_t)ru.ru_nvcsw + (int64_t)ru.ru_nivcsw;
+}
+
+/* The measurement's start: at the sampler's start, and after each check. cpu: the thread's
+ * CPU time (ns) now. */
+static void adapt_mark(uint64_t cpu) {
+  int64_t sw = switches();
+  me_soft.sw_last = sw < 0 ? 0 : (uint64_t)sw;
+  me_soft.cpu_last = sw < 0 ? 0 : cpu;
+}
+
+/* After a sample of the task clock or the tick: count the switches since the last check.
+ * cpu: the thread's CPU time at the signal (ns; 0 unknown), read by the handler already.
+ * getrusage's CPU time moves at ticks and switches only: the thread's clock, exactly. */
+static void adapt(uint64_t cpu) {
+  if (!switch_high || me_soft.streak < 0 ||
+      (me_soft.source != SRC_SIGTRAP && me_soft.source != SRC_TICK) || !cpu)
+    return;
+  if (!me_soft.cpu_last || cpu < me_soft.cpu_last) {
+    adapt_mark(cpu);
+    return;
+  }
+  uint64_t dcpu = cpu - me_soft.cpu_last;
   /* Too short to tell: measured over the next ones. Over a single 1 ms period a compute
    * thread preempted 1,000 times a second (beside a 1 ms sleep loop, on a loaded machine)
    * showed 2-3 switches often enough, twice in a row, to be moved for most of its run;
-   * over 10 ms its count is 10 +- 3, far from 20. */
+   * over 10 ms its count is 10 +- 3, far from 20. The switches are read only then. */
   uint64_t window = period_ns() / 2 > RATE_WINDOW_NS ? period_ns() / 2 : RATE_WINDOW_NS;
-  if (dcpu < window) return;
-  me_soft.sw_last = sw;
+  /* A thread that started on the tick chooses at its first signal: only a rate the noise
+   * cannot give keeps it there (stays_on_tick), and the task clock is the default. */
+  if (!dcpu || (dcpu < window && !me_soft.undecided)) return;
+  int64_t sw = switches();
+  if (sw < 0) return;
+  uint64_t dsw = (uint64_t)sw - me_soft.sw_last;
+  me_soft.sw_last = (uint64_t)sw;
   me_soft.cpu_last = cpu;
   uint64_t rate = dsw * 1000000000u / dcpu;
+  if (me_soft.undecided) {
+    decide(rate, dsw);
+    return;
+  }
   int tick = me_soft.source == SRC_TICK;
-  if (tick) park_watchpoints(rate);
-  if (tick ? rate < switch_high / 4 : rate > switch_high)
-    me_soft.streak++;
-  else
-    me_soft.streak = 0;
-  if (me_soft.streak < 2) return;
-  me_soft.streak = 0;
+  if (tick && park_check(me_soft.parked, rate, dsw, wp_park_high, &me_soft.wp_streak))
+    park(!me_soft.parked);
+  if (!switch_check(tick, rate, dsw, switch_high, &me_soft.streak)) return;
   if (tick)
     go_clock();
   else
-    go_tick();
+    go_tick(rate);
 }
 
 static int in_vm(void) {
@@ -1715,7 +1815,7 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
       locus_comm_take(&a);
     }
   }
-  adapt();
+  adapt(c0);
   locus_comm_self_end(c0);
   locus_me.guard--;
 }
@@ -1862,24 +1962,41 @@ static int start_timer(void) {
   return 0;
 }
 
+/* A thread after the process's first starts on the tick, its watchpoints parked, until the
+ * check of its switch rate at its first tick signal (adapt) chooses (decide). A perf event, even
+ * closed, leaves the thread a perf context that the kernel visits at each of its switches (~45 ns
+ * here, two locks), and the task clock's first signals are slow to come to a thread that switches
+ * often (see DECISIVE_SWITCHES): sysbench threads' workers, which the first check keeps on the tick
+ * with their watchpoints parked, now never open one (CPU time 4.1 s plain, 4.8 s when they started
+ * on the task clock). A compute thread takes its first sample on the tick (1-4 ms of its CPU time:
+ * the timer's first period, seen at the next tick; one sample standing for those periods) before
+ * its task clock. The process's first thread starts on the task clock: it tells whether perf works
+ * here, and the warnings are its. */
+static int start_undecided(void) {
+  if (tick_start(period_ns()) != 0) return -1;
+  me_soft.source = SRC_TICK;
+  me_soft.undecided = 1;
+  park(1);
+  return 0;
+}
+
 static void start_sampler(void) {
   int full = 0; /* the runtime's descriptors are all in use */
+  if (forced_source <= SRC_SIGTRAP && switch_high && atomic_load(&clock_works) &&
+      start_undecided() == 0)
+    return;
   if (forced_source <= SRC_SIGTRAP) {
     int fd = open_clock(1);
     if (fd >= 0) {
       me_soft.fd = fd;
       me_soft.source = SRC_SIGTRAP;
+      atomic_store(&clock_works, 1);
       return;
     }
     full = errno == EMFILE;
   }
   if (full && start_timer() == 0) {
-    if (!atomic_load(&warned_budget) && !atomic_exchange(&warned_budget, 1))
-      locus_warn(
-          "comm: the runtime's file descriptors (the top quarter of RLIMIT_NOFILE) are all in "
-          "use: threads from here on are sampled by a POSIX CPU-time timer (at most HZ samples "
-          "per second) without watchpoints, and the program keeps the rest of its descriptors; "
-          "raise the limit (ulimit -n) to sample every thread fully");
+    warn_budget();
     return;
   }
   if (forced_source <= SRC_ASYNC && start_async() == 0) {
@@ -1978,11 +2095,17 @@ static void thread_context(void) {
   locus_comm_soft_thread_stack();
 }
 
+/* The switch rate is measured from the sampler's start (adapt). */
+static void sampler_started(void) {
+  if (switch_high && (me_soft.source == SRC_SIGTRAP || me_soft.undecided))
+    adapt_mark(locus_thread_cpu_ns());
+}
+
 /* No source, fd or timer (a new thread's, or a fork child's: neither is inherited). */
 static void sampler_reset(void) {
   me_soft.fd = me_soft.ktimer = me_soft.async_fd = -1;
   me_soft.source = SRC_NONE;
-  me_soft.streak = me_soft.wp_streak = me_soft.parked = 0;
+  me_soft.streak = me_soft.wp_streak = me_soft.parked = me_soft.undecided = 0;
   me_soft.sw_last = me_soft.cpu_last = 0;
 }
 
@@ -1995,6 +2118,7 @@ static void soft_thread_init(void) {
   refresh_modules();
   locus_comm_detect_thread_init();
   start_sampler();
+  sampler_started();
 }
 
 static void soft_thread_fini(void) {
@@ -2022,6 +2146,7 @@ static void soft_after_fork(void) {
   sampler_reset();
   locus_comm_detect_thread_init();
   start_sampler();
+  sampler_started();
 }
 
 static int soft_proc_init(void) {

@@ -67,4 +67,16 @@ LOCUS_EXPORT int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, u
 LOCUS_EXPORT int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr,
                                        uint32_t *len, uint32_t *flags);
 
+/* Test-only entry point: one check of a thread's measured context-switch rate (adapt): 1
+ * when it moves to the other source now (tick: it is on the scheduler's tick, else on the
+ * task clock); high is the threshold, dsw the switches counted, *streak the checks in a row
+ * that pointed there (updated). */
+LOCUS_EXPORT int locus_test_soft_switch_check(int tick, uint64_t rate, uint64_t dsw, uint64_t high,
+                                              int *streak);
+
+/* Test-only entry point: whether a thread that started on the tick stays there at its
+ * first check (rate: its switches a second of CPU time, over dsw switches; high: the
+ * threshold); else it takes the task clock. */
+LOCUS_EXPORT int locus_test_soft_stays_on_tick(uint64_t rate, uint64_t dsw, uint64_t high);
+
 #endif
