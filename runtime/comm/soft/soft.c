@@ -16,6 +16,9 @@
 #define _GNU_SOURCE
 #include "soft.h"
 #include "../allocs.h"
+#ifdef LOCUS_LAYOUT_PROFILE
+void __gcov_reset(void);
+#endif
 
 #include <Zydis/Zydis.h>
 #include <dlfcn.h>
@@ -2042,6 +2045,11 @@ static int soft_proc_init(void) {
     return -1;
   }
   pc_cache = cache;
+#ifdef LOCUS_LAYOUT_PROFILE
+  /* scripts/hot-functions: count only the code that runs from here on (the pages trimmed
+   * below and never run again are not resident at the program's peak). */
+  __gcov_reset();
+#endif
   trim_object((const void *)zy.decode_full);
   trim_object((const void *)soft_proc_init);
   atomic_store(&nmods, 0);
