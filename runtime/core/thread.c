@@ -266,16 +266,28 @@ void locus_threads_after_fork(void) {
 }
 
 /* ---- pthread_t -> tid, so a join names the thread it waited for ---- */
+/* Open addressing in two tiers: the first JOIN_NEAR slots (one page), then the others.
+ * A hash over all of it put each thread's entry on a page of its own, up to 16 pages of the
+ * program's resident memory; a program with fewer than ~100 joinable threads alive at once
+ * now touches one. */
 #define JOIN_SLOTS 4096u
+#define JOIN_NEAR 256u
+#define JOIN_PROBES 64u
 static struct {
   _Atomic unsigned long key;
   uint32_t tid;
 } join_map[JOIN_SLOTS];
 
+/* The i-th slot probed for `pthread`: the first tier's probes, then the rest's. */
+static uint32_t join_slot(unsigned long pthread, uint32_t i) {
+  uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u);
+  return i < JOIN_PROBES ? (h + i) % JOIN_NEAR
+                         : JOIN_NEAR + (h + i - JOIN_PROBES) % (JOIN_SLOTS - JOIN_NEAR);
+}
+
 void locus_join_map_put(unsigned long pthread, uint32_t tid) {
-  uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u) % JOIN_SLOTS;
-  for (uint32_t i = 0; i < 64; i++) {
-    uint32_t k = (h + i) % JOIN_SLOTS;
+  for (uint32_t i = 0; i < 2 * JOIN_PROBES; i++) {
+    uint32_t k = join_slot(pthread, i);
     unsigned long expect = 0;
     if (atomic_load(&join_map[k].key) == pthread ||
         atomic_compare_exchange_strong(&join_map[k].key, &expect, pthread)) {
@@ -286,9 +298,8 @@ void locus_join_map_put(unsigned long pthread, uint32_t tid) {
 }
 
 uint32_t locus_join_map_take(unsigned long pthread) {
-  uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u) % JOIN_SLOTS;
-  for (uint32_t i = 0; i < 64; i++) {
-    uint32_t k = (h + i) % JOIN_SLOTS;
+  for (uint32_t i = 0; i < 2 * JOIN_PROBES; i++) {
+    uint32_t k = join_slot(pthread, i);
     if (atomic_load(&join_map[k].key) == pthread) {
       uint32_t tid = join_map[k].tid;
       atomic_store(&join_map[k].key, 0);
@@ -299,9 +310,8 @@ uint32_t locus_join_map_take(unsigned long pthread) {
 }
 
 uint32_t locus_join_map_peek(unsigned long pthread) {
-  uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u) % JOIN_SLOTS;
-  for (uint32_t i = 0; i < 64; i++) {
-    uint32_t k = (h + i) % JOIN_SLOTS;
+  for (uint32_t i = 0; i < 2 * JOIN_PROBES; i++) {
+    uint32_t k = join_slot(pthread, i);
     if (atomic_load(&join_map[k].key) == pthread) return join_map[k].tid;
   }
   return 0;
