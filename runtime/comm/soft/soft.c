@@ -90,7 +90,9 @@ enum { SRC_NONE = 0, SRC_SIGTRAP = 1, SRC_ASYNC = 2, SRC_TIMER = 3, SRC_TICK = 4
 #define MAX_MODS 512
 #define ALTSTACK_SIZE (64u << 10)
 #define PERIOD_FLOOR_NS 100000u
-#define CACHE_SLOTS 16384u    /* pc -> skid info, direct-mapped, lock-free */
+#define CACHE_SLOTS 16384u /* pc -> skid info, lock-free (lookup()) */
+#define CACHE_NEAR 512u    /* the first tier: one page */
+#define CACHE_PROBES 8u
 #define FN_MAX (16u << 10)    /* pcs further from their function start are skipped */
 #define FN_PAST_PC (2u << 10) /* bytes decoded past the pc looking for backward branches */
 
@@ -634,14 +636,29 @@ static uint64_t skid_info(const struct module *m, uint64_t pc) {
          (pc == start ? PC_TARGET : 0);
 }
 
+/* The cache: one word per pc (bit 63 valid, the pc, its skid info), lock-free, never
+ * emptied but all at once (refresh_modules, code unloaded). Open addressing in two tiers:
+ * the first CACHE_NEAR slots (one page), then the others, CACHE_PROBES slots each; a pc
+ * whose probes all hold other pcs replaces the last one. Direct-mapped on the pc's low bits
+ * (nearby pcs sharing pages), a program's few dozen sampled pcs still fell on 6-9 of the
+ * table's 32 pages, all resident in the program: now on one. */
 static uint64_t lookup(const struct module *m, uint64_t pc) {
-  /* Nearby pcs share cache pages (a hash would spread a few hundred hot pcs over every page
-   * of the table, all resident); the higher bits are folded in so objects do not collide. */
-  uint32_t slot = (uint32_t)(pc ^ (pc >> 14) ^ (pc >> 28)) & (CACHE_SLOTS - 1);
-  uint64_t w = atomic_load_explicit(&pc_cache[slot], memory_order_relaxed);
-  if ((w & PC_VALID) && (w & PC_MASK) == pc) return w;
-  w = skid_info(m, pc) | PC_VALID | pc;
-  atomic_store_explicit(&pc_cache[slot], w, memory_order_relaxed);
+  uint64_t h = pc * 0x9e3779b97f4a7c15ull;
+  uint32_t near = (uint32_t)(h >> 40), far = (uint32_t)(h >> 16), k = 0;
+  int empty = 0;
+  for (uint32_t i = 0; i < 2 * CACHE_PROBES && !empty; i++) {
+    k = i < CACHE_PROBES ? (near + i) % CACHE_NEAR
+                         : CACHE_NEAR + (far + i - CACHE_PROBES) % (CACHE_SLOTS - CACHE_NEAR);
+    uint64_t w = atomic_load_explicit(&pc_cache[k], memory_order_relaxed);
+    if ((w & PC_VALID) && (w & PC_MASK) == pc) return w;
+    empty = !(w & PC_VALID); /* never emptied one by one: pc is not further on */
+  }
+  uint64_t w = skid_info(m, pc) | PC_VALID | pc, was = 0;
+  if (!empty) /* all probes taken: replace the last one */
+    atomic_store_explicit(&pc_cache[k], w, memory_order_relaxed);
+  else /* unless another thread took the slot meanwhile */
+    atomic_compare_exchange_strong_explicit(&pc_cache[k], &was, w, memory_order_relaxed,
+                                            memory_order_relaxed);
   return w;
 }
 
