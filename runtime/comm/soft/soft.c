@@ -971,7 +971,7 @@ static void ahead_flags(struct ahead *s, uint64_t r, uint32_t bits, uint64_t cf,
   if (of) f |= EF_OF;
   if (r == 0) f |= EF_ZF;
   if (r >> (bits - 1) & 1) f |= EF_SF;
-  if (!(__builtin_popcount((unsigned)(r & 0xff)) & 1)) f |= EF_PF;
+  if (!__builtin_parity((unsigned)(r & 0xff))) f |= EF_PF; /* inline, no libgcc call */
   s->g[REG_EFL] = (greg_t)f;
   s->known |= EF_ARITH;
 }
