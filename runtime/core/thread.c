@@ -108,7 +108,7 @@ static int maps_range(const char *l, uintptr_t *lo, uintptr_t *hi) {
 static int main_stack(uintptr_t *lo, uintptr_t *hi) {
   int fd = (int)syscall(SYS_open, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
-  char buf[4096], line[512];
+  char buf[1024], line[512]; /* small: stack pages the start-up touches stay resident */
   size_t ln = 0;
   uintptr_t prev_end = 0, a, b;
   int found = 0;
