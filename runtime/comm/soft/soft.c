@@ -299,14 +299,34 @@ static int is_system(const struct dl_phdr_info *info) {
  * return address into it. Only grows. */
 static _Atomic uint64_t user_lo = UINT64_MAX, user_hi;
 
+/* The pages of [lo, hi) get mappings of their own (at most two pages each), without
+ * being touched: a read fault there then maps that page, not the 64 KiB around it (the
+ * kernel's fault-around stops at the mapping's edge). MADV_RANDOM only changes readahead;
+ * the different flags keep neighbours from merging, and the first and last pages are apart
+ * from the mappings around the range. For an object's .eh_frame_hdr: function_of's binary
+ * search reads a dozen entries of it, and each read had mapped 64 KiB of the object's
+ * tables around them into the program (libc's: 60-80 KiB, sysbench threads). Ranges over
+ * ISOLATE_MAX are left whole (each page pair is a mapping the process counts). */
+#define ISOLATE_MAX (512u << 10)
+static void isolate_pages(uint64_t lo, uint64_t hi) {
+  const uint64_t pg = 4096;
+  lo &= ~(pg - 1);
+  hi = (hi + pg - 1) & ~(pg - 1);
+  if (hi <= lo || hi - lo > ISOLATE_MAX) return;
+  for (uint64_t a = lo; a < hi; a += 2 * pg) madvise((void *)a, pg, MADV_RANDOM);
+  if (((hi - lo) / pg) % 2 == 0) madvise((void *)(hi - pg), pg, MADV_RANDOM);
+}
+
 static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
   struct seen *seen = arg;
-  uint64_t hdr = 0;
+  uint64_t hdr = 0, hdr_end = 0;
   int sys = is_system(info);
   for (int i = 0; i < info->dlpi_phnum; i++)
-    if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
+    if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) {
       hdr = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+      hdr_end = hdr + info->dlpi_phdr[i].p_memsz;
+    }
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X) || !(ph->p_flags & PF_R)) continue;
@@ -324,6 +344,7 @@ static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
     m->hi = hi;
     m->hdr = hdr;
     m->sys = sys;
+    if (hdr) isolate_pages(hdr, hdr_end);
     atomic_store(&m->dead, 0);
     if (!sys) {
       uint64_t v = atomic_load(&user_lo);
