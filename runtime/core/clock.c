@@ -54,20 +54,43 @@ void locus_tsc_check(void) {
 #endif
 }
 
-/* True when /proc/cpuinfo lists both flags; read without stdio (no malloc). */
+/* Whether the word (its first characters) starts with " constant_tsc" or " nonstop_tsc", as
+ * strstr found them in the flags line (bit 0, bit 1). */
+static int tsc_flags(char *w, size_t wl, size_t cap) {
+  w[wl < cap ? wl : cap - 1] = 0;
+  return (!strncmp(w, "constant_tsc", 12) ? 1 : 0) | (!strncmp(w, "nonstop_tsc", 11) ? 2 : 0);
+}
+
+/* True when the first "flags" line of /proc/cpuinfo lists both; read without stdio (no
+ * malloc), in small pieces: a buffer for the whole CPU's entry (8 KiB) on the stack made
+ * the start-up touch main-thread stack pages below those most programs use, resident in
+ * them to the end. */
 static int cpu_has_invariant_tsc(void) {
-  char buf[8192];
   int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
+  static const char key[] = "flags";
+  char buf[512], w[16];
+  size_t at = 0, wl = 0; /* characters of the line's start matched against key, of the word */
+  int in_flags = 0, have = 0, done = 0;
+  ssize_t n;
+  while (!done && (n = read(fd, buf, sizeof buf)) > 0)
+    for (ssize_t i = 0; i < n && !done; i++) {
+      char c = buf[i];
+      int sep = c == '\n' || c == ' ' || c == '\t' || c == ':';
+      if (in_flags && sep && wl > 0) have |= tsc_flags(w, wl, sizeof w);
+      if (in_flags && !sep && wl < sizeof w - 1) w[wl] = c;
+      if (in_flags) wl = sep ? 0 : wl + 1;
+      if (c == '\n') {
+        done = in_flags;
+        at = 0;
+      } else if (!in_flags && at < sizeof key - 1) {
+        at = c == key[at] ? at + 1 : sizeof key; /* sizeof key: not this line */
+        in_flags = at == sizeof key - 1;
+      }
+    }
+  if (in_flags && !done && wl > 0) have |= tsc_flags(w, wl, sizeof w); /* no last newline */
   close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  char *flags = strstr(buf, "\nflags");
-  if (!flags) return 0;
-  char *eol = strchr(flags + 1, '\n');
-  if (eol) *eol = 0;
-  return strstr(flags, " constant_tsc") && strstr(flags, " nonstop_tsc");
+  return have == 3;
 }
 
 void locus_clock_init(void) {

@@ -84,7 +84,7 @@ static void copy_file_to(const char *from, int dirfd, const char *to, int append
   if (in < 0) return;
   int out = openat(dirfd, to, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
   if (out >= 0) {
-    char buf[8192];
+    char buf[1024]; /* a page or more on the stack: resident in the program for good */
     ssize_t n;
     while ((n = syscall(SYS_read, in, buf, sizeof buf)) > 0)
       if (syscall(SYS_write, out, buf, (size_t)n) != n) break;

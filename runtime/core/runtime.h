@@ -77,6 +77,8 @@ int locus_stream_put_spare(struct locus_stream *s, uint64_t off, size_t len, voi
  * unused records (page-aligned; a filesystem without hole punching keeps it allocated). */
 void locus_stream_punch(struct locus_stream *s, uint64_t off, size_t len);
 void locus_stream_reset_after_fork(struct locus_stream *s);
+/* Drops the streams' spare pages from the resident memory (they stay mapped). */
+void locus_streams_shed(void);
 void locus_stream_close(struct locus_stream *s);
 
 /* A per-thread cursor appending records of `rec` bytes to a stream. Chunks grow from

@@ -24,7 +24,15 @@
 #define CHUNK_HOT_MAX (1u << 20)
 #define HOT_MS 10
 
+/* The streams opened, for locus_streams_shed. */
+#define MAX_STREAMS 32
+static struct locus_stream *_Atomic opened[MAX_STREAMS];
+
 int locus_stream_open(struct locus_stream *s, int dirfd, const char *name) {
+  for (int k = 0; k < MAX_STREAMS; k++) {
+    struct locus_stream *o = NULL;
+    if (atomic_load(&opened[k]) == s || atomic_compare_exchange_strong(&opened[k], &o, s)) break;
+  }
   s->fd = locus_fd_keep(openat(dirfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   atomic_store(&s->next, 0);
   atomic_store(&s->size, 0);
@@ -207,6 +215,26 @@ int locus_stream_take_spare(struct locus_stream *s, size_t min, size_t rec, char
     return 0;
   }
   return -1;
+}
+
+/* The spare pages (ended threads' last record pages, kept mapped for the next threads'
+ * first records) leave the program's resident memory: MADV_DONTNEED on a MAP_SHARED file
+ * page only unmaps it, its records stay in the page cache and it maps again when a thread
+ * takes it. A spare is held (SPARE_BUSY) meanwhile, so that no thread takes it and unmaps
+ * its page under the madvise. */
+void locus_streams_shed(void) {
+  for (int k = 0; k < MAX_STREAMS; k++) {
+    struct locus_stream *s = atomic_load(&opened[k]);
+    if (!s) break;
+    for (int i = 0; i < LOCUS_STREAM_SPARES; i++) {
+      uint64_t v = atomic_load_explicit(&s->spare[i], memory_order_acquire);
+      if (!v || v == SPARE_BUSY || !s->spare_map[i] ||
+          !atomic_compare_exchange_strong(&s->spare[i], &v, SPARE_BUSY))
+        continue;
+      syscall(SYS_madvise, s->spare_map[i], PAGE, MADV_DONTNEED);
+      atomic_store_explicit(&s->spare[i], v, memory_order_release);
+    }
+  }
 }
 
 void locus_stream_release(void *chunk, size_t bytes) {

@@ -25,6 +25,24 @@ static struct locus_thread *_Atomic chunks[CHUNKS];
 static int slots_fd = -1;
 static int slots_ok; /* threads.bin is open */
 static _Atomic uint32_t slots_used;
+
+/* Threads registered and not finished. When a thread's end leaves one, the program's
+ * parallel part is over, which is where many programs reach their peak resident memory (a
+ * report, results gathered): the record files' spare pages that the ended threads left
+ * mapped (a page per thread and stream, ~12 for sysbench's 4 threads) are dropped from it.
+ * At most every SHED_MS: a program that starts and joins one thread at a time. */
+static _Atomic uint32_t live_threads;
+static _Atomic uint64_t shed_at;
+#define SHED_MS 100
+
+static void shed(void) {
+  uint64_t now = locus_ticks(), last = atomic_load(&shed_at);
+  if (now - last < (uint64_t)(SHED_MS * 1000 * locus_ticks_per_us) ||
+      !atomic_compare_exchange_strong(&shed_at, &last, now))
+    return;
+  locus_streams_shed();
+}
+
 static _Atomic uint32_t slots_size;
 static atomic_flag slots_lock;
 static pthread_key_t exit_key;
@@ -108,7 +126,7 @@ static int maps_range(const char *l, uintptr_t *lo, uintptr_t *hi) {
 static int main_stack(uintptr_t *lo, uintptr_t *hi) {
   int fd = (int)syscall(SYS_open, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
-  char buf[4096], line[512];
+  char buf[1024], line[512]; /* small: stack pages the start-up touches stay resident */
   size_t ln = 0;
   uintptr_t prev_end = 0, a, b;
   int found = 0;
@@ -190,6 +208,7 @@ static void register_self(uint32_t parent_tid, uint64_t start_routine, uint32_t 
   me->stack_hi = stack_hi;
   me->tid = gettid_raw();
   me->state = 1;
+  atomic_fetch_add(&live_threads, 1);
   struct locus_thread *s = reserved ? reserved : claim_slot();
   me->slot = s;
   me->serial = s ? s->serial : 0;
@@ -246,6 +265,7 @@ void locus_thread_finish(void) {
                        __ATOMIC_RELAXED);
   }
   me->state = 2;
+  if (atomic_fetch_sub(&live_threads, 1) == 2) shed();
   me->guard--;
 }
 
@@ -261,21 +281,34 @@ void locus_threads_after_fork(void) {
   locus_threads_open();
   uint32_t parent = locus_me.tid;
   locus_me.state = 0;
+  atomic_store(&live_threads, 0);
   locus_enabled = 1; /* register_self needs it; the caller resets it if later steps fail */
   register_self(parent, 0, 0, NULL);
 }
 
 /* ---- pthread_t -> tid, so a join names the thread it waited for ---- */
+/* Open addressing in two tiers: the first JOIN_NEAR slots (one page), then the others.
+ * A hash over all of it put each thread's entry on a page of its own, up to 16 pages of the
+ * program's resident memory; a program with fewer than ~100 joinable threads alive at once
+ * now touches one. */
 #define JOIN_SLOTS 4096u
+#define JOIN_NEAR 256u
+#define JOIN_PROBES 64u
 static struct {
   _Atomic unsigned long key;
   uint32_t tid;
 } join_map[JOIN_SLOTS];
 
+/* The i-th slot probed for `pthread`: the first tier's probes, then the rest's. */
+static uint32_t join_slot(unsigned long pthread, uint32_t i) {
+  uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u);
+  return i < JOIN_PROBES ? (h + i) % JOIN_NEAR
+                         : JOIN_NEAR + (h + i - JOIN_PROBES) % (JOIN_SLOTS - JOIN_NEAR);
+}
+
 void locus_join_map_put(unsigned long pthread, uint32_t tid) {
-  uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u) % JOIN_SLOTS;
-  for (uint32_t i = 0; i < 64; i++) {
-    uint32_t k = (h + i) % JOIN_SLOTS;
+  for (uint32_t i = 0; i < 2 * JOIN_PROBES; i++) {
+    uint32_t k = join_slot(pthread, i);
     unsigned long expect = 0;
     if (atomic_load(&join_map[k].key) == pthread ||
         atomic_compare_exchange_strong(&join_map[k].key, &expect, pthread)) {
@@ -286,9 +319,8 @@ void locus_join_map_put(unsigned long pthread, uint32_t tid) {
 }
 
 uint32_t locus_join_map_take(unsigned long pthread) {
-  uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u) % JOIN_SLOTS;
-  for (uint32_t i = 0; i < 64; i++) {
-    uint32_t k = (h + i) % JOIN_SLOTS;
+  for (uint32_t i = 0; i < 2 * JOIN_PROBES; i++) {
+    uint32_t k = join_slot(pthread, i);
     if (atomic_load(&join_map[k].key) == pthread) {
       uint32_t tid = join_map[k].tid;
       atomic_store(&join_map[k].key, 0);
@@ -299,9 +331,8 @@ uint32_t locus_join_map_take(unsigned long pthread) {
 }
 
 uint32_t locus_join_map_peek(unsigned long pthread) {
-  uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u) % JOIN_SLOTS;
-  for (uint32_t i = 0; i < 64; i++) {
-    uint32_t k = (h + i) % JOIN_SLOTS;
+  for (uint32_t i = 0; i < 2 * JOIN_PROBES; i++) {
+    uint32_t k = join_slot(pthread, i);
     if (atomic_load(&join_map[k].key) == pthread) return join_map[k].tid;
   }
   return 0;

@@ -105,6 +105,34 @@ static int case_stress(void) {
   return sum == want ? 0 : 4;
 }
 
+/* Threads one after the other, 150 ms apart: each ends with the main thread alone, which
+ * drops the record files' spare pages from memory (locus_streams_shed, at most every 100
+ * ms), and the next thread's first records go to those pages. Sizes name the blocks. */
+enum { SERIAL_ROUNDS = 6, SERIAL_BLOCKS = 50 };
+static void *serial_allocs(void *arg) {
+  long r = (long)arg;
+  for (int i = 0; i < SERIAL_BLOCKS; i++) {
+    volatile char *p = malloc((size_t)(100000 + r * SERIAL_BLOCKS + i));
+    if (!p) return (void *)1;
+    p[0] = 1;
+    free((void *)p);
+  }
+  return NULL;
+}
+
+static int case_serial(void) {
+  for (long r = 0; r < SERIAL_ROUNDS; r++) {
+    pthread_t t;
+    void *ret = NULL;
+    if (pthread_create(&t, NULL, serial_allocs, (void *)r) != 0) return 1;
+    pthread_join(t, &ret);
+    if (ret) return 2;
+    struct timespec gap = {0, 150000000};
+    nanosleep(&gap, NULL);
+  }
+  return 0;
+}
+
 static int case_fork(void) {
   FILE *f = addrs_file();
   void *before = malloc(4100);
@@ -397,10 +425,35 @@ static void test_stress(const char *self, const char *lib) {
   remove_dir(run);
 }
 
+static void test_serial(const char *self, const char *lib) {
+  int ok = 1;
+  char run[4096];
+  fresh_dir(run, sizeof run, "serial");
+  pid_t pid;
+  int rc = run_case(self, lib, "comm", "serial", run, &pid);
+  CHECK(rc == 0, "the program exited %d", rc);
+  size_t n;
+  struct locus_alloc *a = load_allocs(run, pid, &n);
+  static uint8_t seen[SERIAL_ROUNDS * SERIAL_BLOCKS];
+  int blocks = 0, frees = 0;
+  for (size_t i = 0; a && i < n; i++) {
+    uint64_t k = a[i].size - 100000;
+    if (a[i].kind == LOCUS_AL_MALLOC && a[i].size >= 100000 && k < sizeof seen && !seen[k]++)
+      blocks++;
+    frees += a[i].kind == LOCUS_AL_FREE;
+  }
+  CHECK(blocks == SERIAL_ROUNDS * SERIAL_BLOCKS && frees >= SERIAL_ROUNDS * SERIAL_BLOCKS,
+        "%d of %d blocks recorded, %d frees", blocks, SERIAL_ROUNDS * SERIAL_BLOCKS, frees);
+  free(a);
+  finish("threads one after the other: every record kept across the spare pages' drops", ok);
+  if (ok) remove_dir(run);
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "known")) return case_known();
   if (argc == 2 && !strcmp(argv[1], "stress")) return case_stress();
   if (argc == 2 && !strcmp(argv[1], "fork")) return case_fork();
+  if (argc == 2 && !strcmp(argv[1], "serial")) return case_serial();
   if (argc != 2) {
     fprintf(stderr, "usage: test_allocs LIBLOCUS\n");
     return 2;
@@ -413,6 +466,7 @@ int main(int argc, char **argv) {
   test_off(self, argv[1]);
   test_fork(self, argv[1]);
   test_stress(self, argv[1]);
+  test_serial(self, argv[1]);
   printf("test_allocs: %d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

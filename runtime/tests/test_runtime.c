@@ -98,6 +98,30 @@ static int case_nested(void) {
   return 0;
 }
 
+/* More joinable threads alive at once than the join map's first tier holds (JOIN_NEAR in
+ * core/thread.c): the rest go to the whole table, and every join still names its thread. */
+enum { JOINS = 300 };
+static pthread_barrier_t joins_barrier;
+
+static void *wait_all(void *arg) {
+  (void)arg;
+  pthread_barrier_wait(&joins_barrier);
+  return NULL;
+}
+
+static int case_joins(void) {
+  pthread_t t[JOINS];
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setstacksize(&a, 64 << 10);
+  pthread_barrier_init(&joins_barrier, NULL, JOINS + 1);
+  for (int i = 0; i < JOINS; i++)
+    if (pthread_create(&t[i], &a, wait_all, NULL) != 0) return 1;
+  pthread_barrier_wait(&joins_barrier);
+  for (int i = 0; i < JOINS; i++) pthread_join(t[i], NULL);
+  return 0;
+}
+
 static int case_killed(void) {
   for (int i = 0; i < 1000; i++) {
     pthread_mutex_lock(&m_a);
@@ -213,6 +237,7 @@ int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "types")) return case_types();
   if (argc == 2 && !strcmp(argv[1], "nested")) return case_nested();
   if (argc == 2 && !strcmp(argv[1], "killed")) return case_killed();
+  if (argc == 2 && !strcmp(argv[1], "joins")) return case_joins();
   if (argc == 2 && !strcmp(argv[1], "unreleased")) return case_unreleased();
   if (argc != 2) {
     fprintf(stderr, "usage: %s LIBLOCUS\n", argv[0]);
@@ -326,6 +351,32 @@ int main(int argc, char **argv) {
   } else
     ok = 0;
   finish("nested sections keep their order and durations", ok);
+
+  /* Joins name the joined thread, also past the join map's first tier. */
+  snprintf(run, sizeof run, "%s/joins", base);
+  mkdir(run, 0755);
+  ok = run_case(self, lib, "joins", run, 1, &st) == 0 && WIFEXITED(st) && !WEXITSTATUS(st);
+  if (ok && proc_dir(run, pd, sizeof pd) == 0) {
+    size_t len = 0;
+    char *ev = slurp(pd, "locks.events.bin", &len);
+    static uint8_t seen[1 << 16];
+    int joins = 0, named = 0, twice = 0;
+    for (size_t off = 0; ev && off + 64 <= len; off += 64) {
+      struct locus_lock_event *e = (void *)(ev + off);
+      if (e->kind != LOCUS_LK_JOIN) continue;
+      joins++;
+      if (e->obj && e->obj != e->tid && e->obj < sizeof seen) {
+        named++;
+        twice += seen[e->obj]++ != 0;
+      }
+    }
+    free(ev);
+    CHECK(joins == JOINS && named == JOINS && twice == 0,
+          "joins %d, naming another thread %d (of %d), a thread named twice %d", joins, named,
+          JOINS, twice);
+  } else
+    ok = 0;
+  finish("300 joinable threads alive at once: each join names the thread it waited for", ok);
 
   /* SIGKILL: records stay; the process is not marked finished. */
   snprintf(run, sizeof run, "%s/killed", base);

@@ -16,6 +16,9 @@
 #define _GNU_SOURCE
 #include "soft.h"
 #include "../allocs.h"
+#ifdef LOCUS_LAYOUT_PROFILE
+void __gcov_reset(void);
+#endif
 
 #include <Zydis/Zydis.h>
 #include <dlfcn.h>
@@ -87,7 +90,9 @@ enum { SRC_NONE = 0, SRC_SIGTRAP = 1, SRC_ASYNC = 2, SRC_TIMER = 3, SRC_TICK = 4
 #define MAX_MODS 512
 #define ALTSTACK_SIZE (64u << 10)
 #define PERIOD_FLOOR_NS 100000u
-#define CACHE_SLOTS 16384u    /* pc -> skid info, direct-mapped, lock-free */
+#define CACHE_SLOTS 16384u /* pc -> skid info, lock-free (lookup()) */
+#define CACHE_NEAR 512u    /* the first tier: one page */
+#define CACHE_PROBES 8u
 #define FN_MAX (16u << 10)    /* pcs further from their function start are skipped */
 #define FN_PAST_PC (2u << 10) /* bytes decoded past the pc looking for backward branches */
 
@@ -298,14 +303,34 @@ static int is_system(const struct dl_phdr_info *info) {
  * return address into it. Only grows. */
 static _Atomic uint64_t user_lo = UINT64_MAX, user_hi;
 
+/* The pages of [lo, hi) get mappings of their own (at most two pages each), without
+ * being touched: a read fault there then maps that page, not the 64 KiB around it (the
+ * kernel's fault-around stops at the mapping's edge). MADV_RANDOM only changes readahead;
+ * the different flags keep neighbours from merging, and the first and last pages are apart
+ * from the mappings around the range. For an object's .eh_frame_hdr: function_of's binary
+ * search reads a dozen entries of it, and each read had mapped 64 KiB of the object's
+ * tables around them into the program (libc's: 60-80 KiB, sysbench threads). Ranges over
+ * ISOLATE_MAX are left whole (each page pair is a mapping the process counts). */
+#define ISOLATE_MAX (512u << 10)
+static void isolate_pages(uint64_t lo, uint64_t hi) {
+  const uint64_t pg = 4096;
+  lo &= ~(pg - 1);
+  hi = (hi + pg - 1) & ~(pg - 1);
+  if (hi <= lo || hi - lo > ISOLATE_MAX) return;
+  for (uint64_t a = lo; a < hi; a += 2 * pg) madvise((void *)a, pg, MADV_RANDOM);
+  if (((hi - lo) / pg) % 2 == 0) madvise((void *)(hi - pg), pg, MADV_RANDOM);
+}
+
 static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
   struct seen *seen = arg;
-  uint64_t hdr = 0;
+  uint64_t hdr = 0, hdr_end = 0;
   int sys = is_system(info);
   for (int i = 0; i < info->dlpi_phnum; i++)
-    if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
+    if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) {
       hdr = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+      hdr_end = hdr + info->dlpi_phdr[i].p_memsz;
+    }
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X) || !(ph->p_flags & PF_R)) continue;
@@ -323,6 +348,7 @@ static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
     m->hi = hi;
     m->hdr = hdr;
     m->sys = sys;
+    if (hdr) isolate_pages(hdr, hdr_end);
     atomic_store(&m->dead, 0);
     if (!sys) {
       uint64_t v = atomic_load(&user_lo);
@@ -635,14 +661,29 @@ static uint64_t skid_info(const struct module *m, uint64_t pc) {
          (pc == start ? PC_TARGET : 0);
 }
 
+/* The cache: one word per pc (bit 63 valid, the pc, its skid info), lock-free, never
+ * emptied but all at once (refresh_modules, code unloaded). Open addressing in two tiers:
+ * the first CACHE_NEAR slots (one page), then the others, CACHE_PROBES slots each; a pc
+ * whose probes all hold other pcs replaces the last one. Direct-mapped on the pc's low bits
+ * (nearby pcs sharing pages), a program's few dozen sampled pcs still fell on 6-9 of the
+ * table's 32 pages, all resident in the program: now on one. */
 static uint64_t lookup(const struct module *m, uint64_t pc) {
-  /* Nearby pcs share cache pages (a hash would spread a few hundred hot pcs over every page
-   * of the table, all resident); the higher bits are folded in so objects do not collide. */
-  uint32_t slot = (uint32_t)(pc ^ (pc >> 14) ^ (pc >> 28)) & (CACHE_SLOTS - 1);
-  uint64_t w = atomic_load_explicit(&pc_cache[slot], memory_order_relaxed);
-  if ((w & PC_VALID) && (w & PC_MASK) == pc) return w;
-  w = skid_info(m, pc) | PC_VALID | pc;
-  atomic_store_explicit(&pc_cache[slot], w, memory_order_relaxed);
+  uint64_t h = pc * 0x9e3779b97f4a7c15ull;
+  uint32_t near = (uint32_t)(h >> 40), far = (uint32_t)(h >> 16), k = 0;
+  int empty = 0;
+  for (uint32_t i = 0; i < 2 * CACHE_PROBES && !empty; i++) {
+    k = i < CACHE_PROBES ? (near + i) % CACHE_NEAR
+                         : CACHE_NEAR + (far + i - CACHE_PROBES) % (CACHE_SLOTS - CACHE_NEAR);
+    uint64_t w = atomic_load_explicit(&pc_cache[k], memory_order_relaxed);
+    if ((w & PC_VALID) && (w & PC_MASK) == pc) return w;
+    empty = !(w & PC_VALID); /* never emptied one by one: pc is not further on */
+  }
+  uint64_t w = skid_info(m, pc) | PC_VALID | pc, was = 0;
+  if (!empty) /* all probes taken: replace the last one */
+    atomic_store_explicit(&pc_cache[k], w, memory_order_relaxed);
+  else /* unless another thread took the slot meanwhile */
+    atomic_compare_exchange_strong_explicit(&pc_cache[k], &was, w, memory_order_relaxed,
+                                            memory_order_relaxed);
   return w;
 }
 
@@ -955,7 +996,7 @@ static void ahead_flags(struct ahead *s, uint64_t r, uint32_t bits, uint64_t cf,
   if (of) f |= EF_OF;
   if (r == 0) f |= EF_ZF;
   if (r >> (bits - 1) & 1) f |= EF_SF;
-  if (!(__builtin_popcount((unsigned)(r & 0xff)) & 1)) f |= EF_PF;
+  if (!__builtin_parity((unsigned)(r & 0xff))) f |= EF_PF; /* inline, no libgcc call */
   s->g[REG_EFL] = (greg_t)f;
   s->known |= EF_ARITH;
 }
@@ -2185,6 +2226,11 @@ static int soft_proc_init(void) {
     return -1;
   }
   pc_cache = cache;
+#ifdef LOCUS_LAYOUT_PROFILE
+  /* scripts/hot-functions: count only the code that runs from here on (the pages trimmed
+   * below and never run again are not resident at the program's peak). */
+  __gcov_reset();
+#endif
   trim_object((const void *)zy.decode_full);
   trim_object((const void *)soft_proc_init);
   atomic_store(&nmods, 0);
