@@ -1617,26 +1617,17 @@ static int tick_start(uint64_t p) {
 #define DECISIVE_SWITCHES 100u
 #define DECISIVE_FACTOR 4u
 
-/* One check of a measured rate: whether the thread moves to the other source (tick: it is
- * on the tick, else on the task clock) now. *streak: checks in a row that pointed there. */
-static int switch_check(int tick, uint64_t rate, uint64_t dsw, uint64_t high, int *streak) {
-  if (tick ? rate < high / 4 : rate > high)
+/* One check of a measured rate against a threshold `high`, for the thread's sampling source
+ * (away: on the tick, else on the task clock) and, on the tick, for its watchpoints (away:
+ * parked): whether it changes side now. Past `high` moves away, under a quarter of it comes
+ * back, each at two checks in a row (*streak counts them); a rate past DECISIVE_FACTOR x
+ * `high` over DECISIVE_SWITCHES moves away at once. */
+static int switch_check(int away, uint64_t rate, uint64_t dsw, uint64_t high, int *streak) {
+  if (away ? rate < high / 4 : rate > high)
     ++*streak;
   else
     *streak = 0;
-  int decisive = !tick && dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
-  if (*streak < 2 && !decisive) return 0;
-  *streak = 0;
-  return 1;
-}
-
-/* The same for the watchpoints on the tick: whether they are parked (or unparked) now. */
-static int park_check(int parked, uint64_t rate, uint64_t dsw, uint64_t high, int *streak) {
-  if (parked ? rate < high / 4 : rate > high)
-    ++*streak;
-  else
-    *streak = 0;
-  int decisive = !parked && dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
+  int decisive = !away && dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
   if (*streak < 2 && !decisive) return 0;
   *streak = 0;
   return 1;
@@ -1775,7 +1766,7 @@ static void adapt(uint64_t cpu) {
     return;
   }
   int tick = me_soft.source == SRC_TICK;
-  if (tick && park_check(me_soft.parked, rate, dsw, wp_park_high, &me_soft.wp_streak))
+  if (tick && switch_check(me_soft.parked, rate, dsw, wp_park_high, &me_soft.wp_streak))
     park(!me_soft.parked);
   if (!switch_check(tick, rate, dsw, switch_high, &me_soft.streak)) return;
   if (tick)
