@@ -1617,6 +1617,11 @@ static int tick_start(uint64_t p) {
 #define DECISIVE_SWITCHES 100u
 #define DECISIVE_FACTOR 4u
 
+/* A rate far past `high` (the decisive rule above). */
+static int far_past(uint64_t rate, uint64_t dsw, uint64_t high) {
+  return dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
+}
+
 /* One check of a measured rate against a threshold `high`, for the thread's sampling source
  * (away: on the tick, else on the task clock) and, on the tick, for its watchpoints (away:
  * parked): whether it changes side now. Past `high` moves away, under a quarter of it comes
@@ -1627,7 +1632,7 @@ static int switch_check(int away, uint64_t rate, uint64_t dsw, uint64_t high, in
     ++*streak;
   else
     *streak = 0;
-  int decisive = !away && dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
+  int decisive = !away && far_past(rate, dsw, high);
   if (*streak < 2 && !decisive) return 0;
   *streak = 0;
   return 1;
@@ -1671,8 +1676,7 @@ static int go_clock(void) {
   /* A tick already queued arrives under SRC_SIGTRAP and is dropped (on_sampler_signal). */
   me_soft.fd = fd;
   me_soft.source = SRC_SIGTRAP;
-  if (me_soft.parked) locus_comm_detect_park(0);
-  me_soft.parked = 0;
+  if (me_soft.parked) park(0);
   return 0;
 }
 
@@ -1694,18 +1698,14 @@ static void warn_budget(void) {
  * preempted a few thousand times a second of its CPU time on a loaded machine, and on the
  * tick it comes back only under a quarter of that (the likely reason a test of two counting
  * threads once got 460 samples where it asks 600, under a load average of 30). */
-static int stays_on_tick(uint64_t rate, uint64_t dsw, uint64_t high) {
-  return dsw >= DECISIVE_SWITCHES && rate > DECISIVE_FACTOR * high;
-}
-
 int locus_test_soft_stays_on_tick(uint64_t rate, uint64_t dsw, uint64_t high) {
-  return stays_on_tick(rate, dsw, high);
+  return far_past(rate, dsw, high);
 }
 
 static void decide(uint64_t rate, uint64_t dsw) {
   me_soft.undecided = 0;
   me_soft.streak = me_soft.wp_streak = 0;
-  if (!stays_on_tick(rate, dsw, switch_high)) {
+  if (!far_past(rate, dsw, switch_high)) {
     if (go_clock() == 0) return;
     /* No task clock (the runtime's descriptors all in use): on the tick for good. */
     me_soft.streak = -1;
@@ -1753,7 +1753,7 @@ static void adapt(uint64_t cpu) {
    * over 10 ms its count is 10 +- 3, far from 20. The switches are read only then. */
   uint64_t window = period_ns() / 2 > RATE_WINDOW_NS ? period_ns() / 2 : RATE_WINDOW_NS;
   /* A thread that started on the tick chooses at its first signal: only a rate the noise
-   * cannot give keeps it there (stays_on_tick), and the task clock is the default. */
+   * cannot give keeps it there (far_past), and the task clock is the default. */
   if (!dcpu || (dcpu < window && !me_soft.undecided)) return;
   int64_t sw = switches();
   if (sw < 0) return;
