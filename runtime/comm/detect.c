@@ -283,34 +283,44 @@ static void arm(const struct bb_entry *e) {
   locus_ct.st.armed += (uint64_t)armed;
 }
 
-/* Step 2: a candidate line published by another thread; reservoir sampling over the
- * candidates seen since the armed one was chosen decides whether it replaces it. 0 when
+/* Step 2: a line published by another thread, unexpired, chosen uniformly among those in the
+ * ring of recent publications (newest first, each board slot once): the unexpired ones are
+ * the newest (a publication expires after two more store samples of its thread), so a ring
+ * still full of a phase's stale lines (private data, before a phase of sharing) does not
+ * hide the few fresh ones, as a handful of random probes did. Then reservoir sampling over
+ * the samples since the armed line was chosen decides whether the pick replaces it. A
+ * fresher publication on the line already watched is followed without an ioctl. 0 when
  * there was no candidate. */
 static int consider_arming(uint64_t now) {
-  struct bb_entry c;
-  int found = 0;
+  struct bb_entry c, pick;
+  uint32_t slots[RECENT];
   uint32_t published = atomic_load_explicit(&recent_next, memory_order_relaxed);
   if (!published) return 0;
-  uint32_t n = published < RECENT ? published : RECENT;
-  for (int tries = 0; tries < 4 && !found; tries++) {
-    uint32_t slot = atomic_load_explicit(&recent[rnd() % n], memory_order_relaxed);
+  uint32_t n = published < RECENT ? published : RECENT, nslots = 0, found = 0;
+  int watched = 0;
+  for (uint32_t k = 1; k <= n; k++) {
+    uint32_t slot = atomic_load_explicit(&recent[(published - k) % RECENT], memory_order_relaxed);
+    uint32_t j = 0;
+    while (j < nslots && slots[j] != slot) j++;
+    if (j < nslots) continue;
+    slots[nslots++] = slot;
     if (read_entry(board, slot, &c) != 0) continue;
     if (c.tid == locus_me.tid || expired(&c, now) || c.t <= dt.t_trap) continue;
     if (dt.armed && !dt.on.loaded && c.line == dt.on.line) {
-      /* Already watched: follow the newer publication, no ioctl. */
-      if (c.t > dt.on.t) dt.on = c;
-      return 1;
+      if (c.t > dt.on.t) dt.on = c; /* already watched: follow the newer publication */
+      watched = 1;
+      continue;
     }
-    found = 1;
+    if (rnd() % ++found == 0) pick = c;
   }
-  if (!found) return 0;
+  if (!found) return watched;
   if (!dt.armed || dt.on.loaded || expired(&dt.on, now)) { /* stores come first */
     dt.seen = 1;
-    arm(&c);
+    arm(&pick);
     return 1;
   }
   dt.seen++;
-  if (rnd() % dt.seen == 0) arm(&c);
+  if (rnd() % dt.seen == 0) arm(&pick);
   return 1;
 }
 
