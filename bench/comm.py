@@ -30,7 +30,9 @@ the workload's --truth):
   instrumented binary's private iterations are slowed far more than its contended shared
   ones, so at 2 threads and fraction 0.9 it spent 6.5x the reference's time sharing against
   the plain binary's 7.6x, and no estimator could agree with both (`total_fixed_work`,
-  kept for information).
+  kept for information). A timed run needs its threads running at once: one whose threads
+  had under 90 % of their CPUs (`busy`: CPU seconds over wall seconds, over min(threads,
+  CPUs)) is run again, up to 3 times, and every row keeps its runs' `busy`.
 
 Cost: wall time and peak RSS with `--lens comm` (soft, default period) against without, in
 one run, interleaved, medians: the four microbenchmarks (free-running, a fixed amount of
