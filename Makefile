@@ -70,14 +70,17 @@ build:
 	$(CC) -O2 -std=gnu11 -Wall -Wextra -Werror -shared -fPIC -o build/liblocus_walk.so \
 	  python/locus/analysis/_walk.c
 	@# `locus cc`'s gcc plugin (python/locus/cc.py): gcc's plugin headers (gcc-12-plugin-dev),
-	@# compiled by the g++ of that gcc; without them locus cc instruments as gcc does.
+	@# compiled by the g++ of that gcc; without them locus cc instruments as gcc does. Rebuilt
+	@# when its source or gcc (cc1) is newer (a new plugin rebuilds the exact workloads).
 	@plugin="$$(gcc -print-file-name=plugin 2>/dev/null)"; \
+	so=build/locus_late_tsan.so; src=runtime/cc/late_tsan.cc; \
 	if [ -f "$$plugin/include/gcc-plugin.h" ] && command -v g++ >/dev/null; then \
-	  echo "g++ -shared -fPIC -fno-rtti -o build/locus_late_tsan.so runtime/cc/late_tsan.cc"; \
+	  [ -f $$so ] && [ $$so -nt $$src ] && [ ! "$$(gcc -print-prog-name=cc1)" -nt $$so ] || { \
+	  echo "g++ -shared -fPIC -fno-rtti -o $$so $$src"; \
 	  g++ -O2 -Wall -Werror -shared -fPIC -fno-rtti -I"$$plugin/include" \
-	    -o build/locus_late_tsan.so runtime/cc/late_tsan.cc || exit 1; \
+	    -o $$so $$src || exit 1; }; \
 	else echo "no gcc plugin headers (gcc-12-plugin-dev): locus cc instruments before the vectoriser"; \
-	  rm -f build/locus_late_tsan.so; fi
+	  rm -f $$so; fi
 	@if [ -f workloads/Makefile ]; then $(MAKE) -C workloads; fi
 	@# The launcher's modules as bytecode: where PYTHONDONTWRITEBYTECODE is set, Python
 	@# compiled them from source at every `locus` command (~12 ms of each `locus record`).
