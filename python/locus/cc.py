@@ -280,9 +280,9 @@ def late_tsan_plugin(cmd: list[str]) -> Path | None:
     probe = [*cmd, f"-fplugin={plugin}", *GCC_FLAGS, "-O2", "-S", "-x", "c", "-o", "-", "-"]
     try:
         p = subprocess.run(probe, input=PLUGIN_PROBE, capture_output=True, text=True, timeout=60)
-        ok = p.returncode == 0 and "__tsan_write" in p.stdout
     except (OSError, subprocess.SubprocessError):
-        ok = False
+        return None  # not remembered: a timeout on a loaded machine says nothing of the plugin
+    ok = p.returncode == 0 and "__tsan_write" in p.stdout
     try:
         cache.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache, prefix=".late-tsan-")
