@@ -4,7 +4,7 @@
  * gcc runs its tsan pass (tree-tsan1) before the loop optimisations, and the hook call it
  * puts at every load and store stops tree-vect and SLP: a loop of 8-byte stores that the
  * plain build writes with 16-byte vector stores ran scalar under `locus cc`, one hit test
- * per word (comm_writevol: x21.5-22.9 the plain program; x6.6-10.5 with this plugin). This
+ * per word (comm_writevol: x21.0-22.9 the plain program; x6.6-10.5 with this plugin). This
  * plugin replaces that instance and inserts a second one after the loop pipeline (after
  * veclower2, which both the loop and the no-loop paths reach), so that the hooks go on the
  * optimised code: one __tsan_write16 per vector store, as the plain program does one store.
