@@ -10,7 +10,8 @@ VPY := $(VENV)/bin/python
 LOCUS := $(VENV)/bin/locus
 
 APT_PACKAGES := build-essential python3-venv python3-pip libunwind-dev clang-format llvm clang \
-	binutils pigz sysbench stress-ng libgomp1 nodejs gfortran procps libzydis-dev chromium cmake
+	binutils pigz sysbench stress-ng libgomp1 nodejs gfortran procps libzydis-dev chromium cmake \
+	gcc-12-plugin-dev
 
 # The real-NUMA VM tier (tests/vm, scripts/numavm): QEMU (TCG) + busybox initramfs. The
 # guest kernel is not an apt install: scripts/numavm setup downloads and unpacks it.
@@ -18,7 +19,7 @@ VM_APT_PACKAGES := qemu-system-x86 busybox-static kmod xz-utils
 
 SUDO := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-C_SOURCES = $(shell find runtime workloads python -name '*.[ch]' -not -path '*/build/*' 2>/dev/null)
+C_SOURCES = $(shell find runtime workloads python \( -name '*.[ch]' -o -name '*.cc' \) -not -path '*/build/*' 2>/dev/null)
 
 # In the checkout: a fixed /tmp path was another user's run, which `record -o` cannot replace.
 DEMO_DIR ?= build/demo
@@ -68,6 +69,18 @@ build:
 	@mkdir -p build
 	$(CC) -O2 -std=gnu11 -Wall -Wextra -Werror -shared -fPIC -o build/liblocus_walk.so \
 	  python/locus/analysis/_walk.c
+	@# `locus cc`'s gcc plugin (python/locus/cc.py): gcc's plugin headers (gcc-12-plugin-dev),
+	@# compiled by the g++ of that gcc; without them locus cc instruments as gcc does. Rebuilt
+	@# when its source or gcc (cc1) is newer (a new plugin rebuilds the exact workloads).
+	@plugin="$$(gcc -print-file-name=plugin 2>/dev/null)"; \
+	so=build/locus_late_tsan.so; src=runtime/cc/late_tsan.cc; \
+	if [ -f "$$plugin/include/gcc-plugin.h" ] && command -v g++ >/dev/null; then \
+	  [ -f $$so ] && [ $$so -nt $$src ] && [ ! "$$(gcc -print-prog-name=cc1)" -nt $$so ] || { \
+	  echo "g++ -shared -fPIC -fno-rtti -o $$so $$src"; \
+	  g++ -O2 -Wall -Werror -shared -fPIC -fno-rtti -I"$$plugin/include" \
+	    -o $$so $$src || exit 1; }; \
+	else echo "no gcc plugin headers (gcc-12-plugin-dev): locus cc instruments before the vectoriser"; \
+	  rm -f $$so; fi
 	@if [ -f workloads/Makefile ]; then $(MAKE) -C workloads; fi
 	@# The launcher's modules as bytecode: where PYTHONDONTWRITEBYTECODE is set, Python
 	@# compiled them from source at every `locus` command (~12 ms of each `locus record`).

@@ -19,6 +19,16 @@ The real compiler is $LOCUS_CC / $CC (cc) for `locus cc` and $LOCUS_CXX / $CXX (
   `-Wl,--wrap=memcpy,...`: the program's calls to memcpy, memmove, memset (and their
   _FORTIFY_SOURCE variants) go through liblocus.so, which counts their ranges.
 
+With gcc, the hooks are put after the vectoriser when gcc loads locus's plugin
+(runtime/cc/late_tsan.cc, built as locus_late_tsan.so next to liblocus.so when gcc's plugin
+headers are installed, Debian's gcc-12-plugin-dev): `-fplugin=` is added to the flags above.
+gcc's own tsan pass runs before the loop optimisations, and the hook calls stopped the
+vectoriser: a loop of 8-byte stores that the plain build does with 16-byte vector stores
+ran scalar, one hit test per word. The plugin moves the pass after it (except in functions
+compiled for AVX and up, whose masked vector accesses tsan does not see). Without the
+plugin, or when this gcc refuses it (another version: probed once, remembered under
+~/.cache/locus), or with `LOCUS_CC_LATE_TSAN=0`, the hooks go where gcc puts them.
+
 The hit test is inlined into the program, so that only a miss calls liblocus.so:
 - by default, in the assembly: `-B<dir>/` puts gas.py in front of the assembler (with clang,
   `-fno-integrated-as` too; <dir> is ~/.cache/locus/as-<version>, the same from one build
@@ -232,16 +242,70 @@ def assembler_dir(real: str, fallback: Path) -> Path:
         return fallback
 
 
+PLUGIN = "locus_late_tsan.so"  # runtime/cc/late_tsan.cc, built next to liblocus.so
+PLUGIN_PROBE = "int x; void f(long *p, int n) { for (int i = 0; i < n; i++) p[i] = x; }\n"
+
+
+def late_tsan_plugin(cmd: list[str]) -> Path | None:
+    """The gcc plugin that instruments after the vectoriser (runtime/cc/late_tsan.cc,
+    <library_dir>/locus_late_tsan.so), if this gcc loads it; None when LOCUS_CC_LATE_TSAN=0,
+    when it is not built (no gcc-12-plugin-dev) or when the compiler refuses it (another gcc
+    version, clang): the hooks are then put before the vectoriser, as gcc does. The probe
+    (one compile of a few lines) is remembered per plugin and compiler proper (cc1's path,
+    size and time) under ~/.cache/locus."""
+    if os.environ.get("LOCUS_CC_LATE_TSAN", "1") == "0":
+        return None
+    plugin = library_dir() / PLUGIN
+    if " " in str(plugin):
+        return None  # it goes into a specs file, which splits at spaces
+    try:
+        data = plugin.read_bytes()
+        cc1 = subprocess.run(
+            [*cmd, "-print-prog-name=cc1"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+        st = os.stat(cc1) if os.path.isabs(cc1) else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if st is None:
+        return None  # not gcc (clang answers `cc1`)
+    key = hashlib.sha256(
+        data + f"\0{cc1}\0{st.st_size}\0{st.st_mtime_ns}\0{shlex.join(cmd)}".encode()
+    ).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "locus"
+    mark = cache / f"late-tsan-{key}"
+    try:
+        return plugin if mark.read_text().strip() == "ok" else None
+    except OSError:
+        pass
+    probe = [*cmd, f"-fplugin={plugin}", *GCC_FLAGS, "-O2", "-S", "-x", "c", "-o", "-", "-"]
+    try:
+        p = subprocess.run(probe, input=PLUGIN_PROBE, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None  # not remembered: a timeout on a loaded machine says nothing of the plugin
+    ok = p.returncode == 0 and "__tsan_write" in p.stdout
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache, prefix=".late-tsan-")
+        with os.fdopen(fd, "w") as f:
+            f.write("ok\n" if ok else "refused\n")
+        os.replace(tmp, mark)
+    except OSError:
+        pass
+    return plugin if ok else None
+
+
 def build_command(
     argv: list[str],
     cxx: bool,
     specs: Path | None = None,
     hooks: Path | None = None,
     asdir: Path | None = None,
+    plugin: Path | None = None,
 ) -> tuple[list[str], str | None]:
     """The compiler command for `argv`, and the specs text to write to `specs` (gcc
     compile-and-link) or None. `hooks`: the compiled lto_hooks object to link (clang LTO);
-    `asdir`: the directory of gas.py's assembler script (gcc, inlined hit test)."""
+    `asdir`: the directory of gas.py's assembler script (gcc, inlined hit test); `plugin`:
+    gcc's late_tsan plugin (late_tsan_plugin)."""
     cmd = compiler(cxx)
     kind = family(cmd)
     link = links(argv)
@@ -258,11 +322,11 @@ def build_command(
         if lto is not None and lto not in argv:
             extra.append(lto)
     elif not link:
-        extra += GCC_FLAGS
+        extra += GCC_FLAGS + ([f"-fplugin={plugin}"] if plugin is not None else [])
     else:
         # Instrument what this invocation compiles, without -fsanitize reaching the driver's
         # link step (which would link libtsan and its interceptors).
-        flags = " ".join(GCC_FLAGS)
+        flags = " ".join(GCC_FLAGS + ([f"-fplugin={plugin}"] if plugin is not None else []))
         specs_text = f"*cc1:\n+ {flags}\n\n*cc1plus:\n+ {flags}\n\n"
         if specs is not None:
             extra.append(f"-specs={specs}")
@@ -372,7 +436,10 @@ def _main(argv: list[str], cxx: bool) -> int:
                 )
                 return 127
             asdir = assembler_dir(real, Path(tmpdir))
-        cmd, specs_text = build_command(argv, cxx, specs, hooks, asdir)
+        plugin = None
+        if family(compiler(cxx)) == "gcc":
+            plugin = late_tsan_plugin(compiler(cxx))
+        cmd, specs_text = build_command(argv, cxx, specs, hooks, asdir, plugin)
         if specs_text is not None:
             specs.write_text(specs_text)
         if os.environ.get("LOCUS_CC_VERBOSE") == "1":

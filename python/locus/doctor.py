@@ -97,6 +97,8 @@ class Findings:
     watchpoints: int = WATCHPOINT_SLOTS  # write watchpoints that opened at once (0-4)
     tsan_compiler: str | None = None  # C compiler accepting -fsanitize=thread
     tsan_error: str | None = None
+    # gcc only: "after" (locus_late_tsan.so loads: hooks after the vectoriser) or "before"
+    tsan_vectoriser: str | None = None
     line_size: int = 64
     cgroup_cpus: float | None = None
     online_cpus: int = 1
@@ -297,6 +299,16 @@ def count_watchpoints() -> tuple[int, str | None]:
     return len(fds), err
 
 
+def probe_late_tsan(compiler: str | None) -> str | None:
+    """With gcc: "after" when `locus cc` instruments after its vectoriser (the plugin
+    locus_late_tsan.so is built and this gcc loads it), else "before"; None for clang."""
+    from locus import cc
+
+    if compiler is None or cc.family([compiler]) != "gcc":
+        return None
+    return "after" if cc.late_tsan_plugin([compiler]) is not None else "before"
+
+
 def probe_tsan_compiler() -> tuple[str | None, str | None]:
     """A C compiler that accepts -fsanitize=thread (what `locus cc` drives)."""
     import tempfile
@@ -399,6 +411,7 @@ def probe() -> Findings:
     f.soft_error = probe_soft_sampling()
     f.watchpoints, _ = count_watchpoints()
     f.tsan_compiler, f.tsan_error = probe_tsan_compiler()
+    f.tsan_vectoriser = probe_late_tsan(f.tsan_compiler)
     f.line_size = line_size()
     try:
         from locus.launcher import find_runtime
@@ -636,6 +649,13 @@ def comm_backend(f: Findings, backend: str) -> tuple[bool, str, str]:
             if os.environ.get("LOCUS_CC_INLINE") == "0"
             else "the hit test inlined into its assembly"
         )
+        if f.tsan_vectoriser == "after":
+            how += ", after the vectoriser (locus_late_tsan.so)"
+        elif f.tsan_vectoriser == "before":
+            how += (
+                ", before the vectoriser (vector loops run scalar: no gcc plugin, "
+                "see gcc-12-plugin-dev, or LOCUS_CC_LATE_TSAN=0)"
+            )
         return (
             True,
             f"`locus cc` instruments with {f.tsan_compiler} -fsanitize=thread, {how}",

@@ -34,16 +34,20 @@ CE_TRUE, CE_EXACT = 1, 4
 EVENT, THREAD = COMM_EVENT_DTYPE, COMM_THREAD_DTYPE
 
 
-@pytest.fixture(scope="module", params=["cc", "cc-calls", "clang-lto"])
+@pytest.fixture(scope="module", params=["cc", "cc-early", "cc-calls", "clang-lto"])
 def exact_bins(request, tmp_path_factory) -> Path:
     """The workloads built by `locus cc` with gcc (the hit test inlined into its assembly by
-    locus/gas.py), with gcc and LOCUS_CC_INLINE=0 (a call into liblocus.so per access), and
-    with clang and LOCUS_CC_LTO=1 (the hit test inlined at link time)."""
+    locus/gas.py; the hooks put after the vectoriser by the gcc plugin when it is built),
+    the same without the plugin (LOCUS_CC_LATE_TSAN=0: the hooks before the vectoriser), with
+    gcc and LOCUS_CC_INLINE=0 (a call into liblocus.so per access), and with clang and
+    LOCUS_CC_LTO=1 (the hit test inlined at link time)."""
     if not LIBLOCUS.exists():
         pytest.skip("build/liblocus.so is not built: run `make build`")
-    env = {"CC": "gcc", "LOCUS_CC_LTO": "0", "LOCUS_CC_INLINE": "1"}
+    env = {"CC": "gcc", "LOCUS_CC_LTO": "0", "LOCUS_CC_INLINE": "1", "LOCUS_CC_LATE_TSAN": "1"}
     if request.param == "cc-calls":
         env["LOCUS_CC_INLINE"] = "0"
+    if request.param == "cc-early":
+        env["LOCUS_CC_LATE_TSAN"] = "0"
     if request.param == "clang-lto":
         if shutil.which("clang") is None:
             pytest.skip("clang is not installed (apt-get install clang; `make deps`)")
@@ -69,7 +73,7 @@ def exact_bins(request, tmp_path_factory) -> Path:
     else:
         # gcc: the hooks stay (a miss calls them); inlined, the hit test reads locus_xt.
         assert "__tsan_write8" in nm.stdout
-        assert ("locus_xt" in nm.stdout) == (request.param == "cc"), nm.stdout
+        assert ("locus_xt" in nm.stdout) == (request.param != "cc-calls"), nm.stdout
     return out
 
 
@@ -374,17 +378,81 @@ def build_and_run(tmp_path, monkeypatch, source: str, name: str, cc_env: dict, *
     return nm, run_exact(tmp_path, tmp_path, name, *args)
 
 
-@pytest.mark.parametrize("build", ["clang", "clang-calls", "gcc"])
+@pytest.mark.parametrize("build", ["clang", "clang-calls", "gcc", "gcc-early"])
 def test_unaligned_accesses_across_lines(tmp_path, monkeypatch, build):
     """Packed fields: clang calls __tsan_unaligned_write8 for them, which gas.py inlines (a
     store across two lines must fail the test even when the first line is a hit, and call:
-    the second line moved; one inside a line takes the hit test); gcc calls
-    __tsan_write_range. Inlined or called, every transfer is counted (1 per turn, false
-    sharing)."""
+    the second line moved; one inside a line takes the hit test); so does gcc with the
+    plugin (runtime/cc/late_tsan.cc turns tsan's range of 8 bytes into it); gcc without
+    (LOCUS_CC_LATE_TSAN=0) calls __tsan_write_range. Inlined or called, every transfer is
+    counted (1 per turn, false sharing)."""
     env = {"CC": build.split("-")[0], "LOCUS_CC_INLINE": "0" if build.endswith("-calls") else "1"}
+    env["LOCUS_CC_LATE_TSAN"] = "0" if build == "gcc-early" else "1"
     nm, run = build_and_run(tmp_path, monkeypatch, UNALIGNED, "unaligned", env, "500")
-    hook = "__tsan_write_range" if build == "gcc" else "__tsan_unaligned_write8"
+    hook = "__tsan_unaligned_write8"
+    if build == "gcc-early" or (build == "gcc" and cc.late_tsan_plugin(["gcc"]) is None):
+        hook = "__tsan_write_range"
     assert hook in nm and ("locus_xt" in nm) == (not build.endswith("-calls")), nm
+    assert run.matrix() == run.expected()
+
+
+VECTORS = (
+    TURNS
+    + r"""
+/* Both threads write every word of 4 lines in their turn, in a loop that gcc vectorises
+ * (16-byte stores) when the hooks come after its vectoriser, and thread 1 then copies them
+ * plus one to lines of its own (16-byte loads; a plain copy becomes a memcpy): each turn's
+ * first store to each line moves it from the other thread, lines x (2 rounds - 1)
+ * transfers, all true sharing (the copy's loads hit: thread 1 has just written the lines). */
+static _Alignas(64) long v[4 * 8];
+static _Alignas(64) long mine[4 * 8];
+static long sum;
+
+__attribute__((noinline)) static void fill(long x) {
+  for (int i = 0; i < 4 * 8; i++) v[i] = x;
+}
+
+__attribute__((noinline)) static void copy(void) {
+  for (int i = 0; i < 4 * 8; i++) mine[i] = v[i] + 1;
+}
+
+static void step(int me, long i) {
+  fill(i);
+  if (me == 1) {
+    copy();
+    sum += mine[i % 32];
+  }
+}
+
+int main(int argc, char **argv) {
+  run_turns(argc > 1 ? atol(argv[1]) : 1000);
+  printf("%ld\n", sum);
+  fprintf(stderr,
+          "{\"workload\":\"vectors\",\"tids\":[%d,%d],\"data\":[%lu,%lu],\"expected\":"
+          "{\"pairs\":[{\"src_tid\":%d,\"dst_tid\":%d,\"true\":%ld,\"false\":0},"
+          "{\"src_tid\":%d,\"dst_tid\":%d,\"true\":%ld,\"false\":0}]}}\n",
+          tids[0], tids[1], (unsigned long)v, (unsigned long)v + sizeof v, tids[0], tids[1],
+          4 * rounds, tids[1], tids[0], 4 * (rounds - 1));
+  return 0;
+}
+"""
+)
+
+
+@pytest.mark.parametrize("build", ["gcc", "gcc-early", "gcc-calls"])
+def test_vectorised_loops_are_counted(tmp_path, monkeypatch, build):
+    """gcc with the plugin (runtime/cc/late_tsan.cc) instruments after its vectoriser: the
+    loops of VECTORS keep their 16-byte loads and stores, each with a __tsan_read16 /
+    __tsan_write16 (the hit test inlined by gas.py, or called), and the exact backend counts
+    the same transfers as with the hooks before the vectoriser (gcc-early: scalar loops)."""
+    plugin = (REPO / "build" / cc.PLUGIN).exists()
+    if build != "gcc-early" and not plugin:
+        pytest.fail("build/locus_late_tsan.so is not built (gcc-12-plugin-dev; `make build`)")
+    env = {"CC": "gcc", "LOCUS_CC_INLINE": "0" if build == "gcc-calls" else "1"}
+    env["LOCUS_CC_LATE_TSAN"] = "0" if build == "gcc-early" else "1"
+    nm, run = build_and_run(tmp_path, monkeypatch, VECTORS, "vectors", env, "400")
+    vector = {"__tsan_write16", "__tsan_read16"}
+    assert (vector <= set(nm.split())) == (build != "gcc-early"), nm
     assert run.matrix() == run.expected()
 
 

@@ -29,6 +29,7 @@ int main(int argc, char **argv) {
 
 
 def undefined(binary: Path) -> set[str]:
+    """The undefined symbols of `binary` (nm -u)."""
     out = subprocess.run(["nm", "-u", str(binary)], capture_output=True, text=True, check=True)
     return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
 
@@ -127,7 +128,9 @@ def test_builds_and_runs(src, tmp_path, monkeypatch):
     exe = tmp_path / "prog"
     assert cc.main(["-O2", "-o", str(exe), str(src)]) == 0
     syms = undefined(exe)
-    assert {"__tsan_read4", "__tsan_write4", "__tsan_init"} <= syms, syms
+    # int stores: __tsan_write4, or __tsan_write16 where gcc's plugin let them be vectorised.
+    assert "__tsan_init" in syms and syms & {"__tsan_write4", "__tsan_write16"}, syms
+    assert syms & {"__tsan_read4", "__tsan_read16"}, syms
     assert not any("tsan" in line for line in _ldd(exe)), "libtsan must not be linked"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUS_")}
     out = subprocess.run([str(exe), "x"], capture_output=True, text=True, env=env, timeout=60)
@@ -147,7 +150,7 @@ def test_gcc_hit_test_inlined_in_the_assembly(src, tmp_path, monkeypatch, how):
     extra = ["-pipe"] if how == "pipe" else []
     assert cc.main(["-O2", *extra, "-o", str(exe), str(src)]) == 0
     syms = undefined(exe)
-    assert "__tsan_write4" in syms
+    assert syms & {"__tsan_write4", "__tsan_write16"}, syms
     assert ("locus_xt" in syms) == (how != "calls"), syms
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUS_")}
     out = subprocess.run([str(exe), "x"], capture_output=True, text=True, env=env, timeout=60)
@@ -159,7 +162,7 @@ def test_compile_then_link(src, tmp_path, monkeypatch):
     monkeypatch.setenv("CC", "cc")
     obj, exe = tmp_path / "prog.o", tmp_path / "prog2"
     assert cc.main(["-O2", "-c", "-o", str(obj), str(src)]) == 0
-    assert "__tsan_write4" in undefined(obj)
+    assert undefined(obj) & {"__tsan_write4", "__tsan_write16"}
     assert cc.main(["-o", str(exe), str(obj)]) == 0
     assert subprocess.run([str(exe)], capture_output=True, timeout=60).returncode == 0
 
@@ -295,3 +298,113 @@ def test_werror_builds_with_fences(tmp_path, monkeypatch):
         "void f(void) { atomic_thread_fence(memory_order_seq_cst); atomic_store(&y, 1); }\n"
     )
     assert cc.main(["-O2", "-Werror", "-c", "-o", str(tmp_path / "f.o"), str(f)]) == 0
+
+
+def test_gcc_plugin_flag(monkeypatch):
+    """The late-tsan plugin reaches cc1 with the sanitizer flags: on the command line when
+    compiling only, through the specs file when compiling and linking."""
+    monkeypatch.setenv("CC", "gcc")
+    plugin = Path("/opt/locus/build/locus_late_tsan.so")
+    cmd, specs = cc.build_command(["-O2", "-c", "a.c"], cxx=False, plugin=plugin)
+    assert f"-fplugin={plugin}" in cmd and specs is None
+    cmd, specs = cc.build_command(["-O2", "-o", "a", "a.c"], cxx=False, plugin=plugin)
+    assert not any(a.startswith("-fplugin") for a in cmd) and f"-fplugin={plugin}" in specs
+    cmd, _ = cc.build_command(["-O2", "-c", "a.c"], cxx=False)
+    assert not any(a.startswith("-fplugin") for a in cmd)
+
+
+PLUGIN_HEADERS = (
+    Path(
+        subprocess.run(
+            ["gcc", "-print-file-name=plugin"], capture_output=True, text=True
+        ).stdout.strip()
+        or "plugin"
+    )
+    / "include"
+    / "gcc-plugin.h"
+    if shutil.which("gcc")
+    else Path("/nonexistent")
+)
+needs_plugin = pytest.mark.skipif(
+    not PLUGIN_HEADERS.exists(), reason="no gcc plugin headers (apt-get install gcc-12-plugin-dev)"
+)
+
+VECTOR_LOOP = r"""
+long a[64], b[64];
+_Atomic long n;
+void fill(long v) { for (int i = 0; i < 64; i++) a[i] = v; }
+void add(void) { for (int i = 0; i < 64; i++) a[i] += b[i]; }
+long count(void) { return n++; }
+void pick(int *restrict p, const int *restrict q, int m) {
+  for (int i = 0; i < m; i++)
+    if (q[i] > 0) p[i] = q[i];
+}
+"""
+
+
+def _asm(tmp_path: Path, *flags: str) -> str:
+    src, out = tmp_path / "vec.c", tmp_path / f"vec{len(flags)}.s"
+    src.write_text(VECTOR_LOOP)
+    assert cc.main(["-O2", *flags, "-S", "-o", str(out), str(src)]) == 0
+    return out.read_text()
+
+
+def _calls(asm: str, hook: str) -> int:
+    """Calls of `hook` (and tail calls: count() ends with a jmp to its atomic)."""
+    return sum(1 for w in asm.split() if w.startswith((f"*{hook}@", f"{hook}@")))
+
+
+@needs_plugin
+def test_gcc_instruments_after_the_vectoriser(tmp_path, monkeypatch):
+    """With the plugin (runtime/cc/late_tsan.cc), gcc's tsan pass runs after the vectoriser:
+    the loops keep their 16-byte vector stores, each with a __tsan_write16 (gas.py inlines
+    its hit test); before, the hook calls stopped the vectoriser (one __tsan_write8 per
+    word). The atomic is instrumented once either way (__tsan_atomic64_fetch_add)."""
+    monkeypatch.setenv("CC", "gcc")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("LOCUS_CC_LATE_TSAN", raising=False)
+    assert (REPO / "build" / cc.PLUGIN).exists(), "build/locus_late_tsan.so: run `make build`"
+    assert cc.late_tsan_plugin(["gcc"]) == REPO / "build" / cc.PLUGIN
+    late = _asm(tmp_path)
+    assert _calls(late, "__tsan_write16") >= 2 and _calls(late, "__tsan_read16") >= 1, late
+    assert any(line.split()[:1] == ["movaps"] and "(" in line for line in late.splitlines())
+    assert _calls(late, "__tsan_atomic64_fetch_add") == 1
+    monkeypatch.setenv("LOCUS_CC_LATE_TSAN", "0")
+    assert cc.late_tsan_plugin(["gcc"]) is None
+    early = _asm(tmp_path, "-DEARLY")
+    assert _calls(early, "__tsan_write16") == 0 and _calls(early, "__tsan_write8") >= 2
+    assert _calls(early, "__tsan_atomic64_fetch_add") == 1
+
+
+@needs_plugin
+def test_gcc_plugin_keeps_masked_vector_code_early(tmp_path, monkeypatch):
+    """For AVX targets the vectoriser emits masked stores (vpmaskmov), which tsan does not
+    instrument: there the plugin leaves the instrumentation before the vectoriser, and
+    every store of pick() keeps its hook."""
+    monkeypatch.setenv("CC", "gcc")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("LOCUS_CC_LATE_TSAN", raising=False)
+    asm = _asm(tmp_path, "-O3", "-mavx2")
+    assert "vpmaskmov" not in asm and _calls(asm, "__tsan_write4") >= 1
+    assert _calls(asm, "__tsan_atomic64_fetch_add") == 1
+
+
+def test_refused_plugin_falls_back(tmp_path, monkeypatch):
+    """A plugin gcc does not load (built for another gcc; here not even an ELF file) is
+    refused once, remembered, and the program is built as without it."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / cc.PLUGIN).write_text("not a plugin\n")
+    monkeypatch.setenv("LOCUS_LIB", str(lib))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("LOCUS_CC_LATE_TSAN", raising=False)
+    assert cc.late_tsan_plugin(["gcc"]) is None
+    marks = list((tmp_path / "cache" / "locus").glob("late-tsan-*"))
+    assert len(marks) == 1 and marks[0].read_text().strip() == "refused"
+    assert cc.late_tsan_plugin(["gcc"]) is None
+    monkeypatch.setenv("CC", "gcc")
+    (tmp_path / "a.c").write_text("long x; void f(void) { x = 1; }\n")
+    assert cc.main(["-O2", "-c", "-o", str(tmp_path / "a.o"), str(tmp_path / "a.c")]) == 0
+    assert "__tsan_write8" in undefined(tmp_path / "a.o")
