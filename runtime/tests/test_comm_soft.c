@@ -237,8 +237,18 @@ static void *forever(void *arg) {
 static int run_raw_exit(const char *dir) {
   pthread_t t[2];
   for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, forever, (void *)i);
-  struct timespec ts = {0, 800000000};
-  nanosleep(&ts, NULL);
+  /* ~800 ms of CPU each (not of wall time: on a loaded host they get less), at most 20 s. */
+  for (int waited = 0; waited < 400; waited++) {
+    struct timespec ts = {0, 50000000}, c0 = {0, 0}, c1 = {0, 0};
+    nanosleep(&ts, NULL);
+    clockid_t k0, k1;
+    if (pthread_getcpuclockid(t[0], &k0) != 0 || pthread_getcpuclockid(t[1], &k1) != 0 ||
+        clock_gettime(k0, &c0) != 0 || clock_gettime(k1, &c1) != 0)
+      break;
+    if (c0.tv_sec * 1000000000l + c0.tv_nsec >= 800000000l &&
+        c1.tv_sec * 1000000000l + c1.tv_nsec >= 800000000l)
+      break;
+  }
   char path[8192];
   snprintf(path, sizeof path, "%s/tids", dir);
   FILE *f = fopen(path, "w");
