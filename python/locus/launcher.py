@@ -16,11 +16,9 @@ import functools
 import json
 import mmap
 import os
-import platform
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -112,7 +110,7 @@ ELF_MACHINES = {3: "i386", 62: "x86_64", 183: "aarch64", 40: "arm", 243: "riscv6
 
 
 def elf_machine(path: str) -> str | None:
-    """The machine an ELF file is for, as platform.machine() names it (a 32-bit x86 build:
+    """The machine an ELF file is for, as os.uname().machine names it (a 32-bit x86 build:
     i386, or x32: "x86_64 (x32)"); None for a file that is not ELF or a machine not listed."""
     try:
         with open(path, "rb") as f:
@@ -378,7 +376,7 @@ def hw_backend_status() -> tuple[bool, str, str]:
     """(available, reason, fix) of the comm lens's hw backend, probed now."""
     from locus import doctor
 
-    f = doctor.Findings(machine=platform.machine())
+    f = doctor.Findings(machine=os.uname().machine)
     p = doctor.read_text("/proc/sys/kernel/perf_event_paranoid")
     f.paranoid = int(p) if p and p.lstrip("-").isdigit() else None
     f.root = os.geteuid() == 0
@@ -459,9 +457,9 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
         hw_ok, why, fix = hw_backend_status()
         if not hw_ok:
             raise LocusError(f"--backend hw: {why}" + (f"; fix: {fix}" if fix else ""), 2)
-    elif asked == "soft" and platform.machine() != "x86_64":
+    elif asked == "soft" and os.uname().machine != "x86_64":
         raise LocusError(
-            f"--backend soft decodes x86-64 instructions; this machine is {platform.machine()}",
+            f"--backend soft decodes x86-64 instructions; this machine is {os.uname().machine}",
             2,
         )
     elif asked == "exact":
@@ -801,14 +799,14 @@ def host_info() -> dict:
     except OSError:
         online = os.cpu_count()
     return {
-        "hostname": socket.gethostname(),
+        "hostname": os.uname().nodename,
         "cpus": os.cpu_count(),
         "online_cpus": online,
         "numa_nodes": numa_node_count(),
         "cpu_node": cpu_node_map(),  # the report's core-to-node matrix: this machine's
         "cache_line": cache_line_size(),
         "kernel": uname.release,
-        "machine": uname.machine or platform.machine(),
+        "machine": uname.machine or os.uname().machine,
     }
 
 
@@ -1064,12 +1062,12 @@ def record(
 
     exe = resolve_command(command[0])
     machine = elf_machine(exe)
-    if machine is not None and machine != platform.machine():
+    if machine is not None and machine != os.uname().machine:
         # ld.so's own error in the program's stderr ("wrong ELF class"), and then "may be
         # setuid", said neither what nor why.
         raise LocusError(
             f"{command[0]} is built for {machine} and locus's runtime for "
-            f"{platform.machine()}: the loader cannot preload it there; record a native build",
+            f"{os.uname().machine}: the loader cannot preload it there; record a native build",
             2,
         )
     if elf_is_static(exe):
