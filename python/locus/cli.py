@@ -13,7 +13,7 @@ import os
 import re
 import sys
 
-from locus import __version__
+from locus import __version__, perfwarm
 from locus.errors import LocusError
 
 LENSES = ("locks", "comm", "numa", "monitor")
@@ -633,8 +633,10 @@ def cmd_doctor(ns: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     args = sys.argv[1:] if argv is None else list(argv)
+    if perfwarm.wanted(args):
+        perfwarm.start()  # overlaps the parsers' construction and the launcher's work
+    parser = build_parser()
     if sys.stdout is None:  # started with stdout closed (`>&-`): what it prints goes nowhere
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
     try:

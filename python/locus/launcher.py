@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from locus import FORMAT_VERSION, __version__
+from locus import FORMAT_VERSION, __version__, perfwarm
 from locus.errors import LocusError
 from locus.sampler import (
     PROC_EXECED,
@@ -1078,6 +1078,10 @@ def record(
         )
     sampling = "comm" in lenses or "numa" in lenses
     comm_settings = resolve_comm(comm, exe, command) if sampling else None
+    if comm_settings and comm_settings["backend"] in ("soft", "hw"):
+        perfwarm.start()  # (already under way when cli.main saw the lens)
+    else:
+        perfwarm.stop()
     if comm_settings and comm_settings["instrumented"]:
         print(
             f"locus: note: {os.path.basename(comm_settings['instrumented'])} is built with "
@@ -1207,6 +1211,7 @@ def record(
             child.wait()
         if sampler is not None:
             sampler.stop()
+        perfwarm.stop()
         stop_monitor(engine, fifo, meta)
         status, signame = exit_status(child.returncode)
         entries = proc_entries(run_dir)

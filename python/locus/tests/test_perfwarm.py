@@ -1,0 +1,43 @@
+"""The launcher's perf warm-up (perfwarm.py): when it starts, and that it leaves nothing open."""
+
+import os
+
+import pytest
+
+from locus import perfwarm
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        (["record", "--lens", "comm", "--", "prog"], True),
+        (["record", "--lens=locks,numa", "--", "prog"], True),
+        (["record", "--lens", "locks", "--lens", "comm", "--", "prog"], True),
+        (["record", "--lens", "comm", "--backend", "soft", "--", "prog"], True),
+        (["record", "--lens", "comm", "--backend=exact", "--", "prog"], False),
+        (["record", "--", "prog", "--lens", "comm"], False),  # the program's own words
+        (["record", "--", "prog"], False),  # default lens: locks
+        (["record", "--lens", "locks", "--", "prog"], False),
+        (["report", "--lens", "comm", "run"], False),
+        ([], False),
+    ],
+)
+def test_wanted(args, want):
+    assert perfwarm.wanted(args) is want
+
+
+def fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_start_then_stop_leaves_no_descriptor():
+    before = fds()
+    perfwarm.start()
+    perfwarm.start()  # a second start while under way does nothing
+    perfwarm._thread.join()
+    opened = perfwarm._fd
+    if opened >= 0:  # where perf_event_open is allowed (root, or paranoid <= 2)
+        assert os.readlink(f"/proc/self/fd/{opened}") == "anon_inode:[perf_event]"
+    perfwarm.stop()
+    assert perfwarm._fd == -1 and perfwarm._thread is None
+    assert fds() == before
