@@ -1035,6 +1035,11 @@ class SignalForwarder:
 # -- record --------------------------------------------------------------------------------
 
 
+# How long the launcher waits, after the program exits, for processes it left running (a
+# daemon) to finish their records before it reports them as still running.
+DAEMON_GRACE_S = 0.2
+
+
 def record(
     command: list[str],
     out: str | None = None,
@@ -1224,6 +1229,18 @@ def record(
         alive = [i for i in todo if still_running(entries[i], run_dir)]
         for i in todo:
             finished[i] = proc_flags(os.path.join(entries[i], "proc.bin"))
+        # A daemon that finishes its work at once (daemon(3), a double fork that writes a
+        # file and exits) is given DAEMON_GRACE_S to end, so that its records are whole; one
+        # that runs on is left running, and the run says so.
+        deadline = time.monotonic() + DAEMON_GRACE_S
+        while True:
+            alive = [i for i in alive if not ended(finished[i])]
+            if not alive or time.monotonic() >= deadline:
+                break
+            time.sleep(0.005)
+            alive = [i for i in alive if still_running(entries[i], run_dir)]
+            for i in todo:
+                finished[i] = proc_flags(os.path.join(entries[i], "proc.bin"))
         running = [entries[i] for i in alive if not ended(finished[i])]
         # Every process finished its records: at exit, at exec, or in the runtime's handler
         # of a fatal signal (a crash or SIGTERM: the records are whole up to it). SIGKILL
