@@ -634,8 +634,16 @@ def cmd_doctor(ns: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    if perfwarm.wanted(args):
-        perfwarm.start()  # overlaps the parsers' construction and the launcher's work
+    if not perfwarm.wanted(args):
+        return _main(args)
+    perfwarm.start()  # overlaps the parsers' construction and the launcher's work
+    try:
+        return _main(args)
+    finally:
+        perfwarm.stop()  # (the launcher stops it when the program ends; here on any error)
+
+
+def _main(args: list[str]) -> int:
     parser = build_parser()
     if sys.stdout is None:  # started with stdout closed (`>&-`): what it prints goes nowhere
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)

@@ -39,6 +39,7 @@ def perf_fds() -> set[str]:
 
 
 def test_start_then_stop_leaves_no_descriptor():
+    perfwarm.stop()  # (none should be under way)
     before = perf_fds()
     perfwarm.start()
     perfwarm.start()  # a second start while under way does nothing
@@ -49,3 +50,15 @@ def test_start_then_stop_leaves_no_descriptor():
     perfwarm.stop()
     assert perfwarm._fd == -1 and perfwarm._thread is None
     assert perf_fds() == before
+
+
+def test_a_failed_record_leaves_no_descriptor(tmp_path):
+    """`locus record --lens comm` that fails before the program starts (here: no such
+    program) starts the warm-up in cli.main and must close it."""
+    from locus import cli
+
+    perfwarm.stop()
+    before = perf_fds()
+    rc = cli.main(["record", "-o", str(tmp_path / "r"), "--lens", "comm", "--", "/nonexistent"])
+    assert rc != 0
+    assert perfwarm._thread is None and perf_fds() == before
