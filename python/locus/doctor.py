@@ -18,25 +18,30 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
+from locus.perfevent import (  # noqa: F401 (doctor.X: the names its callers use)
+    ATTR_DISABLED,
+    ATTR_EXCLUDE_HV,
+    ATTR_EXCLUDE_KERNEL,
+    ATTR_PRECISE_IP_SHIFT,
+    ATTR_REMOVE_ON_EXEC,
+    ATTR_SIGTRAP,
+    HW_BREAKPOINT_LEN_8,
+    HW_BREAKPOINT_W,
+    PERF_ATTR_SIZE,
+    PERF_ATTR_SIZE_VER7,
+    PERF_COUNT_HW_CPU_CYCLES,
+    PERF_COUNT_SW_TASK_CLOCK,
+    PERF_TYPE_BREAKPOINT,
+    PERF_TYPE_HARDWARE,
+    PERF_TYPE_RAW,
+    PERF_TYPE_SOFTWARE,
+    SYS_PERF_EVENT_OPEN,
+    perf_attr,
+    perf_open_fd,
+)
 from locus.sysfs import EVENT_SOURCES, node_cpus
 
 # perf_event_open(2)
-PERF_TYPE_HARDWARE = 0
-PERF_TYPE_SOFTWARE = 1
-PERF_TYPE_RAW = 4
-PERF_TYPE_BREAKPOINT = 5
-PERF_COUNT_HW_CPU_CYCLES = 0
-PERF_COUNT_SW_TASK_CLOCK = 1
-HW_BREAKPOINT_W = 2
-HW_BREAKPOINT_LEN_8 = 8
-PERF_ATTR_SIZE = 112  # PERF_ATTR_SIZE_VER5: accepted by every kernel since 4.1
-PERF_ATTR_SIZE_VER7 = 128  # with sigtrap (Linux 5.13)
-ATTR_DISABLED = 1 << 0
-ATTR_EXCLUDE_KERNEL = 1 << 5
-ATTR_EXCLUDE_HV = 1 << 6
-ATTR_PRECISE_IP_SHIFT = 15
-ATTR_REMOVE_ON_EXEC = 1 << 36
-ATTR_SIGTRAP = 1 << 37
 # PERF_SAMPLE_IP|TID|TIME|ADDR|CPU|WEIGHT|DATA_SRC: what the hw backend asks for
 HW_SAMPLE_TYPE = 0x1 | 0x2 | 0x4 | 0x8 | 0x80 | 0x4000 | 0x8000
 # Intel load-latency and store events when sysfs gives no encoding (SNB..HSW / SKL+)
@@ -45,7 +50,6 @@ INTEL_MEM_STORES = 0x82D0
 INTEL_LDLAT = 30
 WATCHPOINT_SLOTS = 4
 LINE_SIZE_FILE = "/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size"
-SYS_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241, "i686": 336, "ppc64le": 319, "riscv64": 241}
 
 CAP_SYS_ADMIN = 21
 CAP_PERFMON = 38
@@ -129,52 +133,6 @@ def effective_caps() -> int:
         if line.startswith("CapEff:"):
             return int(line.split()[1], 16)
     return 0
-
-
-def perf_attr(
-    type_: int,
-    config: int = 0,
-    flags: int = ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV,
-    period: int = 0,
-    sample_type: int = 0,
-    config1: int = 0,
-    config2: int = 0,
-    bp_type: int = 0,
-    size: int = PERF_ATTR_SIZE,
-) -> ctypes.Array:
-    """A struct perf_event_attr (the offsets are the kernel ABI's)."""
-    attr = ctypes.create_string_buffer(size)
-    ctypes.c_uint32.from_buffer(attr, 0).value = type_
-    ctypes.c_uint32.from_buffer(attr, 4).value = size
-    ctypes.c_uint64.from_buffer(attr, 8).value = config
-    ctypes.c_uint64.from_buffer(attr, 16).value = period
-    ctypes.c_uint64.from_buffer(attr, 24).value = sample_type
-    ctypes.c_uint64.from_buffer(attr, 40).value = flags
-    ctypes.c_uint32.from_buffer(attr, 52).value = bp_type
-    ctypes.c_uint64.from_buffer(attr, 56).value = config1  # bp_addr for breakpoints
-    ctypes.c_uint64.from_buffer(attr, 64).value = config2  # bp_len for breakpoints
-    return attr
-
-
-def perf_open_fd(attr: ctypes.Array) -> tuple[int, str | None]:
-    """perf_event_open(attr, this thread, any CPU): (fd, None) or (-1, why not)."""
-    nr = SYS_PERF_EVENT_OPEN.get(platform.machine())
-    if nr is None:
-        return -1, f"perf_event_open syscall number unknown on {platform.machine()}"
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    fd = libc.syscall(
-        ctypes.c_long(nr),
-        attr,
-        ctypes.c_int(0),
-        ctypes.c_int(-1),
-        ctypes.c_int(-1),
-        ctypes.c_ulong(0),
-    )
-    if fd < 0:
-        err = ctypes.get_errno()
-        return -1, f"{os.strerror(err)} (errno {err})"
-    return fd, None
 
 
 def perf_try(attr: ctypes.Array) -> str | None:

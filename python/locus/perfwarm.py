@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import threading
 
-SYS_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
+from locus import perfevent
+
 SAMPLING_LENSES = ("comm", "numa")
 
 _lock = threading.Lock()
@@ -28,24 +29,13 @@ _fd = -1
 
 def _open() -> None:
     global _fd
-    nr = SYS_PERF_EVENT_OPEN.get(os.uname().machine)
-    if nr is None:
-        return
-    try:
-        import ctypes
-
-        attr = ctypes.create_string_buffer(128)  # struct perf_event_attr
-        ctypes.c_uint32.from_buffer(attr, 0).value = 1  # PERF_TYPE_SOFTWARE
-        ctypes.c_uint32.from_buffer(attr, 4).value = 128  # size
-        ctypes.c_uint64.from_buffer(attr, 8).value = 9  # PERF_COUNT_SW_DUMMY
-        ctypes.c_uint64.from_buffer(attr, 40).value = 1 | 1 << 5 | 1 << 6  # disabled, excl. k/hv
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        flags = ctypes.c_ulong(8)  # PERF_FLAG_FD_CLOEXEC: the program never inherits it
-        me, any_cpu, no_group = ctypes.c_int(0), ctypes.c_int(-1), ctypes.c_int(-1)
-        fd = int(libc.syscall(ctypes.c_long(nr), attr, me, any_cpu, no_group, flags))
-    except (OSError, AttributeError):
-        return
+    attr = perfevent.perf_attr(
+        perfevent.PERF_TYPE_SOFTWARE,
+        perfevent.PERF_COUNT_SW_DUMMY,
+        size=perfevent.PERF_ATTR_SIZE_VER7,
+    )  # disabled, user space only
+    # CLOEXEC: the program never inherits it.
+    fd, _why = perfevent.perf_open_fd(attr, perfevent.PERF_FLAG_FD_CLOEXEC)
     _fd = fd
 
 
