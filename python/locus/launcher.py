@@ -1206,6 +1206,10 @@ def record(
     sampler = None
     try:
         forwarder.block()
+        # Closed once the program runs: the kernel keeps its hooks on for a second after
+        # the last event closes, long enough for the runtime's first one; held for the whole
+        # run, it would keep them on for a program whose threads all left the task clock.
+        perfwarm.stop()
         sampler = Sampler(run_dir, child.pid, sample_interval_ms)
         sampler.start()
         child.wait()

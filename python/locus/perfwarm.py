@@ -6,11 +6,14 @@ which took 13-20 ms on this project's 2-vCPU VM. Opened by the runtime at the pr
 start, that delay was the program's (`locus record -- PROG` started PROG 12-21 ms later
 than with a perf event already open somewhere). The launcher therefore opens a disabled
 dummy event on itself, in a thread, as soon as it knows the run will sample (`locus
-record` with the comm or numa lens), and keeps it until the program has ended: the
-runtime's first event then finds the hooks on. Nothing happens where perf_event_open is
-refused (perf_event_paranoid, seccomp) or on an architecture without a known syscall
-number. Imports only what the launcher imports anyway: cli.main starts it before building
-its parsers.
+record` with the comm or numa lens), and closes it once the program is started: the kernel
+switches the hooks off only a second after the last event closes (a delayed work), so the
+runtime's first event, opened at the program's start, finds them on. (Held for the whole
+run, the dummy would keep them on, and every context switch of the machine paying for
+them, in a program whose threads all left the task clock for the tick.) Nothing happens
+where perf_event_open is refused (perf_event_paranoid, seccomp) or on an architecture
+without a known syscall number. Imports only what the launcher imports anyway: cli.main
+starts it before building its parsers.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def start() -> None:
 
 
 def stop() -> None:
-    """Close it (after the program has ended); the next start() opens another."""
+    """Close it (once the program is started); the next start() opens another."""
     global _thread, _fd
     with _lock:
         if _thread is not None:
