@@ -640,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(args)
     finally:
-        perfwarm.stop()  # (the launcher stops it when the program ends; here on any error)
+        perfwarm.stop()  # (the launcher stops it once the program runs; here on any error)
 
 
 def _main(args: list[str]) -> int:

@@ -806,7 +806,7 @@ def host_info() -> dict:
         "cpu_node": cpu_node_map(),  # the report's core-to-node matrix: this machine's
         "cache_line": cache_line_size(),
         "kernel": uname.release,
-        "machine": uname.machine or os.uname().machine,
+        "machine": uname.machine,
     }
 
 
