@@ -867,17 +867,26 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     # Scaling and its uncertainty, honestly.
     if n_sampled:
         rse = totals["rse"] or 0.0
+        # A trap stands for more than one period (detect.c): the paper's L/(D M).
+        traps = (
+            f"; a detection by watchpoint trap stands for {cfg['line_size']}/(8 M) periods "
+            f"(the line's bytes over the 8 M its M watchpoints covered: "
+            f"{cfg['line_size'] // 32} with 4), times k for a thread that armed only 1 time in "
+            "k because its armings seldom trapped"
+            if totals.get("detections_trap")
+            else ""
+        )
         if sc["unit"] == "s":
             notes.append(
                 f"time-based sampling ({cfg['backend']}, one sample per {sc['period']} ns of "
-                "a thread's CPU time): each detection stands for that much CPU time spent in "
-                "accesses to lines another thread wrote; volumes are that time in seconds, "
-                "not a number of cache lines"
+                "a thread's CPU time): each detection by lookup stands for that much CPU time "
+                f"spent in accesses to lines another thread wrote{traps}; volumes are that "
+                "time in seconds, not a number of cache lines"
             )
         elif sc["unit"] == "lines":
             notes.append(
-                f"count-based sampling: each detection stands for {sc['period']} "
-                "communications (ComDetective scaling)"
+                f"count-based sampling: each detection by lookup stands for {sc['period']} "
+                f"communications (ComDetective scaling){traps.replace(' periods', ' times that')}"
             )
         elif sc["unit"] == "samples":
             notes.append(
