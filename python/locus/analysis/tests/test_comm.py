@@ -180,6 +180,10 @@ def test_detections_by_how_they_were_made(tmp_path):
     text = "\n".join(summary_lines({"run": {"duration_s": 1.0}, "lenses": {"comm": res}}))
     assert "4 watchpoints (and on loads)" in text, text
     assert "from 7 detections (2 by lookup, 1 by trap, 4 on loads)" in text, text
+    # The scaling note says what a trap stands for, as it does when a run has traps.
+    scaling = next(n for n in res["notes"] if n.startswith("time-based sampling"))
+    assert "watchpoint trap stands for 64/(8 M) periods" in scaling, scaling
+    assert "times k" in scaling, scaling
 
 
 def test_config_without_meta_from_thread_records(tmp_path):
