@@ -54,8 +54,8 @@ void locus_tsc_check(void) {
 #endif
 }
 
-/* Whether the word (its first characters) starts with " constant_tsc" or " nonstop_tsc", as
- * strstr found them in the flags line (bit 0, bit 1). */
+/* Whether a word of the flags line (its first cap - 1 characters, in w) starts with
+ * "constant_tsc" (bit 0) or "nonstop_tsc" (bit 1). */
 static int tsc_flags(char *w, size_t wl, size_t cap) {
   w[wl < cap ? wl : cap - 1] = 0;
   return (!strncmp(w, "constant_tsc", 12) ? 1 : 0) | (!strncmp(w, "nonstop_tsc", 11) ? 2 : 0);

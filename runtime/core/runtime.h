@@ -17,6 +17,15 @@
 #define LOCUS_HIDDEN __attribute__((visibility("hidden")))
 #define LOCUS_EXPORT __attribute__((visibility("default")))
 
+/* Open addressing in two tiers, for tables whose entries should share one page while they
+ * are few (every page a table touches stays in the program's resident memory): the i-th
+ * slot probed, `probes` slots of the first `near` (start near_h), then `probes` of the
+ * other slots - near (start far_h). The join map and the soft backend's pc cache. */
+static inline uint32_t locus_tiered_slot(uint32_t near_h, uint32_t far_h, uint32_t i, uint32_t near,
+                                         uint32_t probes, uint32_t slots) {
+  return i < probes ? (near_h + i) % near : near + (far_h + i - probes) % (slots - near);
+}
+
 /* ---- clock.c ---- */
 extern int locus_clock_kind; /* enum locus_clock */
 uint64_t locus_ticks(void);

@@ -299,11 +299,10 @@ static struct {
   uint32_t tid;
 } join_map[JOIN_SLOTS];
 
-/* The i-th slot probed for `pthread`: the first tier's probes, then the rest's. */
+/* The i-th slot probed for `pthread`. */
 static uint32_t join_slot(unsigned long pthread, uint32_t i) {
   uint32_t h = (uint32_t)((pthread >> 12) * 2654435761u);
-  return i < JOIN_PROBES ? (h + i) % JOIN_NEAR
-                         : JOIN_NEAR + (h + i - JOIN_PROBES) % (JOIN_SLOTS - JOIN_NEAR);
+  return locus_tiered_slot(h, h, i, JOIN_NEAR, JOIN_PROBES, JOIN_SLOTS);
 }
 
 void locus_join_map_put(unsigned long pthread, uint32_t tid) {

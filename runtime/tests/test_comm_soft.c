@@ -397,6 +397,15 @@ static int run_case(const char *self, const char *lib, const char *name, const c
   return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
+/* Runs case `name` (a check made inside the preloaded child) in a fresh run directory under
+ * `base`: 1 when it passed. */
+static int child_check(const char *self, const char *lib, const char *base, const char *name) {
+  char run[4200];
+  snprintf(run, sizeof run, "%s/%s", base, name);
+  mkdir(run, 0755);
+  return run_case(self, lib, name, run) == 0;
+}
+
 /* Runs case `name` in a fresh run directory under `base` and reads what it left; 1 if it
  * ran and left its records (shown). */
 static int run_and_read(const char *self, const char *lib, const char *base, const char *name,
@@ -1092,41 +1101,30 @@ int main(int argc, char **argv) {
   self[n] = 0;
   char base[] = "/tmp/locus-test-comm-XXXXXX";
   if (!mkdtemp(base)) return 2;
-  char run[4200];
   struct result r;
   int ok;
 
   /* (d) The decoder, called in a preloaded child through the test entry point. */
-  snprintf(run, sizeof run, "%s/decode", base);
-  mkdir(run, 0755);
   finish("soft decoder: address, size and direction of known instructions",
-         run_case(self, lib, "decode", run) == 0);
+         child_check(self, lib, base, "decode"));
 
   /* (d2) The run ahead against the CPU's own single steps. */
-  snprintf(run, sizeof run, "%s/ahead", base);
-  mkdir(run, 0755);
   finish("soft run ahead: the next access found without stepping is the one the CPU makes",
-         run_case(self, lib, "ahead", run) == 0);
+         child_check(self, lib, base, "ahead"));
 
   /* (d3) Callers of hw samples, with the comm lens's hw backend refused (no PMU here, and
    * so no soft sampler): the stack scan on its own. */
-  snprintf(run, sizeof run, "%s/samplecaller", base);
-  mkdir(run, 0755);
   finish("hw samples in a system library get the program's call into it",
-         run_case(self, lib, "samplecaller", run) == 0);
+         child_check(self, lib, base, "samplecaller"));
 
   /* (d4) The check that moves a thread that switches often to the scheduler's tick. */
-  snprintf(run, sizeof run, "%s/switchrate", base);
-  mkdir(run, 0755);
   finish("soft sampler: a switch rate far past the threshold moves a thread at its first check",
-         run_case(self, lib, "switchrate", run) == 0);
+         child_check(self, lib, base, "switchrate"));
 
   /* (d5) A new thread opens no perf event until its rate is known. */
-  snprintf(run, sizeof run, "%s/starttick", base);
-  mkdir(run, 0755);
   finish(
       "soft sampler: a new thread starts on the tick, a compute thread then takes the task clock",
-      run_case(self, lib, "starttick", run) == 0);
+      child_check(self, lib, base, "starttick"));
 
   /* (a) Two threads writing the same word: communication between exactly them, mostly
    * true sharing. */

@@ -672,8 +672,7 @@ static uint64_t lookup(const struct module *m, uint64_t pc) {
   uint32_t near = (uint32_t)(h >> 40), far = (uint32_t)(h >> 16), k = 0;
   int empty = 0;
   for (uint32_t i = 0; i < 2 * CACHE_PROBES && !empty; i++) {
-    k = i < CACHE_PROBES ? (near + i) % CACHE_NEAR
-                         : CACHE_NEAR + (far + i - CACHE_PROBES) % (CACHE_SLOTS - CACHE_NEAR);
+    k = locus_tiered_slot(near, far, i, CACHE_NEAR, CACHE_PROBES, CACHE_SLOTS);
     uint64_t w = atomic_load_explicit(&pc_cache[k], memory_order_relaxed);
     if ((w & PC_VALID) && (w & PC_MASK) == pc) return w;
     empty = !(w & PC_VALID); /* never emptied one by one: pc is not further on */
@@ -2127,8 +2126,9 @@ static void thread_context(void) {
   locus_comm_soft_thread_stack();
 }
 
-/* The switch rate is measured from the sampler's start (adapt). */
-static void sampler_started(void) {
+/* The thread's sampler, and the start of its switch rate's measurement (adapt). */
+static void start_sampling(void) {
+  start_sampler();
   if (switch_high && (me_soft.source == SRC_SIGTRAP || me_soft.undecided))
     adapt_mark(locus_thread_cpu_ns());
 }
@@ -2149,8 +2149,7 @@ static void soft_thread_init(void) {
   /* Objects dlopen'ed since the last snapshot (the handler cannot call dl_iterate_phdr). */
   refresh_modules();
   locus_comm_detect_thread_init();
-  start_sampler();
-  sampler_started();
+  start_sampling();
 }
 
 static void soft_thread_fini(void) {
@@ -2177,8 +2176,7 @@ static void soft_after_fork(void) {
   atomic_store(&mods_busy, 0);
   sampler_reset();
   locus_comm_detect_thread_init();
-  start_sampler();
-  sampler_started();
+  start_sampling();
 }
 
 static int soft_proc_init(void) {
