@@ -279,15 +279,26 @@ static int stack_covers(const struct locus_alloc *a, size_t n, uint32_t tid, uin
   return 0;
 }
 
+/* Case `name` under `lenses` in a fresh run directory (`dir` under the base, in run): the
+ * program's exit code in *rc (0 expected), its pid in *pid and its allocation records (NULL
+ * when there are none; the caller frees them), *n of them. */
+static struct locus_alloc *run_loaded(const char *self, const char *lib, const char *lenses,
+                                      const char *name, const char *dir, char *run, size_t cap,
+                                      int *rc, pid_t *pid, size_t *n) {
+  fresh_dir(run, cap, dir);
+  *rc = run_case(self, lib, lenses, name, run, pid);
+  return load_allocs(run, *pid, n);
+}
+
 static void test_known(const char *self, const char *lib) {
   int ok = 1;
   char run[4096], path[4300];
-  fresh_dir(run, sizeof run, "known");
+  int rc;
   pid_t pid;
-  int rc = run_case(self, lib, "comm", "known", run, &pid);
-  CHECK(rc == 0, "the program exited %d", rc);
   size_t n;
-  struct locus_alloc *a = load_allocs(run, pid, &n);
+  struct locus_alloc *a =
+      run_loaded(self, lib, "comm", "known", "known", run, sizeof run, &rc, &pid, &n);
+  CHECK(rc == 0, "the program exited %d", rc);
   CHECK(a && n > 0, "no allocs.bin records (did the comm lens start?)");
   snprintf(path, sizeof path, "%s/addrs", run);
   FILE *f = fopen(path, "r");
@@ -347,12 +358,12 @@ static void test_known(const char *self, const char *lib) {
 static void test_off(const char *self, const char *lib) {
   int ok = 1;
   char run[4096];
-  fresh_dir(run, sizeof run, "off");
-  pid_t pid;
-  int rc = run_case(self, lib, "locks", "known", run, &pid);
-  CHECK(rc == 0, "the program exited %d", rc);
+  int rc;
   size_t n;
-  struct locus_alloc *a = load_allocs(run, pid, &n);
+  pid_t pid;
+  struct locus_alloc *a =
+      run_loaded(self, lib, "locks", "known", "off", run, sizeof run, &rc, &pid, &n);
+  CHECK(rc == 0, "the program exited %d", rc);
   CHECK(!a, "allocs.bin written with the comm lens off");
   free(a);
   finish("no allocation records without the comm lens", ok);
@@ -428,12 +439,12 @@ static void test_stress(const char *self, const char *lib) {
 static void test_serial(const char *self, const char *lib) {
   int ok = 1;
   char run[4096];
-  fresh_dir(run, sizeof run, "serial");
+  int rc;
   pid_t pid;
-  int rc = run_case(self, lib, "comm", "serial", run, &pid);
-  CHECK(rc == 0, "the program exited %d", rc);
   size_t n;
-  struct locus_alloc *a = load_allocs(run, pid, &n);
+  struct locus_alloc *a =
+      run_loaded(self, lib, "comm", "serial", "serial", run, sizeof run, &rc, &pid, &n);
+  CHECK(rc == 0, "the program exited %d", rc);
   static uint8_t seen[SERIAL_ROUNDS * SERIAL_BLOCKS];
   int blocks = 0, frees = 0;
   for (size_t i = 0; a && i < n; i++) {
