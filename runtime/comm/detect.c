@@ -9,8 +9,18 @@
  *      (reservoir sampling decides whether it replaces what is armed); a trap on it is a
  *      communication with the publisher, and the watchpoints on that line are disarmed;
  *   3. a store is published on the board.
- * A publication expires after one sampling period (or, if later, the considering thread's
- * previous sample) or after two more store samples of its publisher.
+ * A publication expires after two more samples of its publisher (the paper's "two store
+ * samples", with its other samples counted too), i.e. after at most two sampling periods of
+ * the publisher's own clock: the sampling clock is each thread's CPU time (task-clock), and
+ * a period of wall time is not one of a thread that is time-sliced or blocked (with more
+ * threads than CPUs, a lifetime of one period of wall time left 11 % of the samples on
+ * shared lines without any candidate). A thread that ends expires its publications.
+ *
+ * Beyond the paper: step 2 prefers, among the unexpired candidates, the lines this thread
+ * itself was sampled on lately (its last TOUCHED distinct lines): a watchpoint traps only
+ * when this thread touches the line, and the paper's uniform choice spent a quarter of the
+ * armings (4 threads on 2 CPUs, comm_writevol) on lines it never touches (other threads'
+ * stacks and private arrays). Any candidate is taken when none is on such a line.
  *
  * Volumes are in samples: 1 for a sample detection, L/(D*M) for a trap (line size L, D = 8
  * bytes watched per register, M registers armed on the line).
@@ -55,6 +65,8 @@
 #define READ_TRIES 4
 #define ARM_WINDOW 64u /* armings over which a thread's trap yield is counted */
 #define ARM_SKIP_MAX 16u
+#define TOUCHED 16u /* lines a thread was sampled on lately: step 2 prefers them */
+#define LIFETIME 2u /* a publication's lifetime, in sampling periods of its publisher */
 
 struct bb_entry { /* 64 bytes */
   _Atomic uint32_t seq;
@@ -68,7 +80,7 @@ struct bb_entry { /* 64 bytes */
   int16_t cpu;
   uint16_t serial; /* publisher's thread serial, mod PUBLISHERS */
   uint16_t loaded; /* a sampled load (the load board): 1, 2 once a trap resolved it; else 0 */
-  uint32_t pubno;  /* publisher's store (or load) sample count when it published this */
+  uint32_t pubno;  /* publisher's sampled periods (pubclock) when it published this */
   uint32_t weight; /* sampling periods the publishing sample stands for */
 };
 _Static_assert(sizeof(struct bb_entry) == 64, "a bulletin board entry is one cache line");
@@ -80,9 +92,10 @@ static uint32_t board_cap;     /* entries mapped: --bulletin-size, a power of tw
 static _Atomic uint32_t board_mask; /* entries in use - 1: grows with the threads */
 static _Atomic uint32_t recent[RECENT];
 static _Atomic uint32_t recent_next;
-static _Atomic uint32_t pubcount[PUBLISHERS];
-static _Atomic uint32_t ldcount[PUBLISHERS]; /* load-sample counters (the load board) */
-static _Atomic int board_state;              /* 0 none, 1 being made, 2 ready */
+/* Sampling periods each thread (by serial, mod) has been sampled for: its CPU time, the
+ * clock publications expire by. */
+static _Atomic uint32_t pubclock[PUBLISHERS];
+static _Atomic int board_state; /* 0 none, 1 being made, 2 ready */
 static pid_t board_pid;
 static uint64_t period_ticks;
 
@@ -100,8 +113,13 @@ struct detect_tls {
   uint64_t seen;   /* reservoir: candidates seen since the armed one was chosen */
   uint32_t weight; /* periods of the sample being handled (arm() keeps it for the trap) */
   uint32_t arm_weight;
-  uint32_t arms, hits; /* armings on stores, and their traps, halved every ARM_WINDOW armings */
-  struct bb_entry on;  /* the publication being watched */
+  /* Armings on stores and their traps, halved every ARM_WINDOW armings: [1] on lines this
+   * thread touched lately, [0] on others. */
+  uint32_t arms[2], hits[2];
+  int on_near;               /* `on` is on a line this thread touched lately */
+  struct bb_entry on;        /* the publication being watched */
+  uint64_t touched[TOUCHED]; /* distinct lines of this thread's latest samples */
+  uint32_t ntouched;
 };
 static LOCUS_TLS struct detect_tls dt;
 static LOCUS_TLS uint64_t wp_parking __attribute__((aligned(8)));
@@ -138,13 +156,10 @@ static int read_entry(const struct bb_entry *tab, uint32_t slot, struct bb_entry
 static void publish(const struct locus_comm_access *a, uint64_t line, int loaded) {
   uint32_t slot = slot_of(line);
   struct bb_entry *e = loaded ? &loads[slot] : &board[slot];
-  _Atomic uint32_t *count = loaded ? ldcount : pubcount;
   uint32_t s = atomic_load_explicit(&e->seq, memory_order_relaxed);
   if ((s & 1) || !atomic_compare_exchange_strong(&e->seq, &s, s + 1)) return;
   atomic_thread_fence(memory_order_release);
   uint32_t serial = locus_me.serial % PUBLISHERS;
-  uint32_t n = atomic_load_explicit(&count[serial], memory_order_relaxed) + 1;
-  atomic_store_explicit(&count[serial], n, memory_order_relaxed);
   e->tid = locus_me.tid;
   e->line = line;
   e->addr = a->addr;
@@ -154,7 +169,7 @@ static void publish(const struct locus_comm_access *a, uint64_t line, int loaded
   e->len = (uint16_t)a->len;
   e->cpu = (int16_t)a->cpu;
   e->serial = (uint16_t)serial;
-  e->pubno = n;
+  e->pubno = atomic_load_explicit(&pubclock[serial], memory_order_relaxed);
   e->loaded = (uint16_t)loaded;
   e->weight = dt.weight;
   atomic_store_explicit(&e->seq, s + 2, memory_order_release);
@@ -164,14 +179,25 @@ static void publish(const struct locus_comm_access *a, uint64_t line, int loaded
   locus_ct.st.published++;
 }
 
-/* A publication stays fresh for one sampling period, and for as long as it is newer than
- * this thread's previous sample (the window in which step 1 would count it: a thread that
- * was descheduled keeps what was published meanwhile). */
-static int expired(const struct bb_entry *e, uint64_t now) {
-  /* (a thread's first sample has no previous one: an old entry of a thread that ended) */
-  if (now > e->t && now - e->t > period_ticks && (e->t <= dt.t_prev || !dt.t_prev)) return 1;
-  _Atomic uint32_t *count = e->loaded ? ldcount : pubcount;
-  return atomic_load_explicit(&count[e->serial % PUBLISHERS], memory_order_relaxed) - e->pubno >= 2;
+/* A publication expires once its publisher has been sampled LIFETIME more periods (see the
+ * top of the file). */
+static int expired(const struct bb_entry *e) {
+  return atomic_load_explicit(&pubclock[e->serial % PUBLISHERS], memory_order_relaxed) - e->pubno >=
+         LIFETIME;
+}
+
+/* The calling thread has been sampled for `periods` more (only it writes its counter). */
+static void advance_clock(uint32_t periods) {
+  _Atomic uint32_t *c = &pubclock[locus_me.serial % PUBLISHERS];
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + periods,
+                        memory_order_relaxed);
+}
+
+/* Was this thread sampled on `line` lately? */
+static int touched(uint64_t line) {
+  for (uint32_t i = 0; i < TOUCHED; i++)
+    if (dt.touched[i] == line) return 1;
+  return 0;
 }
 
 static int overlap(uint64_t a, uint32_t alen, uint64_t b, uint32_t blen) {
@@ -253,7 +279,7 @@ static int load_chunks(const struct bb_entry *e, uint32_t *first) {
  * PERF_EVENT_IOC_MODIFY_ATTRIBUTES on a breakpoint disables it, moves it (and changes its
  * type) and re-enables it in one call (about 3.5 us here), so the registers already armed
  * are moved in place, not disabled first; only the ones left over are disabled. */
-static void arm(const struct bb_entry *e) {
+static void arm(const struct bb_entry *e, int near) {
   uint32_t nchunks = locus_comm_cfg.line / WP_BYTES;
   uint8_t order[64];
   for (uint32_t i = 0; i < nchunks && i < 64; i++) order[i] = (uint8_t)i;
@@ -282,11 +308,12 @@ static void arm(const struct bb_entry *e) {
   for (int i = armed; i < was; i++) ioctl(dt.fds[i], PERF_EVENT_IOC_DISABLE, 0);
   dt.armed = armed;
   dt.on = *e;
+  dt.on_near = near;
   dt.arm_weight = dt.weight;
   locus_ct.st.armed += (uint64_t)armed;
-  if (!e->loaded && armed && ++dt.arms >= ARM_WINDOW) {
-    dt.arms /= 2;
-    dt.hits /= 2;
+  if (!e->loaded && armed && ++dt.arms[near] >= ARM_WINDOW) {
+    dt.arms[near] /= 2;
+    dt.hits[near] /= 2;
   }
 }
 
@@ -296,27 +323,32 @@ static void arm(const struct bb_entry *e) {
  * same, and a thread that shares nothing pays 1/k of the ioctls (4 per arming, ~3.5 us each
  * here). k = the armings per trap over the last ARM_WINDOW armings, divided by 4, rounded
  * down to a power of two, 1 to ARM_SKIP_MAX: a yield of one trap in four armings or better
- * arms every time. The first trap after a private phase brings k back down at once. */
-static uint32_t arm_odds(void) {
-  uint32_t per_trap = dt.arms / (4 * dt.hits + 1), k = 1;
+ * arms every time. The first trap after a private phase brings k back down at once. The
+ * yields of candidates on lines the thread touched lately and of the others are counted
+ * apart: the first stay high where the second are nil (a thread that works on its own
+ * lines until it touches the line another thread left). */
+static uint32_t arm_odds(int near) {
+  uint32_t per_trap = dt.arms[near] / (4 * dt.hits[near] + 1), k = 1;
   while (k * 2 <= per_trap && k < ARM_SKIP_MAX) k *= 2;
   return k;
 }
 
 /* Step 2: a line published by another thread, unexpired, chosen uniformly among those in the
- * ring of recent publications (newest first, each board slot once): the unexpired ones are
- * the newest (a publication expires after two more store samples of its thread), so a ring
- * still full of a phase's stale lines (private data, before a phase of sharing) does not
- * hide the few fresh ones, as a handful of random probes did. Then reservoir sampling over
- * the samples since the armed line was chosen decides whether the pick replaces it. A
- * fresher publication on the line already watched is followed without an ioctl. 0 when
- * there was no candidate. */
-static int consider_arming(uint64_t now) {
-  struct bb_entry c, pick;
+ * ring of recent publications (newest first, each board slot once) that are on a line this
+ * thread was sampled on lately, or among all of them when none is: the unexpired ones are
+ * the newest (a publication expires after two more samples of its thread), so a ring still
+ * full of a phase's stale lines (private data, before a phase of sharing) does not hide the
+ * few fresh ones, as a handful of random probes did. Then reservoir sampling over the
+ * samples since the armed line was chosen decides whether the pick replaces it, except that
+ * a pick on a line the thread touched lately replaces at once one on a line it did not, and
+ * is never replaced by one. A fresher publication on the line already watched is followed
+ * without an ioctl. 0 when there was no candidate. */
+static int consider_arming(void) {
+  struct bb_entry c, pick, near_pick;
   uint32_t slots[RECENT];
   uint32_t published = atomic_load_explicit(&recent_next, memory_order_relaxed);
   if (!published) return 0;
-  uint32_t n = published < RECENT ? published : RECENT, nslots = 0, found = 0;
+  uint32_t n = published < RECENT ? published : RECENT, nslots = 0, found = 0, near = 0;
   int watched = 0;
   for (uint32_t k = 1; k <= n; k++) {
     uint32_t slot = atomic_load_explicit(&recent[(published - k) % RECENT], memory_order_relaxed);
@@ -325,25 +357,30 @@ static int consider_arming(uint64_t now) {
     if (j < nslots) continue;
     slots[nslots++] = slot;
     if (read_entry(board, slot, &c) != 0) continue;
-    if (c.tid == locus_me.tid || expired(&c, now) || c.t <= dt.t_trap) continue;
+    if (c.tid == locus_me.tid || expired(&c) || c.t <= dt.t_trap) continue;
     if (dt.armed && !dt.on.loaded && c.line == dt.on.line) {
       if (c.t > dt.on.t) dt.on = c; /* already watched: follow the newer publication */
       watched = 1;
       continue;
     }
     if (rnd() % ++found == 0) pick = c;
+    if (touched(c.line) && rnd() % ++near == 0) near_pick = c;
   }
   if (!found) return watched;
-  if (!dt.armed || dt.on.loaded || expired(&dt.on, now)) { /* stores come first */
-    uint32_t k = arm_odds();
+  int is_near = near > 0;
+  if (is_near) pick = near_pick;
+  /* (loads come after stores) */
+  if (!dt.armed || dt.on.loaded || expired(&dt.on) || (is_near && !dt.on_near)) {
+    uint32_t k = arm_odds(is_near);
     if (k > 1 && rnd() % k) return 1;
     dt.seen = 1;
-    arm(&pick);
+    arm(&pick, is_near);
     dt.arm_weight *= k;
     return 1;
   }
+  if (dt.on_near && !is_near) return 1;
   dt.seen++;
-  if (rnd() % dt.seen == 0) arm(&pick);
+  if (rnd() % dt.seen == 0) arm(&pick, is_near);
   return 1;
 }
 
@@ -353,10 +390,9 @@ static int consider_arming(uint64_t now) {
  * arm). What is armed and unexpired is kept. */
 static void consider_loaded(const struct locus_comm_access *a, uint64_t line) {
   struct bb_entry c;
-  uint64_t now = a->t;
-  if (dt.armed && !expired(&dt.on, now)) return;
+  if (dt.armed && !expired(&dt.on)) return;
   if (read_entry(loads, slot_of(line), &c) != 0 || c.line != line || c.tid == locus_me.tid ||
-      c.loaded != 1 || expired(&c, now) || c.t <= dt.t_trap)
+      c.loaded != 1 || expired(&c) || c.t <= dt.t_trap)
     return;
   uint64_t mine = a->addr & ~(uint64_t)(WP_BYTES - 1), theirs = c.addr & ~(uint64_t)(WP_BYTES - 1);
   if (!overlap(mine, (uint32_t)(a->addr + a->len - mine), theirs,
@@ -369,7 +405,7 @@ static void consider_loaded(const struct locus_comm_access *a, uint64_t line) {
     return;
   }
   dt.seen = 1;
-  arm(&c);
+  arm(&c, 0);
 }
 
 static void open_watchpoints(void);
@@ -380,6 +416,8 @@ void locus_comm_detect(const struct locus_comm_access *a) {
   struct bb_entry e;
   int detected = 0;
   dt.weight = a->weight > 1 ? a->weight : 1;
+  advance_clock(dt.weight);
+  if (!touched(line)) dt.touched[dt.ntouched++ % TOUCHED] = line;
   if (read_entry(board, slot_of(line), &e) == 0 && e.line == line && e.tid != locus_me.tid &&
       e.t > dt.t_prev) {
     write_event(&e, a->t, locus_me.tid, a->addr, a->len, a->ip, a->caller, a->flags, a->cpu, 0,
@@ -387,7 +425,7 @@ void locus_comm_detect(const struct locus_comm_access *a) {
     detected = 1;
   }
   if (!detected && LOCUS_UNLIKELY(dt.want > 0)) open_watchpoints();
-  if (!detected && dt.nwp > 0 && !consider_arming(a->t) && loads) consider_loaded(a, line);
+  if (!detected && dt.nwp > 0 && !consider_arming() && loads) consider_loaded(a, line);
   if (a->flags & LOCUS_AC_STORE)
     publish(a, line, 0);
   else if (loads && !detected && !(a->flags & LOCUS_AC_STACK))
@@ -439,7 +477,7 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
                                : (double)locus_comm_cfg.line / ((double)WP_BYTES * m) *
                                      (dt.arm_weight > 1 ? (double)dt.arm_weight : 1.0);
   if (!dt.on.loaded) {
-    dt.hits++;
+    dt.hits[dt.on_near]++;
     write_event(&dt.on, t0, locus_me.tid, a.addr, a.len, a.ip, a.caller, a.flags, sched_getcpu(),
                 LOCUS_CE_TRAP, volume);
   } else if (confirm(&dt.on)) { /* else another thread's store resolved that load first */
@@ -489,8 +527,7 @@ static void board_init(void) {
   if (atomic_load(&board_state) == 2 && board_pid != getpid()) {
     memset(board, 0, (loads ? 2 : 1) * (size_t)board_cap * sizeof(struct bb_entry));
     memset((void *)recent, 0, sizeof recent);
-    memset((void *)pubcount, 0, sizeof pubcount);
-    memset((void *)ldcount, 0, sizeof ldcount);
+    memset((void *)pubclock, 0, sizeof pubclock);
     atomic_store(&recent_next, 0);
     board_pid = getpid();
   }
@@ -570,6 +607,7 @@ void locus_comm_detect_park(int park) {
 
 void locus_comm_detect_thread_fini(void) {
   if (dt.pid != getpid()) return;
+  advance_clock(LIFETIME); /* its publications expire: it will not run again */
   for (int i = 0; i < dt.nwp; i++) locus_fd_close(dt.fds[i]);
   dt.nwp = 0;
   dt.armed = 0;
