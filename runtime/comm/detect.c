@@ -534,8 +534,8 @@ static void board_init(void) {
 }
 
 /* The board in use grows with the threads: 64 entries each (a power of two), up to
- * --bulletin-size. A publication lives one sampling period or two store samples of its
- * thread, so a few entries per thread hold every live one; a small program then touches a
+ * --bulletin-size. A publication lives two samples of its thread, so a few entries per
+ * thread hold every live one; a small program then touches a
  * few pages of the board, not the whole table (memory grows with the threads, not with a
  * fixed size). After a growth, entries published under the smaller mask are looked up at
  * another slot and missed once; growths are at most log2(size / 64). */
