@@ -14,7 +14,11 @@
  * the publisher's own clock: the sampling clock is each thread's CPU time (task-clock), and
  * a period of wall time is not one of a thread that is time-sliced or blocked (with more
  * threads than CPUs, a lifetime of one period of wall time left 11 % of the samples on
- * shared lines without any candidate). A thread that ends expires its publications.
+ * shared lines without any candidate). A thread that ends expires its publications. A
+ * publisher that is not running (not sampled for two periods of wall time) stands for its
+ * last stores only: its publication is then a candidate only for a thread not sampled on the
+ * line lately, or not sampled at all since (stale()): readers that keep loading the lines of
+ * a descheduled writer took them already.
  *
  * Beyond the paper: step 2 prefers, among the unexpired candidates, the lines this thread
  * itself was sampled on lately (its last TOUCHED distinct lines): a watchpoint traps only
@@ -95,7 +99,8 @@ static _Atomic uint32_t recent_next;
 /* Sampling periods each thread (by serial, mod) has been sampled for: its CPU time, the
  * clock publications expire by. */
 static _Atomic uint32_t pubclock[PUBLISHERS];
-static _Atomic int board_state; /* 0 none, 1 being made, 2 ready */
+static _Atomic uint64_t pubtime[PUBLISHERS]; /* time of each thread's latest sample */
+static _Atomic int board_state;              /* 0 none, 1 being made, 2 ready */
 static pid_t board_pid;
 static uint64_t period_ticks;
 
@@ -186,11 +191,25 @@ static int expired(const struct bb_entry *e) {
          LIFETIME;
 }
 
-/* The calling thread has been sampled for `periods` more (only it writes its counter). */
-static void advance_clock(uint32_t periods) {
-  _Atomic uint32_t *c = &pubclock[locus_me.serial % PUBLISHERS];
+/* The calling thread has been sampled for `periods` more at `now` (only it writes its
+ * counters). */
+static void advance_clock(uint32_t periods, uint64_t now) {
+  uint32_t serial = locus_me.serial % PUBLISHERS;
+  _Atomic uint32_t *c = &pubclock[serial];
   atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + periods,
                         memory_order_relaxed);
+  atomic_store_explicit(&pubtime[serial], now, memory_order_relaxed);
+}
+
+/* A publication whose publisher is not running (no sample of it for two periods of wall
+ * time: descheduled, blocked) stands for its last stores only, not for stores it goes on
+ * making: it is a candidate for a thread that was not sampled on its line lately, or not
+ * sampled at all since it was made (the window of step 1). A thread that touches the line
+ * all along has taken the line already. */
+static int stale(const struct bb_entry *e, int near, uint64_t now) {
+  uint64_t last = atomic_load_explicit(&pubtime[e->serial % PUBLISHERS], memory_order_relaxed);
+  if (now <= last || now - last <= 2 * period_ticks) return 0;
+  return near && e->t <= dt.t_prev;
 }
 
 /* Was this thread sampled on `line` lately? */
@@ -343,7 +362,7 @@ static uint32_t arm_odds(int near) {
  * a pick on a line the thread touched lately replaces at once one on a line it did not, and
  * is never replaced by one. A fresher publication on the line already watched is followed
  * without an ioctl. 0 when there was no candidate. */
-static int consider_arming(void) {
+static int consider_arming(uint64_t now, uint64_t line) {
   struct bb_entry c, pick, near_pick;
   uint32_t slots[RECENT];
   uint32_t published = atomic_load_explicit(&recent_next, memory_order_relaxed);
@@ -363,8 +382,10 @@ static int consider_arming(void) {
       watched = 1;
       continue;
     }
+    int before = touched(c.line);
+    if (stale(&c, before, now)) continue;
     if (rnd() % ++found == 0) pick = c;
-    if (touched(c.line) && rnd() % ++near == 0) near_pick = c;
+    if ((before || c.line == line) && rnd() % ++near == 0) near_pick = c;
   }
   if (!found) return watched;
   int is_near = near > 0;
@@ -379,8 +400,10 @@ static int consider_arming(void) {
     return 1;
   }
   if (dt.on_near && !is_near) return 1;
+  /* A replacement keeps something watched: thinned like an arming (its ioctls), it needs no
+   * weight for the times it is skipped. */
   dt.seen++;
-  if (rnd() % dt.seen == 0) arm(&pick, is_near);
+  if (rnd() % dt.seen == 0 && rnd() % arm_odds(is_near) == 0) arm(&pick, is_near);
   return 1;
 }
 
@@ -416,8 +439,7 @@ void locus_comm_detect(const struct locus_comm_access *a) {
   struct bb_entry e;
   int detected = 0;
   dt.weight = a->weight > 1 ? a->weight : 1;
-  advance_clock(dt.weight);
-  if (!touched(line)) dt.touched[dt.ntouched++ % TOUCHED] = line;
+  advance_clock(dt.weight, a->t);
   if (read_entry(board, slot_of(line), &e) == 0 && e.line == line && e.tid != locus_me.tid &&
       e.t > dt.t_prev) {
     write_event(&e, a->t, locus_me.tid, a->addr, a->len, a->ip, a->caller, a->flags, a->cpu, 0,
@@ -425,11 +447,12 @@ void locus_comm_detect(const struct locus_comm_access *a) {
     detected = 1;
   }
   if (!detected && LOCUS_UNLIKELY(dt.want > 0)) open_watchpoints();
-  if (!detected && dt.nwp > 0 && !consider_arming() && loads) consider_loaded(a, line);
+  if (!detected && dt.nwp > 0 && !consider_arming(a->t, line) && loads) consider_loaded(a, line);
   if (a->flags & LOCUS_AC_STORE)
     publish(a, line, 0);
   else if (loads && !detected && !(a->flags & LOCUS_AC_STACK))
     publish(a, line, 1);
+  if (!touched(line)) dt.touched[dt.ntouched++ % TOUCHED] = line;
   dt.t_prev = a->t;
 }
 
@@ -607,7 +630,7 @@ void locus_comm_detect_park(int park) {
 
 void locus_comm_detect_thread_fini(void) {
   if (dt.pid != getpid()) return;
-  advance_clock(LIFETIME); /* its publications expire: it will not run again */
+  advance_clock(LIFETIME, locus_ticks()); /* its publications expire: it will not run again */
   for (int i = 0; i < dt.nwp; i++) locus_fd_close(dt.fds[i]);
   dt.nwp = 0;
   dt.armed = 0;
