@@ -33,6 +33,11 @@ the workload's --truth):
   kept for information). A timed run needs its threads running at once: one whose threads
   had under 90 % of their CPUs (`busy`: CPU seconds over wall seconds, over min(threads,
   CPUs)) is run again, up to 3 times, and every row keeps its runs' `busy`.
+  The same timed comparison is made on comm_readwrite (1 reader at read fractions 0.1/0.5/0.9
+  and 3 readers at 0.5, relative to 1 reader at 0.5: `total_readwrite`), and across
+  comm_falseshare's fractions (relative to 0.5, from the false/total runs:
+  `total_falseshare`). comm_p2p has one configuration: its total has no reference to be
+  relative to.
 
 Cost: wall time and peak RSS with `--lens comm` (soft, default period) against without, in
 one run, interleaved, medians: the four microbenchmarks (free-running, a fixed amount of
@@ -217,7 +222,39 @@ def accuracy(n: int = 1) -> dict:
     out["writevol_timed"] = timed_rows
     out["total"] = totals(timed_rows)
     out["total_fixed_work"] = totals(trend)
+    # The same comparison on the read-write benchmark (1 writer; `threads` is the number of
+    # readers, the workload's first argument) and across the false-sharing fractions.
+    rw = volume_rows("comm_readwrite", READWRITE_ROWS, n, None, "rw")
+    out["readwrite_timed"] = rw
+    out["total_readwrite"] = totals(rw, (1, 0.5))
+    out["total_falseshare"] = falseshare_totals(rows)
     return out
+
+
+# comm_readwrite's rows: (readers, read fraction); 3 readers and the writer are 4 threads on
+# this host's 2 CPUs.
+READWRITE_ROWS = [(1, 0.1), (1, 0.5), (1, 0.9), (3, 0.5)]
+
+
+def falseshare_totals(rows: list[dict]) -> dict:
+    """comm_falseshare's total volume at each false-sharing fraction relative to the same
+    backend's at 0.5 (one run each), soft against exact."""
+    ref = next(r for r in rows if r["configured"] == 0.5)
+    out = []
+    for r in rows:
+        rel = {
+            b: r[b]["all"] / ref[b]["all"] if r[b]["all"] and ref[b]["all"] else None
+            for b in ("soft", "exact")
+        }
+        out.append(
+            {
+                "configured": r["configured"],
+                "soft_relative": rel["soft"],
+                "exact_relative": rel["exact"],
+                "relative_within_15_percent": within(rel["soft"], rel["exact"], 0.15),
+            }
+        )
+    return {"reference": {"configured": 0.5}, "runs": out}
 
 
 def writevol_rows(n: int, rounds: dict | None, tag: str) -> list[dict]:
@@ -225,37 +262,44 @@ def writevol_rows(n: int, rounds: dict | None, tag: str) -> list[dict]:
     backends, `n` runs each (medians, and every run's volume): a fixed amount of work per
     thread (`rounds`: iterations by backend), or with `rounds` None the workload's ~1 s of
     wall time, in which both binaries share in the same 10 ms slots of the clock."""
+    configs = [(t, f) for t in (2, 4) for f in (0.1, 0.5, 0.9)]
+    return volume_rows("comm_writevol", configs, n, rounds, tag)
+
+
+def volume_rows(
+    name: str, configs: list[tuple[int, float]], n: int, rounds: dict | None, tag: str
+) -> list[dict]:
+    """`name` at each (threads, fraction) of `configs` under both backends, `n` runs each
+    (medians, and every run's volume); `rounds` as in writevol_rows."""
     rows = []
-    for threads in ("2", "4"):
-        for frac in (0.1, 0.5, 0.9):
-            row: dict = {"threads": int(threads), "share_fraction": frac}
-            runs: dict[str, list[dict]] = {"exact": [], "soft": []}
-            for _ in range(max(n, 1)):
-                r = both(
-                    "comm_writevol", [threads, "-", str(frac)], f"{tag}{threads}-{frac}", rounds
+    for threads_n, frac in configs:
+        threads = str(threads_n)
+        row: dict = {"threads": int(threads), "share_fraction": frac}
+        runs: dict[str, list[dict]] = {"exact": [], "soft": []}
+        for _ in range(max(n, 1)):
+            r = both(name, [threads, "-", str(frac)], f"{tag}{threads}-{frac}", rounds)
+            for backend, (comm, truth) in r.items():
+                d = on_data(comm, truth)
+                runs[backend].append(
+                    {
+                        "all": d["all"],
+                        "detections": d["detections"],
+                        "samples": comm.get("samples"),
+                        "density": density(comm, truth),
+                        "busy": truth.get("busy"),
+                        "tries": truth.get("tries"),
+                    }
                 )
-                for backend, (comm, truth) in r.items():
-                    d = on_data(comm, truth)
-                    runs[backend].append(
-                        {
-                            "all": d["all"],
-                            "detections": d["detections"],
-                            "samples": comm.get("samples"),
-                            "density": density(comm, truth),
-                            "busy": truth.get("busy"),
-                            "tries": truth.get("tries"),
-                        }
-                    )
-            for backend, rs in runs.items():
-                mid = sorted(rs, key=lambda x: x["all"])[(len(rs) - 1) // 2]  # the median run
-                row[backend] = dict(mid, runs=[x["all"] for x in rs], busy=[x["busy"] for x in rs])
-            rows.append(row)
-            print(
-                f"  writevol {threads} {frac} ({'fixed work' if rounds else '1 s'}): "
-                f"soft {row['soft']['all']:.4g} s ({row['soft']['detections']} det) "
-                f"exact {row['exact']['all']:.4g}",
-                flush=True,
-            )
+        for backend, rs in runs.items():
+            mid = sorted(rs, key=lambda x: x["all"])[(len(rs) - 1) // 2]  # the median run
+            row[backend] = dict(mid, runs=[x["all"] for x in rs], busy=[x["busy"] for x in rs])
+        rows.append(row)
+        print(
+            f"  {name[5:]} {threads} {frac} ({'fixed work' if rounds else '1 s'}): "
+            f"soft {row['soft']['all']:.4g} s ({row['soft']['detections']} det) "
+            f"exact {row['exact']['all']:.4g}",
+            flush=True,
+        )
     return rows
 
 
@@ -278,11 +322,11 @@ def trend_check(trend: list[dict]) -> dict:
     return res
 
 
-def totals(trend: list[dict]) -> dict:
+def totals(trend: list[dict], reference: tuple[int, float] = (2, 0.5)) -> dict:
     """The total, compared where the units allow (see the module docstring): for each run,
     soft's and exact's volume relative to the same backend's volume on a reference run
-    (2 threads, fraction 0.5), and the communication density (per access) of both."""
-    ref = next(r for r in trend if r["threads"] == 2 and r["share_fraction"] == 0.5)
+    (threads, fraction), and the communication density (per access) of both."""
+    ref = next(r for r in trend if (r["threads"], r["share_fraction"]) == reference)
     rows = []
     for r in trend:
         rs = r["soft"]["all"] / ref["soft"]["all"] if ref["soft"]["all"] else None
@@ -300,7 +344,7 @@ def totals(trend: list[dict]) -> dict:
                 "density_soft_over_exact": ds / dx if ds is not None and dx else None,
             }
         )
-    return {"reference": {"threads": 2, "share_fraction": 0.5}, "runs": rows}
+    return {"reference": {"threads": reference[0], "share_fraction": reference[1]}, "runs": rows}
 
 
 def timed(argv: list[str], options: list[str] | None) -> tuple[float, int]:
