@@ -108,24 +108,27 @@ struct detect_tls {
   uint64_t t_prev; /* time of this thread's previous sample */
   uint64_t t_trap; /* newest publication counted by a trap */
   uint64_t rng;
-  pid_t pid;  /* process that opened the fds (fork check) */
-  int nwp;    /* watchpoints opened */
-  int want;   /* watchpoints to open at the first arming (0 once tried) */
-  int parked; /* locus_comm_detect_park: watchpoints to open again when unparked, plus 1 */
+  pid_t pid;      /* process that opened the fds (fork check) */
+  int16_t nwp;    /* watchpoints opened */
+  int16_t want;   /* watchpoints to open at the first arming (0 once tried) */
+  int16_t parked; /* locus_comm_detect_park: watchpoints to open again when unparked, plus 1 */
+  int16_t armed;  /* watchpoints armed on `on` */
   int fds[MAX_WP];
-  int armed; /* watchpoints armed on `on` */
-  uint64_t chunk[MAX_WP];
-  uint64_t seen;   /* reservoir: candidates seen since the armed one was chosen */
-  uint32_t weight; /* periods of the sample being handled (arm() keeps it for the trap) */
+  uint8_t chunk[MAX_WP]; /* the 8-byte chunk of on.line each armed register watches */
+  uint32_t seen;         /* reservoir: candidates seen since the armed one was chosen */
+  uint32_t weight;       /* periods of the sample being handled (arm() keeps it for the trap) */
   uint32_t arm_weight;
   /* Armings on stores and their traps, halved every ARM_WINDOW armings: [1] on lines this
    * thread touched lately, [0] on others. */
-  uint32_t arms[2], hits[2];
-  int on_near;               /* `on` is on a line this thread touched lately */
-  struct bb_entry on;        /* the publication being watched */
-  uint64_t touched[TOUCHED]; /* distinct lines of this thread's latest samples */
-  uint32_t ntouched;
+  uint8_t arms[2], hits[2];
+  uint8_t on_near; /* `on` is on a line this thread touched lately */
+  uint8_t ntouched;
+  /* Keys (line_key) of the distinct lines of this thread's latest samples: a per-thread
+   * static TLS budget (tests/integration/test_process.py) keeps them 2 bytes each. */
+  uint16_t touched[TOUCHED];
+  struct bb_entry on; /* the publication being watched */
 };
+_Static_assert(ARM_WINDOW <= 255, "arms and hits are bytes");
 static LOCUS_TLS struct detect_tls dt;
 static LOCUS_TLS uint64_t wp_parking __attribute__((aligned(8)));
 
@@ -212,10 +215,17 @@ static int stale(const struct bb_entry *e, int near, uint64_t now) {
   return near && e->t <= dt.t_prev;
 }
 
+/* A line's key in the touched ring: 15 bits of a hash, never 0 (an empty slot). Two lines
+ * with one key (1 in 2^15) only make a candidate look touched. */
+static uint16_t line_key(uint64_t line) {
+  return (uint16_t)(((line / locus_comm_cfg.line) * 0x9e3779b97f4a7c15ull) >> 48) | 1u;
+}
+
 /* Was this thread sampled on `line` lately? */
 static int touched(uint64_t line) {
+  uint16_t k = line_key(line);
   for (uint32_t i = 0; i < TOUCHED; i++)
-    if (dt.touched[i] == line) return 1;
+    if (dt.touched[i] == k) return 1;
   return 0;
 }
 
@@ -321,7 +331,7 @@ static void arm(const struct bb_entry *e, int near) {
     uint64_t chunk = e->line + (uint64_t)order[i] * WP_BYTES;
     bp_attr(&attr, chunk, armed, 0, (int)e->loaded);
     if (ioctl(dt.fds[armed], PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &attr) != 0) continue;
-    dt.chunk[armed] = chunk;
+    dt.chunk[armed] = order[i];
     armed++;
   }
   for (int i = armed; i < was; i++) ioctl(dt.fds[i], PERF_EVENT_IOC_DISABLE, 0);
@@ -452,7 +462,7 @@ void locus_comm_detect(const struct locus_comm_access *a) {
     publish(a, line, 0);
   else if (loads && !detected && !(a->flags & LOCUS_AC_STACK))
     publish(a, line, 1);
-  if (!touched(line)) dt.touched[dt.ntouched++ % TOUCHED] = line;
+  if (!touched(line)) dt.touched[dt.ntouched++ % TOUCHED] = line_key(line);
   dt.t_prev = a->t;
 }
 
@@ -482,7 +492,7 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
   locus_me.guard++;
   locus_ct.st.traps++;
   int m = dt.armed;
-  uint64_t chunk = (int)idx < m ? dt.chunk[idx] : dt.on.line;
+  uint64_t chunk = (int)idx < m ? dt.on.line + (uint64_t)dt.chunk[idx] * WP_BYTES : dt.on.line;
   /* The trap's pc is after the access: decode the instruction before it when we can. */
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);

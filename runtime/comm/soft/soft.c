@@ -131,6 +131,7 @@ struct soft_tls {
   uint64_t fs_base, gs_base;
   uint64_t stack_lo, stack_hi;
   int step_left;        /* single steps left towards the next memory access (0: not stepping) */
+  uint32_t jitter_n;    /* perf samples taken (jitter_period); fills padding: TLS is budgeted */
   uint64_t step_t;      /* ticks at the chain's previous signal */
   uint32_t step_weight; /* periods of the sample the chain is for */
   int async_fd;         /* the async source's event, kept after its close; -1 none */
@@ -1794,10 +1795,28 @@ static int after_syscall(const struct code *c, uint64_t pc) {
   return (w & PC_NONE) || len == 2 || len == 0;
 }
 
+/* Every JITTER_EVERY perf samples, the thread's period is redrawn uniformly in [3/4, 5/4] of
+ * the configured one (mean unchanged; PERF_EVENT_IOC_PERIOD restarts the count with it).
+ * Our sigtrap events and a program's own share SIGTRAP, and the kernel keeps one pending
+ * SIGTRAP: two task clocks that expire in the same interrupt deliver one signal. With a
+ * fixed period, a program sampling itself every 10 ms in step with our 1 ms got none of its
+ * signals in 1 run of 6 (test_the_programs_own_perf_signals_reach_it); a period that keeps
+ * changing cannot stay in step with one (nor alias with a periodic program). */
+#define JITTER_EVERY 16u
+static void jitter_period(uint64_t t0) {
+  if ((me_soft.source != SRC_SIGTRAP && me_soft.source != SRC_ASYNC) || me_soft.fd < 0 ||
+      ++me_soft.jitter_n % JITTER_EVERY)
+    return;
+  uint64_t h = (t0 ^ ((uint64_t)locus_me.tid << 32)) * 0x9e3779b97f4a7c15ull;
+  uint64_t p = period_ns() * 3 / 4 + (h >> 32) % (period_ns() / 2 + 1);
+  ioctl(me_soft.fd, PERF_EVENT_IOC_PERIOD, &p);
+}
+
 static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
   struct locus_comm_thread *st = &locus_ct.st;
   if (!locus_ct.started) return;
   uint64_t t0 = locus_ticks(), c0 = locus_comm_self_begin();
+  jitter_period(t0);
   st->signals++;
   locus_comm_checkpoint(t0);
   if (locus_me.guard || locus_me.state != 1 || !locus_enabled) {
