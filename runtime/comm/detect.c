@@ -561,6 +561,7 @@ static void board_init(void) {
     memset(board, 0, (loads ? 2 : 1) * (size_t)board_cap * sizeof(struct bb_entry));
     memset((void *)recent, 0, sizeof recent);
     memset((void *)pubclock, 0, sizeof pubclock);
+    memset((void *)pubtime, 0, sizeof pubtime);
     atomic_store(&recent_next, 0);
     board_pid = getpid();
   }
@@ -568,10 +569,10 @@ static void board_init(void) {
 
 /* The board in use grows with the threads: 64 entries each (a power of two), up to
  * --bulletin-size. A publication lives two samples of its thread, so a few entries per
- * thread hold every live one; a small program then touches a
- * few pages of the board, not the whole table (memory grows with the threads, not with a
- * fixed size). After a growth, entries published under the smaller mask are looked up at
- * another slot and missed once; growths are at most log2(size / 64). */
+ * thread hold every live one; a small program then touches a few pages of the board, not
+ * the whole table (memory grows with the threads, not with a fixed size). After a growth, entries
+ * published under the smaller mask are looked up at another slot and missed once; growths are at
+ * most log2(size / 64). */
 static void board_fit(void) {
   if (atomic_load_explicit(&board_state, memory_order_acquire) != 2) return;
   uint64_t want = 64ull * (locus_thread_count() + 1);
