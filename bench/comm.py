@@ -35,9 +35,8 @@ the workload's --truth):
   CPUs)) is run again, up to 3 times, and every row keeps its runs' `busy`.
   The same timed comparison is made on comm_readwrite (1 reader at read fractions 0.1/0.5/0.9
   and 3 readers at 0.5, relative to 1 reader at 0.5: `total_readwrite`), and across
-  comm_falseshare's fractions (relative to 0.5, from the false/total runs:
-  `total_falseshare`). comm_p2p has one configuration: its total has no reference to be
-  relative to.
+  comm_falseshare's fractions (relative to 0.5, `n` runs each: `total_falseshare`).
+  comm_p2p has one configuration: its total has no reference to be relative to.
 
 Cost: wall time and peak RSS with `--lens comm` (soft, default period) against without, in
 one run, interleaved, medians: the four microbenchmarks (free-running, a fixed amount of
@@ -169,13 +168,16 @@ def within(x: float | None, ref: float | None, rel: float) -> bool | None:
     return abs(x / ref - 1) <= rel
 
 
+FALSESHARE_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+
 def accuracy(n: int = 1) -> dict:
     """Soft against exact on the free-running workloads (see the module docstring); the
     write-volume rows run `n` times per backend (medians, and the spread: a free-running
     run's volume depends on how much its threads overlap, which varies from run to run)."""
     out: dict = {}
     rows = []
-    for frac in (0.1, 0.25, 0.5, 0.75, 0.9):
+    for frac in FALSESHARE_FRACTIONS:
         res: dict = {"configured": frac}
         r = both("comm_falseshare", ["2", "-", str(frac)], f"fs{frac}")
         for backend, (comm, truth) in r.items():
@@ -227,34 +229,15 @@ def accuracy(n: int = 1) -> dict:
     rw = volume_rows("comm_readwrite", READWRITE_ROWS, n, None, "rw")
     out["readwrite_timed"] = rw
     out["total_readwrite"] = totals(rw, (1, 0.5))
-    out["total_falseshare"] = falseshare_totals(rows)
+    fs = volume_rows("comm_falseshare", [(2, f) for f in FALSESHARE_FRACTIONS], n, None, "fst")
+    out["falseshare_timed"] = fs
+    out["total_falseshare"] = totals(fs, (2, 0.5))
     return out
 
 
 # comm_readwrite's rows: (readers, read fraction); 3 readers and the writer are 4 threads on
 # this host's 2 CPUs.
 READWRITE_ROWS = [(1, 0.1), (1, 0.5), (1, 0.9), (3, 0.5)]
-
-
-def falseshare_totals(rows: list[dict]) -> dict:
-    """comm_falseshare's total volume at each false-sharing fraction relative to the same
-    backend's at 0.5 (one run each), soft against exact."""
-    ref = next(r for r in rows if r["configured"] == 0.5)
-    out = []
-    for r in rows:
-        rel = {
-            b: r[b]["all"] / ref[b]["all"] if r[b]["all"] and ref[b]["all"] else None
-            for b in ("soft", "exact")
-        }
-        out.append(
-            {
-                "configured": r["configured"],
-                "soft_relative": rel["soft"],
-                "exact_relative": rel["exact"],
-                "relative_within_15_percent": within(rel["soft"], rel["exact"], 0.15),
-            }
-        )
-    return {"reference": {"configured": 0.5}, "runs": out}
 
 
 def writevol_rows(n: int, rounds: dict | None, tag: str) -> list[dict]:
