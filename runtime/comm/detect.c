@@ -210,6 +210,9 @@ static void advance_clock(uint32_t periods, uint64_t now) {
  * sampled at all since it was made (the window of step 1). A thread that touches the line
  * all along has taken the line already. */
 static int stale(const struct bb_entry *e, int near, uint64_t now) {
+  /* (count-based hw sampling: a thread's samples are N accesses apart, at no known time
+   * interval, so whether its publisher runs cannot be told: the lifetime rule only) */
+  if (locus_comm_cfg.period_n) return 0;
   uint64_t last = atomic_load_explicit(&pubtime[e->serial % PUBLISHERS], memory_order_relaxed);
   if (now <= last || now - last <= 2 * period_ticks) return 0;
   return near && e->t <= dt.t_prev;
