@@ -113,11 +113,13 @@ static void *phases(void *arg) {
   return NULL;
 }
 
-/* Private work on priv[k] for `ns` of this thread's CPU time. */
+/* Private work on 4 lines of priv[k] for `ns` of this thread's CPU time (few lines: each
+ * line published takes a slot of the board, and one that took the shared line's slot would
+ * replace its publication). */
 static void private_for(int k, uint64_t ns) {
   uint64_t end = cpu_ns() + ns;
   while (cpu_ns() < end)
-    for (int i = 0; i < 2000; i++) priv[k][i & 63].v[i & 7] = i;
+    for (int i = 0; i < 2000; i++) priv[k][i & 3].v[i & 7] = i;
 }
 
 /* Crowded: more threads than this host's 2 CPUs. Threads 0 and 1 write 4 lines whole (as in
@@ -146,7 +148,9 @@ static void *crowd(void *arg) {
  * privately all along (fresh publications of lines thread 1 never touches). One transfer,
  * 0 -> 1, by construction: thread 0's last store, not sampled again since, must stay a
  * candidate for thread 1 however much wall time has passed (while fewer than the 64 recent
- * publications step 2 looks at were made since: a longer private phase pushed it out). */
+ * publications step 2 looks at were made since: a longer private phase pushed it out; and
+ * while no other line took its board slot: 1 run in 6 lost it so when the private work
+ * spanned 64 lines). */
 static sem_t blocked_go, blocked_done;
 static volatile int blocked_over;
 static void *blocked(void *arg) {
@@ -1258,16 +1262,16 @@ int main(int argc, char **argv) {
   }
   finish("comm soft: sharing in phases between private work arms on the fresh publications", ok);
 
-  /* (c3) More threads than CPUs: the samples of the pair on their lines that a lookup leaves
-   * unresolved arm on the lines they touch, not on the fresher private lines of the other
-   * two threads, and trap: 51-87 % of them did here (13 runs), 7-42 % with a uniform choice
-   * (9 runs). */
+  /* (c3) More threads than CPUs: the pair's armings go to the lines they touch, not to the
+   * fresher private lines of the other two threads, and trap. Traps per arming (4 registers
+   * each): 0.63-0.86 here (10 runs), 0.20-0.38 with a uniform choice among the candidates
+   * (9 runs); as a share of the pair's samples on the lines that a lookup left unresolved,
+   * 48-87 % against 7-42 %. */
   ok = run_and_read(self, lib, base, "crowd", &r);
   if (ok) {
     CHECK(r.on_line > 50, "too few samples on the shared lines: %lu", (unsigned long)r.on_line);
-    uint64_t unresolved = r.on_line - (r.pair - r.traps);
-    CHECK(r.traps * 20 >= unresolved * 9, "%lu traps for %lu samples on the line left unresolved",
-          (unsigned long)r.traps, (unsigned long)unresolved);
+    CHECK(r.traps * 8 >= r.armed, "%lu traps for %lu registers armed", (unsigned long)r.traps,
+          (unsigned long)r.armed);
   }
   finish("comm soft: with more threads than CPUs, arming goes to the line a thread touches", ok);
 
