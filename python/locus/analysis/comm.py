@@ -863,6 +863,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     switching = _ticked_note(ticked, rate) if ticked else _switching_note(run, cfg, rate)
     if switching:
         notes.append(switching)
+    crowded = _crowded_note(run, cfg)
+    if crowded:
+        notes.append(crowded)
 
     # Scaling and its uncertainty, honestly.
     if n_sampled:
@@ -1370,6 +1373,40 @@ def _ticked_note(n: int, rate: int | None = None) -> str:
         "without watchpoints): perf's task clock costs at every switch (10-14 us in a VM; "
         "sysbench threads ran 12x slower for it). Those threads have fewer samples: their "
         "volumes are coarser"
+    )
+
+
+# A sampling run whose machine had more runnable tasks than CPUs in at least this share of
+# the launcher's samples gets _crowded_note.
+CROWDED_SHARE = 0.25
+
+
+def _crowded_note(run: RunDir, cfg: dict) -> str | None:
+    """A note when threads took turns on the CPUs for much of a sampling run: the launcher's
+    system rows (sched.bin, tid 0) hold procs_running, which counts the launcher's own
+    sampling thread as it reads it. A time sample cannot tell a thread's first access after
+    another thread's store (a transfer) from the hits after it, and threads time-sliced
+    against each other see most of their accesses to each other's lines so: comm_readwrite
+    with 3 readers and a writer on 2 CPUs read 1.1-1.2x its 1-reader volume by soft, 0.5x
+    by exact (docs/lenses/comm.md, Accuracy)."""
+    cpus = run.cpus
+    if cfg["backend"] == "exact" or not cpus:
+        return None
+    s = run.sched()
+    running = s["service_ns"][s["tid"] == 0].astype(np.int64) - 1
+    if len(running) < 10:
+        return None
+    share = float((running > cpus).mean())
+    if share < CROWDED_SHARE:
+        return None
+    return (
+        f"more tasks were runnable than the machine's {cpus} CPUs in {share:.0%} of the "
+        "launcher's samples: threads took turns on the CPUs. A time sample cannot tell a "
+        "thread's first access after another thread's store (the transfer) from the hits "
+        "after it, so volumes between threads that take turns can exceed the transfers (3 "
+        "readers and a writer on 2 CPUs: 1.2x the volume of 1 reader and a writer, against "
+        "0.5x the transfers); with no more runnable threads than CPUs volumes compare across "
+        "runs"
     )
 
 

@@ -186,6 +186,23 @@ def test_detections_by_how_they_were_made(tmp_path):
     assert "times k" in scaling, scaling
 
 
+@pytest.mark.parametrize("running,noted", [(5, True), (3, False)])
+def test_a_crowded_machine_is_noted(tmp_path, running, noted):
+    """Threads that take turns on the CPUs (more runnable tasks than CPUs in the launcher's
+    samples; procs_running counts the launcher's sampling thread) get the note on what a
+    time sample cannot tell; a machine with a CPU per runnable thread does not."""
+    run, _p, c = _run(period_ns=1_000_000)
+    run.cpus = 2
+    c.event(src=10, dst=11, line=COUNTER, count=3)
+    for i in range(50):
+        run.sample(i * 0.02, 0, 0, running if i % 4 else 1)  # 3 samples in 4 crowded
+    res = _res(tmp_path, run)
+    notes = [n for n in res["notes"] if "took turns" in n]
+    assert bool(notes) is noted, res["notes"]
+    if noted:
+        assert "the machine's 2 CPUs in 74%" in notes[0], notes[0]
+
+
 def test_config_without_meta_from_thread_records(tmp_path):
     run, _p, c = _run(period_ns=500_000, meta_comm=False, watchpoints=2)
     c.event(src=10, dst=11, line=COUNTER)
