@@ -142,6 +142,52 @@ def compiler(cxx: bool) -> list[str]:
 LAUNCHERS = ("ccache", "sccache", "distcc")  # run the compiler named after them
 
 
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "locus"
+
+
+# Variables that change what a compiler driver answers about itself.
+_ASK_ENV = ("PATH", "COMPILER_PATH", "GCC_EXEC_PREFIX")
+
+
+def ask(cmd: list[str], question: str) -> str | None:
+    """The compiler's answer (stdout) to a question without input (`--version`,
+    `-print-prog-name=as`): remembered under ~/.cache/locus per command, the programs it
+    names (their size and time) and the variables the answer depends on, so that a build's
+    compiles do not each run it (every `locus cc` asked three of them, ~1.5 ms each). None
+    when it cannot be run."""
+    stamp = [question, *cmd, *(os.environ.get(v, "") for v in _ASK_ENV)]
+    for word in cmd:
+        path = shutil.which(word)
+        try:
+            st = os.stat(path) if path else None
+        except OSError:
+            st = None
+        stamp.append(f"{path}:{st.st_size}:{st.st_mtime_ns}" if st else "-")
+    key = hashlib.sha256("\0".join(stamp).encode()).hexdigest()[:16]
+    try:
+        mark = cache_dir() / f"ask-{key}"
+        return mark.read_text()
+    except (OSError, RuntimeError):  # (RuntimeError: no home directory)
+        pass
+    try:
+        p = subprocess.run([*cmd, question], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if p.returncode != 0:
+        return None  # not remembered: it may be a passing failure
+    try:
+        mark = cache_dir() / f"ask-{key}"
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=mark.parent, prefix=".ask-")
+        with os.fdopen(fd, "w") as f:
+            f.write(p.stdout)
+        os.replace(tmp, mark)
+    except (OSError, RuntimeError):
+        pass
+    return p.stdout
+
+
 def family(cmd: list[str]) -> str:
     """'clang' or 'gcc', from the name, else from `--version`."""
     base = os.path.basename(cmd[0])
@@ -149,11 +195,8 @@ def family(cmd: list[str]) -> str:
         return "clang"
     if "gcc" in base or "g++" in base:
         return "gcc"
-    try:
-        out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "gcc"
-    return "clang" if "clang" in out.lower() else "gcc"
+    out = ask(cmd, "--version")
+    return "clang" if out is not None and "clang" in out.lower() else "gcc"
 
 
 def links(argv: list[str]) -> bool:
@@ -190,12 +233,7 @@ def inline_asm() -> bool:
 
 def real_assembler(cmd: list[str]) -> str | None:
     """The assembler gcc runs (`gcc -print-prog-name=as`, as a path)."""
-    try:
-        name = subprocess.run(
-            [*cmd, "-print-prog-name=as"], capture_output=True, text=True, timeout=30
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        name = ""
+    name = (ask(cmd, "-print-prog-name=as") or "").strip()
     return name if os.path.isabs(name) else shutil.which(name or "as")
 
 
@@ -231,8 +269,7 @@ def assembler_dir(real: str, fallback: Path) -> Path:
     gas = Path(__file__).resolve().with_name("gas.py")
     try:
         key = hashlib.sha256(gas.read_bytes() + assembler_script(real).encode()).hexdigest()
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-        directory = Path(cache) / "locus" / f"as-{key[:16]}"
+        directory = cache_dir() / f"as-{key[:16]}"
         if not (directory / "as").is_file():
             directory.mkdir(parents=True, exist_ok=True)
             write_assembler(directory, real)
@@ -260,18 +297,16 @@ def late_tsan_plugin(cmd: list[str]) -> Path | None:
         return None  # it goes into a specs file, which splits at spaces
     try:
         data = plugin.read_bytes()
-        cc1 = subprocess.run(
-            [*cmd, "-print-prog-name=cc1"], capture_output=True, text=True, timeout=30
-        ).stdout.strip()
+        cc1 = (ask(cmd, "-print-prog-name=cc1") or "").strip()
         st = os.stat(cc1) if os.path.isabs(cc1) else None
-    except (OSError, subprocess.SubprocessError):
+    except OSError:
         return None
     if st is None:
         return None  # not gcc (clang answers `cc1`)
     key = hashlib.sha256(
         data + f"\0{cc1}\0{st.st_size}\0{st.st_mtime_ns}\0{shlex.join(cmd)}".encode()
     ).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "locus"
+    cache = cache_dir()
     mark = cache / f"late-tsan-{key}"
     try:
         return plugin if mark.read_text().strip() == "ok" else None

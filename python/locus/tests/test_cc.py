@@ -408,3 +408,32 @@ def test_refused_plugin_falls_back(tmp_path, monkeypatch):
     (tmp_path / "a.c").write_text("long x; void f(void) { x = 1; }\n")
     assert cc.main(["-O2", "-c", "-o", str(tmp_path / "a.o"), str(tmp_path / "a.c")]) == 0
     assert "__tsan_write8" in undefined(tmp_path / "a.o")
+
+
+def test_questions_about_the_compiler_are_asked_once(tmp_path, monkeypatch):
+    """What the wrapper asks the compiler about itself (`--version`, `-print-prog-name=...`)
+    is remembered per compiler: a build's compiles each asked three questions, ~1.5 ms and a
+    process each. A compiler that changes (its size or time) is asked again."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    log = tmp_path / "asked"
+    fake = tmp_path / "mycc"  # a name that says nothing of its family: --version is asked
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec gcc "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for _ in range(3):
+        assert cc.family([str(fake)]) == "gcc"
+        assert cc.real_assembler([str(fake)]) == shutil.which("as")
+    assert log.read_text().splitlines() == ["--version", "-print-prog-name=as"]
+    fake.write_text(fake.read_text() + "# changed\n")
+    assert cc.family([str(fake)]) == "gcc"
+    assert log.read_text().splitlines()[-1] == "--version"
+
+
+def test_a_failed_question_is_not_remembered(tmp_path, monkeypatch):
+    fake = tmp_path / "broken"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert cc.ask([str(fake)], "--version") is None
+    assert not list((tmp_path / "cache").glob("**/ask-*"))
