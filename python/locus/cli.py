@@ -644,15 +644,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: list[str]) -> int:
-    parser = build_parser()
     if sys.stdout is None:  # started with stdout closed (`>&-`): what it prints goes nowhere
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
     try:
-        if args and args[0] in ("cc", "c++"):
+        if args and args[0] in ("cc", "c++"):  # (no parser: a compile's time is the build's)
             rc = cmd_cc(args[1:], cxx=args[0] == "c++")
             sys.stdout.flush()
             return int(rc or 0)
-        ns = parser.parse_args(args)
+        ns = build_parser().parse_args(args)
         rc = ns.handler(ns)
         sys.stdout.flush()
         return int(rc or 0)
