@@ -52,11 +52,13 @@ static pid_t tids[2];
     x = 8;        \
   } while (0)
 
-static uint64_t cpu_ns(void) {
+static uint64_t clock_ns(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+static uint64_t cpu_ns(void) { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
+static uint64_t wall_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
 /* Both threads write the same 8 bytes. */
 static void *pingpong(void *arg) {
@@ -89,24 +91,30 @@ static void *private_only(void *arg) {
   return NULL;
 }
 
+/* Every word of the first n lines of lines4, 250 times. */
+static void store_lines4(int n) {
+  for (int i = 0; i < 250; i++)
+    for (int l = 0; l < n; l++) STORE8(lines4[l].v[i & 7]);
+}
+
+/* store_lines4(n) for `ns` of this thread's CPU time. */
+static void lines4_for(int n, uint64_t ns) {
+  uint64_t end = cpu_ns() + ns;
+  while (cpu_ns() < end) store_lines4(n);
+}
+
 /* Phases, as in a program that shares now and then: in each 100 ms of the clock, both
  * threads write 4 shared lines whole for 20 ms and their own 64 lines for 80 ms. The private
  * phases fill the ring of recent publications with lines that are stale once the shared
  * phase begins; a thread that finds no store to detect must still find the other thread's
  * fresh ones and arm on them. */
-static uint64_t wall_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 static void *phases(void *arg) {
   long k = (long)arg;
   tids[k] = (pid_t)syscall(SYS_gettid);
   uint64_t end = cpu_ns() + RUN_NS;
   while (cpu_ns() < end) {
     if (wall_ns() / 20000000ull % 5 == 0)
-      for (int i = 0; i < 250; i++)
-        for (int l = 0; l < 4; l++) STORE8(lines4[l].v[i & 7]);
+      store_lines4(4);
     else
       for (int i = 0; i < 2000; i++) priv[k][i & 63].v[i & 7] = i;
   }
@@ -130,10 +138,7 @@ static void *crowd(void *arg) {
   long k = (long)arg;
   if (k < 2) {
     tids[k] = (pid_t)syscall(SYS_gettid);
-    uint64_t end = cpu_ns() + RUN_NS / 2;
-    while (cpu_ns() < end)
-      for (int i = 0; i < 250; i++)
-        for (int l = 0; l < 4; l++) STORE8(lines4[l].v[i & 7]);
+    lines4_for(4, RUN_NS / 2);
     __atomic_add_fetch(&crowd_done, 1, __ATOMIC_RELEASE);
     return NULL;
   }
@@ -157,17 +162,13 @@ static void *blocked(void *arg) {
   long k = (long)arg;
   if (k < 2) tids[k] = (pid_t)syscall(SYS_gettid);
   if (k == 0) {
-    uint64_t end = cpu_ns() + 30000000ull;
-    while (cpu_ns() < end)
-      for (int i = 0; i < 250; i++) STORE8(lines4[0].v[i & 7]);
+    lines4_for(1, 30000000ull);
     sem_post(&blocked_go);
     sem_wait(&blocked_done);
   } else if (k == 1) {
     sem_wait(&blocked_go);
     private_for(0, 8000000ull);
-    uint64_t end = cpu_ns() + 20000000ull;
-    while (cpu_ns() < end)
-      for (int i = 0; i < 250; i++) STORE8(lines4[0].v[i & 7]);
+    lines4_for(1, 20000000ull);
     private_for(0, 10000000ull);
     __atomic_store_n(&blocked_over, 1, __ATOMIC_RELEASE);
     sem_post(&blocked_done);
