@@ -2,6 +2,8 @@
  * address, size, site, thread, stacks), nothing recorded with the lens off, a fork child
  * writing its own allocs.bin, and a program doing 1e6 malloc/free pairs running correctly
  * under the runtime (its timings with the lens off and on are printed, never asserted).
+ * Those cases keep every block (LOCUS_HEAP_ALL=1); `young` checks which blocks are dropped
+ * without it (comm/allocs.c, drop_young).
  * Each case runs this program again under LD_PRELOAD with a fresh LOCUS_DIR.
  * Usage: test_allocs LIBLOCUS */
 #define _GNU_SOURCE
@@ -155,6 +157,55 @@ static int case_fork(void) {
   return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }
 
+/* Blocks no sample can name, and blocks one can: 100,000 LIFO pairs of temporaries (40 and
+ * 72 bytes), 10,000 rounds of 4 blocks freed first in, first out (56 bytes), 10,000 rounds of
+ * 12 (88 bytes: the first 4 freed are older than the last 8 heap records), then a block
+ * written for 30 ms of CPU time (sampled in its life), and a block freed by another thread.
+ * The last two's addresses go to addrs. */
+static void *free_it(void *p) {
+  free(p);
+  return NULL;
+}
+
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int case_young(void) {
+  FILE *f = addrs_file();
+  for (long i = 0; i < 100000; i++) {
+    volatile char *a = malloc(40), *b = malloc(72);
+    if (!a || !b) return 1;
+    a[0] = b[0] = 1;
+    free((void *)b);
+    free((void *)a);
+  }
+  for (int rounds = 0; rounds < 2; rounds++) {
+    int k = rounds ? 12 : 4;
+    for (long i = 0; i < 10000; i++) {
+      volatile char *p[12];
+      for (int j = 0; j < k; j++)
+        if (!(p[j] = malloc(rounds ? 88 : 56))) return 1;
+      for (int j = 0; j < k; j++) free((void *)p[j]);
+    }
+  }
+  volatile char *kept = malloc(4113);
+  if (!kept) return 1;
+  unsigned long kept_addr = (unsigned long)kept;
+  for (double t0 = cpu_s(); cpu_s() - t0 < 0.03;)
+    for (int i = 0; i < 4113; i++) kept[i]++;
+  void *shared = malloc(5555); /* (before kept is freed: not at its address) */
+  free((void *)kept);
+  pthread_t t;
+  if (!shared || pthread_create(&t, NULL, free_it, shared) != 0) return 1;
+  pthread_join(t, NULL);
+  fprintf(f, "young %lx %lx\n", kept_addr, (unsigned long)shared);
+  fclose(f);
+  return 0;
+}
+
 /* ---- the driver ---- */
 static double now_s(void) {
   struct timespec ts;
@@ -164,6 +215,7 @@ static double now_s(void) {
 
 /* Run `self name` with the runtime (lib != NULL) and the given lenses; returns the exit
  * status (or -1) and the child's pid. */
+static const char *case_period_ns = "100000000";
 static int run_case(const char *self, const char *lib, const char *lenses, const char *name,
                     const char *run, pid_t *child) {
   pid_t pid = fork();
@@ -174,7 +226,7 @@ static int run_case(const char *self, const char *lib, const char *lenses, const
       /* The soft sampler with a long period and no watchpoints: this test is about the
        * allocation records, not about sampling. */
       setenv("LOCUS_COMM_BACKEND", "soft", 1);
-      setenv("LOCUS_COMM_PERIOD_NS", "100000000", 1);
+      setenv("LOCUS_COMM_PERIOD_NS", case_period_ns, 1);
       setenv("LOCUS_COMM_WATCHPOINTS", "0", 1);
     }
     setenv("LOCUS_DIR", run, 1);
@@ -460,11 +512,97 @@ static void test_serial(const char *self, const char *lib) {
   if (ok) remove_dir(run);
 }
 
+static int by_addr_t(const void *x, const void *y) {
+  const struct locus_alloc *a = x, *b = y;
+  if (a->addr != b->addr) return a->addr < b->addr ? -1 : 1;
+  return a->t < b->t ? -1 : a->t > b->t;
+}
+
+/* Whether a (sorted by address and time) has a malloc of size bytes at addr whose next
+ * record at addr is a free (later blocks may take the address). */
+static int kept_with_free(const struct locus_alloc *a, size_t n, uint64_t addr, uint64_t size) {
+  for (size_t i = 0; i + 1 < n; i++)
+    if (a[i].addr == addr && a[i].kind == LOCUS_AL_MALLOC && a[i].size == size)
+      return a[i + 1].addr == addr && a[i + 1].kind == LOCUS_AL_FREE;
+  return 0;
+}
+
+static void test_young(const char *self, const char *lib) {
+  int ok = 1;
+  char run[4096], path[4300];
+  int rc;
+  pid_t pid;
+  size_t n;
+  unsetenv("LOCUS_HEAP_ALL");
+  case_period_ns = "1000000"; /* the default period: samples while the blocks live */
+  struct locus_alloc *a =
+      run_loaded(self, lib, "comm", "young", "young", run, sizeof run, &rc, &pid, &n);
+  case_period_ns = "100000000";
+  setenv("LOCUS_HEAP_ALL", "1", 1);
+  CHECK(rc == 0, "the program exited %d", rc);
+  CHECK(a && n > 0, "no allocation records (did the comm lens start?)");
+  size_t lifo = 0, fifo4 = 0, fifo12 = 0;
+  for (size_t i = 0; a && i < n; i++) {
+    if (a[i].kind != LOCUS_AL_MALLOC) continue;
+    lifo += a[i].size == 40 || a[i].size == 72;
+    fifo4 += a[i].size == 56;
+    fifo12 += a[i].size == 88;
+  }
+  /* Kept: the blocks a sample's mark fell in the life of (a few per millisecond of the
+   * loops), and of the rounds of 12 the 4 first freed. */
+  CHECK(lifo < 2000, "%zu of 200,000 LIFO temporaries recorded", lifo);
+  CHECK(fifo4 < 1000, "%zu of 40,000 blocks of rounds of 4 recorded", fifo4);
+  CHECK(fifo12 >= 40000 && fifo12 < 42000,
+        "%zu of 120,000 blocks of rounds of 12 recorded, want "
+        "the 40,000 freed first and a few more",
+        fifo12);
+  /* A block keeps its free record exactly when it keeps its malloc record: at each address
+   * (in time order) mallocs and frees alternate, for the loops' blocks. */
+  qsort(a, n, sizeof *a, by_addr_t);
+  size_t broken = 0;
+  for (size_t i = 0; a && i < n; i++) {
+    if (a[i].kind != LOCUS_AL_MALLOC ||
+        (a[i].size != 40 && a[i].size != 72 && a[i].size != 56 && a[i].size != 88))
+      continue;
+    int freed = i + 1 < n && a[i + 1].addr == a[i].addr && a[i + 1].kind == LOCUS_AL_FREE;
+    int orphan = i > 0 && a[i - 1].addr == a[i].addr && a[i - 1].kind == LOCUS_AL_MALLOC;
+    broken += !freed || orphan;
+  }
+  size_t frees = 0, mallocs = lifo + fifo4 + fifo12;
+  for (size_t i = 0; a && i < n; i++)
+    if (a[i].kind == LOCUS_AL_FREE)
+      for (size_t j = i; j-- > 0 && a[j].addr == a[i].addr;)
+        if (a[j].kind == LOCUS_AL_MALLOC) {
+          frees += a[j].size == 40 || a[j].size == 72 || a[j].size == 56 || a[j].size == 88;
+          break;
+        }
+  CHECK(!broken && frees == mallocs,
+        "%zu blocks without their free or after an unfreed one; "
+        "%zu frees of %zu recorded blocks",
+        broken, frees, mallocs);
+  snprintf(path, sizeof path, "%s/addrs", run);
+  FILE *f = fopen(path, "r");
+  unsigned long kept = 0, shared = 0;
+  CHECK(f && fscanf(f, "young %lx %lx", &kept, &shared) == 2, "no addresses from the program");
+  if (f) fclose(f);
+  CHECK(kept_with_free(a, n, kept, 4113),
+        "the block sampled in its life keeps its malloc and free "
+        "records");
+  CHECK(kept_with_free(a, n, shared, 5555),
+        "the block freed by another thread keeps its malloc and "
+        "free records");
+  free(a);
+  printf("  recorded: %zu LIFO, %zu of rounds of 4, %zu of rounds of 12\n", lifo, fifo4, fifo12);
+  finish("blocks no sample names are dropped, the others kept with their frees", ok);
+  if (ok) remove_dir(run);
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "known")) return case_known();
   if (argc == 2 && !strcmp(argv[1], "stress")) return case_stress();
   if (argc == 2 && !strcmp(argv[1], "fork")) return case_fork();
   if (argc == 2 && !strcmp(argv[1], "serial")) return case_serial();
+  if (argc == 2 && !strcmp(argv[1], "young")) return case_young();
   if (argc != 2) {
     fprintf(stderr, "usage: test_allocs LIBLOCUS\n");
     return 2;
@@ -473,11 +611,13 @@ int main(int argc, char **argv) {
   ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
   if (k <= 0) return 2;
   self[k] = 0;
+  setenv("LOCUS_HEAP_ALL", "1", 1); /* the record mechanics: every block */
   test_known(self, argv[1]);
   test_off(self, argv[1]);
   test_fork(self, argv[1]);
   test_stress(self, argv[1]);
   test_serial(self, argv[1]);
+  test_young(self, argv[1]);
   printf("test_allocs: %d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
