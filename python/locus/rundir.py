@@ -62,7 +62,8 @@ PROC_DTYPE = np.dtype(
         ("fastpath_ns_per_call_x1000", "<u8"),
         ("untimed_calls", "<u8"),
         ("exec_ns", "<u8"),
-        ("reserved", "<u8", (15,)),
+        ("heap_dropped", "<u8"),
+        ("reserved", "<u8", (14,)),
     ]
 )
 

@@ -84,6 +84,7 @@ class SynthProc:
         self.dropped = 0
         self.fastpath_ps = 0
         self.untimed_calls = 0
+        self.heap_dropped = 0  # proc.bin heap_dropped: blocks whose records were dropped
         self.key = str(pid)
 
     def thread(self, tid: int, start: float, end: float | None = None, parent: int = 0):
@@ -227,6 +228,7 @@ class SynthProc:
         h["threads"] = len(self.threads)
         h["fastpath_ns_per_call_x1000"] = self.fastpath_ps
         h["untimed_calls"] = self.untimed_calls
+        h["heap_dropped"] = self.heap_dropped
         h.tofile(os.path.join(pdir, "proc.bin"))
         th = np.zeros(len(self.threads), dtype=THREAD_DTYPE)
         for i, (tid, serial, parent, flags, start, tend) in enumerate(self.threads):

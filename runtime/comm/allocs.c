@@ -52,8 +52,17 @@ static int heap_all = -1; /* every block recorded (exact backend, LOCUS_HEAP_ALL
 
 static LOCUS_TLS struct {
   struct locus_cursor cur, heap, frees;
-  int closed; /* the thread ended: its cursors are gone, record nothing more */
+  int closed;     /* the thread ended: its cursors are gone, record nothing more */
+  uint32_t young; /* blocks dropped (drop_young) not yet in the process's count */
 } at;
+
+/* The thread's dropped blocks into the process header's count. */
+#define YOUNG_BATCH 4096u
+static void young_flush(void) {
+  if (at.young && locus_proc_hdr)
+    __atomic_fetch_add(&locus_proc_hdr->heap_dropped, at.young, __ATOMIC_RELAXED);
+  at.young = 0;
+}
 
 static void count(int rc) {
   if (rc == 0)
@@ -91,6 +100,7 @@ static int drop_young(const void *addr) {
     while (end > lo && !end[-1].site) end--;
     c->pos = (char *)end;
     locus_me.records--;
+    if (++at.young >= YOUNG_BATCH) young_flush();
     return 1;
   }
   return 0;
@@ -230,6 +240,7 @@ void locus_allocs_record_file(const void *addr, size_t size, uint64_t site, int 
 static void on_thread_end(void *arg) {
   (void)arg;
   locus_me.guard++;
+  young_flush();
   locus_cursor_finish(&stream, &at.cur);
   locus_cursor_finish(&heap_stream, &at.heap);
   locus_cursor_finish(&free_stream, &at.frees);
@@ -243,6 +254,7 @@ static void on_thread_end(void *arg) {
 static void child_after_fork(void) {
   __atomic_fetch_and(&locus_alloc_state, ~LOCUS_ALLOC_TRACKING, __ATOMIC_RELEASE);
   locus_me.guard++;
+  at.young = 0; /* the parent's to count */
   locus_cursor_close(&at.cur);
   locus_cursor_close(&at.heap);
   locus_cursor_close(&at.frees);
@@ -283,6 +295,8 @@ static void put_stack_range(void) {
   uintptr_t lo, hi;
   if (locus_thread_stack(&lo, &hi) == 0) put(LOCUS_AL_STACK, (void *)lo, hi - lo, 0, 0);
 }
+
+void locus_allocs_proc_fini(void) { young_flush(); }
 
 void locus_allocs_thread_init(void) {
   locus_me.guard++;

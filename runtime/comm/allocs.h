@@ -57,5 +57,7 @@ static inline void locus_addr_mark(uint64_t t) {
  * the process directory the first time (and again in a fork child), switches tracking on
  * and writes the thread's LOCUS_AL_STACK record. */
 void locus_allocs_thread_init(void);
+/* At process exit, in the exiting thread: its dropped blocks into the process's count. */
+void locus_allocs_proc_fini(void);
 
 #endif

@@ -285,6 +285,7 @@ static void thread_fini(void) {
 
 static void proc_fini(void) {
   if (ops && ops->proc_fini) ops->proc_fini();
+  locus_allocs_proc_fini();
   locus_comm_write_thread();
   write_live_threads();
   locus_cursor_finish(&sample_stream, &locus_ct.samples);

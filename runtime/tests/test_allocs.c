@@ -580,6 +580,17 @@ static void test_young(const char *self, const char *lib) {
         "%zu blocks without their free or after an unfreed one; "
         "%zu frees of %zu recorded blocks",
         broken, frees, mallocs);
+  /* The process's count of them (proc.bin heap_dropped): the loops' and a few more. */
+  struct locus_proc hdr;
+  memset(&hdr, 0, sizeof hdr);
+  snprintf(path, sizeof path, "%s/procs/%d/proc.bin", run, pid);
+  FILE *pf = fopen(path, "rb");
+  CHECK(pf && fread(&hdr, sizeof hdr, 1, pf) == 1, "no proc.bin");
+  if (pf) fclose(pf);
+  uint64_t want = 360000 - mallocs;
+  CHECK(hdr.heap_dropped >= want && hdr.heap_dropped < want + 1000,
+        "proc.bin heap_dropped %lu, want %lu and a few more", (unsigned long)hdr.heap_dropped,
+        (unsigned long)want);
   snprintf(path, sizeof path, "%s/addrs", run);
   FILE *f = fopen(path, "r");
   unsigned long kept = 0, shared = 0;

@@ -573,23 +573,33 @@ ALLOC_NOTE_SHARE = 0.05
 def _allocation_cost_note(run: RunDir) -> str | None:
     """A program that allocates constantly pays for every heap record, which the overhead
     line (measured slow paths) does not count: openssl speed ran 3-4x slower beside "1.9 %
-    of thread time". Estimated from the records and the measured cost of one."""
-    n, life = 0, 0.0
+    of thread time". Estimated from the records and the measured cost of one; a block whose
+    records the runtime dropped (no sample fell in its life: proc.bin `heap_dropped`) cost
+    about one record too (its malloc record, written and unwritten)."""
+    n, dropped, life = 0, 0, 0.0
     for p in run.procs:
         n += int((read_records(p.file("heap.bin"), HEAP_DTYPE)["site"] != 0).sum())
         n += int((read_records(p.file("frees.bin"), FREE_DTYPE)["addr"] != 0).sum())
+        dropped += int(p.hdr["heap_dropped"])
         if len(p.thread_start_s):
             span = p.thread_end_s - p.thread_start_s
             life += float(np.nansum(span[span > 0]))
-    cost = n * ALLOC_RECORD_S
+    cost = (n + dropped) * ALLOC_RECORD_S
     if not life or cost < ALLOC_NOTE_SHARE * life:
         return None
+    rate = f"{(n + dropped) / life:,.0f} per second of thread time"
+    if dropped:
+        rate = (
+            f", and {dropped:,} short-lived blocks whose records were dropped (no sample fell "
+            f"in their life; {rate}, of either)"
+        )
+    else:
+        rate = f" ({rate})"
     return (
-        f"{n:,} heap allocation and free records ({n / life:,.0f} per second of thread time): "
-        f"recording them cost at least {cost:.2g} s ({100 * cost / life:.0f} % of thread time, "
-        "at the ~40 ns a record bench/alloc.py measures), which the overhead line does not "
-        "count; a program that allocates this often runs at least that much slower under the "
-        "comm and numa lenses"
+        f"{n:,} heap allocation and free records{rate}: recording them cost at least "
+        f"{cost:.2g} s ({100 * cost / life:.0f} % of thread time, at the ~40 ns a record "
+        "bench/alloc.py measures), which the overhead line does not count; a program that "
+        "allocates this often runs at least that much slower under the comm and numa lenses"
     )
 
 

@@ -1342,6 +1342,23 @@ def test_a_program_that_allocates_constantly_is_told_its_cost(tmp_path):
     assert note.startswith("2,000 heap allocation and free records") and "8 % of thread" in note
     run2, _p, _c = _run()
     assert not any("heap allocation" in n for n in _res(tmp_path, run2, name="quiet")["notes"])
+    # The blocks whose records the runtime dropped cost about a record each: 200 records and
+    # 1,800 dropped blocks are the same 8 %; 200 records alone say nothing.
+    run3 = SynthCommRun()
+    p3 = run3.proc(pid=10)
+    p3.thread(10, 0.0, 0.001)
+    c3 = run3.comm(p3)
+    for k in range(100):
+        c3.malloc(0x7000_0000 + 64 * k, 32, t=0.0005)
+        c3.free(0x7000_0000 + 64 * k, t=0.0006)
+    assert not any("heap allocation" in n for n in _res(tmp_path, run3, name="few")["notes"])
+    p3.heap_dropped = 1800
+    (note,) = [n for n in _res(tmp_path, run3, name="dropped")["notes"] if "heap alloc" in n]
+    assert note.startswith(
+        "200 heap allocation and free records, and 1,800 short-lived blocks whose records were "
+        "dropped"
+    ), note
+    assert "8 % of thread" in note, note
 
 
 def test_advice_for_a_false_sharing_line_inside_a_mostly_true_object(tmp_path):
