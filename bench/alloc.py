@@ -2,9 +2,11 @@
 """What an allocation costs under each lens: a C loop of malloc + free pairs (64 blocks in
 flight, 16-271 bytes), plain and under `locus record --lens L`, in one run, interleaved,
 medians. The program times its own loop (ns per pair), so the launcher's start is not in
-the ratio. Under comm and numa every malloc and free writes a 64-byte allocation record
-(docs/runtime.md): this is that cost, which allocation-heavy programs (C++ servers, redis)
-pay per call.
+the ratio. Under comm and numa every malloc and free writes an allocation record (32 and 16
+bytes, docs/runtime.md): this is that cost, which allocation-heavy programs (C++ servers,
+redis) pay per call. The row `comm temporaries` frees each block at once: a block no sample
+fell in the life of has its record dropped at its free (docs/format.md, heap.bin), the
+cost of a loop's temporaries.
 
 Usage: bench/alloc.py [-n 5] [--pairs 2000000]
 """
@@ -28,11 +30,12 @@ SOURCE = r"""
 #include <time.h>
 int main(int argc, char **argv) {
   long pairs = argc > 1 ? atol(argv[1]) : 2000000;
+  int flight = argc > 2 ? atoi(argv[2]) : 64; /* blocks in flight: 64, or 1 */
   void *keep[64] = {0};
   struct timespec a, b;
   clock_gettime(CLOCK_MONOTONIC, &a);
   for (long i = 0; i < pairs; i++) {
-    int k = i & 63;
+    int k = flight == 1 ? 0 : i & 63;
     free(keep[k]);
     keep[k] = malloc(16 + (i & 255));
   }
@@ -52,10 +55,10 @@ def build() -> Path:
     return exe
 
 
-def ns_per_pair(exe: Path, pairs: int, lens: str | None) -> float:
+def ns_per_pair(exe: Path, pairs: int, lens: str | None, flight: int = 64) -> float:
     run = common.CACHE / "alloc-run"
     shutil.rmtree(run, ignore_errors=True)
-    argv = [str(exe), str(pairs)]
+    argv = [str(exe), str(pairs), str(flight)]
     if lens is not None:
         argv = [*common.locus_argv(), "record", "-o", str(run), "--lens", lens, "--", *argv]
     p = subprocess.run(argv, check=True, capture_output=True, text=True, env=common.locus_env())
@@ -69,14 +72,15 @@ def main() -> int:
     a = ap.parse_args()
     exe = build()
     res: dict = {}
-    for lens in LENSES:
+    for name in (*LENSES, "comm temporaries"):
+        lens, flight = name.split()[0], 1 if name.endswith("temporaries") else 64
         plain, tool = [], []
         for _ in range(a.n):
-            plain.append(ns_per_pair(exe, a.pairs, None))
-            tool.append(ns_per_pair(exe, a.pairs, lens))
+            plain.append(ns_per_pair(exe, a.pairs, None, flight))
+            tool.append(ns_per_pair(exe, a.pairs, lens, flight))
         p, t = common.median(plain), common.median(tool)
-        res[lens] = {"plain_ns_per_pair": p, "locus_ns_per_pair": t, "ratio": t / p}
-        print(f"  {lens}: {p:.1f} -> {t:.1f} ns per malloc+free (x{t / p:.1f})", flush=True)
+        res[name] = {"plain_ns_per_pair": p, "locus_ns_per_pair": t, "ratio": t / p}
+        print(f"  {name}: {p:.1f} -> {t:.1f} ns per malloc+free (x{t / p:.1f})", flush=True)
     out = {**common.stamp(), "n": a.n, "pairs": a.pairs, "alloc": res}
     path = common.write_result("alloc.json", out)
     common.append_history(
