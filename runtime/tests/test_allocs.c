@@ -100,6 +100,18 @@ static int case_stress(void) {
     keep[k] = p;
     if (p[n - 1] != (unsigned char)(i & 0xff)) return 3;
   }
+  /* The resident pages of the allocation record files (a hot chunk is 1 MiB), to addrs. */
+  FILE *sm = fopen("/proc/self/smaps", "r"), *f = addrs_file();
+  char line[512];
+  int rec = 0;
+  unsigned long rss = 0, kb;
+  while (sm && fgets(line, sizeof line, sm)) {
+    if ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f')) /* a mapping */
+      rec = strstr(line, "/heap.bin\n") || strstr(line, "/frees.bin\n");
+    if (rec && sscanf(line, "Rss: %lu kB", &kb) == 1) rss += kb;
+  }
+  if (sm) fclose(sm);
+  if (f) fprintf(f, "records_rss %lu\n", rss), fclose(f);
   for (unsigned k = 0; k < 64; k++) free(keep[k]);
   /* sum of (i & 0xff) over the blocks freed inside the loop */
   uint64_t want = 0;
@@ -480,6 +492,15 @@ static void test_stress(const char *self, const char *lib) {
   }
   CHECK(mallocs >= 1000000 && frees >= 1000000, "%zu malloc and %zu free records", mallocs, frees);
   free(a);
+  /* Written pages leave the resident set behind the cursor, 64 KiB at a time in a hot
+   * chunk: at most 64 KiB and a page of each file (1 MiB each before). */
+  char path[4300];
+  snprintf(path, sizeof path, "%s/addrs", run);
+  FILE *f = fopen(path, "r");
+  unsigned long rss = ~0ul;
+  CHECK(f && fscanf(f, "records_rss %lu", &rss) == 1, "no records_rss from the program");
+  if (f) fclose(f);
+  CHECK(rss <= 2 * (64 + 4), "heap.bin and frees.bin: %lu KiB resident", rss);
   printf(
       "  1e6 malloc/free pairs: %.3f s plain, %.3f s preloaded with comm off, %.3f s with "
       "comm on (%zu records)\n",
