@@ -4,8 +4,8 @@ flight, 16-271 bytes), plain and under `locus record --lens L`, in one run, inte
 medians. The program times its own loop (ns per pair), so the launcher's start is not in
 the ratio. Under comm and numa every malloc and free writes an allocation record (32 and 16
 bytes, docs/runtime.md): this is that cost, which allocation-heavy programs (C++ servers,
-redis) pay per call. The row `comm temporaries` frees each block at once: a block no sample
-fell in the life of has its record dropped at its free (docs/format.md, heap.bin), the
+redis) pay per call. The row `comm temporaries` frees each block at once: a block no record
+named while it lived has its record dropped at its free (docs/format.md, heap.bin), the
 cost of a loop's temporaries.
 
 Usage: bench/alloc.py [-n 5] [--pairs 2000000]

@@ -12,15 +12,18 @@
  * providing page-cache pages for them. Every block is tracked, whatever its size, because
  * small objects are exactly where false sharing hides.
  *
- * Except the blocks no record can name. A block malloc'd and freed between two samples of
- * the whole process (no sample, communication event or first touch, of any thread, in its
- * life: locus_addr_mark) holds no address the report will look up. Its free looks for its
- * record among the thread's last HEAP_LOOKBACK heap records, still mapped: found and younger
- * than the last mark, it is dropped (its last word zeroed, the cursor moved back over the
- * dropped records at its end) and no free record is written. A temporary of a loop (openssl
- * speed's digest contexts: 3.7 million blocks a second, 1.1 GB of records in 6 s) then
- * costs a record written and unwritten in the same cache line. Not with the exact backend,
- * whose every access is a record. LOCUS_HEAP_ALL=1 keeps every block.
+ * Except the blocks no record can name. A block malloc'd and freed with no sample,
+ * communication event or first touch in between that names one of its bytes holds no
+ * address the report will look up. Its free looks for its record among the thread's last
+ * HEAP_LOOKBACK heap records, still mapped: found, and named by nothing (locus_named), it is
+ * dropped (its last word zeroed, the cursor moved back over the dropped records at its end)
+ * and no free record is written. Named by nothing: no record at all since it was written
+ * (one load), or, for a block of up to NAMED_SPAN 64-byte granules, none of them in the
+ * table of recently named granules and the table having lost no entry since. A temporary
+ * of a loop (openssl speed's digest contexts: 3.7 million blocks a second, 1.1 GB of
+ * records in 6 s) then costs a record written and unwritten in the same cache line. Not
+ * with the exact backend, whose every access is a record. LOCUS_HEAP_ALL=1 keeps every
+ * block.
  *
  * File mappings are MMAP records too, flagged LOCUS_ALF_FILE with the file's offset, device
  * and inode (one fstat): a database's shared-memory index or a memory-mapped file that
@@ -47,7 +50,63 @@ static atomic_flag open_lock = ATOMIC_FLAG_INIT;
 static pthread_key_t end_key;
 static int end_key_ok, atfork_done;
 
-uint64_t locus_addr_ticks;
+/* The recently named 64-byte granules: {granule, ticks of the last record naming it} by
+ * hash, 8 KiB. `named_t`: ticks of the last record naming anything; `named_lost`: the
+ * newest ticks an entry had when another granule took its slot (or a record named what
+ * the table cannot hold). A block allocated after named_lost none of whose granules has
+ * an entry newer than its allocation was named by no record. */
+#define NAMED_SLOTS 512u
+#define NAMED_SPAN 8u
+static struct { uint64_t granule, t; } named_tab[NAMED_SLOTS];
+static uint64_t named_t, named_lost;
+
+static void max_store(uint64_t *at_, uint64_t t) {
+  uint64_t was = __atomic_load_n(at_, __ATOMIC_RELAXED);
+  while (was < t &&
+         !__atomic_compare_exchange_n(at_, &was, t, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+static uint32_t named_slot(uint64_t g) {
+  return (uint32_t)((g * 0x9e3779b97f4a7c15ull) >> 32) % NAMED_SLOTS;
+}
+
+void locus_named_all(uint64_t t) {
+  max_store(&named_t, t);
+  max_store(&named_lost, t);
+}
+
+void locus_named(uint64_t t, uint64_t addr, uint64_t len) {
+  max_store(&named_t, t);
+  uint64_t g0 = addr >> 6, g1 = (addr + (len ? len : 1) - 1) >> 6;
+  if (g1 - g0 >= NAMED_SPAN) {
+    max_store(&named_lost, t);
+    return;
+  }
+  for (uint64_t g = g0; g <= g1; g++) {
+    uint32_t k = named_slot(g);
+    uint64_t old = __atomic_load_n(&named_tab[k].granule, __ATOMIC_RELAXED);
+    if (old != g) { /* the slot's granule loses its entry: blocks older than it keep theirs */
+      max_store(&named_lost, __atomic_load_n(&named_tab[k].t, __ATOMIC_RELAXED));
+      __atomic_store_n(&named_tab[k].granule, g, __ATOMIC_RELAXED);
+    }
+    max_store(&named_tab[k].t, t);
+  }
+}
+
+/* Whether a record named a byte of the block [addr, addr + size) allocated at ticks t. */
+static int was_named(uint64_t addr, uint64_t size, uint64_t t) {
+  if (__atomic_load_n(&named_t, __ATOMIC_RELAXED) < t) return 0; /* nothing named since */
+  uint64_t g0 = addr >> 6, g1 = (addr + (size ? size : 1) - 1) >> 6;
+  if (g1 - g0 >= NAMED_SPAN || __atomic_load_n(&named_lost, __ATOMIC_RELAXED) >= t) return 1;
+  for (uint64_t g = g0; g <= g1; g++) {
+    uint32_t k = named_slot(g);
+    if (__atomic_load_n(&named_tab[k].granule, __ATOMIC_RELAXED) == g &&
+        __atomic_load_n(&named_tab[k].t, __ATOMIC_RELAXED) >= t)
+      return 1;
+  }
+  return 0;
+}
 static int heap_all = -1; /* every block recorded (exact backend, LOCUS_HEAP_ALL=1); -1: unset */
 
 static LOCUS_TLS struct {
@@ -91,11 +150,10 @@ static int drop_young(const void *addr) {
   if (heap_all || !c->base) return 0;
   struct locus_heap *lo = (struct locus_heap *)(void *)c->base;
   struct locus_heap *end = (struct locus_heap *)(void *)c->pos, *r = end;
-  uint64_t mark = __atomic_load_n(&locus_addr_ticks, __ATOMIC_RELAXED);
   for (int k = 0; k < HEAP_LOOKBACK && r > lo; k++) {
     r--;
     if (r->addr != (uint64_t)(uintptr_t)addr || !r->site) continue;
-    if (r->t <= mark) return 0;
+    if (was_named(r->addr, r->size_tid & ((1ull << LOCUS_HEAP_SIZE_BITS) - 1), r->t)) return 0;
     __atomic_store_n(&r->site, 0, __ATOMIC_RELAXED); /* reads as unused from here on */
     while (end > lo && !end[-1].site) end--;
     c->pos = (char *)end;

@@ -37,21 +37,18 @@ void locus_allocs_record_remap(const void *old, size_t old_n, const void *p, siz
 void locus_comm_exact_freed(void *p, size_t n); /* n = 0: malloc_usable_size(p) */
 int locus_comm_exact_gens(void); /* whether locus_comm_exact_freed does anything now */
 
-/* Ticks of the latest record that names an address another record may be matched with:
- * a sample, a communication event, a first touch. A heap block allocated after it and freed
- * before the next one was named by no record: its thread drops its malloc record at the free
- * and writes no free record (locus_allocs_record). Writers of such records call
- * locus_addr_mark with their record's time, in the thread that made the access and before it
- * goes on (a signal handler): that thread's own later free sees it. Another thread's free
- * within the microseconds between the access and the mark may not (the access's object then
- * reads as unattributed). Async-signal-safe. */
-extern uint64_t locus_addr_ticks;
-static inline void locus_addr_mark(uint64_t t) {
-  uint64_t was = __atomic_load_n(&locus_addr_ticks, __ATOMIC_RELAXED);
-  while (was < t && !__atomic_compare_exchange_n(&locus_addr_ticks, &was, t, 1, __ATOMIC_RELAXED,
-                                                 __ATOMIC_RELAXED)) {
-  }
-}
+/* Records that name an address another record may be matched with (a sample, a
+ * communication event, a first touch) tell the allocation tracking, which drops the records
+ * of heap blocks no record named (locus_allocs_record, comm/allocs.c). The writer calls one
+ * of these in the thread that made the access and before it goes on (a signal handler), so
+ * that thread's own later free sees it; another thread's free within the microseconds
+ * between the access and the call may not (the access's object then reads as unattributed).
+ * Async-signal-safe, lock-free.
+ * locus_named: the record at ticks t names [addr, addr + len). */
+void locus_named(uint64_t t, uint64_t addr, uint64_t len);
+/* locus_named_all: the record at ticks t may name any address (a page's first touch, whose
+ * block is looked up by the page's start, end or allocation). */
+void locus_named_all(uint64_t t);
 
 /* Called by the comm lens's thread_init on every registered thread: opens allocs.bin in
  * the process directory the first time (and again in a fork child), switches tracking on

@@ -65,7 +65,7 @@ int locus_comm_put_sample(const struct locus_comm_sample *s) {
 }
 
 int locus_comm_put_event(const struct locus_comm_event *e) {
-  locus_addr_mark(e->t);
+  locus_named(e->t, e->line, locus_comm_cfg.line);
   if (locus_cursor_put(&event_stream, &locus_ct.events, e, sizeof *e) == 0) {
     locus_ct.st.detections++;
     return 0;
@@ -87,7 +87,7 @@ void locus_comm_take(const struct locus_comm_access *a) {
   s.len = (uint16_t)a->len;
   s.periods = a->weight > 1 ? a->weight : 1;
   s.kind = 1;
-  locus_addr_mark(a->t);
+  locus_named(a->t, a->addr, a->len);
   s.node = locus_numa.on ? locus_numa_sample_node(a->addr, a->flags) : -1;
   locus_ct.st.samples++;
   locus_comm_put_sample(&s);

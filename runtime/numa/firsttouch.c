@@ -115,7 +115,7 @@ void locus_ft_touch(uintptr_t page, uint64_t ip, uintptr_t region, uint32_t page
   if (locus_numa.emulated && node != -2) node = locus_numa_cpu_node(cpu);
   r.node = (int16_t)node;
   r.flags = flags;
-  locus_addr_mark(r.t);
+  locus_named_all(r.t);
   locus_cursor_put(&touch_stream, &touch_cursor, &r, sizeof r);
 }
 

@@ -574,7 +574,7 @@ def _allocation_cost_note(run: RunDir) -> str | None:
     """A program that allocates constantly pays for every heap record, which the overhead
     line (measured slow paths) does not count: openssl speed ran 3-4x slower beside "1.9 %
     of thread time". Estimated from the records and the measured cost of one; a block whose
-    records the runtime dropped (no sample fell in its life: proc.bin `heap_dropped`) cost
+    records the runtime dropped (no record named it: proc.bin `heap_dropped`) cost
     about one record too (its malloc record, written and unwritten)."""
     n, dropped, life = 0, 0, 0.0
     for p in run.procs:
@@ -590,8 +590,8 @@ def _allocation_cost_note(run: RunDir) -> str | None:
     rate = f"{(n + dropped) / life:,.0f} per second of thread time"
     if dropped:
         rate = (
-            f", and {dropped:,} short-lived blocks whose records were dropped (no sample fell "
-            f"in their life; {rate}, of either)"
+            f", and {dropped:,} short-lived blocks whose records were dropped (no record "
+            f"named them; {rate}, of either)"
         )
     else:
         rate = f" ({rate})"
