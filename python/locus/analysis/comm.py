@@ -570,20 +570,29 @@ ALLOC_RECORD_S = 40e-9
 ALLOC_NOTE_SHARE = 0.05
 
 
-def _allocation_cost_note(run: RunDir) -> str | None:
-    """A program that allocates constantly pays for every heap record, which the overhead
-    line (measured slow paths) does not count: openssl speed ran 3-4x slower beside "1.9 %
-    of thread time". Estimated from the records and the measured cost of one; a block whose
-    records the runtime dropped (no record named it: proc.bin `heap_dropped`) cost
-    about one record too (its malloc record, written and unwritten)."""
-    n, dropped, life = 0, 0, 0.0
+def _heap_blocks(run: RunDir) -> dict:
+    """The heap allocation records of the run (`blocks` recorded, `frees` recorded) and the
+    blocks whose records the runtime dropped (`dropped`: no record named them, proc.bin
+    `heap_dropped`), with the threads' summed lifetime (`thread_s`)."""
+    blocks = frees = dropped = 0
+    life = 0.0
     for p in run.procs:
-        n += int((read_records(p.file("heap.bin"), HEAP_DTYPE)["site"] != 0).sum())
-        n += int((read_records(p.file("frees.bin"), FREE_DTYPE)["addr"] != 0).sum())
+        blocks += int((read_records(p.file("heap.bin"), HEAP_DTYPE)["site"] != 0).sum())
+        frees += int((read_records(p.file("frees.bin"), FREE_DTYPE)["addr"] != 0).sum())
         dropped += int(p.hdr["heap_dropped"])
         if len(p.thread_start_s):
             span = p.thread_end_s - p.thread_start_s
             life += float(np.nansum(span[span > 0]))
+    return {"blocks": blocks, "frees": frees, "dropped": dropped, "thread_s": life}
+
+
+def _allocation_cost_note(hb: dict) -> str | None:
+    """A program that allocates constantly pays for every heap record, which the overhead
+    line (measured slow paths) does not count: openssl speed ran 3-4x slower beside "1.9 %
+    of thread time". Estimated from the records and the measured cost of one; a block whose
+    records the runtime dropped (no record named it: proc.bin `heap_dropped`) cost about
+    one record too (its malloc record, written and unwritten)."""
+    n, dropped, life = hb["blocks"] + hb["frees"], hb["dropped"], hb["thread_s"]
     cost = (n + dropped) * ALLOC_RECORD_S
     if not life or cost < ALLOC_NOTE_SHARE * life:
         return None
@@ -939,7 +948,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             "(link-time optimised) does not route them through liblocus.so, so data that "
             "threads pass by copying is missing; a build without LTO counts them"
         )
-    heavy = _allocation_cost_note(run)
+    hb = _heap_blocks(run)
+    heavy = _allocation_cost_note(hb)
     if heavy:
         notes.append(heavy)
     if cfg["instrumented"] and cfg["backend"] != "exact":
@@ -988,6 +998,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "ticked_threads": ticked,
         "counters": counters,
         "overhead_s": counters["self_ns"] / 1e9,
+        "heap_blocks": {k: hb[k] for k in ("blocks", "frees", "dropped")},
         "threads": threads,
         "threads_total": threads_total,
         "cpus": ncpu,
