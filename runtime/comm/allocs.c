@@ -107,6 +107,7 @@ static int was_named(uint64_t addr, uint64_t size, uint64_t t) {
   }
   return 0;
 }
+
 static int heap_all = -1; /* every block recorded (exact backend, LOCUS_HEAP_ALL=1); -1: unset */
 
 static LOCUS_TLS struct {
@@ -140,10 +141,12 @@ static void put_heap(const void *addr, size_t size, uint64_t site) {
 }
 
 /* A freed block's malloc record dropped, if it is among the thread's last HEAP_LOOKBACK heap
- * records in its current chunk and no record named an address since it was written: 1, and
- * its free is not recorded either; else 0. The newest record of addr decides (an older one
- * is an earlier block at that address). Records before the thread's first in a spare page
- * are an ended thread's, as final as ours. */
+ * records in its current chunk and no record named one of its bytes since it was written
+ * (was_named): 1, and its free is not recorded either; else 0. The newest record of addr
+ * decides (an older one is an earlier block at that address; a block whose malloc went
+ * unrecorded, freed here, may so drop an earlier unnamed block's record, whose free another
+ * thread wrote: nothing named either, and a free without its malloc ends nothing). Records
+ * before the thread's first in a spare page are an ended thread's, as final as ours. */
 #define HEAP_LOOKBACK 8
 static int drop_young(const void *addr) {
   struct locus_cursor *c = &at.heap;
