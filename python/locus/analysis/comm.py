@@ -572,7 +572,7 @@ ALLOC_NOTE_SHARE = 0.05
 
 def _heap_blocks(run: RunDir) -> dict:
     """The heap allocation records of the run (`blocks` recorded, `frees` recorded) and the
-    blocks whose records the runtime dropped (`dropped`: no record named them, proc.bin
+    blocks whose records the runtime dropped (`short_lived`: no record named them, proc.bin
     `heap_dropped`), with the threads' summed lifetime (`thread_s`)."""
     blocks = frees = dropped = 0
     life = 0.0
@@ -583,7 +583,7 @@ def _heap_blocks(run: RunDir) -> dict:
         if len(p.thread_start_s):
             span = p.thread_end_s - p.thread_start_s
             life += float(np.nansum(span[span > 0]))
-    return {"blocks": blocks, "frees": frees, "dropped": dropped, "thread_s": life}
+    return {"blocks": blocks, "frees": frees, "short_lived": dropped, "thread_s": life}
 
 
 def _allocation_cost_note(hb: dict) -> str | None:
@@ -592,7 +592,7 @@ def _allocation_cost_note(hb: dict) -> str | None:
     of thread time". Estimated from the records and the measured cost of one; a block whose
     records the runtime dropped (no record named it: proc.bin `heap_dropped`) cost about
     one record too (its malloc record, written and unwritten)."""
-    n, dropped, life = hb["blocks"] + hb["frees"], hb["dropped"], hb["thread_s"]
+    n, dropped, life = hb["blocks"] + hb["frees"], hb["short_lived"], hb["thread_s"]
     cost = (n + dropped) * ALLOC_RECORD_S
     if not life or cost < ALLOC_NOTE_SHARE * life:
         return None
@@ -998,7 +998,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "ticked_threads": ticked,
         "counters": counters,
         "overhead_s": counters["self_ns"] / 1e9,
-        "heap_blocks": {k: hb[k] for k in ("blocks", "frees", "dropped")},
+        "heap_blocks": {k: hb[k] for k in ("blocks", "frees", "short_lived")},
         "threads": threads,
         "threads_total": threads_total,
         "cpus": ncpu,

@@ -1354,7 +1354,7 @@ def test_a_program_that_allocates_constantly_is_told_its_cost(tmp_path):
     assert not any("heap allocation" in n for n in _res(tmp_path, run3, name="few")["notes"])
     p3.heap_dropped = 1800
     res3 = _res(tmp_path, run3, name="dropped")
-    assert res3["heap_blocks"] == {"blocks": 100, "frees": 100, "dropped": 1800}
+    assert res3["heap_blocks"] == {"blocks": 100, "frees": 100, "short_lived": 1800}
     (note,) = [n for n in res3["notes"] if "heap alloc" in n]
     assert note.startswith(
         "200 heap allocation and free records, and 1,800 short-lived blocks whose records were "
