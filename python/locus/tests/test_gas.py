@@ -104,3 +104,21 @@ def test_verbose_asm_comments_keep_the_hit_test():
     text = "\tcall\t*__tsan_write8@GOTPCREL(%rip)\t# tmp85,\n"
     out, n = gas.rewrite(text)
     assert n == 1 and "locus_xt@GOTTPOFF" in out
+
+
+def test_the_assemblers_failure_is_its_own_and_no_temporary_is_left(tmp_path, monkeypatch):
+    """The rewritten input goes to a temporary file (in $TMPDIR) that the real assembler
+    reads: its exit status is returned (1 for an error, the signal's negative for a kill,
+    as subprocess.call did) and the file is gone after either."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    src = tmp_path / "a.s"
+    src.write_text(ASM)
+    fail = tmp_path / "fail-as"
+    fail.write_text('#!/bin/sh\ntest -s "$2" || exit 9\nexit 1\n')
+    fail.chmod(0o755)
+    killed = tmp_path / "killed-as"
+    killed.write_text("#!/bin/sh\nkill -TERM $$\n")
+    killed.chmod(0o755)
+    assert gas.main([str(fail), "--64", str(src)]) == 1
+    assert gas.main([str(killed), "--64", str(src)]) == -15
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.s", "fail-as", "killed-as"]
