@@ -1278,8 +1278,18 @@ int main(int argc, char **argv) {
 
   /* (c4) A publisher that blocks: its last store stays a candidate, by its own clock, until
    * it runs again; the one transfer to the thread that writes the line later is found. With
-   * a lifetime of one period of wall time it expired long before. */
+   * a lifetime of one period of wall time it expired long before (0 of 10 runs). Found by a
+   * watchpoint the later thread arms in its ~8 samples of private work, a pick among the
+   * candidates (the third thread's are the others): missed in 10 of 342 runs of the case
+   * alone, so a miss is run once more (a runtime that cannot find it misses both). */
   ok = run_and_read(self, lib, base, "blocked", &r);
+  if (ok && r.forward == 0) {
+    printf("  (no event from the blocked writer: once more)\n");
+    char again[4200]; /* a run directory of its own: read_result reads every process in it */
+    snprintf(again, sizeof again, "%s/again", base);
+    mkdir(again, 0755);
+    ok = run_and_read(self, lib, again, "blocked", &r);
+  }
   if (ok) {
     CHECK(r.forward >= 1 && r.forward <= 2, "%lu events from the blocked writer to the later one",
           (unsigned long)r.forward);
