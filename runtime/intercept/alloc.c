@@ -139,7 +139,7 @@ static inline uint64_t caller_site(uint64_t site) {
 
 /* The numa lens: an mmap'd chunk is fresh memory whose first touches it tracks. */
 static inline void numa_fresh(int s, void *p, size_t n, uint64_t site) {
-  if ((s & LOCUS_ALLOC_NUMA) && p && n >= 16 * 4096 && chunk_mmapped(p))
+  if ((s & LOCUS_ALLOC_NUMA) && p && n >= LOCUS_NUMA_TRACK_MIN && chunk_mmapped(p))
     locus_ft_track(p, n, p, PROT_READ | PROT_WRITE, site);
 }
 

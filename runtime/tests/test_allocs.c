@@ -201,6 +201,18 @@ static void *named_elsewhere(void *arg) {
   return NULL;
 }
 
+/* A block the numa lens tracks (mmap'd, 16 pages or more), freed at once: no sample in its
+ * life, but the numa lens's census at its free names it. Its address to addrs. */
+static int case_numa_block(void) {
+  FILE *f = addrs_file();
+  void *p = malloc(1 << 20);
+  if (!p || !f) return 1;
+  fprintf(f, "numa %lx\n", (unsigned long)p);
+  fclose(f);
+  free(p);
+  return 0;
+}
+
 static int case_young(void) {
   FILE *f = addrs_file();
   pthread_t two[2];
@@ -656,12 +668,38 @@ static void test_young(const char *self, const char *lib) {
   if (ok) remove_dir(run);
 }
 
+static void test_numa_block(const char *self, const char *lib) {
+  int ok = 1;
+  char run[4096], path[4300];
+  int rc;
+  pid_t pid;
+  size_t n;
+  unsetenv("LOCUS_HEAP_ALL");
+  setenv("LOCUS_NUMA_FIRST_TOUCH", "0", 1); /* the census only: no first-touch records */
+  struct locus_alloc *a =
+      run_loaded(self, lib, "comm,numa", "numablock", "numablock", run, sizeof run, &rc, &pid, &n);
+  unsetenv("LOCUS_NUMA_FIRST_TOUCH");
+  setenv("LOCUS_HEAP_ALL", "1", 1);
+  CHECK(rc == 0, "the program exited %d", rc);
+  snprintf(path, sizeof path, "%s/addrs", run);
+  FILE *f = fopen(path, "r");
+  unsigned long p = 0;
+  CHECK(f && fscanf(f, "numa %lx", &p) == 1, "no address from the program");
+  if (f) fclose(f);
+  if (a) qsort(a, n, sizeof *a, by_addr_t);
+  CHECK(a && kept_with_free(a, n, p, 1 << 20), "the block keeps its malloc and free records");
+  free(a);
+  finish("a block the numa lens tracks keeps its records (its census names it at the free)", ok);
+  if (ok) remove_dir(run);
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "known")) return case_known();
   if (argc == 2 && !strcmp(argv[1], "stress")) return case_stress();
   if (argc == 2 && !strcmp(argv[1], "fork")) return case_fork();
   if (argc == 2 && !strcmp(argv[1], "serial")) return case_serial();
   if (argc == 2 && !strcmp(argv[1], "young")) return case_young();
+  if (argc == 2 && !strcmp(argv[1], "numablock")) return case_numa_block();
   if (argc != 2) {
     fprintf(stderr, "usage: test_allocs LIBLOCUS\n");
     return 2;
@@ -677,6 +715,7 @@ int main(int argc, char **argv) {
   test_stress(self, argv[1]);
   test_serial(self, argv[1]);
   test_young(self, argv[1]);
+  test_numa_block(self, argv[1]);
   printf("test_allocs: %d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
