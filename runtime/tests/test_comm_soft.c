@@ -1280,7 +1280,7 @@ int main(int argc, char **argv) {
    * it runs again; the one transfer to the thread that writes the line later is found. With
    * a lifetime of one period of wall time it expired long before (0 of 10 runs). Found by a
    * watchpoint the later thread arms in its ~8 samples of private work, a pick among the
-   * candidates (the third thread's are the others): missed in 10 of 342 runs of the case
+   * candidates (the third thread's are the others): missed in 14 of 610 runs of the case
    * alone, so a miss is run once more (a runtime that cannot find it misses both). */
   ok = run_and_read(self, lib, base, "blocked", &r);
   if (ok && r.forward == 0) {
