@@ -582,18 +582,32 @@ static int kept_with_free(const struct locus_alloc *a, size_t n, uint64_t addr, 
   return 0;
 }
 
+/* Case `name` with the drops on (the other cases keep every block: LOCUS_HEAP_ALL=1), its
+ * records (NULL when none) and the first line of its addrs file in addrs. */
+static struct locus_alloc *run_dropping(const char *self, const char *lib, const char *lenses,
+                                        const char *name, char *run, size_t cap, int *rc,
+                                        pid_t *pid, size_t *n, char *addrs, size_t addrs_cap) {
+  unsetenv("LOCUS_HEAP_ALL");
+  struct locus_alloc *a = run_loaded(self, lib, lenses, name, name, run, cap, rc, pid, n);
+  setenv("LOCUS_HEAP_ALL", "1", 1);
+  char path[4300];
+  snprintf(path, sizeof path, "%s/addrs", run);
+  FILE *f = fopen(path, "r");
+  if (!f || !fgets(addrs, (int)addrs_cap, f)) addrs[0] = 0;
+  if (f) fclose(f);
+  return a;
+}
+
 static void test_young(const char *self, const char *lib) {
   int ok = 1;
-  char run[4096], path[4300];
+  char run[4096], path[4300], addrs[256];
   int rc;
   pid_t pid;
   size_t n;
-  unsetenv("LOCUS_HEAP_ALL");
   case_period_ns = "1000000"; /* the default period: samples while the blocks live */
   struct locus_alloc *a =
-      run_loaded(self, lib, "comm", "young", "young", run, sizeof run, &rc, &pid, &n);
+      run_dropping(self, lib, "comm", "young", run, sizeof run, &rc, &pid, &n, addrs, sizeof addrs);
   case_period_ns = "100000000";
-  setenv("LOCUS_HEAP_ALL", "1", 1);
   CHECK(rc == 0, "the program exited %d", rc);
   CHECK(a && n > 0, "no allocation records (did the comm lens start?)");
   size_t lifo = 0, fifo4 = 0, fifo12 = 0, elsewhere = 0;
@@ -650,11 +664,8 @@ static void test_young(const char *self, const char *lib) {
   CHECK(hdr.heap_dropped >= want && hdr.heap_dropped < want + 1000,
         "proc.bin heap_dropped %lu, want %lu and a few more", (unsigned long)hdr.heap_dropped,
         (unsigned long)want);
-  snprintf(path, sizeof path, "%s/addrs", run);
-  FILE *f = fopen(path, "r");
   unsigned long kept = 0, shared = 0;
-  CHECK(f && fscanf(f, "young %lx %lx", &kept, &shared) == 2, "no addresses from the program");
-  if (f) fclose(f);
+  CHECK(sscanf(addrs, "young %lx %lx", &kept, &shared) == 2, "no addresses from the program");
   CHECK(kept_with_free(a, n, kept, 4113),
         "the block sampled in its life keeps its malloc and free "
         "records");
@@ -670,22 +681,17 @@ static void test_young(const char *self, const char *lib) {
 
 static void test_numa_block(const char *self, const char *lib) {
   int ok = 1;
-  char run[4096], path[4300];
+  char run[4096], addrs[256];
   int rc;
   pid_t pid;
   size_t n;
-  unsetenv("LOCUS_HEAP_ALL");
   setenv("LOCUS_NUMA_FIRST_TOUCH", "0", 1); /* the census only: no first-touch records */
-  struct locus_alloc *a =
-      run_loaded(self, lib, "comm,numa", "numablock", "numablock", run, sizeof run, &rc, &pid, &n);
+  struct locus_alloc *a = run_dropping(self, lib, "comm,numa", "numablock", run, sizeof run, &rc,
+                                       &pid, &n, addrs, sizeof addrs);
   unsetenv("LOCUS_NUMA_FIRST_TOUCH");
-  setenv("LOCUS_HEAP_ALL", "1", 1);
   CHECK(rc == 0, "the program exited %d", rc);
-  snprintf(path, sizeof path, "%s/addrs", run);
-  FILE *f = fopen(path, "r");
   unsigned long p = 0;
-  CHECK(f && fscanf(f, "numa %lx", &p) == 1, "no address from the program");
-  if (f) fclose(f);
+  CHECK(sscanf(addrs, "numa %lx", &p) == 1, "no address from the program");
   if (a) qsort(a, n, sizeof *a, by_addr_t);
   CHECK(a && kept_with_free(a, n, p, 1 << 20), "the block keeps its malloc and free records");
   free(a);
