@@ -101,7 +101,7 @@ def test_gcc_temporaries_leave_no_records_and_the_object_file_is_the_same(locus)
     compile), the count is in proc.bin's heap_dropped, and gcc's output is unchanged."""
     import numpy as np
 
-    from locus.rundir import HEAP_DTYPE, RunDir, read_records
+    from locus.rundir import FREE_DTYPE, HEAP_DTYPE, RunDir, read_records
 
     gcc = need("gcc")
     src = Path(__file__).resolve().parents[2] / "workloads" / "comm_writevol.c"
@@ -111,11 +111,13 @@ def test_gcc_temporaries_leave_no_records_and_the_object_file_is_the_same(locus)
     _proc, run = locus.record([*cmd, str(traced_o)], ("--lens", "comm"))
     assert traced_o.read_bytes() == plain_o.read_bytes(), "gcc's object file differs"
     rd = RunDir.open(str(run))
-    kept = dropped = 0
+    kept = frees = dropped = 0
     for p in rd.procs:
         kept += int((read_records(p.file("heap.bin"), HEAP_DTYPE)["site"] != 0).sum())
+        frees += int((read_records(p.file("frees.bin"), FREE_DTYPE)["addr"] != 0).sum())
         dropped += int(p.hdr["heap_dropped"])
     assert dropped > kept > 0, (dropped, kept)
-    rep = locus.report(run)
-    assert rep["lenses"]["comm"]["samples"] > 0
-    assert np.isfinite(rep["lenses"]["comm"]["totals"]["all"])
+    # The report counts what the files and proc.bin hold, under its JSON names.
+    c = locus.report(run)["lenses"]["comm"]
+    assert c["heap_blocks"] == {"blocks": kept, "frees": frees, "short_lived": dropped}
+    assert c["samples"] > 0 and np.isfinite(c["totals"]["all"])
