@@ -146,6 +146,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "locus"
 
 
+def remember(mark: Path, text: str) -> None:
+    """mark (a file of the cache directory) holds text, written whole or not at all (builds
+    run in parallel); nothing when it cannot be written."""
+    try:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=mark.parent, prefix=f".{mark.name}-")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, mark)
+    except OSError:
+        pass
+
+
 # Variables that change what a compiler driver answers about itself.
 _ASK_ENV = ("PATH", "COMPILER_PATH", "GCC_EXEC_PREFIX")
 
@@ -167,8 +180,12 @@ def ask(cmd: list[str], question: str) -> str | None:
     key = hashlib.sha256("\0".join(stamp).encode()).hexdigest()[:16]
     try:
         mark = cache_dir() / f"ask-{key}"
-        return mark.read_text()
-    except (OSError, RuntimeError):  # (RuntimeError: no home directory)
+    except RuntimeError:  # no home directory
+        mark = None
+    try:
+        if mark is not None:
+            return mark.read_text()
+    except OSError:
         pass
     try:
         p = subprocess.run([*cmd, question], capture_output=True, text=True, timeout=30)
@@ -176,15 +193,8 @@ def ask(cmd: list[str], question: str) -> str | None:
         return None
     if p.returncode != 0:
         return None  # not remembered: it may be a passing failure
-    try:
-        mark = cache_dir() / f"ask-{key}"
-        mark.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=mark.parent, prefix=".ask-")
-        with os.fdopen(fd, "w") as f:
-            f.write(p.stdout)
-        os.replace(tmp, mark)
-    except (OSError, RuntimeError):
-        pass
+    if mark is not None:
+        remember(mark, p.stdout)
     return p.stdout
 
 
@@ -318,14 +328,7 @@ def late_tsan_plugin(cmd: list[str]) -> Path | None:
     except (OSError, subprocess.SubprocessError):
         return None  # not remembered: a timeout on a loaded machine says nothing of the plugin
     ok = p.returncode == 0 and "__tsan_write" in p.stdout
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache, prefix=".late-tsan-")
-        with os.fdopen(fd, "w") as f:
-            f.write("ok\n" if ok else "refused\n")
-        os.replace(tmp, mark)
-    except OSError:
-        pass
+    remember(mark, "ok\n" if ok else "refused\n")
     return plugin if ok else None
 
 

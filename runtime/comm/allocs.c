@@ -156,11 +156,7 @@ static int drop_young(const void *addr) {
   for (int k = 0; k < HEAP_LOOKBACK && r > lo; k++) {
     r--;
     if (r->addr != (uint64_t)(uintptr_t)addr || !r->site) continue;
-    uint64_t size = r->size_tid & ((1ull << LOCUS_HEAP_SIZE_BITS) - 1);
-    /* A block the numa lens tracks is named by the census of its pages, written at this free
-     * after this record. */
-    if (size >= LOCUS_NUMA_TRACK_MIN && (locus_alloc_state & LOCUS_ALLOC_NUMA)) return 0;
-    if (was_named(r->addr, size, r->t)) return 0;
+    if (was_named(r->addr, r->size_tid & ((1ull << LOCUS_HEAP_SIZE_BITS) - 1), r->t)) return 0;
     __atomic_store_n(&r->site, 0, __ATOMIC_RELAXED); /* reads as unused from here on */
     while (end > lo && !end[-1].site) end--;
     c->pos = (char *)end;

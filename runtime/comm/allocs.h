@@ -21,9 +21,6 @@
  * the program's heap; 0: back. */
 void locus_alloc_private(int on);
 extern int locus_alloc_state;
-/* The numa lens tracks the first touches of an mmap'd chunk of at least this many bytes, and
- * takes a census of its pages at its free. */
-#define LOCUS_NUMA_TRACK_MIN (16u * 4096u)
 
 /* Record one allocation event of the calling thread (kind: enum locus_alloc_kind).
  * Does nothing inside the runtime (guard), before the thread is registered, after it

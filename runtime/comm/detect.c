@@ -224,13 +224,14 @@ static uint16_t line_key(uint64_t line) {
   return (uint16_t)(((line / locus_comm_cfg.line) * 0x9e3779b97f4a7c15ull) >> 48) | 1u;
 }
 
-/* Was this thread sampled on `line` lately? */
-static int touched(uint64_t line) {
-  uint16_t k = line_key(line);
+/* Was this thread sampled lately on the line of key k (line_key)? */
+static int touched_key(uint16_t k) {
   for (uint32_t i = 0; i < TOUCHED; i++)
     if (dt.touched[i] == k) return 1;
   return 0;
 }
+
+static int touched(uint64_t line) { return touched_key(line_key(line)); }
 
 static int overlap(uint64_t a, uint32_t alen, uint64_t b, uint32_t blen) {
   return a < b + blen && b < a + alen;
@@ -465,7 +466,8 @@ void locus_comm_detect(const struct locus_comm_access *a) {
     publish(a, line, 0);
   else if (loads && !detected && !(a->flags & LOCUS_AC_STACK))
     publish(a, line, 1);
-  if (!touched(line)) dt.touched[dt.ntouched++ % TOUCHED] = line_key(line);
+  uint16_t key = line_key(line);
+  if (!touched_key(key)) dt.touched[dt.ntouched++ % TOUCHED] = key;
   dt.t_prev = a->t;
 }
 

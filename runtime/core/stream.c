@@ -261,6 +261,20 @@ void locus_stream_close(struct locus_stream *s) {
   s->fd = -1;
 }
 
+/* The full pages behind the cursor leave the program's resident memory: MADV_DONTNEED on a
+ * MAP_SHARED file page only unmaps it, its records stay in the page cache. A chunk held all
+ * its written pages resident: up to 4 per stream and thread at 16 KiB (samples, events, heap
+ * blocks, frees: 5 threads of sysbench, ~100 KiB of its peak RSS), up to 1 MiB for an
+ * allocation-heavy thread's. A slow chunk drops each page as it fills, a hot one every
+ * DROP_HOT bytes (a system call per 4 KiB of allocation records would cost more than they
+ * do). Record sizes divide the page, so the cursor lands on those boundaries; chunks start
+ * on a page. Called at a page boundary. */
+static __attribute__((noinline)) void drop_behind(struct locus_cursor *c) {
+  size_t step = c->chunk <= CHUNK_MAX ? PAGE : DROP_HOT;
+  if (c->chunk > step && !((size_t)(c->pos - c->base) & (step - 1)) && c->pos < c->end)
+    syscall(SYS_madvise, c->pos - step, step, MADV_DONTNEED);
+}
+
 int locus_cursor_put(struct locus_stream *s, struct locus_cursor *c, const void *rec,
                      size_t rec_size) {
   if (LOCUS_UNLIKELY(c->pos + rec_size > c->end)) {
@@ -296,16 +310,7 @@ put:
   atomic_signal_fence(memory_order_release);
   memcpy(c->pos + rec_size - 8, (const char *)rec + rec_size - 8, 8);
   c->pos += rec_size;
-  /* The full pages behind the cursor leave the program's resident memory: MADV_DONTNEED on
-   * a MAP_SHARED file page only unmaps it, its records stay in the page cache. A chunk held
-   * all its written pages resident: up to 4 per stream and thread at 16 KiB (samples,
-   * events, heap blocks, frees: 5 threads of sysbench, ~100 KiB of its peak RSS), up to
-   * 1 MiB for an allocation-heavy thread's. A slow chunk drops each page as it fills, a hot
-   * one every DROP_HOT bytes (a system call per 4 KiB of allocation records would cost more
-   * than they do). Record sizes divide the page, so pos lands on those boundaries. */
-  size_t step = c->chunk <= CHUNK_MAX ? PAGE : DROP_HOT, at = (size_t)(c->pos - c->base);
-  if (c->chunk > step && at % step == 0 && c->pos < c->end)
-    syscall(SYS_madvise, c->pos - step, step, MADV_DONTNEED);
+  if (LOCUS_UNLIKELY(!((uintptr_t)c->pos & (PAGE - 1)))) drop_behind(c);
   return 0;
 }
 

@@ -139,7 +139,7 @@ static inline uint64_t caller_site(uint64_t site) {
 
 /* The numa lens: an mmap'd chunk is fresh memory whose first touches it tracks. */
 static inline void numa_fresh(int s, void *p, size_t n, uint64_t site) {
-  if ((s & LOCUS_ALLOC_NUMA) && p && n >= LOCUS_NUMA_TRACK_MIN && chunk_mmapped(p))
+  if ((s & LOCUS_ALLOC_NUMA) && p && n >= 16 * 4096 && chunk_mmapped(p))
     locus_ft_track(p, n, p, PROT_READ | PROT_WRITE, site);
 }
 
@@ -178,12 +178,14 @@ static __attribute__((noinline)) void free_slow(void *p, uint64_t site) {
   if (!(s & LOCUS_ALLOC_RESOLVED)) s = resolve();
   /* A real block while nothing is resolved cannot happen (it came from the real malloc). */
   if (!(s & LOCUS_ALLOC_RESOLVED)) return;
+  /* Only an mmap'd chunk can be a tracked region: no region scan for heap blocks. Its
+   * census (a record naming the block) comes before the free's record, which drops the
+   * records of a block no record named. */
+  if ((s & LOCUS_ALLOC_NUMA) && chunk_mmapped(p)) locus_ft_release(p, 0);
   if (s & LOCUS_ALLOC_TRACKING) {
     locus_allocs_record(LOCUS_AL_FREE, p, 0, site);
     locus_comm_exact_freed(p, 0);
   }
-  /* Only an mmap'd chunk can be a tracked region: no region scan for heap blocks. */
-  if ((s & LOCUS_ALLOC_NUMA) && chunk_mmapped(p)) locus_ft_release(p, 0);
   real.free(p);
 }
 

@@ -201,12 +201,14 @@ static void *named_elsewhere(void *arg) {
   return NULL;
 }
 
-/* A block the numa lens tracks (mmap'd, 16 pages or more), freed at once: no sample in its
- * life, but the numa lens's census at its free names it. Its address to addrs. */
+/* A block the numa lens tracks (mmap'd, 16 pages or more), written and freed at once: no
+ * sample in its life, but the numa lens's census of its pages at its free names it. Its
+ * address to addrs. */
 static int case_numa_block(void) {
   FILE *f = addrs_file();
   void *p = malloc(1 << 20);
   if (!p || !f) return 1;
+  memset(p, 1, 1 << 20);
   fprintf(f, "numa %lx\n", (unsigned long)p);
   fclose(f);
   free(p);
