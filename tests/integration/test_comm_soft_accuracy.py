@@ -72,6 +72,27 @@ def test_falseshare_fraction_extremes(locus, fraction, mostly):
     assert d[mostly] >= 0.7 * d["all"], d
 
 
+@pytest.mark.parametrize("mode", ["anonymous", "file"])
+def test_false_sharing_between_processes(locus, mode):
+    """comm_procs: 2 processes add to their own counters of one line of shared memory (a
+    mapping made before the fork, or a memory file each maps at its own address) in 20 %
+    of the time slots, to one counter of another line in the others. Between processes
+    the report makes step 1 of the method on the samples: the two workers communicate,
+    with about the configured false fraction; the parent, which only waits, does not."""
+    extra = ["--file"] if mode == "file" else []
+    comm, truth = _soft(locus, "comm_procs", "2", "-", "0.2", "16", *extra)
+    assert truth["mode"] == mode
+    t = comm["totals"]
+    assert t["detections_between_processes"] == t["detections"] >= 100, t
+    idx = {(th["pid"], th["tid"]): th["index"] for th in comm["threads"]}
+    a, b = (idx[(pid, pid)] for pid in truth["pids"])
+    m = comm["matrices"]["thread"]
+    assert m["all"][a][b] == pytest.approx(t["all"]), (m["all"], t)
+    assert abs(m["false"][a][b] / m["all"][a][b] - 0.2) <= 0.1, m
+    lines = {int(r["address"], 16) for r in comm["lines"]}
+    assert len(lines) == 2 and max(lines) - min(lines) == 64, comm["lines"]
+
+
 def test_doctor_check_measures_the_comm_lens(locus):
     """`locus doctor --check` records the bundled false-sharing and point-to-point workloads
     with every sampling backend this machine has, and exact where built, and compares with

@@ -94,6 +94,25 @@ def test_stress_ng_sigsegv_with_the_tsc_disabled(locus, lens):
     assert c["backend"] == "soft" and samples > 100, samples
 
 
+def test_stress_ng_cacheline_false_sharing_between_processes(locus):
+    """stress-ng --cacheline: forked workers each write their own bytes of one cache line of
+    a MAP_SHARED mapping (false sharing between processes). The report finds it, between
+    the workers' threads (step 1 made at report time), mostly false, on one line."""
+    stress = need("stress-ng")
+    cmd = [stress, "--cacheline", "2", "--timeout", "2s", "--metrics-brief"]
+    proc, run = locus.record(cmd, options=("--lens", "comm"), check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    t = c["totals"]
+    assert t["detections_between_processes"] >= 20, t
+    assert t["false"] >= 0.8 * t["all"], t
+    m = c["matrices"]["thread"]["all"]
+    workers = [i for i, row in enumerate(m) if any(row)]
+    assert len(workers) >= 2 and c["threads"][0]["index"] not in workers, (workers, c["threads"])
+    assert c["lines"][0]["verdict"] == "false" and c["lines"][0]["all"] >= 0.8 * t["all"]
+    assert c["objects"][0]["kind"] != "unknown" and c["advice"], (c["objects"][:2], c["advice"])
+
+
 def test_gcc_temporaries_leave_no_records_and_the_object_file_is_the_same(locus):
     """gcc's cc1 allocates and frees temporaries constantly. Under the comm lens a block
     no sample fell in the life of has its records dropped at its free (comm/allocs.c): the

@@ -93,7 +93,11 @@ class Options:
 class Events:
     """All comm events of the run, columns concatenated over processes."""
 
-    proc: np.ndarray
+    proc: np.ndarray  # the detecting process (dst's): `line`, `t` and dst_ip are in it
+    # The writer's process (src_ip, src_caller) and the detector's (dst_ip, dst_caller): proc,
+    # except between processes, where proc is the first process that maps the memory.
+    src_proc: np.ndarray
+    dst_proc: np.ndarray
     t: np.ndarray  # raw ticks of the process's clock (compared with allocs.bin ticks)
     line: np.ndarray
     src_ip: np.ndarray
@@ -167,7 +171,7 @@ def load_events(run: RunDir, th: _Threads, notes: list[str] | None = None) -> Ev
             continue
         cols["proc"].append(np.full(len(e), i, dtype=np.int64))
         for k in Events.__dataclass_fields__:
-            if k in ("proc", "src", "dst"):
+            if k in ("proc", "src_proc", "dst_proc", "src", "dst"):
                 continue
             cols[k].append(e[k])
         src_tid.append(e["src_tid"])
@@ -179,6 +183,7 @@ def load_events(run: RunDir, th: _Threads, notes: list[str] | None = None) -> Ev
         return Events(**arrs)
     arrs = {k: np.concatenate(v) for k, v in cols.items() if v}
     proc = arrs["proc"]
+    arrs["src_proc"] = arrs["dst_proc"] = proc
     st, dt = np.concatenate(src_tid), np.concatenate(dst_tid)
     # Threads of both roles in one pass, so first-seen order follows the events.
     both = th.lookup(np.concatenate([proc, proc]), np.concatenate([st, dt]))
@@ -724,6 +729,10 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         th.lookup(np.full(len(c), i, dtype=np.int64), c["tid"])
     ev = load_events(run, th, notes)
     _missing_events(run, ct_list, ev.proc, notes)
+    if ct_list and any(len(c) and (c["backend"] != BK_EXACT).any() for c in ct_list):
+        more = between_processes(run, th, _config(run, ct, ev, [])["line_size"])
+        if more is not None:
+            ev = concat_events(ev, more)
     self_ev = ev.src == ev.dst
     if self_ev.any():
         # A thread re-reading its own write is no communication (a runtime that wrote one
@@ -785,6 +794,10 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     totals["detections_lookup"] = int((sampled & ~trap).sum())
     totals["detections_trap"] = int((trap & ~loaded).sum())
     totals["detections_loaded"] = int(loaded.sum())
+    # ... of which between processes, by step 1 at report time (between_processes).
+    between = (ev.flags & CE_PROCS) != 0
+    totals["detections_between_processes"] = int(between.sum())
+    totals["between_processes"] = float(w[between].sum())
     # Bytes: exact, the transfers counted; count-based sampling, ComDetective's scaled
     # lines; time-based or rate sampling, a lower bound: a sample's detection finds a line
     # another thread wrote since the detecting thread's previous sample, so at least one
@@ -869,7 +882,11 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             "objects it allocates)"
         )
     _note_stripped(objs, obj, wk, notes)
-    shm = _between_processes_note(run, cfg, uses)
+    procs_ev = {
+        "detections": int(((ev.flags & CE_PROCS) != 0).sum()),
+        "share": float(w[(ev.flags & CE_PROCS) != 0].sum()) / max(float(w.sum()), 1e-300),
+    }
+    shm = _between_processes_note(run, cfg, uses, procs_ev)
     if shm:
         notes.append(shm)
     handoff = _handoff_note(run, cfg, uses, n_ev, counters["samples"])
@@ -1207,14 +1224,14 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                     writers.append(wname)
         # The busiest false-sharing access, whose source file tells the advice's language.
         top = int(fm[np.argmax(wk["false"][fm])]) if len(fm) else -1
-        top_ip = (int(ev.proc[top]), int(ev.dst_ip[top])) if top >= 0 else None
+        top_ip = (int(ev.dst_proc[top]), int(ev.dst_ip[top])) if top >= 0 else None
         # ... and its program's call into the system library it is in (a lock function).
         fc = fm[(ev.dst_caller[fm] != 0) & (ev.dst_ip[fm] == ev.dst_ip[top])] if len(fm) else fm
         top_caller = None
         if len(fc):
             inv, first = group(ev.dst_caller[fc])
             j = int(fc[first[np.argmax(np.bincount(inv, weights=wk["false"][fc]))]])
-            top_caller = (int(ev.proc[j]), int(ev.dst_caller[j]) - 1)
+            top_caller = (int(ev.dst_proc[j]), int(ev.dst_caller[j]) - 1)
         shared = (
             _shared_words(names.run.procs[info["proc"]], ev, m, fm, tids, cfg["line_size"], uses)
             if len(fm)
@@ -1287,11 +1304,11 @@ RUN_FILE = re.compile(r"/procs/\d+/[\w.]+\.bin$")
 SHARED_NOTE_MIN = 0.01  # of the sampled accesses: memory shared between processes
 
 
-def _shared_mappings(proc) -> list[tuple[int, int, str, str]]:
-    """(lo, hi, key, path) of the process's writable MAP_SHARED mappings (maps at its start
-    and at its end), the run's own files left out. `key` is device:inode, the same in every
-    process that maps the memory (an anonymous shared mapping is "/dev/zero (deleted)" with
-    an inode of its own)."""
+def _shared_mappings(proc) -> list[tuple[int, int, str, str, int]]:
+    """(lo, hi, key, path, file offset of lo) of the process's writable MAP_SHARED mappings
+    (maps at its start and at its end, each once), the run's own files left out. `key` is
+    device:inode, the same in every process that maps the memory (an anonymous shared
+    mapping is "/dev/zero (deleted)" with an inode of its own)."""
     out = []
     for ln in proc.maps_text().splitlines():
         f = ln.split(None, 5)
@@ -1301,36 +1318,164 @@ def _shared_mappings(proc) -> list[tuple[int, int, str, str]]:
         if RUN_FILE.search(path) or f[4] == "0":
             continue
         lo, _, hi = f[0].partition("-")
-        out.append((int(lo, 16), int(hi, 16), f"{f[3]}:{f[4]}", path))
+        m = (int(lo, 16), int(hi, 16), f"{f[3]}:{f[4]}", path, int(f[2], 16))
+        if m not in out:
+            out.append(m)
     return out
 
 
-def _between_processes_note(run: RunDir, cfg: dict, uses: dict) -> str | None:
-    """A note when a share of the sampled accesses went to memory that several processes of
-    the run map shared (stress-ng's cacheline workers, MPI shared-memory transports): the
-    detector matches the threads of one process, so what passes between processes there is
-    not measured, and "no communication" would mislead."""
-    if len(run.procs) < 2 or cfg["backend"] == "exact":
-        return None
-    maps = [_shared_mappings(p) for p in run.procs]
+def _between(run: RunDir) -> tuple[list, set[str]]:
+    """Each process's shared mappings, and the keys of those that two processes or more of
+    the run map."""
+    maps = [_shared_mappings(p) for p in run.procs] if len(run.procs) >= 2 else []
     owners: dict[str, set[int]] = {}
     for i, ms in enumerate(maps):
-        for _lo, _hi, key, _path in ms:
-            owners.setdefault(key, set()).add(i)
-    between = {k for k, v in owners.items() if len(v) >= 2}
+        for m in ms:
+            owners.setdefault(m[2], set()).add(i)
+    return maps, {k for k, v in owners.items() if len(v) >= 2}
+
+
+# Analysis-only flag of an event: a detection between two processes, made at report time.
+CE_PROCS = 1 << 8
+
+
+def between_processes(run: RunDir, th: _Threads, line: int) -> Events | None:
+    """Step 1 of the method between the processes of the run, at report time, from their
+    recorded samples: the runtime's bulletin board is one per process, so a line that passes
+    between processes through memory they map shared (MAP_SHARED: fork-inherited anonymous
+    memory, a shared-memory file, an MPI shared-memory segment) is never looked up there.
+    A sampled access to such memory is keyed by the mapping's device:inode and its offset in
+    it, the same in every process wherever each maps it; in time order over all processes, a
+    sample whose line's latest sampled store (before it) is by a thread of another process,
+    and newer than the sampling thread's previous sample (t_prev), is a communication from
+    that thread, weighted by the sample's periods: what a board shared by the processes
+    would have detected in step 1. Steps 2 and 3 (watchpoints) need the board at run time:
+    they are not made between processes. None when there is no such memory or detection.
+    The events' `proc` and `line` are the first process that maps the memory and the
+    line's address there, so a line is one line in every table."""
+    maps, between = _between(run)
+    if not between:
+        return None
+    keys = {k: j for j, k in enumerate(sorted(between))}
+    home: dict[int, tuple[int, int, int]] = {}  # key -> (proc, lo, file offset of lo)
+    for i, ms in enumerate(maps):
+        for lo, _hi, key, _path, off in ms:
+            if key in keys and keys[key] not in home:
+                home[keys[key]] = (i, lo, off)
+    clocks = {int(p.hdr["clock"]) for p in run.procs}
+    parts = []
+    for i, p in enumerate(run.procs):
+        rs = [(lo, hi, keys[k], off) for lo, hi, k, _path, off in maps[i] if k in keys]
+        if not rs:
+            continue
+        s = p.comm_samples()
+        s = s[(s["addr"] != 0) & (s["len"] != 0)]
+        if not len(s):
+            continue
+        s = s[np.lexsort((s["t"], s["tid"]))]
+        # Time of each sample's previous sample in its thread (0: none).
+        t = (
+            s["t"].astype(np.int64)
+            if len(clocks) == 1
+            else (p.seconds(s["t"]) * 1e9).astype(np.int64)
+        )
+        prev = np.zeros(len(s), dtype=np.int64)
+        same = s["tid"][1:] == s["tid"][:-1]
+        prev[1:] = np.where(same, t[:-1], 0)
+        left = np.ones(len(s), dtype=bool)
+        for lo, hi, k, off in rs:
+            m = left & (s["addr"] >= np.uint64(lo)) & (s["addr"] < np.uint64(hi))
+            if not m.any():
+                continue
+            left &= ~m
+            fo = (s["addr"][m] - np.uint64(lo) + np.uint64(off)).astype(np.int64)
+            parts.append(
+                (np.full(int(m.sum()), i), np.full(int(m.sum()), k), fo, s[m], t[m], prev[m])
+            )
+    if not parts:
+        return None
+    proc, key, fo, smp, t, prev = (np.concatenate([q[j] for q in parts]) for j in range(6))
+    lno = fo // line
+    o = np.lexsort((t, lno, key))
+    proc, key, fo, smp, t, prev, lno = proc[o], key[o], fo[o], smp[o], t[o], prev[o], lno[o]
+    # The latest sampled store on each sample's line before it.
+    n = len(smp)
+    st = np.where((smp["flags"] & AC_STORE) != 0, np.arange(n), -1)
+    before = np.concatenate([[-1], np.maximum.accumulate(st)[:-1]])
+    b = np.maximum(before, 0)
+    hit = (
+        (before >= 0)
+        & (key[b] == key)
+        & (lno[b] == lno)
+        & (proc[b] != proc)
+        & (t[b] > prev)
+        & (t[b] < t)
+    )
+    # (a store of the same process is the runtime's to detect: its board holds it)
+    d = np.flatnonzero(hit)
+    if not len(d):
+        return None
+    w = b[d]
+    hp = np.array([home[int(k)][0] for k in key[d].tolist()], dtype=np.int64)
+    base = np.array([home[int(k)][1] - home[int(k)][2] for k in key[d].tolist()], dtype=np.int64)
+    lstart = lno[d] * line
+    src_off, dst_off = fo[w] - lstart, fo[d] - lstart
+    src_len = np.minimum(smp["len"][w].astype(np.int64), line - src_off)
+    dst_len = np.minimum(smp["len"][d].astype(np.int64), line - dst_off)
+    true = (src_off < dst_off + dst_len) & (dst_off < src_off + src_len)
+    ev = Events(
+        proc=hp,
+        src_proc=proc[w].astype(np.int64),
+        dst_proc=proc[d].astype(np.int64),
+        t=smp["t"][d],
+        line=(base + lstart).astype(np.uint64),
+        src_ip=smp["ip"][w],
+        dst_ip=smp["ip"][d],
+        volume=np.maximum(smp["periods"][d], 1).astype(np.float64),
+        src=th.lookup(proc[w].astype(np.int64), smp["tid"][w]),
+        dst=th.lookup(proc[d].astype(np.int64), smp["tid"][d]),
+        src_cpu=smp["cpu"][w].astype(np.int64),
+        dst_cpu=smp["cpu"][d].astype(np.int64),
+        src_off=src_off,
+        src_len=src_len,
+        dst_off=dst_off,
+        dst_len=dst_len,
+        flags=np.where(true, CE_TRUE | CE_PROCS, CE_PROCS).astype(np.uint16),
+        dst_flags=(smp["flags"][d] & AC_KNOWN).astype(np.uint32),
+        src_caller=smp["caller"][w],
+        dst_caller=smp["caller"][d],
+    )
+    return ev
+
+
+def concat_events(a: Events, b: Events) -> Events:
+    if not len(a.proc):
+        return b
+    fields = Events.__dataclass_fields__
+    return Events(**{k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in fields})
+
+
+def _between_processes_note(run: RunDir, cfg: dict, uses: dict, procs_ev: dict) -> str | None:
+    """A note when a share of the sampled accesses went to memory that several processes of
+    the run map shared (stress-ng's cacheline workers, MPI shared-memory transports): what
+    was detected there between processes, and how (between_processes), or, with the exact
+    backend, that it is not measured: "no communication" would mislead."""
+    if cfg["backend"] not in ("soft", "hw", "exact"):
+        return None
+    maps, between = _between(run)
     if not between:
         return None
     hit = total = 0
     procs: set[int] = set()
     paths: set[str] = set()
     for i, ms in enumerate(maps):
-        rs = [(lo, hi, path) for lo, hi, key, path in ms if key in between]
+        rs = {(lo, hi, path) for lo, hi, key, path, _off in ms if key in between}
         if not rs:
             continue
         a = _sampled_uses(run.procs[i], cfg["line_size"], uses)[1]["addr"]
         total += len(a)
         inside = np.zeros(len(a), dtype=bool)
-        for lo, hi, path in set(rs):  # maps at start and at exit list a mapping twice
+        for lo, hi, path in rs:
             m = (a >= np.uint64(lo)) & (a < np.uint64(hi))
             if m.any():
                 inside |= m
@@ -1338,14 +1483,26 @@ def _between_processes_note(run: RunDir, cfg: dict, uses: dict) -> str | None:
         if inside.any():
             hit += int(inside.sum())
             procs.add(run.procs[i].pid)
-    if not total or hit < SHARED_NOTE_MIN * total:
+    if cfg["backend"] != "exact" and (not total or hit < SHARED_NOTE_MIN * total):
         return None
     shown = ", ".join(sorted(paths)[:3]) + (", ..." if len(paths) > 3 else "")
+    if cfg["backend"] == "exact":
+        return (
+            f"processes of this run share memory (MAP_SHARED: {shown or 'not sampled'}): the "
+            "exact backend counts the transfers between the threads of one process, so cache "
+            "lines passing between processes through it are not counted here"
+        )
+    n, share = procs_ev["detections"], procs_ev["share"]
     return (
         f"{100 * hit / total:.0f} % of the sampled accesses of {len(procs)} process(es) went "
-        f"to memory that processes of this run share (MAP_SHARED: {shown}): the detector "
-        "matches the threads of one process, so cache lines passing between processes "
-        "through it are not counted here"
+        f"to memory that processes of this run share (MAP_SHARED: {shown}). Between "
+        f"processes, step 1 of the method is made when the report is made, on the recorded "
+        f"samples ({n:,} detection(s), {100 * share:.0f} % of the volume): a sample whose line "
+        "(the same offset of the same shared memory, wherever each process maps it) another "
+        "process's thread was last sampled storing to since the sampling thread's previous "
+        "sample. No watchpoints are armed between processes (step 2 needs the board at run "
+        "time), so a volume between processes counts sample coincidences only: more samples "
+        "(a shorter --period) find more of it"
     )
 
 
@@ -1613,8 +1770,12 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
     # there ("site ← caller": the caller's call instruction, a return address minus one).
     ips = np.concatenate(
         [
-            np.stack([r, ev.proc[keep], ev.src_ip[keep], ev.src_caller[keep].astype(np.int64)], 1),
-            np.stack([r, ev.proc[keep], ev.dst_ip[keep], ev.dst_caller[keep].astype(np.int64)], 1),
+            np.stack(
+                [r, ev.src_proc[keep], ev.src_ip[keep], ev.src_caller[keep].astype(np.int64)], 1
+            ),
+            np.stack(
+                [r, ev.dst_proc[keep], ev.dst_ip[keep], ev.dst_caller[keep].astype(np.int64)], 1
+            ),
         ]
     )
     ips = unique_rows(ips[ips[:, 2] != 0].astype(np.uint64)).astype(np.int64)
@@ -1769,7 +1930,7 @@ def _site_rows(ev, wk, names, opts) -> list:
     n = len(ev.proc)
     if n == 0:
         return []
-    procs = np.concatenate([ev.proc, ev.proc])
+    procs = np.concatenate([ev.dst_proc, ev.src_proc])
     ips = np.concatenate([ev.dst_ip, ev.src_ip])
     inv, first = group(procs, ips)
     m = len(first)
@@ -1807,9 +1968,8 @@ def _site_rows(ev, wk, names, opts) -> list:
         for r, x in zip(rows, tot.tolist()):
             r[k] = float(x)
     callers = np.concatenate([ev.dst_caller[own], ev.src_caller[extra]])
-    site_callers(
-        rows, "callers", sid, ev.proc[e_idx], callers, wk["all"][e_idx], lambda r: r["all"], names
-    )
+    cproc = np.concatenate([ev.dst_proc[own], ev.src_proc[extra]])
+    site_callers(rows, "callers", sid, cproc, callers, wk["all"][e_idx], lambda r: r["all"], names)
     rows.sort(key=lambda r: (-r["all"], -r["false"]))
     return rows[: opts.top_sites]
 

@@ -212,13 +212,17 @@ def _bytes_part(t: dict) -> str:
 
 
 def _how_detected(t: dict) -> str:
-    """' (12 by lookup, 30 by trap, 2,650 on loads)' when any detection was a trap."""
+    """' (12 by lookup, 30 by trap, 2,650 on loads, 40 between processes)' when any detection
+    was a trap or between processes."""
     trap, loaded = t.get("detections_trap") or 0, t.get("detections_loaded") or 0
-    if not trap and not loaded:
+    procs = t.get("detections_between_processes") or 0
+    if not trap and not loaded and not procs:
         return ""
     parts = [f"{count(t.get('detections_lookup') or 0)} by lookup", f"{count(trap)} by trap"]
     if loaded:
         parts.append(f"{count(loaded)} on loads")
+    if procs:
+        parts.append(f"{count(procs)} between processes")
     return f" ({', '.join(parts)})"
 
 
