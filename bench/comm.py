@@ -232,7 +232,47 @@ def accuracy(n: int = 1) -> dict:
     fs = volume_rows("comm_falseshare", [(2, f) for f in FALSESHARE_FRACTIONS], n, None, "fst")
     out["falseshare_timed"] = fs
     out["total_falseshare"] = totals(fs, (2, 0.5))
+    out["between_processes"] = between_processes(n)
     return out
+
+
+# Between processes (comm_procs, soft only: the exact backend counts within a process): the
+# false fraction against the configured one, and the volume against the same sharing between
+# threads (comm_falseshare --free, same fraction), which watchpoints add to.
+PROCS_FRACTIONS = (0.2, 0.5, 0.8)
+
+
+def between_processes(n: int) -> list[dict]:
+    rows = []
+    for frac in PROCS_FRACTIONS:
+        for mode in ("anonymous", "file"):
+            got = []
+            for k in range(n):
+                extra = ["--file"] if mode == "file" else []
+                argv = [str(WL / "comm_procs"), "2", "-", str(frac), "16", *extra, "--truth"]
+                comm, _truth, _wall = record(argv, ["--backend", "soft"], f"procs{frac}{mode}{k}")
+                t = comm["totals"]
+                threads, _t, _w = record(
+                    [str(WL / "comm_falseshare"), "2", "-", str(frac), "--free"],
+                    ["--backend", "soft"],
+                    f"procs-threads{frac}{k}",
+                )
+                got.append((t, threads["totals"]))
+            med = common.median
+            row = {
+                "configured": frac,
+                "mode": mode,
+                "false_fraction": med([t["false"] / t["all"] for t, _ in got if t["all"]]),
+                "detections": med([t["detections_between_processes"] for t, _ in got]),
+                "between_share": med(
+                    [t["between_processes"] / t["all"] for t, _ in got if t["all"]]
+                ),
+                "volume_over_threads": med([t["all"] / th["all"] for t, th in got if th["all"]]),
+            }
+            row["within_5_points"] = abs(row["false_fraction"] - frac) <= 0.05
+            print(f"  procs {mode} {frac}: {row}", flush=True)
+            rows.append(row)
+    return rows
 
 
 # comm_readwrite's rows: (readers, read fraction); 3 readers and the writer are 4 threads on
@@ -455,7 +495,7 @@ def exact_overhead(n: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=3)
-    ap.add_argument("--only", choices=("accuracy", "overhead", "exact"))
+    ap.add_argument("--only", choices=("accuracy", "overhead", "exact", "procs"))
     args = ap.parse_args()
     common.CACHE.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -470,6 +510,9 @@ def main() -> int:
         print("accuracy", flush=True)
         data["accuracy"] = accuracy(args.n)
         print(json.dumps(data["accuracy"], indent=1), flush=True)
+    if args.only == "procs":
+        print("between processes", flush=True)
+        data["between_processes"] = between_processes(args.n)
     if args.only in (None, "overhead"):
         print("overhead", flush=True)
         data["overhead"] = overhead(args.n)
@@ -486,6 +529,16 @@ def main() -> int:
         parts += [f"exact {k} x{v['ratio']:.1f}" for k, v in data["exact"].items()]
     if "accuracy" in data:
         parts.append("accuracy: see " + path.name)
+    procs = data.get("between_processes") or data.get("accuracy", {}).get("between_processes")
+    if procs:
+        parts.append(
+            "between processes false/total "
+            + ", ".join(
+                f"{r['mode'][:4]} {r['configured']}: {r['false_fraction']:.2f}"
+                f" (x{r['volume_over_threads']:.2f} of threads)"
+                for r in procs
+            )
+        )
     common.append_history(f"- {data['date']} `{data['git_rev']}` comm: " + ", ".join(parts))
     print(f"written {path.relative_to(common.REPO)}")
     return 0
