@@ -4,7 +4,8 @@
  * processes in place of threads. The two lines of 8-byte counters are in memory the
  * processes share: an anonymous MAP_SHARED mapping made before the fork (the same address
  * in every process), or with --file a memory file each process maps on its own after the
- * fork, at an address of its own (as MPI ranks map a shared-memory segment). Process i adds
+ * fork, at an address of its own, and unmaps before it ends (as MPI ranks map and unmap a
+ * shared-memory segment). Process i adds
  * to c[0] of the TRUE line, or to its own c[i] of the FALSE line (adjacent to the others'),
  * in bursts of `burst` __atomic_fetch_add, for ~1 s; the false line in a fraction
  * `false_fraction` of the 10 ms time slots (comm_common.h), the same slots for all.
@@ -46,7 +47,8 @@ static int take_flag(int *argc, char **argv, const char *flag) {
 }
 
 /* The shared lines of worker i: the inherited mapping, or (fd >= 0) the file mapped anew,
- * after i + 1 pages of padding so that each process has it at another address. */
+ * after i + 1 pages of padding so that each process has it at another address (unmap_data
+ * undoes it). */
 static struct shared *map_data(struct shared *inherited, int fd, int i) {
   if (fd < 0) return inherited;
   void *pad = mmap(NULL, (size_t)(i + 1) * 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -54,6 +56,10 @@ static struct shared *map_data(struct shared *inherited, int fd, int i) {
   void *p = mmap(NULL, DATA_OFF + sizeof(struct shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) wl_die("mmap", errno);
   return (struct shared *)((char *)p + DATA_OFF);
+}
+
+static void unmap_data(struct shared *d, int fd) {
+  if (fd >= 0 && munmap((char *)d - DATA_OFF, DATA_OFF + sizeof *d) != 0) wl_die("munmap", errno);
 }
 
 static void worker(struct shared *d, int i, long limit, long ppm, long burst) {
@@ -98,7 +104,9 @@ int main(int argc, char **argv) {
     kids[i] = fork();
     if (kids[i] < 0) wl_die("fork", errno);
     if (kids[i] == 0) {
-      worker(map_data(d, fd, i), i, limit, ppm, burst);
+      struct shared *mine = map_data(d, fd, i);
+      worker(mine, i, limit, ppm, burst);
+      unmap_data(mine, fd);
       _exit(0);
     }
   }
@@ -117,12 +125,15 @@ int main(int argc, char **argv) {
   int ok = !bad && sum_false == fa && cw_load(&d->true_line[0]) == ta;
   printf("comm_procs: %ld processes (%s) in %.3f s%s\n", n, file ? "file" : "anonymous", secs,
          ok ? "" : " WRONG COUNTS");
+  long pids[MAX_PROCS];
+  for (int i = 0; i < n; i++) pids[i] = cw_load(&d->pids[i]);
+  unmap_data(d, fd);
   if (truth) {
     fprintf(stderr,
             "{\"workload\":\"comm_procs\",\"mode\":\"%s\",\"procs\":%ld,\"burst\":%ld,"
             "\"false_fraction\":%g,\"line_size\":%d,\"seconds\":%.3f,\"pids\":[",
             file ? "file" : "anonymous", n, burst, (double)ppm / 1e6, CW_LINE, secs);
-    for (int i = 0; i < n; i++) fprintf(stderr, "%s%ld", i ? "," : "", cw_load(&d->pids[i]));
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s%ld", i ? "," : "", pids[i]);
     fprintf(stderr,
             "],\"offsets\":{\"true\":%d,\"false\":%d},\"true_adds\":%ld,\"false_adds\":%ld,"
             "\"expected\":{\"false_fraction\":%g,\"pattern\":\"all\"}}\n",

@@ -25,7 +25,10 @@ from locus.rundir import (
     AL_FREE,
     AL_MALLOC,
     AL_MMAP,
+    AL_MUNMAP,
     AL_STACK,
+    ALF_FILE,
+    ALF_SHARED,
     ALLOC_DTYPE,
     BK_EXACT,
     BK_HW,
@@ -128,6 +131,15 @@ class SynthComm:
     def free(self, addr, t):
         self.allocs.append((_ns(t), addr, 0, 0, 0, 0, AL_FREE))
 
+    def mmap_file(self, addr, size, dev, ino, off=0, shared=True, t=0.0, site=0x401234):
+        """An mmap of a file (LOCUS_ALF_FILE; LOCUS_ALF_SHARED when shared): st_dev `dev`,
+        inode `ino`, file offset `off` at addr."""
+        flags = ALF_FILE | (ALF_SHARED if shared else 0)
+        self.allocs.append((_ns(t), addr, size, site, 0, 0, AL_MMAP, flags, (off, ino), dev))
+
+    def munmap(self, addr, size, t):
+        self.allocs.append((_ns(t), addr, size, 0, 0, 0, AL_MUNMAP))
+
     def call_stack(self, sid: int, pcs: list[int]):
         """Call stack `sid` of stacks.bin (--call-stack): return addresses, innermost first
         (the first is the allocating call's)."""
@@ -170,9 +182,11 @@ class SynthComm:
             s[i]["cpu"], s[i]["len"], s[i]["flags"], s[i]["kind"] = cpu, length, flags, 1
         s.tofile(os.path.join(pdir, "comm.samples.bin"))
         a = np.zeros(len(self.allocs), dtype=ALLOC_DTYPE)
-        for i, (t, addr, size, site, tid, stack, kind) in enumerate(self.allocs):
+        for i, (t, addr, size, site, tid, stack, kind, *file) in enumerate(self.allocs):
             a[i]["t"], a[i]["addr"], a[i]["size"], a[i]["site"] = t, addr, size, site
             a[i]["tid"], a[i]["stack"], a[i]["kind"] = tid, stack, kind
+            if file:
+                a[i]["flags"], a[i]["reserved"], a[i]["dev"] = file
         write_allocs(pdir, a)
 
 

@@ -277,7 +277,8 @@ static void note_path(int fd, uint64_t ino, uint32_t dev) {
   if (out >= 0) (void)!write(out, line, (size_t)(n + len + 1));
 }
 
-void locus_allocs_record_file(const void *addr, size_t size, uint64_t site, int fd, uint64_t off) {
+void locus_allocs_record_file(const void *addr, size_t size, uint64_t site, int fd, uint64_t off,
+                              int shared) {
   struct locus_self *me = &locus_me;
   if (me->guard || me->state != 1 || at.closed || !locus_enabled) return;
   int saved = errno;
@@ -285,7 +286,7 @@ void locus_allocs_record_file(const void *addr, size_t size, uint64_t site, int 
   struct locus_alloc r;
   memset(&r, 0, sizeof r);
   struct stat st;
-  r.flags = LOCUS_ALF_FILE;
+  r.flags = LOCUS_ALF_FILE | (shared ? LOCUS_ALF_SHARED : 0u);
   r.reserved[0] = off;
   if (syscall(SYS_fstat, fd, &st) == 0) {
     r.reserved[1] = (uint64_t)st.st_ino;

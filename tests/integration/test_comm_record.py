@@ -1212,11 +1212,14 @@ int main(int argc, char **argv) {
   int fd = open(argv[1], O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (fd < 0 || ftruncate(fd, 16384) != 0) return 1;
   shm = mmap(NULL, 16384, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void *ro = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);                   /* not shared: */
+  void *cow = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 4096); /* no writes */
   pthread_t t[2];
   for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, w, (void *)i);
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   printf("%ld\n", shm[0] + shm[1]);
   munmap(shm, 16384); /* gone from the maps at exit */
+  munmap(ro, 4096), munmap(cow, 8192);
   close(fd);
   return 0;
 }
@@ -1242,6 +1245,14 @@ def test_a_shared_file_mapping_is_an_object(locus, tmp_path, backend):
     assert top["kind"] == "heap" and top["size"] == 16384, top
     assert top["false"] >= 0.9 * top["all"], top
     assert any(f"file mapping from main fm.c:16 ({data})" in a for a in c["advice"]), c["advice"]
+    # The mmap records say which mappings other processes could share: writable MAP_SHARED
+    # (the comm report matches those between processes).
+    from locus.rundir import AL_MMAP, ALF_FILE, ALF_SHARED, RunDir
+
+    a = RunDir.open(str(run)).procs[0].allocs()
+    a = a[(a["kind"] == AL_MMAP) & ((a["flags"] & ALF_FILE) != 0)]
+    got = {int(r["size"]): int(r["flags"]) & ALF_SHARED != 0 for r in a}
+    assert got == {16384: True, 4096: False, 8192: False}, got
 
 
 SHARED_COUNTER = r"""

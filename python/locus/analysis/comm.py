@@ -54,6 +54,8 @@ from locus.rundir import (
     AC_STORE,
     AL_STACK,
     ALF_FILE,
+    ALF_SHARED,
+    ALLOC_DTYPE,
     BK_EXACT,
     BK_HW,
     BK_SOFT,
@@ -1304,11 +1306,17 @@ RUN_FILE = re.compile(r"/procs/\d+/[\w.]+\.bin$")
 SHARED_NOTE_MIN = 0.01  # of the sampled accesses: memory shared between processes
 
 
-def _shared_mappings(proc) -> list[tuple[int, int, str, str, int]]:
-    """(lo, hi, key, path, file offset of lo) of the process's writable MAP_SHARED mappings
-    (maps at its start and at its end, each once), the run's own files left out. `key` is
-    device:inode, the same in every process that maps the memory (an anonymous shared
-    mapping is "/dev/zero (deleted)" with an inode of its own)."""
+ALWAYS = (0, 1 << 64)  # the lifetime of a mapping a process's maps list
+
+
+def _shared_mappings(proc) -> list[tuple[int, int, str, str, int, tuple[int, int]]]:
+    """(lo, hi, key, path, file offset of lo, (t0, t1)) of the process's writable MAP_SHARED
+    mappings, the run's own files left out: those its maps list at its start and at its end
+    (for its whole life), and the files it mapped so meanwhile (allocs.bin, LOCUS_ALF_SHARED:
+    from the mmap to the munmap, in its ticks; an MPI rank maps its shared-memory segments
+    after it starts and unmaps them before it ends). `key` is device:inode, the same in every
+    process that maps the memory (an anonymous shared mapping is "/dev/zero (deleted)" with
+    an inode of its own)."""
     out = []
     for ln in proc.maps_text().splitlines():
         f = ln.split(None, 5)
@@ -1318,9 +1326,20 @@ def _shared_mappings(proc) -> list[tuple[int, int, str, str, int]]:
         if RUN_FILE.search(path) or f[4] == "0":
             continue
         lo, _, hi = f[0].partition("-")
-        m = (int(lo, 16), int(hi, 16), f"{f[3]}:{f[4]}", path, int(f[2], 16))
+        m = (int(lo, 16), int(hi, 16), f"{f[3]}:{f[4]}", path, int(f[2], 16), ALWAYS)
         if m not in out:
             out.append(m)
+    al = proc.records("allocs.bin", ALLOC_DTYPE)
+    want = ALF_FILE | ALF_SHARED
+    if not len(al) or not ((al["flags"] & want) == want).any():
+        return out
+    b, end = heap_blocks(al)
+    keep = ((b["flags"] & want) == want) & (b["size"] > 0)
+    files = proc.mapped_files()
+    for r, e in zip(b[keep].tolist(), end[keep].tolist()):
+        t, addr, size, off, ino, dev = r[0], r[1], r[2], r[4][0], r[4][1], r[9]
+        key = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+        out.append((addr, addr + size, key, files.get((dev, ino), ""), off, (t, e)))
     return out
 
 
@@ -1359,13 +1378,13 @@ def between_processes(run: RunDir, th: _Threads, line: int) -> Events | None:
     keys = {k: j for j, k in enumerate(sorted(between))}
     home: dict[int, tuple[int, int, int]] = {}  # key -> (proc, lo, file offset of lo)
     for i, ms in enumerate(maps):
-        for lo, _hi, key, _path, off in ms:
+        for lo, _hi, key, _path, off, _life in ms:
             if key in keys and keys[key] not in home:
                 home[keys[key]] = (i, lo, off)
     clocks = {int(p.hdr["clock"]) for p in run.procs}
     parts = []
     for i, p in enumerate(run.procs):
-        rs = [(lo, hi, keys[k], off) for lo, hi, k, _path, off in maps[i] if k in keys]
+        rs = [(lo, hi, keys[k], off, life) for lo, hi, k, _path, off, life in maps[i] if k in keys]
         if not rs:
             continue
         s = p.comm_samples()
@@ -1383,8 +1402,10 @@ def between_processes(run: RunDir, th: _Threads, line: int) -> Events | None:
         same = s["tid"][1:] == s["tid"][:-1]
         prev[1:] = np.where(same, t[:-1], 0)
         left = np.ones(len(s), dtype=bool)
-        for lo, hi, k, off in rs:
+        for lo, hi, k, off, (t0, t1) in rs:
             m = left & (s["addr"] >= np.uint64(lo)) & (s["addr"] < np.uint64(hi))
+            if (t0, t1) != ALWAYS:
+                m &= (s["t"] >= np.uint64(t0)) & (s["t"] < np.uint64(min(t1, (1 << 64) - 1)))
             if not m.any():
                 continue
             left &= ~m
@@ -1469,7 +1490,7 @@ def _between_processes_note(run: RunDir, cfg: dict, uses: dict, procs_ev: dict) 
     procs: set[int] = set()
     paths: set[str] = set()
     for i, ms in enumerate(maps):
-        rs = {(lo, hi, path) for lo, hi, key, path, _off in ms if key in between}
+        rs = {(lo, hi, path) for lo, hi, key, path, _off, _life in ms if key in between}
         if not rs:
             continue
         a = _sampled_uses(run.procs[i], cfg["line_size"], uses)[1]["addr"]

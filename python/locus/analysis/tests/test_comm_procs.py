@@ -149,3 +149,29 @@ def test_the_exact_backend_says_between_processes_is_not_counted(tmp_path):
         "exact backend counts the transfers between the threads of one process" in n
         for n in res["notes"]
     ), res["notes"]
+
+
+def test_a_file_mapped_shared_during_the_run_is_matched_while_it_is_mapped(tmp_path):
+    """MPI ranks map their shared-memory segment after they start and unmap it before they
+    end: no maps copy lists it, the mmap records do (LOCUS_ALF_SHARED), with its lifetime.
+    An access to the same address after the munmap is to other memory."""
+    run, (_p, c1, c2) = _run(("", ""))  # neither child's maps lists the memory
+    dev, ino = 0x801, 4242  # 08:01, as maps would write it
+    c1.mmap_file(SHM, 0x2000, dev, ino, t=0.05)
+    c2.mmap_file(ELSEWHERE, 0x1000, dev, ino, off=0x1000, t=0.05)
+    c1.munmap(SHM, 0x2000, t=0.2)
+    c2.munmap(ELSEWHERE, 0x1000, t=0.2)
+    c1.sample(101, SHM + 0x1000, t=0.100, store=True)
+    c2.sample(102, ELSEWHERE + 8, t=0.101)  # page 1 of the file: false
+    c1.sample(101, SHM + 0x1000, t=0.300, store=True)  # after the munmaps: other memory
+    c2.sample(102, ELSEWHERE, t=0.301)
+    # A private mapping of the same file is not shared with anyone.
+    c2.mmap_file(ELSEWHERE + 0x10000, 0x2000, dev, ino, shared=False, t=0.05)
+    c1.sample(101, SHM + 16, t=0.150, store=True)
+    c2.sample(102, ELSEWHERE + 0x10000 + 16, t=0.151)
+    res = _res(tmp_path, run)
+    t = res["totals"]
+    assert t["detections_between_processes"] == 1 and t["false"] == pytest.approx(1e-3), t
+    assert _cell(res, 101, 102) > 0
+    # The line is at the address of the first process that maps the memory (child 101).
+    assert [(r["address"], r["pid"]) for r in res["lines"]] == [(f"{SHM + 0x1000:#x}", 101)]
