@@ -213,6 +213,20 @@ void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t 
   errno = saved;
 }
 
+void locus_allocs_record_shared(const void *addr, size_t size, uint64_t site) {
+  struct locus_self *me = &locus_me;
+  if (me->guard || me->state != 1 || at.closed || !locus_enabled) return;
+  int saved = errno;
+  me->guard++;
+  struct locus_alloc r;
+  memset(&r, 0, sizeof r);
+  r.flags = LOCUS_ALF_SHARED;
+  put_rec(&r, LOCUS_AL_MMAP, addr, size, site,
+          locus_cfg.call_stack ? locus_stack_capture(site) : 0);
+  me->guard--;
+  errno = saved;
+}
+
 void locus_allocs_record_remap(const void *old, size_t old_n, const void *p, size_t n,
                                uint64_t site) {
   struct locus_self *me = &locus_me;

@@ -306,7 +306,8 @@ struct locus_alloc { /* 64 bytes */
 /* An mremap (kind MMAP): reserved[0] = the mapping's old address; the new range continues
  * the object of the block alive there (its site, and file and offset for a file's). */
 #define LOCUS_ALF_REMAP 2u
-/* With LOCUS_ALF_FILE: mapped MAP_SHARED and writable (memory other processes may share). */
+/* Mapped MAP_SHARED and writable (memory other processes may share): a file's (with
+ * LOCUS_ALF_FILE) or anonymous. */
 #define LOCUS_ALF_SHARED 4u
 
 /* The two records of the allocation hot path, small because an allocation-heavy program

@@ -621,4 +621,11 @@ def test_memory_shared_between_processes_is_measured_and_named(locus, tmp_path):
     children = [th["index"] for th in c["threads"] if th["pid"] != c["threads"][0]["pid"]]
     assert len(children) == 2, c["threads"]
     assert c["matrices"]["thread"]["false"][children[0]][children[1]] > 0
-    assert c["objects"][0]["false"] >= 0.8 * t["false"] and c["objects"][0]["kind"] == "heap"
+    top = c["objects"][0]
+    assert top["false"] >= 0.8 * t["false"] and top["kind"] == "heap", top
+    # Named as what it is (the mmap record says MAP_SHARED), not "heap block from ..."; its
+    # advice does not ask for aligned_alloc (a mapping is page-aligned).
+    assert top["name"].startswith("shared memory from main"), top["name"]
+    assert top["name"].endswith("(MAP_SHARED | MAP_ANONYMOUS)"), top["name"]
+    advice = [a for a in c["advice"] if top["name"] in a]
+    assert advice and "aligned_alloc" not in advice[0], c["advice"]

@@ -52,6 +52,7 @@ from locus.analysis.locks import group
 from locus.errors import LocusError
 from locus.rundir import (
     AC_STORE,
+    AL_MMAP,
     AL_STACK,
     ALF_FILE,
     ALF_SHARED,
@@ -410,10 +411,10 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 # their own, so one path has an id per thread), named past the wrappers.
                 frames = stacks.get(int(r["stack"]), ())
                 # A file's mapping: one object per call and file (device, inode).
-                file = (
-                    (int(r["dev"]), int(r["reserved"][1])) if int(r["flags"]) & ALF_FILE else None
-                )
-                return frames, file
+                flags = int(r["flags"])
+                if flags & ALF_FILE:
+                    return frames, (int(r["dev"]), int(r["reserved"][1]))
+                return frames, SHARED_ANON if r["kind"] == AL_MMAP and flags & ALF_SHARED else None
 
             # The writers' blocks, for a victim's advice (a block only read, moved by the
             # writes to another block on its line).
@@ -1270,6 +1271,8 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "_top_caller": top_caller,
                 "_layout": (info["proc"], name, info["addr"]) if info.get("addr") else None,
                 "_stack_lo": info.get("lo"),
+                # A mapping (a file's, shared memory): page-aligned, not a malloc'd block.
+                "_mapped": bool(info.get("file")),
             }
         )
     return out
@@ -1306,7 +1309,9 @@ RUN_FILE = re.compile(r"/procs/\d+/[\w.]+\.bin$")
 SHARED_NOTE_MIN = 0.01  # of the sampled accesses: memory shared between processes
 
 
-ALWAYS = (0, 1 << 64)  # the lifetime of a mapping a process's maps list
+ALWAYS = (0, 1 << 64)
+# The `file` of an object that is an anonymous MAP_SHARED mapping (allocs.bin ALF_SHARED).
+SHARED_ANON = ("MAP_SHARED",)  # the lifetime of a mapping a process's maps list
 
 
 def _shared_mappings(proc) -> list[tuple[int, int, str, str, int, tuple[int, int]]]:
@@ -1910,7 +1915,10 @@ def _heap_name(info: dict, names) -> tuple[str, dict, list[str]]:
         loc = dict(loc, function=short_function(loc["function"]))
     site = _site_str(loc) if info["site"] else ""
     name = f"heap block from {site}" if site else "heap block (site unknown)"
-    if info.get("file"):
+    if info.get("file") == SHARED_ANON:
+        name = f"shared memory from {site}" if site else "shared memory (site unknown)"
+        name += " (MAP_SHARED | MAP_ANONYMOUS)"
+    elif info.get("file"):
         path = _mapped_file(names.run.procs[info["proc"]], *info["file"])
         name = f"file mapping from {site}" if site else "file mapping (site unknown)"
         name += f" ({path})" if path else f" (inode {info['file'][1]})"
@@ -2066,6 +2074,11 @@ def _align(site: dict | None, line: int, size: int = 8, heap: bool = False) -> s
     if heap:
         return f" (alignas({line}) in the type, the block from aligned_alloc({line}, ...))"
     return f" (alignas({line}))"
+
+
+def _malloced(o: dict) -> bool:
+    """A heap object from malloc and friends (aligned to 16 only), not a mapping."""
+    return o["kind"] == "heap" and not o.get("_mapped")
 
 
 def _is_fortran(site: dict | None) -> bool:
@@ -2345,7 +2358,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         caller = _top_caller(o, names)
         # The program's language from its own call when the access is in a library.
         fortran = _is_fortran(caller or site)
-        align = _align(caller or site, line, size, heap=o["kind"] == "heap")
+        align = _align(caller or site, line, size, heap=_malloced(o))
         lock = _lock_code(site)
         if lock is not None and caller is not None:
             lock += f", called from {_site_str(caller)}"
@@ -2608,7 +2621,7 @@ def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int,
         "keep it apart from data that is written (another module or common block)"
         if _is_fortran(_top_site(o, names))
         else f"give it a {line}-byte line of its own"
-        f"{_align(_top_site(o, names), line, heap=o['kind'] == 'heap')}, or "
+        f"{_align(_top_site(o, names), line, heap=_malloced(o))}, or "
         "keep data that is only read apart from data that is written"
     )
     one = thr.isdigit()
@@ -2653,7 +2666,7 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
             else ""
         )
         fortran = _is_fortran(_top_site(members[0][0], names))
-        heap = any(o["kind"] == "heap" for o, _t in members)
+        heap = any(_malloced(o) for o, _t in members)
         fix = (
             "put them in different common blocks or modules, or pad between them"
             if fortran
