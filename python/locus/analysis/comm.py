@@ -732,8 +732,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         th.lookup(np.full(len(c), i, dtype=np.int64), c["tid"])
     ev = load_events(run, th, notes)
     _missing_events(run, ct_list, ev.proc, notes)
+    shared = _between(run)
     if ct_list and any(len(c) and (c["backend"] != BK_EXACT).any() for c in ct_list):
-        more = between_processes(run, th, _config(run, ct, ev, [])["line_size"])
+        more = between_processes(run, th, _config(run, ct, ev, [])["line_size"], shared)
         if more is not None:
             ev = concat_events(ev, more)
     self_ev = ev.src == ev.dst
@@ -889,7 +890,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "detections": int(((ev.flags & CE_PROCS) != 0).sum()),
         "share": float(w[(ev.flags & CE_PROCS) != 0].sum()) / max(float(w.sum()), 1e-300),
     }
-    shm = _between_processes_note(run, cfg, uses, procs_ev)
+    shm = _between_processes_note(run, cfg, uses, procs_ev, shared)
     if shm:
         notes.append(shm)
     handoff = _handoff_note(run, cfg, uses, n_ev, counters["samples"])
@@ -1305,13 +1306,13 @@ def _strided_samples(proc, most: int) -> np.ndarray:
 
 
 # A run's own record files, mapped MAP_SHARED by the runtime: not the program's memory.
-RUN_FILE = re.compile(r"/procs/\d+/[\w.]+\.bin$")
+RUN_FILE = re.compile(r"/procs/\d+(?:\.\d+)?/[\w.]+\.bin$")
 SHARED_NOTE_MIN = 0.01  # of the sampled accesses: memory shared between processes
 
 
-ALWAYS = (0, 1 << 64)
+ALWAYS = (0, 1 << 64)  # the lifetime of a mapping a process's maps list
 # The `file` of an object that is an anonymous MAP_SHARED mapping (allocs.bin ALF_SHARED).
-SHARED_ANON = ("MAP_SHARED",)  # the lifetime of a mapping a process's maps list
+SHARED_ANON = ("MAP_SHARED",)
 
 
 def _shared_mappings(proc) -> list[tuple[int, int, str, str, int, tuple[int, int]]]:
@@ -1363,7 +1364,7 @@ def _between(run: RunDir) -> tuple[list, set[str]]:
 CE_PROCS = 1 << 8
 
 
-def between_processes(run: RunDir, th: _Threads, line: int) -> Events | None:
+def between_processes(run: RunDir, th: _Threads, line: int, shared: tuple) -> Events | None:
     """Step 1 of the method between the processes of the run, at report time, from their
     recorded samples: the runtime's bulletin board is one per process, so a line that passes
     between processes through memory they map shared (MAP_SHARED: fork-inherited anonymous
@@ -1376,8 +1377,8 @@ def between_processes(run: RunDir, th: _Threads, line: int) -> Events | None:
     would have detected in step 1. Steps 2 and 3 (watchpoints) need the board at run time:
     they are not made between processes. None when there is no such memory or detection.
     The events' `proc` and `line` are the first process that maps the memory and the
-    line's address there, so a line is one line in every table."""
-    maps, between = _between(run)
+    line's address there, so a line is one line in every table. `shared`: _between(run)."""
+    maps, between = shared
     if not between:
         return None
     keys = {k: j for j, k in enumerate(sorted(between))}
@@ -1481,16 +1482,25 @@ def concat_events(a: Events, b: Events) -> Events:
     return Events(**{k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in fields})
 
 
-def _between_processes_note(run: RunDir, cfg: dict, uses: dict, procs_ev: dict) -> str | None:
+def _between_processes_note(
+    run: RunDir, cfg: dict, uses: dict, procs_ev: dict, shared: tuple
+) -> str | None:
     """A note when a share of the sampled accesses went to memory that several processes of
     the run map shared (stress-ng's cacheline workers, MPI shared-memory transports): what
     was detected there between processes, and how (between_processes), or, with the exact
-    backend, that it is not measured: "no communication" would mislead."""
-    if cfg["backend"] not in ("soft", "hw", "exact"):
+    backend, that it is not measured: "no communication" would mislead. `shared`:
+    _between(run)."""
+    maps, between = shared
+    if not between or cfg["backend"] not in ("soft", "hw", "exact"):
         return None
-    maps, between = _between(run)
-    if not between:
-        return None
+    if cfg["backend"] == "exact":
+        paths = sorted({m[3] or "anonymous" for ms in maps for m in ms if m[2] in between})
+        return (
+            f"processes of this run share memory (MAP_SHARED: {', '.join(paths[:3])}"
+            f"{', ...' if len(paths) > 3 else ''}): the exact backend counts the transfers "
+            "between the threads of one process, so cache lines passing between processes "
+            "through it are not counted here"
+        )
     hit = total = 0
     procs: set[int] = set()
     paths: set[str] = set()
@@ -1509,15 +1519,9 @@ def _between_processes_note(run: RunDir, cfg: dict, uses: dict, procs_ev: dict) 
         if inside.any():
             hit += int(inside.sum())
             procs.add(run.procs[i].pid)
-    if cfg["backend"] != "exact" and (not total or hit < SHARED_NOTE_MIN * total):
+    if not total or hit < SHARED_NOTE_MIN * total:
         return None
     shown = ", ".join(sorted(paths)[:3]) + (", ..." if len(paths) > 3 else "")
-    if cfg["backend"] == "exact":
-        return (
-            f"processes of this run share memory (MAP_SHARED: {shown or 'not sampled'}): the "
-            "exact backend counts the transfers between the threads of one process, so cache "
-            "lines passing between processes through it are not counted here"
-        )
     n, share = procs_ev["detections"], procs_ev["share"]
     return (
         f"{100 * hit / total:.0f} % of the sampled accesses of {len(procs)} process(es) went "
