@@ -175,3 +175,14 @@ def test_a_file_mapped_shared_during_the_run_is_matched_while_it_is_mapped(tmp_p
     assert _cell(res, 101, 102) > 0
     # The line is at the address of the first process that maps the memory (child 101).
     assert [(r["address"], r["pid"]) for r in res["lines"]] == [(f"{SHM + 0x1000:#x}", 101)]
+
+
+def test_the_runs_own_record_files_are_not_shared_memory(tmp_path):
+    """A fork child inherits its parent's mappings of its record files, an image after exec
+    (procs/PID.K) too: the same inode in two processes, which is locus's, not the
+    program's."""
+    own = "/runs/r/procs/100.1/comm.samples.bin"
+    run, _cs = _run((shared(SHM, path=own), shared(SHM, path=own)), backend="exact")
+    run.procs[0].maps = shared(SHM, path=own)
+    res = _res(tmp_path, run)
+    assert not any("share memory" in n for n in res["notes"]), res["notes"]
