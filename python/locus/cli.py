@@ -432,8 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--by",
         default=None,
-        choices=("thread", "core", "node", "site", "alloc"),
-        help="comm: communication matrix by thread (default), core (CPU) or NUMA node; "
+        choices=("thread", "core", "node", "process", "site", "alloc"),
+        help="comm: communication matrix by thread (default), core (CPU), NUMA node or "
+        "process; "
         "numa: rows by code site (default), allocation site or thread",
     )
     rep.add_argument(

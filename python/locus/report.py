@@ -137,7 +137,7 @@ def filter_locks(lk: dict, f: Filters) -> dict:
 
 
 # The views --by chooses, per lens.
-BY_VIEWS = {"comm": ("thread", "core", "node"), "numa": ("site", "alloc", "thread")}
+BY_VIEWS = {"comm": ("thread", "core", "node", "process"), "numa": ("site", "alloc", "thread")}
 
 
 def filter_comm(c: dict, f: Filters) -> dict:

@@ -91,6 +91,10 @@ def test_false_sharing_between_processes(locus, mode):
     assert abs(m["false"][a][b] / m["all"][a][b] - 0.2) <= 0.1, m
     lines = {int(r["address"], 16) for r in comm["lines"]}
     assert len(lines) == 2 and max(lines) - min(lines) == 64, comm["lines"]
+    # By process (--by process): the workers' two rows hold it all.
+    pidx = {p["pid"]: p["index"] for p in comm["processes"]}
+    pa, pb = (pidx[pid] for pid in truth["pids"])
+    assert comm["matrices"]["process"]["all"][pa][pb] == pytest.approx(t["all"])
 
 
 def test_doctor_check_measures_the_comm_lens(locus):

@@ -76,7 +76,7 @@ from locus.symbolize import split_offset
 
 BACKEND_NAMES = {BK_HW: "hw", BK_SOFT: "soft", BK_EXACT: "exact"}
 KINDS = ("all", "true", "false")
-BY = ("thread", "core", "node")
+BY = ("thread", "core", "node", "process")
 # Below this many detections a volume is indicative only (relative standard error > 30 %).
 MIN_DETECTIONS = 10
 
@@ -775,10 +775,15 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     known_cpu = (ev.src_cpu >= 0) & (ev.dst_cpu >= 0)
     sn = np.where(ev.src_cpu >= 0, node_of[np.clip(ev.src_cpu, 0, ncpu - 1)], -1)
     dn = np.where(ev.dst_cpu >= 0, node_of[np.clip(ev.dst_cpu, 0, ncpu - 1)], -1)
+    # By process: a pid's images (before and after an exec) are one process.
+    processes, proc_of = _process_rows(run, th)
     matrices = {
         "thread": {k: symmetric(nth, ev.src, ev.dst, v) for k, v in wk.items()},
         "core": {k: symmetric(ncpu, ev.src_cpu, ev.dst_cpu, v) for k, v in wk.items()},
         "node": {k: symmetric(nnode, sn, dn, v) for k, v in wk.items()},
+        "process": {
+            k: symmetric(len(processes), proc_of[ev.src], proc_of[ev.dst], v) for k, v in wk.items()
+        },
     }
     if n_ev and not known_cpu.all():
         pct = 100.0 * float(w[~known_cpu].sum()) / max(float(w.sum()), 1e-300)
@@ -866,6 +871,11 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     for t, k in zip(threads, created):
         t["created"] = k
     add_os_names(threads, run, th, ct_list)
+    # A process's command: its main thread's name as the system shows it (the last image's,
+    # after an exec), else its first thread's.
+    for t, pi, main in zip(threads, proc_of.tolist(), th.main):
+        if t.get("os_name") and (main or not processes[pi]["command"]):
+            processes[pi]["command"] = t["os_name"]
     _add_work(threads, th, run, names, ev, wk)
     uses: dict = {}  # per process: its sampled accesses, read once (_sampled_uses)
     objects = _object_rows(
@@ -1022,6 +1032,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "heap_blocks": {k: hb[k] for k in ("blocks", "frees", "short_lived")},
         "threads": threads,
         "threads_total": threads_total,
+        "processes": processes,
         "cpus": ncpu,
         "cpu_node": node_of.tolist(),
         "matrices": {by: {k: m.tolist() for k, m in mk.items()} for by, mk in matrices.items()},
@@ -1036,6 +1047,20 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
 
 
 LIST_ALL_THREADS = 64
+
+
+def _process_rows(run: RunDir, th: _Threads) -> tuple[list[dict], np.ndarray]:
+    """The run's processes ({index, pid}: by pid, in the order the run lists them, a pid's
+    images before and after an exec being one process), and the process index of each of
+    th's threads."""
+    index: dict[int, int] = {}
+    rows: list[dict] = []
+    for p in run.procs:
+        if p.pid not in index:
+            index[p.pid] = len(rows)
+            rows.append({"index": len(rows), "pid": p.pid, "command": ""})
+    proc_of = np.array([index[run.procs[int(pi)].pid] for pi in th.proc], dtype=np.int64)
+    return rows, proc_of
 
 
 def _compact_threads(th: _Threads, ev: Events, ct_list: list, notes: list):

@@ -16,7 +16,12 @@ from locus.render.units import count, nbytes, percent, seconds
 MATRIX_TABLE = "comm_matrix"  # CSV only: text and Markdown show the heat map instead
 # Shades of the terminal heat map, from "no communication" to the maximum cell.
 MAX_CELLS = 32  # larger matrices are aggregated into blocks of consecutive indices
-AXIS = {"thread": "thread", "core": "CPU", "node": "node"}
+AXIS = {"thread": "thread", "core": "CPU", "node": "node", "process": "process"}
+
+
+def _axes(by: str) -> str:
+    """The plural of AXIS[by]."""
+    return "processes" if by == "process" else f"{AXIS[by]}s"
 
 
 def _comm(report: dict) -> dict:
@@ -334,9 +339,11 @@ def within_volume(c: dict, by: str, kind: str) -> tuple[float, float]:
     return (within if within > 1e-9 * total else 0.0), total
 
 
-def _no_cpu(c: dict) -> str:
+def _no_cpu(c: dict, by: str) -> str:
     """' or without a recorded CPU' when some detections have none (totals.no_cpu): they
     are in the totals and in no core or node matrix."""
+    if by not in ("core", "node"):
+        return ""
     missing = (c.get("totals") or {}).get("no_cpu")
     if missing is None:  # a report from before `no_cpu`: its note says it
         missing = any("no CPU recorded" in x for x in c.get("notes") or [])
@@ -357,13 +364,13 @@ def heatmap_lines(report: dict) -> list[str]:
         if total and by != "thread":
             where = f"in one {AXIS[by]}" if n == 1 else f"within each {AXIS[by]}"
             return [
-                f"{title}: none between {AXIS[by]}s; all {volume(total, c['unit'])} was "
-                f"exchanged {where}{_no_cpu(c)} (the diagonal, zero by definition)"
+                f"{title}: none between {_axes(by)}; all {volume(total, c['unit'])} was "
+                f"exchanged {where}{_no_cpu(c, by)} (the diagonal, zero by definition)"
             ]
         return [f"{title}: none"]
     vmax = max(v for row in m for v in row)
     g = blocks[0][1] - blocks[0][0]
-    out = [title + (f" ({g} {AXIS[by]}s per cell)" if g > 1 else "")]
+    out = [title + (f" ({g} {_axes(by)} per cell)" if g > 1 else "")]
     # Two characters per cell: from 10 on, the tens above the units ("91011" ran together).
     if blocks[-1][0] >= 10:
         out.append(
@@ -377,7 +384,7 @@ def heatmap_lines(report: dict) -> list[str]:
     out.append("      " + "  ".join(shade_legend(f"max {volume(vmax, c['unit'])}")))
     if g > 1:
         # Groups are named by their first index; a pair is counted once in every cell.
-        things = f"{AXIS[by]}s"
+        things = f"{_axes(by)}"
         out.append(
             f"      row i, column j = volume exchanged between the {things} of groups i and j"
         )
@@ -389,10 +396,12 @@ def heatmap_lines(report: dict) -> list[str]:
         # exchanging through its own caches can be most of the volume).
         out.append(
             f"      not shown: {volume(within, c['unit'])} of {volume(total, c['unit'])}"
-            f" ({percent(_pct(within, total))}) was exchanged within one {AXIS[by]}{_no_cpu(c)}"
+            f" ({percent(_pct(within, total))}) was exchanged within one {AXIS[by]}{_no_cpu(c, by)}"
         )
     if by == "thread" and c.get("threads"):
         out.append("      " + thread_legend(c["threads"]))
+    if by == "process" and c.get("processes"):
+        out.append("      " + process_legend(c["processes"]))
     return out
 
 
@@ -426,6 +435,16 @@ def thread_legend(threads: list[dict]) -> str:
     return (
         "threads: " + ", ".join(parts) + (f", and {more} more (JSON `threads`)" if more > 0 else "")
     )
+
+
+def process_legend(processes: list[dict]) -> str:
+    """'processes: 0 stress-ng (pid 10), 1 ...': what the process matrix's indices are."""
+    parts = [
+        f"{p['index']} {p.get('command') or '?'} (pid {p['pid']})"
+        for p in processes[:LEGEND_THREADS]
+    ]
+    more = len(processes) - LEGEND_THREADS
+    return "processes: " + ", ".join(parts) + (f", and {more} more" if more > 0 else "")
 
 
 def plot(report: dict, outdir: str) -> list[str]:
@@ -470,7 +489,7 @@ def plot(report: dict, outdir: str) -> list[str]:
             # An empty panel says why, as the text does.
             total = totals.get(k) or 0
             why = (
-                f"none between {AXIS[by]}s:\n{volume(total, c['unit'])} exchanged\n"
+                f"none between {_axes(by)}:\n{volume(total, c['unit'])} exchanged\n"
                 f"{'in one ' + AXIS[by] if len(m) == 1 else 'within each ' + AXIS[by]}"
                 if total and by != "thread"
                 else "none"

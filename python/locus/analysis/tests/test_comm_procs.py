@@ -186,3 +186,29 @@ def test_the_runs_own_record_files_are_not_shared_memory(tmp_path):
     run.procs[0].maps = shared(SHM, path=own)
     res = _res(tmp_path, run)
     assert not any("share memory" in n for n in res["notes"]), res["notes"]
+
+
+def test_the_process_matrix_sums_the_threads_of_each_process(tmp_path):
+    """--by process: a pid's threads are one row (a child with two threads here), the
+    volume between two threads of one process is within it (off the map, like a CPU's)."""
+    from locus.render.comm import heatmap_lines
+    from locus.report import Filters, filter_comm
+
+    run, (_p, c1, c2) = _run()
+    run.procs[1].thread(103, 0.0, 1.0, parent=101)
+    c1.counters(103, samples=100)
+    c1.sample(101, SHM, t=0.100, store=True)
+    c2.sample(102, SHM + 8, t=0.101)  # 101 -> 102, between processes
+    c1.sample(103, SHM + 16, t=0.102, store=True)
+    c2.sample(102, SHM, t=0.103)  # 103 -> 102, between processes
+    c1.event(src=101, dst=103, line=SHM + 64, count=3)  # within process 101 (runtime's)
+    res = _res(tmp_path, run)
+    assert [(p["index"], p["pid"]) for p in res["processes"]] == [(0, 100), (1, 101), (2, 102)]
+    m = np.array(res["matrices"]["process"]["all"])
+    assert m.shape == (3, 3) and (m == m.T).all() and (np.diag(m) == 0).all()
+    assert m[1, 2] == pytest.approx(2e-3) and m[0].sum() == 0
+    assert res["totals"]["all"] == pytest.approx(5e-3)  # the 3 within process 101 too
+    view = filter_comm(res, Filters(by="process"))
+    text = "\n".join(heatmap_lines({"lenses": {"comm": view}}))
+    assert "heat map by process" in text and "(pid 101)" in text, text
+    assert "not shown: 3.00 ms of 5.00 ms (60 %) was exchanged within one process\n" in text, text
