@@ -438,6 +438,7 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                     file=file,
                 )
                 info = objs.info[oid]
+                info["mmap"] = info.get("mmap", True) and int(r["kind"]) == AL_MMAP
                 info["size"] = max(info["size"], int(r["size"]))
                 info["blocks"] += 1
                 info.setdefault("lo", int(r["addr"]))
@@ -1297,8 +1298,9 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "_top_caller": top_caller,
                 "_layout": (info["proc"], name, info["addr"]) if info.get("addr") else None,
                 "_stack_lo": info.get("lo"),
-                # A mapping (a file's, shared memory): page-aligned, not a malloc'd block.
-                "_mapped": bool(info.get("file")),
+                # A mapping (mmap'd: a file's, shared memory, an allocator's arena):
+                # page-aligned, not a malloc'd block.
+                "_mapped": bool(info.get("file") or info.get("mmap")),
             }
         )
     return out

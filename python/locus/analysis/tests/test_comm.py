@@ -1446,3 +1446,19 @@ def test_a_version_1_run_reads_its_64_byte_events(tmp_path):
     res = analyze(RunDir.open(path), FAKE)
     assert res["totals"]["detections"] == 2
     assert all(s["callers"] == [] for s in res["sites"])
+
+
+@pytest.mark.parametrize("mapped", [False, True])
+def test_padding_advice_asks_for_aligned_alloc_only_for_malloced_blocks(tmp_path, mapped):
+    """Adjacent per-thread counters falsely shared in a heap object: alignas in the type is
+    not enough in a malloc'd block (aligned to 16), so the advice adds aligned_alloc; a
+    block from mmap (an allocator's arena, Python's obmalloc) is page-aligned already."""
+    heap = 0x7000_0000
+    run, _p, c = _run(threads=2, cpus=2)
+    c.malloc(heap, 4096, site=0x401234, t=0.1, mmap=mapped)
+    for _ in range(20):
+        c.event(src=10, dst=11, line=heap, src_off=0, dst_off=8, store=True, t=0.5)
+        c.event(src=11, dst=10, line=heap, src_off=8, dst_off=0, store=True, t=0.5)
+    (advice,) = _res(tmp_path, run)["advice"]
+    assert "pad each to 64 bytes (alignas(64)" in advice, advice
+    assert ("aligned_alloc(64" in advice) is not mapped, advice
