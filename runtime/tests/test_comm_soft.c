@@ -70,6 +70,35 @@ static void *pingpong(void *arg) {
   return NULL;
 }
 
+/* A token passed between the two threads through shared.a, reached by a pointer the loop
+ * reloads (a spin on `*p`, as a compiler writes `while (*p != want)` for a global `p`):
+ *   1: mov token_ptr(%rip),%rax; mov (%rax),%rax; cmp %rdi,%rax; jne 1b
+ *      mov token_ptr(%rip),%rax; lea 1(%rdi),%rdx; mov %rdx,(%rax)
+ * The time goes to the load that overwrites its own address register; the timer lands after
+ * it, and the next access in program order is the pointer's reload. A fixed number of
+ * rounds: neither thread may stop while the other waits for its turn. */
+static volatile long *volatile token_ptr = &shared.a;
+#define SPIN_ROUNDS 3000000l
+static void *spin(void *arg) {
+  long k = (long)arg;
+  tids[k] = (pid_t)syscall(SYS_gettid);
+  for (long r = 0; r < SPIN_ROUNDS; r++) {
+    long want = 2 * r + k;
+    __asm__ volatile(
+        "1: mov %[p], %%rax\n\t"
+        "mov (%%rax), %%rax\n\t"
+        "cmp %[w], %%rax\n\t"
+        "jne 1b\n\t"
+        "mov %[p], %%rax\n\t"
+        "lea 1(%[w]), %%rdx\n\t"
+        "mov %%rdx, (%%rax)"
+        :
+        : [p] "m"(token_ptr), [w] "r"(want)
+        : "rax", "rdx", "memory", "cc");
+  }
+  return NULL;
+}
+
 /* Each thread writes its own 8 bytes of one line. */
 static void *falseshare(void *arg) {
   long k = (long)arg;
@@ -1153,6 +1182,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "libc")) return run_pair(in_libc, dir);
     if (!strcmp(argv[1], "chase")) return run_pair(chase, dir);
+    if (!strcmp(argv[1], "spin")) return run_pair(spin, dir);
     if (!strcmp(argv[1], "jit")) return make_jit() ? 1 : run_pair(in_jit, dir);
     if (!strcmp(argv[1], "nocfi")) return run_pair(in_nocfi, dir);
     if (!strcmp(argv[1], "jitgap")) {
@@ -1324,6 +1354,22 @@ int main(int argc, char **argv) {
     CHECK(r.events == 0, "%lu events on private data", (unsigned long)r.events);
   }
   finish("comm soft: pointer chasing is sampled (single step to the next load)", ok);
+
+  /* (f2) A spin on a word reached by a reloaded pointer: the samples go to the word the
+   * stalled load read (the run ahead follows the reload to that load, or to the store made
+   * through the reloaded pointer), not to the pointer, and the hand-off is found. The old
+   * rule (the next access) put none of 765 on the word (all on the pointer): no event. */
+  ok = run_and_read(self, lib, base, "spin", &r);
+  if (ok) {
+    CHECK(r.samples > 100, "too few samples: %lu", (unsigned long)r.samples);
+    CHECK(r.on_line * 2 > r.samples, "%lu of %lu samples on the token's line",
+          (unsigned long)r.on_line, (unsigned long)r.samples);
+    CHECK(r.pair >= 20 && r.pair * 10 >= r.events * 9, "events between the pair: %lu of %lu",
+          (unsigned long)r.pair, (unsigned long)r.events);
+    CHECK(r.true_sh * 10 >= r.pair * 9, "true sharing %lu of %lu", (unsigned long)r.true_sh,
+          (unsigned long)r.pair);
+  }
+  finish("comm soft: a spin through a reloaded pointer is sampled on the word it waits for", ok);
 
   /* (g) Code compiled at run time (JVM, V8, Julia): outside every loaded object, decoded
    * from a copy of its bytes, and the false sharing it does is found. */

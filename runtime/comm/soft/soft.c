@@ -901,9 +901,14 @@ static int access_before(const struct module *m, const struct around *b, uint64_
   return access_of(code, avail, prev, uc->uc_mcontext.gregs, 1, a);
 }
 
-/* The sampled access at pc, skid-corrected: the instruction before pc (skid_at). */
+/* The sampled access at pc, skid-corrected: the instruction before pc (skid_at). *clobbered:
+ * that instruction's address when it was a load that overwrote its own address register
+ * (`mov (%rax),%rax`), whose access cannot be computed any more, or the one before it when
+ * it has no memory operand (`mov (%rax),%rax; cmp %rdi,%rax` and the timer lands on the
+ * branch after: a skid of two in a VM); else 0. */
 static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *uc,
-                          struct locus_comm_access *a) {
+                          struct locus_comm_access *a, uint64_t *clobbered) {
+  *clobbered = 0;
   if (!c->avail) return DEC_UNDECODED;
   struct around b;
   uint64_t w = skid_at(c->m, pc, &b);
@@ -917,10 +922,19 @@ static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *u
   int mid_rep = (w & PC_REP) && uc->uc_mcontext.gregs[REG_RCX] != 0;
   if (!(w & PC_TARGET) && prevlen && !mid_rep) {
     int rc = access_before(c->m, &b, pc, prevlen, uc, a);
+    if (rc == DEC_NOMEM) {
+      struct around b2;
+      struct locus_comm_access t;
+      uint64_t prev = pc - prevlen, w2 = skid_at(c->m, prev, &b2), len2 = (w2 >> 48) & 0xf;
+      if (!(w2 & (PC_NONE | PC_TARGET)) && len2 &&
+          access_before(c->m, &b2, prev, len2, uc, &t) == DEC_CLOBBERED)
+        *clobbered = prev - len2;
+    }
     if (rc != DEC_CLOBBERED) {
       a->flags |= LOCUS_AC_SKID;
       return rc;
     }
+    *clobbered = pc - prevlen;
   }
   return access_of(c->p, c->avail, pc, uc->uc_mcontext.gregs, 0, a);
 }
@@ -1225,32 +1239,96 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
 
 /* The next access from pc (code c, registers g), interpreted as above: DEC_OK with *a,
  * DEC_NOMEM when the run ahead ended without one (step instead). */
+static uint32_t written_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
+static uint32_t addr_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
+
+/* A plain load into a general-purpose register (mov, movzx, movsx, movsxd from memory
+ * other than fs/gs), interpreted: the value is read from the process's memory with
+ * process_vm_readv (an address the interpretation got wrong fails cleanly), and rip moves
+ * past it. 0 when done. */
+#define AHEAD_LOADS 4 /* loads interpreted per run ahead: a system call each */
+static int ahead_load(struct ahead *s, const ZydisDecodedInstruction *in,
+                      const ZydisDecodedOperand *ops, const struct locus_comm_access *m) {
+  ZydisMnemonic mn = in->mnemonic;
+  if ((mn != ZYDIS_MNEMONIC_MOV && mn != ZYDIS_MNEMONIC_MOVZX && mn != ZYDIS_MNEMONIC_MOVSX &&
+       mn != ZYDIS_MNEMONIC_MOVSXD) ||
+      in->operand_count_visible != 2 || ops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
+      ops[1].type != ZYDIS_OPERAND_TYPE_MEMORY || ops[1].mem.segment == ZYDIS_REGISTER_FS ||
+      ops[1].mem.segment == ZYDIS_REGISTER_GS || m->len == 0 || m->len > 8 ||
+      (m->flags & LOCUS_AC_STORE))
+    return -1;
+  uint64_t v = 0;
+  if (copy_self(syscall(SYS_getpid), m->addr, &v, m->len) != m->len) return -1;
+  uint32_t bits = 8u * m->len;
+  if (mn == ZYDIS_MNEMONIC_MOVSX || mn == ZYDIS_MNEMONIC_MOVSXD)
+    if (bits < 64 && (v >> (bits - 1) & 1)) v |= ~size_mask(bits);
+  if (ahead_write(s, &ops[0], v) != 0) return -1;
+  s->g[REG_RIP] += in->length;
+  return 0;
+}
+
+/* `target`: 0, or the sampled load that overwrote its own address register (sampled_access's
+ * clobbered): the sample's time went to that load, not to the next access, which in a loop
+ * is mostly the reload of its pointer (a spin on `*p`: `mov p(%rip),%rax; mov (%rax),%rax`
+ * read as accesses to the pointer variable, and the flag's line was never seen). The run
+ * ahead then goes on past plain loads (interpreted, ahead_load) until the target runs again,
+ * whose access is the answer: the same load one iteration on (the same word for a spin, the
+ * next node for a list walk). When the target does not run again, the first access made
+ * through a register one of those loads set is the answer: the stalled load was the spin's
+ * last, and the store that follows it through the reloaded pointer (the token passed on) is
+ * on the line it waited for. Otherwise the first access is, as without a target. */
 static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
-                        struct locus_comm_access *a, greg_t *regs_at) {
+                        struct locus_comm_access *a, greg_t *regs_at, uint64_t target) {
   struct ahead s;
   memcpy(s.g, g, sizeof s.g);
   s.g[REG_RIP] = (greg_t)pc;
   s.known = EF_ARITH; /* the interrupted context's own */
   struct code here = *c;
   if (here.p == c->buf) here.p = here.buf; /* a copy keeps pointing at its own bytes */
+  struct locus_comm_access first;
+  greg_t first_regs[NGREG];
+  int found = 0, loads = 0;
+  uint32_t reloaded = 0; /* registers the interpreted loads set */
   for (int k = 0; k < AHEAD_MAX; k++) {
     uint64_t at = (uint64_t)s.g[REG_RIP];
     if (k > 0) code_at(at, &here);
-    if (!here.avail) return DEC_NOMEM;
+    if (!here.avail) break;
     ZydisDecodedInstruction in;
     ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
-    if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, here.p, here.avail, &in, ops))) return DEC_NOMEM;
+    if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, here.p, here.avail, &in, ops))) break;
     if (in.meta.category == ZYDIS_CATEGORY_SYSCALL || in.meta.category == ZYDIS_CATEGORY_INTERRUPT)
-      return DEC_NOMEM;
+      break;
     /* The first instruction with an access (explicit or hidden: push, call, string
      * instructions) is the answer, with the registers before it runs (at pc itself too:
      * after a skid-corrected instruction without an access, pc's is the next one). */
-    int rc = access_decoded(&in, ops, at, s.g, 0, a);
-    if (rc == DEC_OK && regs_at) memcpy(regs_at, s.g, sizeof s.g);
-    if (rc != DEC_NOMEM) return rc == DEC_OK ? DEC_OK : DEC_NOMEM;
-    if (ahead_step(&s, &in, ops) != 0) return DEC_NOMEM;
+    struct locus_comm_access m;
+    memset(&m, 0, sizeof m);
+    int rc = access_decoded(&in, ops, at, s.g, 0, &m);
+    if (rc == DEC_OK && (at == target || !target)) {
+      *a = m;
+      if (regs_at) memcpy(regs_at, s.g, sizeof s.g);
+      return DEC_OK;
+    }
+    if (rc != DEC_NOMEM && rc != DEC_OK) break;
+    if (rc == DEC_OK) {
+      /* The first access, and the first made through a register a load set since. */
+      int through = found < 2 && (addr_regs(&in, ops) & reloaded) && !(m.flags & LOCUS_AC_STACK);
+      if (!found || through) {
+        first = m;
+        memcpy(first_regs, s.g, sizeof s.g);
+        found = through ? 2 : 1;
+      }
+      if (loads++ >= AHEAD_LOADS || ahead_load(&s, &in, ops, &m) != 0) break;
+      reloaded |= written_regs(&in, ops);
+      continue;
+    }
+    reloaded &= ~written_regs(&in, ops);
+    if (ahead_step(&s, &in, ops) != 0) break;
   }
-  return DEC_NOMEM;
+  if (!found) return DEC_NOMEM;
+  *a = first;
+  if (regs_at) memcpy(regs_at, first_regs, sizeof first_regs);
+  return DEC_OK;
 }
 
 /* ---- split read-modify-writes ----
@@ -1292,6 +1370,15 @@ static uint32_t read_regs(const ZydisDecodedInstruction *in, const ZydisDecodedO
       r |= reg_bit(o->reg.value);
     if (o->type == ZYDIS_OPERAND_TYPE_MEMORY) r |= reg_bit(o->mem.base) | reg_bit(o->mem.index);
   }
+  return r;
+}
+
+/* The registers an instruction's memory operands address with (base, index). */
+static uint32_t addr_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
+  uint32_t r = 0;
+  for (int i = 0; i < in->operand_count; i++)
+    if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY)
+      r |= reg_bit(ops[i].mem.base) | reg_bit(ops[i].mem.index);
   return r;
 }
 
@@ -1537,7 +1624,7 @@ int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, u
   code_at(ip, &c);
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
-  if (access_ahead(ip, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, &a, NULL) != DEC_OK) return -1;
+  if (access_ahead(ip, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, &a, NULL, 0) != DEC_OK) return -1;
   *at = a.ip;
   *addr = a.addr;
   *len = a.len;
@@ -1835,11 +1922,13 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
   } else {
     struct code c;
     code_at(pc, &c);
-    int rc = timer && after_syscall(&c, pc) ? DEC_SYSCALL : sampled_access(pc, &c, uc, &a);
+    uint64_t clobbered = 0;
+    int rc =
+        timer && after_syscall(&c, pc) ? DEC_SYSCALL : sampled_access(pc, &c, uc, &a, &clobbered);
     const greg_t *regs = uc->uc_mcontext.gregs; /* at the sampled access (split_rmw) */
     greg_t ahead_regs[NGREG];
     if (rc == DEC_NOMEM && ahead_on) {
-      rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a, ahead_regs);
+      rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a, ahead_regs, clobbered);
       if (rc == DEC_OK) a.flags |= LOCUS_AC_STEP;
       regs = ahead_regs;
     }
@@ -1888,7 +1977,7 @@ static void on_step(ucontext_t *uc) {
     if (c.avail) rc = access_of(c.p, c.avail, pc, uc->uc_mcontext.gregs, 0, &a);
     greg_t regs[NGREG];
     memcpy(regs, uc->uc_mcontext.gregs, sizeof regs);
-    if (rc == DEC_NOMEM && ahead_on) rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a, regs);
+    if (rc == DEC_NOMEM && ahead_on) rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a, regs, 0);
     if (rc == DEC_OK) {
       if (!(a.flags & (LOCUS_AC_STORE | LOCUS_AC_STACK))) split_rmw(regs, 0, &a);
       a.t = t0;
