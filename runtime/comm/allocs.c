@@ -213,20 +213,6 @@ void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t 
   errno = saved;
 }
 
-void locus_allocs_record_shared(const void *addr, size_t size, uint64_t site) {
-  struct locus_self *me = &locus_me;
-  if (me->guard || me->state != 1 || at.closed || !locus_enabled) return;
-  int saved = errno;
-  me->guard++;
-  struct locus_alloc r;
-  memset(&r, 0, sizeof r);
-  r.flags = LOCUS_ALF_SHARED;
-  put_rec(&r, LOCUS_AL_MMAP, addr, size, site,
-          locus_cfg.call_stack ? locus_stack_capture(site) : 0);
-  me->guard--;
-  errno = saved;
-}
-
 void locus_allocs_record_remap(const void *old, size_t old_n, const void *p, size_t n,
                                uint64_t site) {
   struct locus_self *me = &locus_me;
@@ -300,9 +286,9 @@ void locus_allocs_record_file(const void *addr, size_t size, uint64_t site, int 
   struct locus_alloc r;
   memset(&r, 0, sizeof r);
   struct stat st;
-  r.flags = LOCUS_ALF_FILE | (shared ? LOCUS_ALF_SHARED : 0u);
-  r.reserved[0] = off;
-  if (syscall(SYS_fstat, fd, &st) == 0) {
+  r.flags = (fd >= 0 ? LOCUS_ALF_FILE : 0u) | (shared ? LOCUS_ALF_SHARED : 0u);
+  r.reserved[0] = fd >= 0 ? off : 0;
+  if (fd >= 0 && syscall(SYS_fstat, fd, &st) == 0) {
     r.reserved[1] = (uint64_t)st.st_ino;
     r.dev = (uint32_t)st.st_dev;
     note_path(fd, r.reserved[1], r.dev);

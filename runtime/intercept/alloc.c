@@ -277,7 +277,7 @@ static __attribute__((noinline)) void *mmap_slow(void *a, size_t n, int prot, in
                                        : (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
   int shared = (flags & MAP_SHARED) && (prot & PROT_WRITE);
   if ((s & LOCUS_ALLOC_TRACKING) && p != MAP_FAILED && (flags & MAP_ANONYMOUS) && shared)
-    locus_allocs_record_shared(p, n, site);
+    locus_allocs_record_file(p, n, site, -1, 0, 1);
   else if ((s & LOCUS_ALLOC_TRACKING) && p != MAP_FAILED && (flags & MAP_ANONYMOUS))
     locus_allocs_record(LOCUS_AL_MMAP, p, n, site);
   else if ((s & LOCUS_ALLOC_TRACKING) && p != MAP_FAILED && fd >= 0)
