@@ -930,9 +930,30 @@ __asm__(
     " cmp %rsi,%rdx\n pxor %xmm0,%xmm0\n jl 3f\n movq $1,136(%rdi)\n"
     "3: ret\n"
     ".size ahead_simd,.-ahead_simd\n"
+    ".globl ahead_bits\n.type ahead_bits,@function\n"
+    /* rdi = long buf[64], rsi = x, rdx = y: the bit manipulation of hashing and
+     * compression loops (BMI1/BMI2, lzcnt, popcnt), each result choosing where a store lands
+     * (and the flags lzcnt, tzcnt, popcnt and imul set choosing a branch). */
+    "ahead_bits:\n"
+    " lzcnt %rsi,%rax\n jc 1f\n and $7,%eax\n mov %rdx,(%rdi,%rax,8)\n"
+    "1: tzcnt %edx,%ecx\n jz 2f\n and $7,%ecx\n mov %rsi,64(%rdi,%rcx,8)\n"
+    "2: popcnt %rsi,%rax\n jz 3f\n and $7,%eax\n mov %rdx,128(%rdi,%rax,8)\n"
+    "3: mov %edx,%ecx\n shrx %rcx,%rsi,%rax\n and $7,%eax\n mov %rsi,192(%rdi,%rax,8)\n"
+    " shlx %ecx,%esi,%eax\n shr $29,%eax\n mov %rdx,256(%rdi,%rax,8)\n"
+    " sarx %rcx,%rsi,%rax\n shr $61,%rax\n mov %rsi,320(%rdi,%rax,8)\n"
+    " rorx $13,%rsi,%rax\n and $7,%eax\n movb $1,384(%rdi,%rax,1)\n"
+    " andn %rdx,%rsi,%rax\n js 4f\n and $7,%eax\n movb $2,392(%rdi,%rax,1)\n"
+    "4: mov %rsi,%rax\n imul %rdx,%rax\n jo 5f\n shr $61,%rax\n movb $3,400(%rdi,%rax,1)\n"
+    "5: imul $-3,%esi,%eax\n jc 6f\n shr $29,%eax\n movb $4,408(%rdi,%rax,1)\n"
+    "6: mov %rsi,%rax\n bswap %rax\n and $7,%eax\n movb $5,416(%rdi,%rax,1)\n"
+    " test %rdx,%rdx\n je 7f\n bsr %rdx,%rax\n bsf %rdx,%rcx\n xor %rcx,%rax\n and $7,%eax\n"
+    " movb $6,424(%rdi,%rax,1)\n"
+    "7: ret\n"
+    ".size ahead_bits,.-ahead_bits\n"
     ".globl ahead_end\nahead_end:\n nop\n");
 void ahead_loop(long *g, long id, long n);
 long ahead_alu(long *buf, long x, long y);
+void ahead_bits(long *buf, long x, long y);
 void ahead_simd(long *buf, long x, long y);
 
 #define AHEAD_STEPS 4096
@@ -1023,6 +1044,10 @@ static int check_ahead(void) {
   long answered = 0, asked = 0;
   int wrong = 0;
   uint64_t seed = 0x9e3779b97f4a7c15ull;
+  /* (the CPU's own: BMI1, BMI2, lzcnt (abm) and popcnt) */
+  int bits_ok = __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+                __builtin_cpu_supports("abm") && __builtin_cpu_supports("popcnt");
+  if (!bits_ok) printf("  (no BMI1/BMI2/lzcnt/popcnt: the bit-manipulation snippet is left out)\n");
   for (long id = 0; id < 4; id++) {
     ahead_trace(ahead_loop, buf, id, 9);
     wrong += ahead_check(&answered, &asked);
@@ -1038,6 +1063,10 @@ static int check_ahead(void) {
     wrong += ahead_check(&answered, &asked);
     ahead_trace(ahead_simd, buf, v[0], k % 5 == 0 ? v[0] : v[1]);
     wrong += ahead_check(&answered, &asked);
+    if (bits_ok) {
+      ahead_trace(ahead_bits, buf, k % 11 == 0 ? 0 : v[0], k % 13 == 0 ? 0 : v[1]);
+      wrong += ahead_check(&answered, &asked);
+    }
   }
   printf("  run ahead: %ld of %ld instructions answered, %d wrong\n", answered, asked, wrong);
   return wrong == 0 && answered * 10 >= asked * 9;

@@ -1109,6 +1109,101 @@ static int vector_only(const ZydisDecodedInstruction *in, const ZydisDecodedOper
 
 /* One instruction without a memory access, interpreted: 0 done (s->g[REG_RIP] is the next
  * pc), -1 not interpreted. */
+/* Sets CF and ZF as given; `undefined` flags become unknown (lzcnt, tzcnt, bsf, bsr). */
+static void ahead_cz(struct ahead *s, int cf, int zf, uint64_t undefined) {
+  uint64_t f = (uint64_t)s->g[REG_EFL] & ~(EF_CF | EF_ZF);
+  s->g[REG_EFL] = (greg_t)(f | (cf ? EF_CF : 0) | (zf ? EF_ZF : 0));
+  s->known = (s->known | EF_CF | EF_ZF) & ~undefined;
+}
+
+/* Bit manipulation of hashing and compression loops (zstd's run ahead stopped at lzcnt,
+ * shrx and shlx in 189 of 191 samples): lzcnt, tzcnt, popcnt, bsf, bsr, shlx, shrx, sarx,
+ * rorx, andn, bswap, imul of two or three operands; register operands only (a memory one
+ * is an access, the answer before this is asked). 0 when interpreted. */
+static int ahead_bits(struct ahead *s, const ZydisDecodedInstruction *in,
+                      const ZydisDecodedOperand *ops) {
+  int n = in->operand_count_visible;
+  uint32_t bits = n ? ops[0].size : 0;
+  if (bits != 16 && bits != 32 && bits != 64) return -1;
+  uint64_t a = 0, b = 0, c = 0, mask = size_mask(bits), r;
+  ZydisMnemonic m = in->mnemonic;
+  if (m == ZYDIS_MNEMONIC_BSWAP) {
+    if (n != 1 || bits < 32 || ahead_reg(s, &ops[0], &a) != 0) return -1;
+    r = bits == 64 ? __builtin_bswap64(a) : __builtin_bswap32((uint32_t)a);
+    return ahead_write(s, &ops[0], r);
+  }
+  if (n < 2 || ahead_read(s, &ops[1], bits, &a) != 0) return -1;
+  if (n == 3 && ahead_read(s, &ops[2], bits, &b) != 0) return -1; /* an imm8 sign-extended */
+  switch (m) {
+    case ZYDIS_MNEMONIC_LZCNT:
+    case ZYDIS_MNEMONIC_TZCNT:
+      if (n != 2) return -1;
+      r = a == 0                      ? bits
+          : m == ZYDIS_MNEMONIC_LZCNT ? (uint64_t)(__builtin_clzll(a) - (64 - (int)bits))
+                                      : (uint64_t)__builtin_ctzll(a);
+      ahead_cz(s, a == 0, r == 0, EF_OF | EF_SF | EF_PF);
+      break;
+    case ZYDIS_MNEMONIC_BSF:
+    case ZYDIS_MNEMONIC_BSR:
+      if (n != 2 || a == 0) return -1; /* the destination is undefined */
+      r = m == ZYDIS_MNEMONIC_BSF ? (uint64_t)__builtin_ctzll(a)
+                                  : (uint64_t)(63 - __builtin_clzll(a));
+      ahead_cz(s, 0, 0, EF_CF | EF_OF | EF_SF | EF_PF);
+      break;
+    case ZYDIS_MNEMONIC_POPCNT:
+      if (n != 2) return -1;
+      r = (uint64_t)__builtin_popcountll(a);
+      ahead_cz(s, 0, a == 0, 0);
+      s->g[REG_EFL] = (greg_t)((uint64_t)s->g[REG_EFL] & ~(EF_OF | EF_SF | EF_PF));
+      s->known |= EF_OF | EF_SF | EF_PF;
+      break;
+    case ZYDIS_MNEMONIC_SHLX:
+    case ZYDIS_MNEMONIC_SHRX:
+    case ZYDIS_MNEMONIC_SARX:
+      if (n != 3) return -1;
+      c = b & (bits == 64 ? 63 : 31);
+      if (m == ZYDIS_MNEMONIC_SHLX)
+        r = a << c;
+      else if (m == ZYDIS_MNEMONIC_SHRX)
+        r = a >> c;
+      else
+        r = (uint64_t)((int64_t)((a & (1ull << (bits - 1))) ? a | ~mask : a) >> c);
+      break;
+    case ZYDIS_MNEMONIC_RORX:
+      if (n != 3) return -1;
+      c = b & (bits == 64 ? 63 : 31);
+      r = c ? (a >> c) | (a << (bits - c)) : a;
+      break;
+    case ZYDIS_MNEMONIC_ANDN:
+      if (n != 3) return -1;
+      r = ~a & b & mask;
+      ahead_flags(s, r, bits, 0, 0);
+      s->known &= ~EF_PF;
+      break;
+    case ZYDIS_MNEMONIC_IMUL: {
+      /* imul r, r/m: r * r/m; imul r, r/m, imm: r/m * imm (a is ops[1], b ops[2]) */
+      uint64_t x = a, y = b;
+      if (n == 2 && ahead_reg(s, &ops[0], &x) == 0)
+        y = a;
+      else if (n != 3)
+        return -1;
+      int64_t sx = (int64_t)((x & (1ull << (bits - 1))) ? x | ~mask : x);
+      int64_t sy = (int64_t)((y & (1ull << (bits - 1))) ? y | ~mask : y);
+      __int128 full = (__int128)sx * sy;
+      r = (uint64_t)full & mask;
+      int64_t back = (int64_t)((r & (1ull << (bits - 1))) ? r | ~mask : r);
+      int of = (__int128)back != full;
+      ahead_cz(s, of, 0, EF_SF | EF_ZF | EF_PF);
+      s->g[REG_EFL] = (greg_t)(((uint64_t)s->g[REG_EFL] & ~EF_OF) | (of ? EF_OF : 0));
+      s->known |= EF_OF;
+      break;
+    }
+    default:
+      return -1;
+  }
+  return ahead_write(s, &ops[0], r & mask);
+}
+
 static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
                       const ZydisDecodedOperand *ops) {
   uint64_t pc = (uint64_t)s->g[REG_RIP], next = pc + in->length;
@@ -1217,6 +1312,7 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
       s->g[REG_RAX] = (greg_t)(int64_t)(int32_t)s->g[REG_RAX];
       return 0;
     default:
+      if (ahead_bits(s, in, ops) == 0) return 0;
       break;
   }
   if (vector_only(in, ops)) { /* passed over; the flags it sets (ucomisd, ptest) are unknown */
@@ -1237,8 +1333,6 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
   return ahead_write(s, &ops[0], yes ? b : a); /* a 32-bit cmov clears the upper half */
 }
 
-/* The next access from pc (code c, registers g), interpreted as above: DEC_OK with *a,
- * DEC_NOMEM when the run ahead ended without one (step instead). */
 static uint32_t written_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
 static uint32_t addr_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
 
@@ -1267,7 +1361,9 @@ static int ahead_load(struct ahead *s, const ZydisDecodedInstruction *in,
   return 0;
 }
 
-/* `target`: 0, or the sampled load that overwrote its own address register (sampled_access's
+/* The next access from pc (code c, registers g), interpreted as above: DEC_OK with *a,
+ * DEC_NOMEM when the run ahead ended without one (step instead).
+ * `target`: 0, or the sampled load that overwrote its own address register (sampled_access's
  * clobbered): the sample's time went to that load, not to the next access, which in a loop
  * is mostly the reload of its pointer (a spin on `*p`: `mov p(%rip),%rax; mov (%rax),%rax`
  * read as accesses to the pointer variable, and the flag's line was never seen). The run
