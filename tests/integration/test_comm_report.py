@@ -601,6 +601,57 @@ int main(void) {
 """
 
 
+TOKEN_BETWEEN_PROCESSES = r"""
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static long *volatile token; /* reloaded at every turn of the spin, as a global pointer is */
+static void side(long k) {
+  for (long r = 0; r < 3000000; r++) {
+    long want = 2 * r + k;
+    __asm__ volatile("1: mov %[p], %%rax\n\t"
+                     "mov (%%rax), %%rax\n\t"
+                     "cmp %[w], %%rax\n\t"
+                     "jne 1b\n\t"
+                     "mov %[p], %%rax\n\t"
+                     "lea 1(%[w]), %%rdx\n\t"
+                     "mov %%rdx, (%%rax)"
+                     :
+                     : [p] "m"(token), [w] "r"(want)
+                     : "rax", "rdx", "memory", "cc");
+  }
+}
+int main(void) {
+  token = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  for (long k = 0; k < 2; k++)
+    if (fork() == 0) { side(k); _exit(0); }
+  while (wait(0) > 0) {
+  }
+  return *token == 6000000 ? 0 : 1;
+}
+"""
+
+
+def test_a_token_passed_between_processes_is_found(locus, tmp_path):
+    """Two processes pass a token through a word of shared memory, each spinning on it
+    through a pointer it reloads (an MPI shared-memory flag, a ring's index). The stalled
+    load overwrites its own address register; the samples went to the pointer, and the
+    report found nothing. Now the samples are on the word, and step 1 between processes
+    finds the hand-offs: true sharing between the two children."""
+    import subprocess
+
+    (tmp_path / "tok.c").write_text(TOKEN_BETWEEN_PROCESSES)
+    exe = tmp_path / "tok"
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(tmp_path / "tok.c")], check=True)
+    _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "soft"), timeout=120)
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    t = c["totals"]
+    assert t["detections_between_processes"] >= 20, t
+    assert t["true"] >= 0.9 * t["all"], t
+    (line,) = c["lines"][:1]
+    assert line["verdict"] == "true" and line["object"].startswith("shared memory from main")
+
+
 def test_memory_shared_between_processes_is_measured_and_named(locus, tmp_path):
     """Two processes false-share a line of a MAP_SHARED mapping (stress-ng --cacheline does
     this). The runtime's detector matches the threads of one process; the report makes step
