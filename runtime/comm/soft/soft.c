@@ -1107,9 +1107,8 @@ static int vector_only(const ZydisDecodedInstruction *in, const ZydisDecodedOper
   return vec;
 }
 
-/* One instruction without a memory access, interpreted: 0 done (s->g[REG_RIP] is the next
- * pc), -1 not interpreted. */
-/* Sets CF and ZF as given; `undefined` flags become unknown (lzcnt, tzcnt, bsf, bsr). */
+/* Sets CF and ZF as given; the `undefined` flags become unknown (what lzcnt, tzcnt, bsf,
+ * bsr and imul leave undefined). */
 static void ahead_cz(struct ahead *s, int cf, int zf, uint64_t undefined) {
   uint64_t f = (uint64_t)s->g[REG_EFL] & ~(EF_CF | EF_ZF);
   s->g[REG_EFL] = (greg_t)(f | (cf ? EF_CF : 0) | (zf ? EF_ZF : 0));
@@ -1204,6 +1203,8 @@ static int ahead_bits(struct ahead *s, const ZydisDecodedInstruction *in,
   return ahead_write(s, &ops[0], r & mask);
 }
 
+/* One instruction without a memory access, interpreted: 0 done (s->g[REG_RIP] is the next
+ * pc), -1 not interpreted. */
 static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
                       const ZydisDecodedOperand *ops) {
   uint64_t pc = (uint64_t)s->g[REG_RIP], next = pc + in->length;
