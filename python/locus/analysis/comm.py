@@ -735,7 +735,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     _missing_events(run, ct_list, ev.proc, notes)
     shared = _between(run)
     if ct_list and any(len(c) and (c["backend"] != BK_EXACT).any() for c in ct_list):
-        more = between_processes(run, th, _config(run, ct, ev, [])["line_size"], shared)
+        more = between_processes(run, th, _config(run, ct, ev, [])["line_size"], shared, ev)
         if more is not None:
             ev = concat_events(ev, more)
     self_ev = ev.src == ev.dst
@@ -1391,7 +1391,9 @@ def _between(run: RunDir) -> tuple[list, set[str]]:
 CE_PROCS = 1 << 8
 
 
-def between_processes(run: RunDir, th: _Threads, line: int, shared: tuple) -> Events | None:
+def between_processes(
+    run: RunDir, th: _Threads, line: int, shared: tuple, online: Events
+) -> Events | None:
     """Step 1 of the method between the processes of the run, at report time, from their
     recorded samples: the runtime's bulletin board is one per process, so a line that passes
     between processes through memory they map shared (MAP_SHARED: fork-inherited anonymous
@@ -1404,7 +1406,9 @@ def between_processes(run: RunDir, th: _Threads, line: int, shared: tuple) -> Ev
     would have detected in step 1. Steps 2 and 3 (watchpoints) need the board at run time:
     they are not made between processes. None when there is no such memory or detection.
     The events' `proc` and `line` are the first process that maps the memory and the
-    line's address there, so a line is one line in every table. `shared`: _between(run)."""
+    line's address there, so a line is one line in every table. A sample the runtime
+    detected already (an older store of its own process on the line, in `online`) is not
+    counted again. `shared`: _between(run)."""
     maps, between = shared
     if not between:
         return None
@@ -1467,6 +1471,9 @@ def between_processes(run: RunDir, th: _Threads, line: int, shared: tuple) -> Ev
     )
     # (a store of the same process is the runtime's to detect: its board holds it)
     d = np.flatnonzero(hit)
+    dst = th.lookup(proc[d].astype(np.int64), smp["tid"][d])
+    again = _detected(online, proc[d].astype(np.int64), dst, smp["t"][d])
+    d, dst = d[~again], dst[~again]
     if not len(d):
         return None
     w = b[d]
@@ -1487,7 +1494,7 @@ def between_processes(run: RunDir, th: _Threads, line: int, shared: tuple) -> Ev
         dst_ip=smp["ip"][d],
         volume=np.maximum(smp["periods"][d], 1).astype(np.float64),
         src=th.lookup(proc[w].astype(np.int64), smp["tid"][w]),
-        dst=th.lookup(proc[d].astype(np.int64), smp["tid"][d]),
+        dst=dst,
         src_cpu=smp["cpu"][w].astype(np.int64),
         dst_cpu=smp["cpu"][d].astype(np.int64),
         src_off=src_off,
@@ -1500,6 +1507,24 @@ def between_processes(run: RunDir, th: _Threads, line: int, shared: tuple) -> Ev
         dst_caller=smp["caller"][d],
     )
     return ev
+
+
+def _detected(online: Events, proc: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Which of the samples (process, thread index, raw time) a lookup event of the runtime
+    has: the sample's detection, with the sample's time."""
+    lk = np.flatnonzero((online.flags & (CE_TRAP | CE_LOADED | CE_EXACT)) == 0)
+    n = len(proc)
+    if not len(lk) or not n:
+        return np.zeros(n, dtype=bool)
+    P = np.concatenate([online.proc[lk], proc])
+    D = np.concatenate([online.dst[lk], dst])
+    T = np.concatenate([online.t[lk].astype(np.uint64), np.asarray(t, dtype=np.uint64)])
+    mine = np.concatenate([np.zeros(len(lk), dtype=bool), np.ones(n, dtype=bool)])
+    o = np.lexsort((mine, T, D, P))  # an online row before an equal sample
+    eq = (P[o][1:] == P[o][:-1]) & (D[o][1:] == D[o][:-1]) & (T[o][1:] == T[o][:-1])
+    hit = np.zeros(len(P), dtype=bool)
+    hit[o[1:]] = eq & mine[o][1:] & ~mine[o][:-1]
+    return hit[len(lk) :]
 
 
 def concat_events(a: Events, b: Events) -> Events:

@@ -212,3 +212,24 @@ def test_the_process_matrix_sums_the_threads_of_each_process(tmp_path):
     text = "\n".join(heatmap_lines({"lenses": {"comm": view}}))
     assert "heat map by process" in text and "(pid 101)" in text, text
     assert "not shown: 3.00 ms of 5.00 ms (60 %) was exchanged within one process\n" in text, text
+
+
+def test_a_sample_the_runtime_detected_is_not_counted_again(tmp_path):
+    """Thread 103 samples the line after stores of its own process (101) and of another
+    (102, the latest). The runtime's board, which holds 101's store, detected the sample
+    (101 -> 103); one board for all would have found 102's. The sample is one detection,
+    the runtime's, not two."""
+    run, (_p, c1, c2) = _run()
+    run.procs[1].thread(103, 0.0, 1.0, parent=101)
+    c1.counters(103, samples=100)
+    c1.sample(103, SHM + 16, t=0.099)  # 103's previous sample
+    c1.sample(101, SHM, t=0.100, store=True)
+    c2.sample(102, SHM + 8, t=0.101, store=True)
+    c1.sample(103, SHM + 16, t=0.102)
+    c1.event(src=101, dst=103, line=SHM, src_off=0, dst_off=16, t=0.102)  # the runtime's
+    res = _res(tmp_path, run)
+    t = res["totals"]
+    # 101 -> 103 (the runtime's) and 101 -> 102 (102's store found 101's): 102 -> 103 is
+    # 103's sample again.
+    assert t["detections"] == 2 and t["detections_between_processes"] == 1, t
+    assert _cell(res, 101, 103) > 0 and _cell(res, 101, 102) > 0 and _cell(res, 102, 103) == 0
