@@ -948,7 +948,13 @@ __asm__(
     "6: mov %rsi,%rax\n bswap %rax\n and $7,%eax\n movb $5,416(%rdi,%rax,1)\n"
     " test %rdx,%rdx\n je 7f\n bsr %rdx,%rax\n bsf %rdx,%rcx\n xor %rcx,%rax\n and $7,%eax\n"
     " movb $6,424(%rdi,%rax,1)\n"
-    "7: ret\n"
+    /* A jump through a register (a switch's table), and rotates. */
+    "7: lea 20f(%rip),%rax\n lea 21f(%rip),%rcx\n test $1,%esi\n cmovne %rcx,%rax\n jmp *%rax\n"
+    "20: movb $7,432(%rdi)\n jmp 22f\n"
+    "21: movb $8,433(%rdi)\n"
+    "22: mov %rsi,%rax\n rol $7,%rax\n and $7,%eax\n movb $9,440(%rdi,%rax,1)\n"
+    " mov %edx,%ecx\n mov %rsi,%rax\n ror %cl,%ax\n and $7,%eax\n movb $10,448(%rdi,%rax,1)\n"
+    " ret\n"
     ".size ahead_bits,.-ahead_bits\n"
     ".globl ahead_end\nahead_end:\n nop\n");
 void ahead_loop(long *g, long id, long n);

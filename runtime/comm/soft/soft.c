@@ -1220,6 +1220,13 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
     case ZYDIS_MNEMONIC_PAUSE: /* a spin loop's */
       return 0;
     case ZYDIS_MNEMONIC_JMP:
+      /* A register's: a switch's jump table, computed goto (xz's run ahead stopped there in
+       * 322 of 359 samples of six programs); its value is followed like any other. */
+      if (n == 1 && ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER && bits == 64) {
+        if (ahead_reg(s, &ops[0], &a) != 0) return -1;
+        s->g[REG_RIP] = (greg_t)a;
+        return 0;
+      }
       if (n != 1 || ops[0].type != ZYDIS_OPERAND_TYPE_IMMEDIATE || !ops[0].imm.is_relative)
         return -1;
       s->g[REG_RIP] = (greg_t)(next + (uint64_t)ops[0].imm.value.s);
@@ -1308,6 +1315,19 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
       ahead_flags(s, r, bits, 0, 0);
       s->known &= ~(EF_CF | EF_OF); /* the carry shifted out and the overflow: not followed */
       return ahead_write(s, &ops[0], r & size_mask(bits));
+    }
+    case ZYDIS_MNEMONIC_ROL:
+    case ZYDIS_MNEMONIC_ROR: {
+      /* Only CF and OF change (not followed); SF, ZF, PF stay. */
+      if (n != 2 || ahead_reg(s, &ops[0], &a) != 0 || ahead_read(s, &ops[1], 8, &b) != 0) return -1;
+      b &= bits == 64 ? 63 : 31;
+      if (!b) return 0;             /* no change, flags kept */
+      s->known &= ~(EF_CF | EF_OF); /* (a 16-bit rotate by 16 sets CF too) */
+      b %= bits;
+      if (!b) return 0;
+      uint64_t left = m == ZYDIS_MNEMONIC_ROL ? b : bits - b;
+      r = ((a << left) | (a >> (bits - left))) & size_mask(bits);
+      return ahead_write(s, &ops[0], r);
     }
     case ZYDIS_MNEMONIC_CDQE:
       s->g[REG_RAX] = (greg_t)(int64_t)(int32_t)s->g[REG_RAX];
