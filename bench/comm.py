@@ -38,13 +38,20 @@ the workload's --truth):
   comm_falseshare's fractions (relative to 0.5, `n` runs each: `total_falseshare`).
   comm_p2p has one configuration: its total has no reference to be relative to.
 
+Between processes (`between_processes`, also `--only procs`): comm_procs (2 processes
+false-sharing a line of shared memory, inherited at the fork or a memfd each maps at its own
+address), soft only, as the exact backend counts within a process: the false fraction
+against the configured one, and the volume against comm_falseshare --free with 2 threads at
+the same fraction (`volume_over_threads`: the report detects between processes by step 1
+alone, with no watchpoints).
+
 Cost: wall time and peak RSS with `--lens comm` (soft, default period) against without, in
 one run, interleaved, medians: the four microbenchmarks (free-running, a fixed amount of
 work: what their slowest thread did in ~1 s of a plain calibration run), `sysbench mutex`,
 `stress-ng --memthrash` and `sysbench threads` (context switches); and the exact backend's
 slowdown (instrumented binary under locus vs plain).
 
-Usage: bench/comm.py [-n 3] [--only accuracy|overhead]
+Usage: bench/comm.py [-n 3] [--only accuracy|overhead|exact|procs]
 """
 
 from __future__ import annotations
