@@ -251,20 +251,18 @@ PROCS_FRACTIONS = (0.2, 0.5, 0.8)
 
 def between_processes(n: int) -> list[dict]:
     rows = []
+    soft = ["--backend", "soft"]
     for frac in PROCS_FRACTIONS:
+        # The same sharing between threads, the reference of both kinds of mapping.
+        fs = [str(WL / "comm_falseshare"), "2", "-", str(frac), "--free"]
+        ref = [record(fs, soft, f"procs-threads{frac}{k}")[0]["totals"] for k in range(n)]
         for mode in ("anonymous", "file"):
             got = []
             for k in range(n):
                 extra = ["--file"] if mode == "file" else []
                 argv = [str(WL / "comm_procs"), "2", "-", str(frac), "16", *extra, "--truth"]
-                comm, _truth, _wall = record(argv, ["--backend", "soft"], f"procs{frac}{mode}{k}")
-                t = comm["totals"]
-                threads, _t, _w = record(
-                    [str(WL / "comm_falseshare"), "2", "-", str(frac), "--free"],
-                    ["--backend", "soft"],
-                    f"procs-threads{frac}{k}",
-                )
-                got.append((t, threads["totals"]))
+                comm = record(argv, soft, f"procs{frac}{mode}{k}")[0]
+                got.append((comm["totals"], ref[k]))
             med = common.median
             row = {
                 "configured": frac,

@@ -277,8 +277,8 @@ static void note_path(int fd, uint64_t ino, uint32_t dev) {
   if (out >= 0) (void)!write(out, line, (size_t)(n + len + 1));
 }
 
-void locus_allocs_record_file(const void *addr, size_t size, uint64_t site, int fd, uint64_t off,
-                              int shared) {
+void locus_allocs_record_mapping(const void *addr, size_t size, uint64_t site, int fd, uint64_t off,
+                                 int shared) {
   struct locus_self *me = &locus_me;
   if (me->guard || me->state != 1 || at.closed || !locus_enabled) return;
   int saved = errno;

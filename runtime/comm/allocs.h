@@ -26,10 +26,10 @@ extern int locus_alloc_state;
  * Does nothing inside the runtime (guard), before the thread is registered, after it
  * finished, or when the runtime is off. Preserves errno. */
 void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t site);
-/* The same for an mmap of file descriptor fd at file offset off (LOCUS_ALF_FILE), or with
+/* The same for an mmap: of file descriptor fd at file offset off (LOCUS_ALF_FILE), or with
  * fd -1 of anonymous memory; shared: MAP_SHARED and writable (LOCUS_ALF_SHARED). */
-void locus_allocs_record_file(const void *addr, size_t size, uint64_t site, int fd, uint64_t off,
-                              int shared);
+void locus_allocs_record_mapping(const void *addr, size_t size, uint64_t site, int fd, uint64_t off,
+                                 int shared);
 /* An mremap of [old, old + old_n) to [p, p + n): the mapping keeps its object
  * (LOCUS_ALF_REMAP). */
 void locus_allocs_record_remap(const void *old, size_t old_n, const void *p, size_t n,

@@ -275,13 +275,13 @@ static __attribute__((noinline)) void *mmap_slow(void *a, size_t n, int prot, in
   if ((s & LOCUS_ALLOC_NUMA) && (flags & MAP_FIXED)) locus_ft_release(a, n);
   void *p = (s & LOCUS_ALLOC_RESOLVED) ? real.mmap(a, n, prot, flags, fd, off)
                                        : (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
-  int shared = (flags & MAP_SHARED) && (prot & PROT_WRITE);
-  if ((s & LOCUS_ALLOC_TRACKING) && p != MAP_FAILED && (flags & MAP_ANONYMOUS) && shared)
-    locus_allocs_record_file(p, n, site, -1, 0, 1);
-  else if ((s & LOCUS_ALLOC_TRACKING) && p != MAP_FAILED && (flags & MAP_ANONYMOUS))
-    locus_allocs_record(LOCUS_AL_MMAP, p, n, site);
-  else if ((s & LOCUS_ALLOC_TRACKING) && p != MAP_FAILED && fd >= 0)
-    locus_allocs_record_file(p, n, site, fd, (uint64_t)off, shared);
+  if ((s & LOCUS_ALLOC_TRACKING) && p != MAP_FAILED) {
+    int anon = (flags & MAP_ANONYMOUS) != 0, shared = (flags & MAP_SHARED) && (prot & PROT_WRITE);
+    if (anon && !shared)
+      locus_allocs_record(LOCUS_AL_MMAP, p, n, site);
+    else if (anon || fd >= 0)
+      locus_allocs_record_mapping(p, n, site, anon ? -1 : fd, anon ? 0 : (uint64_t)off, shared);
+  }
   /* Fresh private anonymous memory that the kernel places at first touch. */
   if ((s & LOCUS_ALLOC_NUMA) && p != MAP_FAILED && (flags & MAP_ANONYMOUS) &&
       (flags & MAP_PRIVATE) &&

@@ -733,9 +733,10 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         th.lookup(np.full(len(c), i, dtype=np.int64), c["tid"])
     ev = load_events(run, th, notes)
     _missing_events(run, ct_list, ev.proc, notes)
+    cfg = _config(run, ct, ev, notes)
     shared = _between(run)
-    if ct_list and any(len(c) and (c["backend"] != BK_EXACT).any() for c in ct_list):
-        more = between_processes(run, th, _config(run, ct, ev, [])["line_size"], shared, ev)
+    if cfg["backend"] in ("soft", "hw"):
+        more = between_processes(run, th, cfg["line_size"], shared, ev)
         if more is not None:
             ev = concat_events(ev, more)
     self_ev = ev.src == ev.dst
@@ -750,7 +751,6 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     unseen = unseen_tasks_note(run, th)
     if len(th) > LIST_ALL_THREADS:
         th, ev = _compact_threads(th, ev, ct_list, notes)
-    cfg = _config(run, ct, ev, notes)
     sc = scaling(cfg)
     w = weights(ev, sc["scale"])
     is_true = (ev.flags & CE_TRUE) != 0
@@ -897,11 +897,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             "objects it allocates)"
         )
     _note_stripped(objs, obj, wk, notes)
-    procs_ev = {
-        "detections": int(((ev.flags & CE_PROCS) != 0).sum()),
-        "share": float(w[(ev.flags & CE_PROCS) != 0].sum()) / max(float(w.sum()), 1e-300),
-    }
-    shm = _between_processes_note(run, cfg, uses, procs_ev, shared)
+    shm = _between_processes_note(run, cfg, uses, totals, shared)
     if shm:
         notes.append(shm)
     handoff = _handoff_note(run, cfg, uses, n_ev, counters["samples"])
@@ -1535,7 +1531,7 @@ def concat_events(a: Events, b: Events) -> Events:
 
 
 def _between_processes_note(
-    run: RunDir, cfg: dict, uses: dict, procs_ev: dict, shared: tuple
+    run: RunDir, cfg: dict, uses: dict, totals: dict, shared: tuple
 ) -> str | None:
     """A note when a share of the sampled accesses went to memory that several processes of
     the run map shared (stress-ng's cacheline workers, MPI shared-memory transports): what
@@ -1574,7 +1570,8 @@ def _between_processes_note(
     if not total or hit < SHARED_NOTE_MIN * total:
         return None
     shown = ", ".join(sorted(paths)[:3]) + (", ..." if len(paths) > 3 else "")
-    n, share = procs_ev["detections"], procs_ev["share"]
+    n = totals["detections_between_processes"]
+    share = totals["between_processes"] / max(totals["all"], 1e-300)
     return (
         f"{100 * hit / total:.0f} % of the sampled accesses of {len(procs)} process(es) went "
         f"to memory that processes of this run share (MAP_SHARED: {shown}). Between "

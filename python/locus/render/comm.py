@@ -384,7 +384,7 @@ def heatmap_lines(report: dict) -> list[str]:
     out.append("      " + "  ".join(shade_legend(f"max {volume(vmax, c['unit'])}")))
     if g > 1:
         # Groups are named by their first index; a pair is counted once in every cell.
-        things = f"{_axes(by)}"
+        things = _axes(by)
         out.append(
             f"      row i, column j = volume exchanged between the {things} of groups i and j"
         )
