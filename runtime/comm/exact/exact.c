@@ -683,24 +683,28 @@ LOCUS_EXPORT void *__wrap_memset(void *d, int c, size_t n) {
   return memset(d, c, n);
 }
 
-/* _FORTIFY_SOURCE's checked variants (glibc's; they abort on overflow as before). */
-void *__memcpy_chk(void *d, const void *s, size_t n, size_t dn);
-void *__memmove_chk(void *d, const void *s, size_t n, size_t dn);
-void *__memset_chk(void *d, int c, size_t n, size_t dn);
+/* _FORTIFY_SOURCE's checked variants, as glibc's (debug/memcpy_chk.c): an overflow aborts
+ * through __chk_fail. Not by calling glibc's __memcpy_chk: it is an IFUNC, and binding it at load
+ * (this library is linked -z now) runs its resolver, which faults 64 KiB of libc's code into
+ * every recorded program, instrumented or not. */
+extern void __chk_fail(void) __attribute__((noreturn));
 
 LOCUS_EXPORT void *__wrap___memcpy_chk(void *d, const void *s, size_t n, size_t dn) {
-  if (n <= dn) ranges(s, d, n, RA);
-  return __memcpy_chk(d, s, n, dn);
+  if (n > dn) __chk_fail();
+  ranges(s, d, n, RA);
+  return memcpy(d, s, n);
 }
 
 LOCUS_EXPORT void *__wrap___memmove_chk(void *d, const void *s, size_t n, size_t dn) {
-  if (n <= dn) ranges(s, d, n, RA);
-  return __memmove_chk(d, s, n, dn);
+  if (n > dn) __chk_fail();
+  ranges(s, d, n, RA);
+  return memmove(d, s, n);
 }
 
 LOCUS_EXPORT void *__wrap___memset_chk(void *d, int c, size_t n, size_t dn) {
-  if (n <= dn) ranges(NULL, d, n, RA);
-  return __memset_chk(d, c, n, dn);
+  if (n > dn) __chk_fail();
+  ranges(NULL, d, n, RA);
+  return memset(d, c, n);
 }
 
 /* ---- life cycle ---- */
