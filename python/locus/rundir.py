@@ -631,6 +631,32 @@ class Proc:
         self._mapped_files = out
         return out
 
+    def mmapped_text(self) -> str:
+        """The files the program mapped with mmap while the comm or numa lens recorded its
+        mmaps (allocs.bin's ALF_FILE records; paths from mapped_files.txt), as maps lines: a
+        file mapped and unmapped between the maps copies at start and exit is still found
+        (a JIT's copy of its own code: each worker of node maps V8's builtins again, and
+        unmaps them when it ends). Permissions are not recorded: shown as r-xp."""
+        al = self.records("allocs.bin", ALLOC_DTYPE)
+        if not len(al):
+            return ""
+        files = self.mapped_files()
+        rows = al[(al["kind"] == AL_MMAP) & ((al["flags"] & ALF_FILE) != 0) & (al["size"] > 0)]
+        out = []
+        for addr, size, res, dev in zip(
+            rows["addr"].tolist(),
+            rows["size"].tolist(),
+            rows["reserved"].tolist(),
+            rows["dev"].tolist(),
+        ):
+            path = files.get((dev, res[1]))
+            if path and path.startswith("/"):
+                maj, mi = os.major(dev), os.minor(dev)
+                out.append(
+                    f"{addr:x}-{addr + size:x} r-xp {res[0]:x} {maj:02x}:{mi:02x} {res[1]} {path}"
+                )
+        return "\n".join(dict.fromkeys(out))
+
     def perf_map_text(self) -> str:
         """The JIT symbol map the process wrote (/tmp/perf-PID.map, copied at the run's
         end), or ""."""

@@ -122,11 +122,24 @@ def _elf_sections(path: str) -> list[tuple[int, int, str]]:
     return [] if e is None else e[2]
 
 
+def _segment_of(loads: list, off: int) -> tuple:
+    """The PT_LOAD segment a mapping at file offset `off` maps (mappings start at
+    page-aligned offsets, segments need not), else the first."""
+    seg = next((s for s in loads if s[0] & ~0xFFF <= off < s[0] + max(s[2], 1)), None)
+    return seg if seg is not None else (loads[0] if loads else (0, 0, 0, 0))
+
+
 def parse_maps(text: str, vdso: str | None = None) -> list[_Module]:
     """Modules (ELF files mapped from offset-known segments) of a maps text; the `[vdso]`
     mapping's from `vdso`, the runtime's copy of its image (vdso.so in the process's
-    directory), when given."""
+    directory), when given.
+
+    A file's module is where its lowest mapping places it: all its segments, .bss included
+    (an anonymous mapping after the file's). A mapping of the same file at another place (a
+    copy of its code: V8 maps its embedded builtins again near each isolate's heap) is a
+    module of its own, limited to the addresses it maps."""
     first: dict[str, tuple[int, int]] = {}
+    lines: list[tuple[str, int, int, int]] = []
     for line in text.splitlines():
         parts = line.split(None, 5)
         if len(parts) == 6 and vdso and parts[5].strip() == "[vdso]":
@@ -137,13 +150,16 @@ def parse_maps(text: str, vdso: str | None = None) -> list[_Module]:
         if path.endswith(" (deleted)"):
             continue
         try:
-            lo = int(parts[0].split("-")[0], 16)
+            lo, _, hi = parts[0].partition("-")
+            lo_i, hi_i = int(lo, 16), int(hi, 16)
             off = int(parts[2], 16)
         except ValueError:
             continue
-        if path not in first or lo < first[path][0]:
-            first[path] = (lo, off)
+        lines.append((path, lo_i, hi_i, off))
+        if path not in first or lo_i < first[path][0]:
+            first[path] = (lo_i, off)
     mods = []
+    elves: dict[str, tuple[list, int]] = {}
     for path, (lo, off) in first.items():
         elf = _elf_loads(path)
         if not elf:
@@ -152,12 +168,23 @@ def parse_maps(text: str, vdso: str | None = None) -> list[_Module]:
         if e_type == 2:  # ET_EXEC: linked at its addresses
             bias = 0
         else:
-            # Mappings start at page-aligned offsets, segments need not.
-            seg = next((s for s in loads if s[0] & ~0xFFF <= off < s[0] + max(s[2], 1)), None)
-            if seg is None:
-                seg = loads[0] if loads else (0, 0, 0, 0)
+            seg = _segment_of(loads, off)
             bias = lo - (off - seg[0] + seg[1])
+        elves[path] = (loads, bias)
         mods.append(_Module(path, bias, [(s[1], s[1] + s[3]) for s in loads]))
+    copies: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for path, lo, hi, off in lines:
+        if path not in elves:
+            continue
+        loads, primary = elves[path]
+        seg = _segment_of(loads, off)
+        bias = lo - (off - seg[0] + seg[1])
+        # Inside the module's own span (its segments, .bss): the module's, as before.
+        if bias != primary and _locate(mods, lo) is None:
+            ranges = copies.setdefault((path, bias), [])
+            if (lo - bias, hi - bias) not in ranges:
+                ranges.append((lo - bias, hi - bias))
+    mods += [_Module(path, bias, ranges) for (path, bias), ranges in copies.items()]
     return mods
 
 
@@ -481,6 +508,8 @@ def for_proc(proc) -> Symbolizer:
     mapped later (a dlopen) not after the process's end (a program may write a library
     and then load it), and each must still be the inode the maps show."""
     maps = proc.maps_text()
+    if hasattr(proc, "mmapped_text"):
+        maps += "\n" + proc.mmapped_text()
     vdso = proc.file("vdso.so") if hasattr(proc, "file") else None
     vdso = vdso if vdso and os.path.isfile(vdso) else None
     changed = getattr(proc, "changed_files", None)

@@ -113,6 +113,38 @@ def test_stress_ng_cacheline_false_sharing_between_processes(locus):
     assert c["objects"][0]["kind"] != "unknown" and c["advice"], (c["objects"][:2], c["advice"])
 
 
+NODE_WORKERS = r"""
+const { Worker, isMainThread, workerData } = require('worker_threads');
+if (isMainThread) {
+  const sab = new SharedArrayBuffer(64);
+  for (let i = 0; i < 2; i++) new Worker(__filename, { workerData: { sab, i } });
+} else {
+  const a = new Int32Array(workerData.sab);
+  for (let k = 0; k < 2e7; k++) Atomics.add(a, workerData.i, 1);
+}
+"""
+
+
+def test_node_workers_false_sharing_named_in_v8s_builtins(locus, tmp_path):
+    """Two node workers each add to their own 4 bytes of one SharedArrayBuffer line. The
+    adds run in V8's builtin Atomics.add, which V8 maps again near each worker's heap (a
+    copy of node's code, mapped when the worker starts and unmapped when it ends, so in
+    neither maps copy): the report names it from the runtime's mmap records, and the buffer
+    by its allocation site in node."""
+    node = need("node")
+    script = tmp_path / "workers.js"
+    script.write_text(NODE_WORKERS)
+    proc, run = locus.record([node, str(script)], options=("--lens", "comm"), timeout=120)
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    t = c["totals"]
+    assert t["all"] > 0 and t["false"] >= 0.9 * t["all"], t
+    top = c["sites"][0]
+    assert "AtomicsAdd" in top["function"] and top["all"] >= 0.5 * t["all"], c["sites"][:3]
+    assert c["objects"][0]["kind"] == "heap" and "ArrayBuffer" in c["objects"][0]["name"], c[
+        "objects"
+    ][:2]
+
+
 def test_gcc_temporaries_leave_no_records_and_the_object_file_is_the_same(locus):
     """gcc's cc1 allocates and frees temporaries constantly. Under the comm lens a block
     no sample fell in the life of has its records dropped at its free (comm/allocs.c): the

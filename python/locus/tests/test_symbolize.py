@@ -145,6 +145,60 @@ def test_fortran_module_names():
     assert clean_name("__counters_MOD_sub") == "counters::sub"
 
 
+def test_a_copy_of_a_files_code_mapped_elsewhere_is_named(prog):
+    """A file's code mapped a second time at another address (V8 maps its embedded builtins
+    again near each isolate's heap) is named as the original: a module of its own, limited
+    to the addresses it maps; the file's own module (.bss included) is unchanged."""
+    maps, lock, counter, ret = prog
+    text = next(ln for ln in maps.splitlines() if ln.split()[1] == "r-xp" and ln.endswith("/p"))
+    lo, hi = (int(x, 16) for x in text.split()[0].split("-"))
+    where = 0x7E0000000000
+    copy = text.replace(text.split()[0], f"{where:x}-{where + hi - lo:x}", 1)
+    s = Symbolizer(maps + "\n" + copy, tool="addr2line" if shutil.which("addr2line") else None)
+    if s.tool is None:
+        pytest.skip("no symbolizer")
+    moved = ret - lo + where
+    got = s.code([ret, moved, where + hi - lo + 16])
+    assert got[moved].function == got[ret].function == "main" and got[moved].line == 18
+    assert got[where + hi - lo + 16].function == ""  # past the copy: not the file's
+    assert s.data([lock, counter]) == {lock: "queue_lock", counter: "counter"}
+
+
+def test_a_file_mapped_during_the_run_is_named(prog, tmp_path):
+    """A file mapped and unmapped between the maps copies at start and exit (a worker's copy
+    of V8's builtins, gone when the worker ends) is named from the runtime's mmap record
+    (allocs.bin, its path from mapped_files.txt); an address past the mapping is not."""
+    import numpy as np
+
+    from locus import symbolize
+    from locus.rundir import AL_MMAP, ALF_FILE, ALLOC_DTYPE, RunDir
+    from locus.synth import SynthRun
+
+    maps, _lock, _counter, ret = prog
+    text = next(ln for ln in maps.splitlines() if ln.split()[1] == "r-xp" and ln.endswith("/p"))
+    span, _perm, off, dev, ino, path = text.split()
+    lo, hi = (int(x, 16) for x in span.split("-"))
+    run = SynthRun(duration_s=1.0)
+    run.proc(pid=7).thread(7, 0.0, 1.0)
+    proc = RunDir.open(run.write(str(tmp_path / "r"))).procs[0]
+    where = 0x7E0000000000
+    a = np.zeros(1, dtype=ALLOC_DTYPE)
+    a["t"], a["addr"], a["size"], a["tid"] = 1000, where, hi - lo, 7
+    a["kind"], a["flags"] = AL_MMAP, ALF_FILE
+    a["reserved"][0] = (int(off, 16), int(ino))
+    major, minor = (int(x, 16) for x in dev.split(":"))
+    a["dev"] = os.makedev(major, minor)
+    a.tofile(proc.file("allocs.bin"))
+    with open(proc.file("mapped_files.txt"), "w") as f:
+        f.write(f"{ino} {os.makedev(major, minor)} {path}\n")
+    s = symbolize.for_proc(proc)
+    if s.tool is None:
+        pytest.skip("no symbolizer")
+    got = s.code([ret - lo + where, where + hi - lo + 16])
+    assert (got[ret - lo + where].function, got[ret - lo + where].line) == ("main", 18)
+    assert got[where + hi - lo + 16].function == ""
+
+
 def test_jit_code_named_by_the_perf_map():
     """Code outside every module (a JIT's) is named by the process's perf map, newest entry
     first (V8 and the JVM reuse code space); an address in no entry stays unknown, and data
