@@ -906,6 +906,18 @@ def unrecorded_execs(entries: list[str], flags: list[int | None]) -> list[str]:
     return [pid for pid, (_n, f) in last.items() if f is not None and f & PROC_EXECED]
 
 
+# The bulletin board the run's processes share (runtime/comm/detect.c, XB_BYTES: a page of
+# header and 4096 entries of 128 bytes), for memory they map shared. Sparse: a process maps
+# it, and touches its pages, only when it samples such memory.
+COMM_BOARD = "comm.board"
+COMM_BOARD_BYTES = 4096 + 4096 * 128
+
+
+def make_comm_board(run_dir: str) -> None:
+    with open(os.path.join(run_dir, COMM_BOARD), "wb") as f:
+        f.truncate(COMM_BOARD_BYTES)
+
+
 PERF_MAP = "/tmp/perf-{pid}.map"
 
 
@@ -1184,6 +1196,9 @@ def record(
     }
     if comm_settings is not None and "comm" in lenses:
         meta["comm"] = {k: v for k, v in comm_settings.items() if k != "module"}
+        if comm_settings["backend"] in ("soft", "hw"):
+            make_comm_board(run_dir)
+            meta["comm"]["between_processes"] = "runtime"
     if numa_settings is not None:
         meta["numa"] = numa_settings
     if engine is not None:

@@ -50,16 +50,20 @@
  * it change gives up. Nobody waits. */
 #define _GNU_SOURCE
 #include <linux/hw_breakpoint.h>
+#include <stddef.h>
 #include <linux/perf_event.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include "comm.h"
+#include "shared.h"
 #include "soft/soft.h"
 
 #define MAX_WP 4
@@ -104,6 +108,49 @@ static _Atomic int board_state;              /* 0 none, 1 being made, 2 ready */
 static pid_t board_pid;
 static uint64_t period_ticks;
 
+/* ---- the board between processes ----
+ * Memory that processes of the run map shared (shared.c) is one memory at different
+ * addresses: a board per process never sees a line pass between them. Its publications also
+ * go to a board all the run's processes map (comm.board in the run directory, made by the
+ * launcher), keyed by the mapped object and the line's offset in it; step 1 looks a sample
+ * on such memory up there too, and step 2 takes the other processes' unexpired publications
+ * there as candidates, at this process's address of the line. An entry of another process
+ * is the only kind read (a thread of this process is on the process's own board). Times are
+ * the run's clock (the TSC, machine-wide; entries of a process on another clock are not
+ * compared). A publication of another process expires after XB_LIFETIME periods of wall time:
+ * its publisher's sampled periods are counted in its own process. */
+#define XB_ENTRIES 4096u
+#define XB_RECENT 64u
+#define XB_LIFETIME 4u
+#define XB_SERIAL 0xffffu /* bb_entry.serial of a candidate from another process */
+struct xb_head {
+  uint32_t magic, cap;
+  _Atomic uint32_t recent_next;
+  uint32_t unused;
+  _Atomic uint32_t recent[XB_RECENT];
+};
+struct xb_entry { /* 128 bytes */
+  _Atomic uint32_t seq;
+  uint32_t tid;
+  int32_t pid;
+  uint32_t dev;
+  uint64_t ino;
+  uint64_t line; /* offset of the line in the object */
+  uint64_t addr; /* offset of the access */
+  uint64_t ip, caller, t;
+  uint16_t len;
+  int16_t cpu;
+  uint32_t weight;
+  int32_t clock; /* locus_clock_kind of the publisher */
+  uint8_t unused[52];
+};
+_Static_assert(sizeof(struct xb_entry) == 128, "an entry between processes is two lines");
+_Static_assert(sizeof(struct xb_head) <= 4096, "the header is one page");
+#define XB_BYTES (4096u + XB_ENTRIES * sizeof(struct xb_entry))
+static struct xb_head *xb;   /* NULL: not between processes */
+static struct xb_entry *xbe; /* the entries, after the header's page */
+static pid_t xb_pid;         /* this process (a fork child's getpid differs) */
+
 struct detect_tls {
   uint64_t t_prev; /* time of this thread's previous sample */
   uint64_t t_trap; /* newest publication counted by a trap */
@@ -139,6 +186,76 @@ static uint64_t rnd(void) {
   x ^= x << 17;
   dt.rng = x;
   return x;
+}
+
+static inline uint32_t xb_slot(const struct locus_shared_loc *l) {
+  uint64_t h = (l->ino * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)l->dev << 32) ^
+               (l->off / locus_comm_cfg.line * 0xc2b2ae3d27d4eb4full);
+  return (uint32_t)(h >> 40) & (XB_ENTRIES - 1);
+}
+
+/* A consistent copy of the entry between processes for line l (l->off: the line's offset);
+ * 0 when it holds a publication of another process on that line, on this process's clock. */
+static int xb_read(const struct locus_shared_loc *l, struct xb_entry *out) {
+  const struct xb_entry *e = &xbe[xb_slot(l)];
+  for (int i = 0; i < READ_TRIES; i++) {
+    uint32_t s1 = atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_acquire);
+    if (s1 & 1) continue;
+    memcpy((char *)out + 4, (const char *)e + 4, offsetof(struct xb_entry, unused) - 4);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_relaxed) != s1) continue;
+    return out->t && out->pid != xb_pid && out->ino == l->ino && out->dev == l->dev &&
+                   out->line == l->off && out->clock == locus_clock_kind
+               ? 0
+               : -1;
+  }
+  return -1;
+}
+
+/* Publish a sampled store on memory processes share (l: its line), for the other processes. */
+static void xb_publish(const struct locus_comm_access *a, const struct locus_shared_loc *l,
+                       uint64_t line) {
+  uint32_t slot = xb_slot(l);
+  struct xb_entry *e = &xbe[slot];
+  uint32_t s = atomic_load_explicit(&e->seq, memory_order_relaxed);
+  if ((s & 1) || !atomic_compare_exchange_strong(&e->seq, &s, s + 1)) return;
+  atomic_thread_fence(memory_order_release);
+  e->tid = locus_me.tid;
+  e->pid = xb_pid;
+  e->dev = l->dev;
+  e->ino = l->ino;
+  e->line = l->off;
+  e->addr = l->off + (a->addr - line);
+  e->ip = a->ip;
+  e->caller = a->caller;
+  e->t = a->t;
+  e->len = (uint16_t)a->len;
+  e->cpu = (int16_t)a->cpu;
+  e->weight = dt.weight;
+  e->clock = locus_clock_kind;
+  atomic_store_explicit(&e->seq, s + 2, memory_order_release);
+  uint32_t r = atomic_fetch_add_explicit(&xb->recent_next, 1, memory_order_relaxed);
+  atomic_store_explicit(&xb->recent[r % XB_RECENT], slot, memory_order_relaxed);
+}
+
+/* x as a publication on this process's board, serial XB_SERIAL: at `line` when not 0 (the
+ * address the sample reached it by: the memory may be mapped twice), else at this process's
+ * address of it; -1 when this process does not map it. */
+static int xb_local(const struct xb_entry *x, uint64_t line, struct bb_entry *c) {
+  struct locus_shared_loc l = {.ino = x->ino, .off = x->line, .dev = x->dev};
+  if (!line && locus_shared_addr(&l, &line) != 0) return -1;
+  memset(c, 0, sizeof *c);
+  c->tid = x->tid;
+  c->line = line;
+  c->addr = line + (x->addr - x->line);
+  c->ip = x->ip;
+  c->caller = x->caller;
+  c->t = x->t;
+  c->len = x->len;
+  c->cpu = x->cpu;
+  c->serial = XB_SERIAL;
+  c->weight = x->weight;
+  return 0;
 }
 
 static inline uint32_t slot_of(uint64_t line) {
@@ -190,6 +307,7 @@ static void publish(const struct locus_comm_access *a, uint64_t line, int loaded
 /* A publication expires once its publisher has been sampled LIFETIME more periods (see the
  * top of the file). */
 static int expired(const struct bb_entry *e) {
+  if (e->serial == XB_SERIAL) return locus_ticks() - e->t > XB_LIFETIME * period_ticks;
   return atomic_load_explicit(&pubclock[e->serial % PUBLISHERS], memory_order_relaxed) - e->pubno >=
          LIFETIME;
 }
@@ -212,7 +330,7 @@ static void advance_clock(uint32_t periods, uint64_t now) {
 static int stale(const struct bb_entry *e, int near, uint64_t now) {
   /* (count-based hw sampling: a thread's samples are N accesses apart, at no known time
    * interval, so whether its publisher runs cannot be told: the lifetime rule only) */
-  if (locus_comm_cfg.period_n) return 0;
+  if (locus_comm_cfg.period_n || e->serial == XB_SERIAL) return 0;
   uint64_t last = atomic_load_explicit(&pubtime[e->serial % PUBLISHERS], memory_order_relaxed);
   if (now <= last || now - last <= 2 * period_ticks) return 0;
   return near && e->t <= dt.t_prev;
@@ -269,6 +387,7 @@ static void write_event(const struct bb_entry *src, uint64_t t, uint32_t dst_tid
   ev.dst_off = off_in_line(dst_addr, src->line);
   ev.dst_len = len_in_line(dst_addr, dst_len, src->line);
   if (overlap(src->addr, src->len, dst_addr, dst_len)) flags |= LOCUS_CE_TRUE;
+  if (src->serial == XB_SERIAL) flags |= LOCUS_CE_PROCS;
   ev.flags = flags;
   ev.kind = 1;
   ev.dst_flags = dst_flags;
@@ -401,6 +520,33 @@ static int consider_arming(uint64_t now, uint64_t line) {
     if (rnd() % ++found == 0) pick = c;
     if ((before || c.line == line) && rnd() % ++near == 0) near_pick = c;
   }
+  /* Other processes' publications on memory this process maps too. */
+  uint32_t xpub = xb ? atomic_load_explicit(&xb->recent_next, memory_order_relaxed) : 0;
+  uint32_t xn = xpub < XB_RECENT ? xpub : XB_RECENT;
+  nslots = 0;
+  for (uint32_t k = 1; k <= xn; k++) {
+    uint32_t slot = atomic_load_explicit(&xb->recent[(xpub - k) % XB_RECENT], memory_order_relaxed);
+    uint32_t j = 0;
+    while (j < nslots && slots[j] != slot) j++;
+    if (j < nslots || slot >= XB_ENTRIES) continue;
+    slots[nslots++] = slot;
+    struct xb_entry x;
+    struct locus_shared_loc l;
+    const struct xb_entry *xe = &xbe[slot];
+    l.ino = xe->ino; /* a hint: xb_read checks the entry against it */
+    l.dev = xe->dev;
+    l.off = xe->line;
+    if (xb_slot(&l) != slot || xb_read(&l, &x) != 0 || xb_local(&x, 0, &c) != 0) continue;
+    if (expired(&c) || c.t <= dt.t_trap) continue;
+    if (dt.armed && !dt.on.loaded && c.line == dt.on.line) {
+      if (c.t > dt.on.t) dt.on = c;
+      watched = 1;
+      continue;
+    }
+    int before = touched(c.line);
+    if (rnd() % ++found == 0) pick = c;
+    if ((before || c.line == line) && rnd() % ++near == 0) near_pick = c;
+  }
   if (!found) return watched;
   int is_near = near > 0;
   if (is_near) pick = near_pick;
@@ -455,16 +601,28 @@ void locus_comm_detect(const struct locus_comm_access *a) {
   dt.weight = a->weight > 1 ? a->weight : 1;
   advance_clock(dt.weight, a->t);
   if (read_entry(board, slot_of(line), &e) == 0 && e.line == line && e.tid != locus_me.tid &&
-      e.t > dt.t_prev) {
-    write_event(&e, a->t, locus_me.tid, a->addr, a->len, a->ip, a->caller, a->flags, a->cpu, 0,
-                (double)dt.weight);
+      e.t > dt.t_prev)
+    detected = 1;
+  /* Memory processes share: the line's latest store may be another process's. The newest
+   * publication is the one the line came from. */
+  struct locus_shared_loc sl;
+  struct xb_entry x;
+  struct bb_entry r;
+  int shared = xb && locus_shared_find(line, &sl) == 0;
+  if (shared && xb_read(&sl, &x) == 0 && x.t > dt.t_prev && (!detected || x.t > e.t) &&
+      xb_local(&x, line, &r) == 0) {
+    e = r;
     detected = 1;
   }
+  if (detected)
+    write_event(&e, a->t, locus_me.tid, a->addr, a->len, a->ip, a->caller, a->flags, a->cpu, 0,
+                (double)dt.weight);
   if (!detected && LOCUS_UNLIKELY(dt.want > 0)) open_watchpoints();
   if (!detected && dt.nwp > 0 && !consider_arming(a->t, line) && loads) consider_loaded(a, line);
-  if (a->flags & LOCUS_AC_STORE)
+  if (a->flags & LOCUS_AC_STORE) {
     publish(a, line, 0);
-  else if (loads && !detected && !(a->flags & LOCUS_AC_STACK))
+    if (shared) xb_publish(a, &sl, line);
+  } else if (loads && !detected && !(a->flags & LOCUS_AC_STACK))
     publish(a, line, 1);
   uint16_t key = line_key(line);
   if (!touched_key(key)) dt.touched[dt.ntouched++ % TOUCHED] = key;
@@ -538,6 +696,33 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
 }
 
 /* ---- life cycle ---- */
+/* The board between processes (comm.board in the run directory, XB_BYTES, made by the
+ * launcher; none with the exact backend, which counts per process), and the table of this
+ * process's shared memory, from its maps and then its mmaps. */
+static void xb_open(void) {
+  if (locus_comm_cfg.backend == LOCUS_BK_EXACT || locus_run_dirfd() < 0) return;
+  int fd = openat(locus_run_dirfd(), "comm.board", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st;
+  void *p = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && st.st_size == (off_t)XB_BYTES)
+    p = locus_sys_mmap(NULL, XB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return;
+  xb_pid = getpid();
+  xbe = (struct xb_entry *)((char *)p + 4096);
+  xb = p;
+  /* The run directory, as the kernel names it: this process's directory without /procs/NAME. */
+  char skip[sizeof locus_proc_path];
+  strcpy(skip, locus_proc_path);
+  for (int k = 0; k < 2; k++) {
+    char *slash = strrchr(skip, '/');
+    if (slash) *slash = 0;
+  }
+  locus_shared_scan(skip[0] == '/' ? skip : NULL);
+  locus_shared_tracking = 1;
+}
+
 static void board_init(void) {
   int expect = 0;
   if (atomic_compare_exchange_strong(&board_state, &expect, 1)) {
@@ -558,6 +743,7 @@ static void board_init(void) {
     uint64_t pns = locus_comm_cfg.period_ns < 100000 ? 100000 : locus_comm_cfg.period_ns;
     period_ticks = (uint64_t)((double)pns * locus_ticks_per_us / 1000.0);
     board_pid = getpid();
+    xb_open();
     atomic_store_explicit(&board_state, 2, memory_order_release);
     return;
   }
@@ -569,6 +755,7 @@ static void board_init(void) {
     memset((void *)pubtime, 0, sizeof pubtime);
     atomic_store(&recent_next, 0);
     board_pid = getpid();
+    xb_pid = board_pid; /* the board between processes is the run's: kept */
   }
 }
 

@@ -29,6 +29,7 @@ char locus_proc_path[4096];
 static char run_path[3900]; /* LOCUS_DIR, absolute */
 
 static int run_dirfd = -1;
+int locus_run_dirfd(void) { return run_dirfd; }
 static _Atomic int init_state; /* 0 none, 1 running, 2 done */
 static _Atomic uint64_t slow_ticks;
 

@@ -118,6 +118,7 @@ extern struct locus_config locus_cfg;
 extern volatile int locus_enabled; /* 0 before init and after finalisation */
 extern struct locus_proc *locus_proc_hdr;
 extern int locus_proc_dirfd;
+int locus_run_dirfd(void);         /* the run directory (LOCUS_DIR), -1 if none */
 extern char locus_proc_path[4096]; /* absolute path of this process's directory, "" if unknown */
 void locus_warn(const char *msg);
 /* v in decimal at out (NUL-terminated; at most 10 digits): no stdio in the runtime. */

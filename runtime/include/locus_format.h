@@ -225,6 +225,10 @@ struct locus_comm_sample { /* 64 bytes */
 /* a trap on a store to a line another thread was sampled loading (soft, --watch-loads): the
  * src is the storing thread, the dst the thread whose copy the store invalidated */
 #define LOCUS_CE_LOADED 8u
+/* The source thread is of another process of the run (src_tid is its thread): a line of
+ * memory both processes map shared (detect.c's board between processes). The event's line
+ * and offsets are at the destination process's addresses. */
+#define LOCUS_CE_PROCS 16u
 
 struct locus_comm_event { /* 128 bytes (64 in format version 1: no callers, no reserved) */
   uint64_t t;             /* ticks of the detection */

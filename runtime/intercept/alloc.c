@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../comm/allocs.h"
+#include "../comm/shared.h"
 #include "../core/runtime.h"
 #include "../numa/numa.h"
 
@@ -282,6 +283,13 @@ static __attribute__((noinline)) void *mmap_slow(void *a, size_t n, int prot, in
     else if (anon || fd >= 0)
       locus_allocs_record_mapping(p, n, site, anon ? -1 : fd, anon ? 0 : (uint64_t)off, shared);
   }
+  /* Memory processes share, keyed for the board between them (comm/shared.c). */
+  if (locus_shared_tracking && p != MAP_FAILED) {
+    if (flags & MAP_SHARED)
+      locus_shared_mapped((uint64_t)(uintptr_t)p, n, (flags & MAP_ANONYMOUS) ? 0 : (uint64_t)off);
+    else
+      locus_shared_remove((uint64_t)(uintptr_t)p, n);
+  }
   /* Fresh private anonymous memory that the kernel places at first touch. */
   if ((s & LOCUS_ALLOC_NUMA) && p != MAP_FAILED && (flags & MAP_ANONYMOUS) &&
       (flags & MAP_PRIVATE) &&
@@ -297,6 +305,7 @@ static __attribute__((noinline)) int munmap_slow(void *a, size_t n, uint64_t sit
   int rc = (s & LOCUS_ALLOC_RESOLVED) ? real.munmap(a, n) : (int)syscall(SYS_munmap, a, n);
   if ((s & LOCUS_ALLOC_NUMA) && rc == 0) locus_numa_pages_changed();
   if ((s & LOCUS_ALLOC_TRACKING) && rc == 0) locus_allocs_record(LOCUS_AL_MUNMAP, a, n, site);
+  if (locus_shared_tracking && rc == 0) locus_shared_remove((uint64_t)(uintptr_t)a, n);
   return rc;
 }
 
@@ -417,16 +426,16 @@ LOCUS_EXPORT size_t malloc_usable_size(void *p) {
 }
 
 LOCUS_EXPORT void *mmap(void *a, size_t n, int prot, int flags, int fd, off_t off) {
-  if (FAST) return real.mmap(a, n, prot, flags, fd, off);
+  if (FAST && !locus_shared_tracking) return real.mmap(a, n, prot, flags, fd, off);
   return mmap_slow(a, n, prot, flags, fd, off, SITE);
 }
 
 LOCUS_EXPORT void *mmap64(void *a, size_t n, int prot, int flags, int fd, off_t off) {
-  if (FAST) return real.mmap(a, n, prot, flags, fd, off);
+  if (FAST && !locus_shared_tracking) return real.mmap(a, n, prot, flags, fd, off);
   return mmap_slow(a, n, prot, flags, fd, off, SITE);
 }
 
 LOCUS_EXPORT int munmap(void *a, size_t n) {
-  if (FAST) return real.munmap(a, n);
+  if (FAST && !locus_shared_tracking) return real.munmap(a, n);
   return munmap_slow(a, n, SITE);
 }

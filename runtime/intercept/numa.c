@@ -26,6 +26,7 @@
 
 #include "../core/real.h"
 #include "../comm/allocs.h"
+#include "../comm/shared.h"
 #include "../numa/numa.h"
 
 #define SITE ((uint64_t)(uintptr_t)__builtin_return_address(0))
@@ -173,6 +174,10 @@ LOCUS_EXPORT void *mremap(void *old, size_t old_n, size_t new_n, int flags, ...)
   if ((__atomic_load_n(&locus_alloc_state, __ATOMIC_ACQUIRE) & LOCUS_ALLOC_TRACKING) &&
       rc != MAP_FAILED)
     locus_allocs_record_remap(old, old_n, rc, new_n, SITE);
+  if (locus_shared_tracking && rc != MAP_FAILED) { /* no longer followed (comm/shared.c) */
+    locus_shared_remove((uint64_t)(uintptr_t)old, old_n);
+    locus_shared_remove((uint64_t)(uintptr_t)rc, new_n);
+  }
   return rc;
 }
 

@@ -62,6 +62,7 @@ from locus.rundir import (
     BK_SOFT,
     CE_EXACT,
     CE_LOADED,
+    CE_PROCS,
     CE_TRAP,
     CE_TRUE,
     COMM_SAMPLE_DTYPE,
@@ -129,7 +130,7 @@ def recorded(run: RunDir) -> bool:
 
 
 # The flag bits the runtime defines (records with others are damage).
-CE_KNOWN = 15  # LOCUS_CE_TRUE | TRAP | EXACT | LOADED
+CE_KNOWN = 31  # LOCUS_CE_TRUE | TRAP | EXACT | LOADED | PROCS
 AC_KNOWN = 63  # LOCUS_AC_STORE .. LOCUS_AC_RMW
 
 
@@ -186,15 +187,34 @@ def load_events(run: RunDir, th: _Threads, notes: list[str] | None = None) -> Ev
         return Events(**arrs)
     arrs = {k: np.concatenate(v) for k, v in cols.items() if v}
     proc = arrs["proc"]
-    arrs["src_proc"] = arrs["dst_proc"] = proc
     st, dt = np.concatenate(src_tid), np.concatenate(dst_tid)
+    arrs["dst_proc"] = proc
+    arrs["src_proc"] = _source_procs(th, proc, st, arrs["flags"])
     # Threads of both roles in one pass, so first-seen order follows the events.
-    both = th.lookup(np.concatenate([proc, proc]), np.concatenate([st, dt]))
+    both = th.lookup(np.concatenate([arrs["src_proc"], proc]), np.concatenate([st, dt]))
     arrs["src"], arrs["dst"] = both[: len(st)], both[len(st) :]
     for k in ("src_off", "src_len", "dst_off", "dst_len", "src_cpu", "dst_cpu"):
         arrs[k] = arrs[k].astype(np.int64)
     arrs["volume"] = arrs["volume"].astype(np.float64)
     return Events(**arrs)
+
+
+def _source_procs(th: _Threads, proc: np.ndarray, src_tid: np.ndarray, flags: np.ndarray):
+    """The process of each event's source thread: the event's own, or, for an event between
+    processes (CE_PROCS: the runtime's board between processes), the other process of the
+    run that registered a thread src_tid (the first, by process order)."""
+    out = proc.copy()
+    x = np.flatnonzero((flags & CE_PROCS) != 0)
+    if not len(x):
+        return out
+    where: dict[int, list[int]] = {}
+    for pi, tid in th.index:
+        where.setdefault(tid, []).append(pi)
+    for i in x.tolist():
+        others = [pi for pi in where.get(int(src_tid[i]), []) if pi != int(proc[i])]
+        if others:
+            out[i] = min(others)
+    return out
 
 
 def _config(run: RunDir, ct: np.ndarray, ev: Events, notes: list[str]) -> dict:
@@ -252,6 +272,9 @@ def _config(run: RunDir, ct: np.ndarray, ev: Events, notes: list[str]) -> dict:
         else None,
         "line_size": int(line),
         "bind": cfg.get("bind") if isinstance(cfg.get("bind"), str) else None,
+        # "runtime": the runtime detected between processes (its board between them); runs
+        # before it: None, step 1 between processes is made here (between_processes).
+        "between_processes": "runtime" if cfg.get("between_processes") == "runtime" else None,
     }
 
 
@@ -735,7 +758,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     _missing_events(run, ct_list, ev.proc, notes)
     cfg = _config(run, ct, ev, notes)
     shared = _between(run)
-    if cfg["backend"] in ("soft", "hw"):
+    _home_lines(ev, shared)
+    if cfg["backend"] in ("soft", "hw") and cfg["between_processes"] != "runtime":
         more = between_processes(run, th, cfg["line_size"], shared, ev)
         if more is not None:
             ev = concat_events(ev, more)
@@ -804,9 +828,11 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     totals["detections_lookup"] = int((sampled & ~trap).sum())
     totals["detections_trap"] = int((trap & ~loaded).sum())
     totals["detections_loaded"] = int(loaded.sum())
-    # ... of which between processes, by step 1 at report time (between_processes).
+    # ... of which between processes: by the runtime's board between them, or (runs before
+    # it) by step 1 at report time (between_processes).
     between = (ev.flags & CE_PROCS) != 0
     totals["detections_between_processes"] = int(between.sum())
+    totals["traps_between_processes"] = int((between & trap).sum())
     totals["between_processes"] = float(w[between].sum())
     # Bytes: exact, the transfers counted; count-based sampling, ComDetective's scaled
     # lines; time-based or rate sampling, a lower bound: a sample's detection finds a line
@@ -1329,7 +1355,8 @@ def _strided_samples(proc, most: int) -> np.ndarray:
 
 
 # A run's own record files, mapped MAP_SHARED by the runtime: not the program's memory.
-RUN_FILE = re.compile(r"/procs/\d+(?:\.\d+)?/[\w.]+\.bin$")
+# The run's own files a process maps: its record files, and the board between processes.
+RUN_FILE = re.compile(r"(?:/procs/\d+(?:\.\d+)?/[\w.]+\.bin|/comm\.board)$")
 SHARED_NOTE_MIN = 0.01  # of the sampled accesses: memory shared between processes
 
 
@@ -1372,6 +1399,30 @@ def _shared_mappings(proc) -> list[tuple[int, int, str, str, int, tuple[int, int
     return out
 
 
+def _home_lines(ev: Events, shared: tuple) -> None:
+    """The runtime's events between processes (CE_PROCS), at the destination process's
+    address of their line, moved to the address of the first process that maps the memory,
+    as between_processes places its own: a line is then one line in every table. `shared`:
+    _between(run)."""
+    maps, between = shared
+    x = np.flatnonzero((ev.flags & CE_PROCS) != 0)
+    if not len(x) or not between:
+        return
+    home: dict[str, tuple[int, int, int]] = {}  # key -> (proc, lo, file offset of lo)
+    for i, ms in enumerate(maps):
+        for lo, _hi, key, _path, off, _life in ms:
+            if key in between and key not in home:
+                home[key] = (i, lo, off)
+    for i in x.tolist():
+        p, a, t = int(ev.dst_proc[i]), int(ev.line[i]), int(ev.t[i])
+        for lo, hi, key, _path, off, life in maps[p] if p < len(maps) else ():
+            if key in home and lo <= a < hi and (life == ALWAYS or life[0] <= t < life[1]):
+                hp, hlo, hoff = home[key]
+                ev.proc[i] = hp
+                ev.line[i] = hlo - hoff + (a - lo + off)
+                break
+
+
 def _between(run: RunDir) -> tuple[list, set[str]]:
     """Each process's shared mappings, and the keys of those that two processes or more of
     the run map."""
@@ -1381,10 +1432,6 @@ def _between(run: RunDir) -> tuple[list, set[str]]:
         for m in ms:
             owners.setdefault(m[2], set()).add(i)
     return maps, {k for k, v in owners.items() if len(v) >= 2}
-
-
-# Analysis-only flag of an event: a detection between two processes, made at report time.
-CE_PROCS = 1 << 8
 
 
 def between_processes(
@@ -1572,6 +1619,15 @@ def _between_processes_note(
     shown = ", ".join(sorted(paths)[:3]) + (", ..." if len(paths) > 3 else "")
     n = totals["detections_between_processes"]
     share = totals["between_processes"] / max(totals["all"], 1e-300)
+    if cfg["between_processes"] == "runtime":
+        return (
+            f"{100 * hit / total:.0f} % of the sampled accesses of {len(procs)} process(es) "
+            f"went to memory that processes of this run share (MAP_SHARED: {shown}). The "
+            "method runs between them on a bulletin board the run's processes share, where a "
+            "line is keyed by the shared memory and its offset (wherever each process maps "
+            f"it): {n:,} detection(s) between processes ({totals['traps_between_processes']:,} "
+            f"by watchpoint traps), {100 * share:.0f} % of the volume"
+        )
     return (
         f"{100 * hit / total:.0f} % of the sampled accesses of {len(procs)} process(es) went "
         f"to memory that processes of this run share (MAP_SHARED: {shown}). Between "

@@ -1,0 +1,225 @@
+/* Memory this process maps MAP_SHARED, keyed as the other processes of the run see it.
+ *
+ * Threads of one process that share a cache line share its address; processes do not: each
+ * maps a shared object (a file, a memfd, POSIX or SysV shared memory, anonymous memory
+ * inherited at a fork) wherever its mmap put it. What names the line in every process is the
+ * object (device and inode, as /proc/self/maps and stat() give them) and the offset in it.
+ * The detector (detect.c) keys its board between processes by that.
+ *
+ * The table is filled from /proc/self/maps when the comm lens starts in the process, then
+ * kept by the mmap and munmap interposers (intercept/alloc.c); a fork child inherits it with
+ * the mappings. The signal handlers read it on every sample: a seqlock, whose writers (normal
+ * context) take a spinlock among themselves. A reader that interrupted a writer of its own
+ * thread finds nothing for that sample. Sizes: SHARED_MAX mappings; more are not tracked
+ * (their lines are then detected between the threads of each process only). */
+#define _GNU_SOURCE
+#include "shared.h"
+
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "../core/runtime.h"
+
+#define SHARED_MAX 64
+
+struct shared_map {
+  uint64_t lo, hi, off, ino;
+  uint32_t dev;
+};
+
+int locus_shared_tracking;
+static struct shared_map maps[SHARED_MAX];
+static _Atomic uint32_t nmaps;
+static _Atomic uint32_t seq;
+static atomic_flag writing = ATOMIC_FLAG_INIT;
+
+static void write_begin(void) {
+  while (atomic_flag_test_and_set_explicit(&writing, memory_order_acquire)) {
+  }
+  atomic_fetch_add_explicit(&seq, 1, memory_order_acq_rel);
+  atomic_thread_fence(memory_order_release);
+}
+
+static void write_end(void) {
+  atomic_fetch_add_explicit(&seq, 1, memory_order_release);
+  atomic_flag_clear_explicit(&writing, memory_order_release);
+}
+
+int locus_shared_count(void) { return (int)atomic_load_explicit(&nmaps, memory_order_relaxed); }
+
+int locus_shared_find(uint64_t addr, struct locus_shared_loc *out) {
+  if (!atomic_load_explicit(&nmaps, memory_order_relaxed)) return -1;
+  for (int tries = 0; tries < 4; tries++) {
+    uint32_t s = atomic_load_explicit(&seq, memory_order_acquire);
+    if (s & 1) return -1; /* a writer is busy (perhaps the thread this handler interrupted) */
+    uint32_t n = atomic_load_explicit(&nmaps, memory_order_relaxed);
+    int found = 0;
+    for (uint32_t i = 0; i < n && i < SHARED_MAX; i++)
+      if (addr >= maps[i].lo && addr < maps[i].hi) {
+        out->ino = maps[i].ino;
+        out->dev = maps[i].dev;
+        out->off = maps[i].off + (addr - maps[i].lo);
+        found = 1;
+        break;
+      }
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&seq, memory_order_relaxed) == s) return found ? 0 : -1;
+  }
+  return -1;
+}
+
+int locus_shared_addr(const struct locus_shared_loc *l, uint64_t *addr) {
+  if (!atomic_load_explicit(&nmaps, memory_order_relaxed)) return -1;
+  for (int tries = 0; tries < 4; tries++) {
+    uint32_t s = atomic_load_explicit(&seq, memory_order_acquire);
+    if (s & 1) return -1;
+    uint32_t n = atomic_load_explicit(&nmaps, memory_order_relaxed);
+    int found = 0;
+    for (uint32_t i = n < SHARED_MAX ? n : SHARED_MAX; i-- > 0;) /* the newest mapping first */
+      if (maps[i].ino == l->ino && maps[i].dev == l->dev && l->off >= maps[i].off &&
+          l->off - maps[i].off < maps[i].hi - maps[i].lo) {
+        *addr = maps[i].lo + (l->off - maps[i].off);
+        found = 1;
+        break;
+      }
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&seq, memory_order_relaxed) == s) return found ? 0 : -1;
+  }
+  return -1;
+}
+
+/* Drops the entries [lo, hi) overlaps; the writer's lock is held. */
+static void remove_locked(uint64_t lo, uint64_t hi) {
+  uint32_t n = atomic_load_explicit(&nmaps, memory_order_relaxed);
+  for (uint32_t i = 0; i < n;)
+    if (maps[i].lo < hi && lo < maps[i].hi) {
+      maps[i] = maps[--n];
+    } else {
+      i++;
+    }
+  atomic_store_explicit(&nmaps, n, memory_order_relaxed);
+}
+
+void locus_shared_add(uint64_t lo, uint64_t len, uint32_t dev, uint64_t ino, uint64_t off) {
+  if (!len || !ino) return;
+  write_begin();
+  remove_locked(lo, lo + len);
+  uint32_t n = atomic_load_explicit(&nmaps, memory_order_relaxed);
+  if (n < SHARED_MAX) {
+    maps[n] = (struct shared_map){.lo = lo, .hi = lo + len, .off = off, .ino = ino, .dev = dev};
+    atomic_store_explicit(&nmaps, n + 1, memory_order_relaxed);
+  }
+  write_end();
+}
+
+void locus_shared_remove(uint64_t lo, uint64_t len) {
+  if (!len || !atomic_load_explicit(&nmaps, memory_order_relaxed)) return;
+  write_begin();
+  remove_locked(lo, lo + len);
+  write_end();
+}
+
+static char *put_hex(char *p, uint64_t v) {
+  char d[16];
+  int n = 0;
+  do d[n++] = "0123456789abcdef"[v & 15];
+  while ((v >>= 4) != 0);
+  while (n) *p++ = d[--n];
+  return p;
+}
+
+/* The run directory (canonical), whose files are the runtime's own: set by the scan. */
+static char skip_dir[4096];
+static size_t nskip_dir;
+
+static int is_skipped(const char *p, size_t n) {
+  return nskip_dir && n > nskip_dir && memcmp(p, skip_dir, nskip_dir) == 0 && p[nskip_dir] == '/';
+}
+
+void locus_shared_mapped(uint64_t lo, uint64_t len, uint64_t off) {
+  len = (len + 4095) & ~4095ull; /* the mapping's pages (x86-64, the sampled backends' ISA) */
+  char path[64] = "/proc/self/map_files/", *p = path + strlen(path);
+  p = put_hex(p, lo);
+  *p++ = '-';
+  p = put_hex(p, lo + len);
+  *p = 0;
+  struct stat st;
+  if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0) != 0) return;
+  if (S_ISREG(st.st_mode) && nskip_dir) { /* the runtime's own record files are not the program's */
+    char target[4096];
+    long n = (long)syscall(SYS_readlinkat, AT_FDCWD, path, target, sizeof target - 1);
+    if (n > 0 && is_skipped(target, (size_t)n)) return;
+  }
+  locus_shared_add(lo, len, (uint32_t)st.st_dev, (uint64_t)st.st_ino, off);
+}
+
+/* ---- /proc/self/maps ---- */
+static const char *hex(const char *p, const char *end, uint64_t *v) {
+  *v = 0;
+  for (; p < end; p++) {
+    int c = *p, d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) break;
+    *v = *v * 16 + (uint64_t)d;
+  }
+  return p;
+}
+
+static const char *skip_spaces(const char *p, const char *end) {
+  while (p < end && *p == ' ') p++;
+  return p;
+}
+
+/* One maps line [p, end): "lo-hi perms off maj:min inode path". */
+static void scan_line(const char *p, const char *end) {
+  uint64_t lo, hi, off, maj, min, ino = 0;
+  p = hex(p, end, &lo);
+  if (p >= end || *p != '-') return;
+  p = hex(p + 1, end, &hi);
+  p = skip_spaces(p, end);
+  if (end - p < 5 || p[3] != 's') return; /* perms: shared mappings only */
+  p = skip_spaces(p + 4, end);
+  p = skip_spaces(hex(p, end, &off), end);
+  p = hex(p, end, &maj);
+  if (p >= end || *p != ':') return;
+  p = skip_spaces(hex(p + 1, end, &min), end);
+  for (; p < end && *p >= '0' && *p <= '9'; p++) ino = ino * 10 + (uint64_t)(*p - '0');
+  p = skip_spaces(p, end);
+  if (is_skipped(p, (size_t)(end - p))) return; /* the run's own record files */
+  locus_shared_add(lo, hi - lo, (uint32_t)makedev((unsigned)maj, (unsigned)min), ino, off);
+}
+
+int locus_shared_scan(const char *skip) {
+  int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return locus_shared_count();
+  nskip_dir = skip && strlen(skip) < sizeof skip_dir ? strlen(skip) : 0;
+  if (nskip_dir) memcpy(skip_dir, skip, nskip_dir);
+  char buf[4096];
+  size_t have = 0;
+  int drop = 0; /* in a line longer than the buffer: skipped to its end */
+  for (;;) {
+    ssize_t r = read(fd, buf + have, sizeof buf - have);
+    if (r <= 0) break;
+    have += (size_t)r;
+    size_t start = 0;
+    for (size_t i = 0; i < have; i++)
+      if (buf[i] == '\n') {
+        if (!drop) scan_line(buf + start, buf + i);
+        drop = 0;
+        start = i + 1;
+      }
+    if (start == 0 && have == sizeof buf) {
+      drop = 1;
+      have = 0;
+      continue;
+    }
+    memmove(buf, buf + start, have - start);
+    have -= start;
+  }
+  close(fd);
+  return locus_shared_count();
+}
