@@ -521,7 +521,10 @@ static int consider_arming(uint64_t now, uint64_t line) {
     if ((before || c.line == line) && rnd() % ++near == 0) near_pick = c;
   }
   /* Other processes' publications on memory this process maps too. */
-  uint32_t xpub = xb ? atomic_load_explicit(&xb->recent_next, memory_order_relaxed) : 0;
+  /* (its header is not read, nor its page made resident, in a process that maps no shared
+   * memory) */
+  uint32_t xpub =
+      xb && locus_shared_count() ? atomic_load_explicit(&xb->recent_next, memory_order_relaxed) : 0;
   uint32_t xn = xpub < XB_RECENT ? xpub : XB_RECENT;
   nslots = 0;
   for (uint32_t k = 1; k <= xn; k++) {
@@ -712,14 +715,7 @@ static void xb_open(void) {
   xb_pid = getpid();
   xbe = (struct xb_entry *)((char *)p + 4096);
   xb = p;
-  /* The run directory, as the kernel names it: this process's directory without /procs/NAME. */
-  char skip[sizeof locus_proc_path];
-  strcpy(skip, locus_proc_path);
-  for (int k = 0; k < 2; k++) {
-    char *slash = strrchr(skip, '/');
-    if (slash) *slash = 0;
-  }
-  locus_shared_scan(skip[0] == '/' ? skip : NULL);
+  locus_shared_scan(locus_proc_path);
   locus_shared_tracking = 1;
 }
 

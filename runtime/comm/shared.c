@@ -138,21 +138,27 @@ static char skip_dir[4096];
 static size_t nskip_dir;
 
 static int is_skipped(const char *p, size_t n) {
-  return nskip_dir && n > nskip_dir && memcmp(p, skip_dir, nskip_dir) == 0 && p[nskip_dir] == '/';
+  if (!nskip_dir || n <= nskip_dir || p[nskip_dir] != '/') return 0;
+  for (size_t i = 0; i < nskip_dir; i++)
+    if (p[i] != skip_dir[i]) return 0;
+  return 1;
 }
 
 void locus_shared_mapped(uint64_t lo, uint64_t len, uint64_t off) {
   len = (len + 4095) & ~4095ull; /* the mapping's pages (x86-64, the sampled backends' ISA) */
-  char path[64] = "/proc/self/map_files/", *p = path + strlen(path);
+  char path[64] = "/proc/self/map_files/", *p = path + sizeof "/proc/self/map_files/" - 1;
   p = put_hex(p, lo);
   *p++ = '-';
   p = put_hex(p, lo + len);
   *p = 0;
   struct stat st;
   if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0) != 0) return;
-  if (S_ISREG(st.st_mode) && nskip_dir) { /* the runtime's own record files are not the program's */
-    char target[4096];
-    long n = (long)syscall(SYS_readlinkat, AT_FDCWD, path, target, sizeof target - 1);
+  /* The runtime's own record files are not the program's. (The path is read into a small
+   * buffer, this may run on a thread's small stack: a run directory of a longer name is not
+   * told apart, and its files are kept; no sample is on them.) */
+  if (S_ISREG(st.st_mode) && nskip_dir && nskip_dir < 255) {
+    char target[256];
+    long n = (long)syscall(SYS_readlinkat, AT_FDCWD, path, target, sizeof target);
     if (n > 0 && is_skipped(target, (size_t)n)) return;
   }
   locus_shared_add(lo, len, (uint32_t)st.st_dev, (uint64_t)st.st_ino, off);
@@ -193,12 +199,23 @@ static void scan_line(const char *p, const char *end) {
   locus_shared_add(lo, hi - lo, (uint32_t)makedev((unsigned)maj, (unsigned)min), ino, off);
 }
 
-int locus_shared_scan(const char *skip) {
+int locus_shared_scan(const char *proc_dir) {
   int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return locus_shared_count();
-  nskip_dir = skip && strlen(skip) < sizeof skip_dir ? strlen(skip) : 0;
-  if (nskip_dir) memcpy(skip_dir, skip, nskip_dir);
-  char buf[4096];
+  /* The run directory, as the kernel names it: the process's directory without /procs/NAME. */
+  /* (plain loops: libc's string functions would fault in pages of libc the program may not
+   * use, 64 KiB at a time) */
+  nskip_dir = 0;
+  size_t n = 0;
+  while (proc_dir && proc_dir[n] && n < sizeof skip_dir) n++;
+  if (n && n < sizeof skip_dir && proc_dir[0] == '/') {
+    for (int k = 0; k < 2; k++)
+      while (n > 0 && proc_dir[--n] != '/') {
+      }
+    for (size_t i = 0; i < n; i++) skip_dir[i] = proc_dir[i];
+    nskip_dir = n;
+  }
+  char buf[2048]; /* (a longer line, a path of over ~1.9 KiB, is not read) */
   size_t have = 0;
   int drop = 0; /* in a line longer than the buffer: skipped to its end */
   for (;;) {
@@ -217,7 +234,7 @@ int locus_shared_scan(const char *skip) {
       have = 0;
       continue;
     }
-    memmove(buf, buf + start, have - start);
+    for (size_t i = start; i < have; i++) buf[i - start] = buf[i];
     have -= start;
   }
   close(fd);

@@ -26,9 +26,10 @@ void locus_shared_remove(uint64_t lo, uint64_t len);
 /* A mapping the program just made MAP_SHARED at [lo, lo + len) (the mmap interposer): its
  * object from /proc/self/map_files (anonymous shared memory has an inode there too). */
 void locus_shared_mapped(uint64_t lo, uint64_t len, uint64_t off);
-/* The shared mappings /proc/self/maps lists now, but the run's own files (under `skip`, a
- * directory path; NULL none). Returns the entries in the table. Normal context. */
-int locus_shared_scan(const char *skip);
+/* The shared mappings /proc/self/maps lists now, but the run's own files (in the run
+ * directory, the parent of the parent of proc_dir, the process's record directory; NULL:
+ * none left out). Returns the entries in the table. Normal context. */
+int locus_shared_scan(const char *proc_dir);
 /* Set once the board between processes is on (detect.c): the interposers keep the table. */
 extern int locus_shared_tracking;
 /* Entries in the table. */
