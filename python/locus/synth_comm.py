@@ -35,6 +35,7 @@ from locus.rundir import (
     BK_SOFT,
     CE_EXACT,
     CE_LOADED,
+    CE_PROCS,
     CE_TRAP,
     CE_TRUE,
     COMM_EVENT_DTYPE,
@@ -85,6 +86,7 @@ class SynthComm:
         loaded: bool = False,
         store: bool = False,
         count: int = 1,
+        procs: bool = False,
     ):
         """`count` identical detections; `true` defaults to whether the byte ranges
         overlap; the exact backend's events carry LOCUS_CE_EXACT; `loaded`: a trap on a store
@@ -93,6 +95,7 @@ class SynthComm:
             true = src_off < dst_off + dst_len and dst_off < src_off + src_len
         flags = (CE_TRUE if true else 0) | (CE_TRAP if trap or loaded else 0)
         flags |= CE_LOADED if loaded else 0
+        flags |= CE_PROCS if procs else 0  # src is a thread of another process
         if self.run.backend == "exact":
             flags |= CE_EXACT
         row = (
@@ -201,6 +204,7 @@ class SynthCommRun(SynthRun):
         watchpoints: int = 4,
         line_size: int = 64,
         meta_comm: bool = True,
+        between: str | None = None,
         **kw,
     ):
         kw.setdefault("lenses", ["comm"])
@@ -222,6 +226,8 @@ class SynthCommRun(SynthRun):
                 "line_size": line_size,
                 "bind": "none",
             }
+            if between:  # "runtime": the runtime's board between processes
+                self.meta_extra["comm"]["between_processes"] = between
 
     def comm(self, proc: SynthProc) -> SynthComm:
         if id(proc) not in self._comm:

@@ -654,9 +654,9 @@ def test_a_token_passed_between_processes_is_found(locus, tmp_path):
 
 def test_memory_shared_between_processes_is_measured_and_named(locus, tmp_path):
     """Two processes false-share a line of a MAP_SHARED mapping (stress-ng --cacheline does
-    this). The runtime's detector matches the threads of one process; the report makes step
-    1 of the method between processes on their samples: the children's false sharing is
-    found (before, "no communication was detected"), and a note says where and how."""
+    this). The runtime's detector runs between processes on the board they share: the
+    children's false sharing is found (before, "no communication was detected"), and a
+    note says where and how."""
     import subprocess
 
     (tmp_path / "shm.c").write_text(SHARED_BETWEEN_PROCESSES)

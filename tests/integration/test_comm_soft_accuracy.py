@@ -77,13 +77,15 @@ def test_false_sharing_between_processes(locus, mode):
     """comm_procs: 2 processes add to their own counters of one line of shared memory (a
     mapping made before the fork, or a memory file each maps at its own address) in 20 %
     of the time slots, to one counter of another line in the others. Between processes
-    the report makes step 1 of the method on the samples: the two workers communicate,
-    with about the configured false fraction; the parent, which only waits, does not."""
+    the method runs on the board the run's processes share, watchpoints included: the two
+    workers communicate, with about the configured false fraction; the parent, which only
+    waits, does not."""
     extra = ["--file"] if mode == "file" else []
     comm, truth = _soft(locus, "comm_procs", "2", "-", "0.2", "16", *extra)
     assert truth["mode"] == mode
     t = comm["totals"]
     assert t["detections_between_processes"] == t["detections"] >= 100, t
+    assert t["traps_between_processes"] > 0, t  # step 3, at run time
     idx = {(th["pid"], th["tid"]): th["index"] for th in comm["threads"]}
     a, b = (idx[(pid, pid)] for pid in truth["pids"])
     m = comm["matrices"]["thread"]

@@ -31,11 +31,11 @@ def shared(lo, key="555", off=0, perms="rw-s", path="/dev/zero (deleted)"):
     return f"{lo:x}-{lo + 0x2000:x} {perms} {off:08x} 00:01 {key} {path}\n"
 
 
-def _run(child_maps=None, backend="soft"):
+def _run(child_maps=None, backend="soft", between=None):
     """A parent (pid 100, thread 100) and two single-threaded children (101, 102), all
     mapping the shared page at SHM unless child_maps says otherwise."""
     child_maps = child_maps or (shared(SHM), shared(SHM))
-    run = SynthCommRun(backend=backend)
+    run = SynthCommRun(backend=backend, between=between)
     procs = [run.proc(pid=100)]
     procs[0].thread(100, 0.0, 1.0)
     procs[0].maps = shared(SHM)
@@ -233,3 +233,29 @@ def test_a_sample_the_runtime_detected_is_not_counted_again(tmp_path):
     # 103's sample again.
     assert t["detections"] == 2 and t["detections_between_processes"] == 1, t
     assert _cell(res, 101, 103) > 0 and _cell(res, 101, 102) > 0 and _cell(res, 102, 103) == 0
+
+
+def test_the_runtimes_detections_between_processes(tmp_path):
+    """A run recorded with the board between processes: the runtime's events whose source is
+    a thread of another process (LOCUS_CE_PROCS, at the destination's address of the line)
+    are between the two processes' threads, on the line at the first mapping process's
+    address; the report makes no step of its own (the samples below would be one more)."""
+    run, (_p, c1, c2) = _run((shared(SHM), shared(ELSEWHERE, off=0x1000)), between="runtime")
+    # The second child's address of the file's offset 0x1040 and 0x1000.
+    c2.event(101, 102, ELSEWHERE + 64, src_off=8, dst_off=16, t=0.2, procs=True)
+    c2.event(101, 102, ELSEWHERE, src_off=0, dst_off=0, t=0.3, trap=True, volume=4.0, procs=True)
+    c1.sample(101, SHM + 0x1000 + 8, t=0.100, store=True)
+    c2.sample(102, ELSEWHERE + 8, t=0.101)
+    res = _res(tmp_path, run)
+    t = res["totals"]
+    assert t["detections_between_processes"] == 2 and t["traps_between_processes"] == 1, t
+    assert t["detections"] == 2
+    assert _cell(res, 101, 102) == pytest.approx(t["all"]) and t["all"] > 0
+    assert _cell(res, 101, 102, "false") == pytest.approx(1e-3)  # one period
+    lines = {r["address"]: r for r in res["lines"]}
+    assert set(lines) == {f"{SHM + 0x1040:#x}", f"{SHM + 0x1000:#x}"}, lines.keys()
+    assert {r["pid"] for r in lines.values()} == {100}
+    assert lines[f"{SHM + 0x1040:#x}"]["verdict"] == "false"
+    note = [n for n in res["notes"] if "memory that processes of this run share" in n]
+    assert note and "board the run's processes share" in note[0], res["notes"]
+    assert "2 detection(s) between processes (1 by watchpoint traps)" in note[0], note
