@@ -42,8 +42,8 @@ Between processes (`between_processes`, also `--only procs`): comm_procs (2 proc
 false-sharing a line of shared memory, inherited at the fork or a memfd each maps at its own
 address), soft only, as the exact backend counts within a process: the false fraction
 against the configured one, and the volume against comm_falseshare --free with 2 threads at
-the same fraction (`volume_over_threads`: the report detects between processes by step 1
-alone, with no watchpoints).
+the same fraction (`volume_over_threads`: the method between processes runs on the board the
+run's processes share, watchpoints included, as between threads).
 
 Cost: wall time and peak RSS with `--lens comm` (soft, default period) against without, in
 one run, interleaved, medians: the four microbenchmarks (free-running, a fixed amount of
@@ -245,7 +245,7 @@ def accuracy(n: int = 1) -> dict:
 
 # Between processes (comm_procs, soft only: the exact backend counts within a process): the
 # false fraction against the configured one, and the volume against the same sharing between
-# threads (comm_falseshare --free, same fraction), which watchpoints add to.
+# threads (comm_falseshare --free, same fraction).
 PROCS_FRACTIONS = (0.2, 0.5, 0.8)
 
 
