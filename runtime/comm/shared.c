@@ -25,7 +25,9 @@
 
 #include "../core/runtime.h"
 
-#define SHARED_MAX 64
+/* 128 entries of 40 bytes: over 4 KiB, the table is a page of its own (runtime/layout), made
+ * resident only in a process that maps shared memory. */
+#define SHARED_MAX 128
 
 struct shared_map {
   uint64_t lo, hi, off, ino;
@@ -133,8 +135,9 @@ static char *put_hex(char *p, uint64_t v) {
   return p;
 }
 
-/* The run directory (canonical), whose files are the runtime's own: set by the scan. */
-static char skip_dir[4096];
+/* The run directory (canonical), whose files are the runtime's own: set by the scan. A
+ * longer name is not kept (the readlink check below reads 256 bytes). */
+static char skip_dir[256];
 static size_t nskip_dir;
 
 static int is_skipped(const char *p, size_t n) {
