@@ -9,13 +9,15 @@
  * The table is filled from /proc/self/maps when the comm lens starts in the process, then
  * kept by the mmap and munmap interposers (intercept/alloc.c); a fork child inherits it with
  * the mappings. The signal handlers read it on every sample: a seqlock, whose writers (normal
- * context) take a spinlock among themselves. A reader that interrupted a writer of its own
- * thread finds nothing for that sample. Sizes: SHARED_MAX mappings; more are not tracked
- * (their lines are then detected between the threads of each process only). */
+ * context, signals blocked) take a spinlock among themselves; a reader that meets another
+ * thread's write retries, then finds nothing for that sample. Sizes: SHARED_MAX mappings;
+ * more are not tracked (their lines are then detected between the threads of each process
+ * only). */
 #define _GNU_SOURCE
 #include "shared.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -40,16 +42,22 @@ static _Atomic uint32_t nmaps;
 static _Atomic uint32_t seq;
 static atomic_flag writing = ATOMIC_FLAG_INIT;
 
-static void write_begin(void) {
+/* A writer blocks every signal while it holds the table (the raw system call: the runtime
+ * interposes sigprocmask): a handler of the program that maps memory cannot then spin on the
+ * lock its own thread holds, and the sampler's handler never meets its own thread's write. */
+static void write_begin(uint64_t *saved) {
+  uint64_t all = ~0ull;
+  syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, saved, sizeof all);
   while (atomic_flag_test_and_set_explicit(&writing, memory_order_acquire)) {
   }
   atomic_fetch_add_explicit(&seq, 1, memory_order_acq_rel);
   atomic_thread_fence(memory_order_release);
 }
 
-static void write_end(void) {
+static void write_end(const uint64_t *saved) {
   atomic_fetch_add_explicit(&seq, 1, memory_order_release);
   atomic_flag_clear_explicit(&writing, memory_order_release);
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, saved, NULL, sizeof *saved);
 }
 
 int locus_shared_count(void) { return (int)atomic_load_explicit(&nmaps, memory_order_relaxed); }
@@ -109,21 +117,23 @@ static void remove_locked(uint64_t lo, uint64_t hi) {
 
 void locus_shared_add(uint64_t lo, uint64_t len, uint32_t dev, uint64_t ino, uint64_t off) {
   if (!len || !ino) return;
-  write_begin();
+  uint64_t saved;
+  write_begin(&saved);
   remove_locked(lo, lo + len);
   uint32_t n = atomic_load_explicit(&nmaps, memory_order_relaxed);
   if (n < SHARED_MAX) {
     maps[n] = (struct shared_map){.lo = lo, .hi = lo + len, .off = off, .ino = ino, .dev = dev};
     atomic_store_explicit(&nmaps, n + 1, memory_order_relaxed);
   }
-  write_end();
+  write_end(&saved);
 }
 
 void locus_shared_remove(uint64_t lo, uint64_t len) {
   if (!len || !atomic_load_explicit(&nmaps, memory_order_relaxed)) return;
-  write_begin();
+  uint64_t saved;
+  write_begin(&saved);
   remove_locked(lo, lo + len);
-  write_end();
+  write_end(&saved);
 }
 
 static char *put_hex(char *p, uint64_t v) {
