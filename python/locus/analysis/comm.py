@@ -909,7 +909,16 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, opts, uses
     )
     lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
-    sites = _site_rows(ev, wk, names, opts)
+    sites, unnamed, unnamed_commands = _site_rows(ev, wk, names, opts)
+    if unnamed >= JIT_NOTE_MIN:
+        notes.append(
+            f"{100 * unnamed:.0f} % of the code sites' volume is in code outside every loaded "
+            f"object ({', '.join(unnamed_commands[:3])}): code a JIT compiled at run time, "
+            "shown as addresses. It is named when the program writes a perf map "
+            "(/tmp/perf-PID.map, copied into the run): java -XX:+UnlockDiagnosticVMOptions "
+            "-XX:+DumpPerfMapAtExit, node --perf-basic-prof, python3 -X perf (3.12+); see "
+            "docs/lenses/comm.md, Code compiled at run time"
+        )
     advice = _advice(objects, cfg, names)
     wrapped = sorted({o["_wrapper"] for o in objects if o["_wrapper"]})
     _strip_private(objects)
@@ -2061,13 +2070,15 @@ GO_ARENA = {
 }
 
 
-def _site_rows(ev, wk, names, opts) -> list:
+def _site_rows(ev, wk, names, opts) -> tuple[list, float, list[str]]:
     """Volume per code site (function, file, line): an event counts for its writer's and its
     detector's instruction, once when both are the same site (an unrolled or inlined loop
-    has several instructions on one line)."""
+    has several instructions on one line). Also the share of the sites' volume at code
+    outside every loaded object that no perf map names (a JIT's), and those processes
+    ("pid N")."""
     n = len(ev.proc)
     if n == 0:
-        return []
+        return [], 0.0, []
     procs = np.concatenate([ev.dst_proc, ev.src_proc])
     ips = np.concatenate([ev.dst_ip, ev.src_ip])
     inv, first = group(procs, ips)
@@ -2081,6 +2092,8 @@ def _site_rows(ev, wk, names, opts) -> list:
     site_id = np.full(m, -1, dtype=np.int64)
     ids: dict[tuple, int] = {}
     rows: list[dict] = []
+    unnamed: set[int] = set()  # rows of code outside every module, no perf map naming it
+    unnamed_procs: set[int] = set()
     for j, (p, a) in enumerate(keys):
         if not a:
             continue
@@ -2094,6 +2107,9 @@ def _site_rows(ev, wk, names, opts) -> list:
             ids[key] = len(rows)
             rows.append(dict(s, all=0.0, true=0.0, false=0.0, address=f"{a:#x}"))
         site_id[j] = ids[key]
+        if j in named and s["function"] == f"{a:#x}" and names.sym(p) is not None:
+            unnamed.add(ids[key])
+            unnamed_procs.add(p)
     dst, src = site_id[inv[:n]], site_id[inv[n:]]
     own = dst >= 0
     extra = (src >= 0) & (src != dst)
@@ -2108,9 +2124,16 @@ def _site_rows(ev, wk, names, opts) -> list:
     callers = np.concatenate([ev.dst_caller[own], ev.src_caller[extra]])
     cproc = np.concatenate([ev.dst_proc[own], ev.src_proc[extra]])
     site_callers(rows, "callers", sid, cproc, callers, wk["all"][e_idx], lambda r: r["all"], names)
+    total = sum(r["all"] for r in rows)
+    share = sum(rows[i]["all"] for i in unnamed) / total if total > 0 else 0.0
+    pids = [f"pid {names.run.procs[p].pid}" for p in sorted(unnamed_procs)]
     rows.sort(key=lambda r: (-r["all"], -r["false"]))
-    return rows[: opts.top_sites]
+    return rows[: opts.top_sites], share, pids
 
+
+# The share of the code sites' volume at code no module holds and no perf map names, from
+# which the report says how to name it.
+JIT_NOTE_MIN = 0.1
 
 ADVICE_MIN_DETECTIONS = 10
 # An object in lock code no larger than this is one lock, not an array of them (glibc's

@@ -1462,3 +1462,36 @@ def test_padding_advice_asks_for_aligned_alloc_only_for_malloced_blocks(tmp_path
     (advice,) = _res(tmp_path, run)["advice"]
     assert "pad each to 64 bytes (alignas(64)" in advice, advice
     assert ("aligned_alloc(64" in advice) is not mapped, advice
+
+
+class JitSym(FakeSym):
+    """Instructions at JIT and above are in no module (a JIT's code): no name, no
+    module+offset; the others are worker()'s."""
+
+    JIT = 0x7F0000000000
+
+    def code(self, addrs, return_addresses=True):
+        return {
+            a: CodeLoc("", "", 0) if a >= self.JIT else CodeLoc("worker", "/src/fs.c", a & 0xFFF)
+            for a in addrs
+        }
+
+    def module_offset(self, addr):
+        return None if addr >= self.JIT else f"fs+{addr & 0xFFF:#x}"
+
+
+def test_code_a_jit_compiled_is_named_how_to_name_it(tmp_path):
+    """Most of the volume at code outside every module, with no perf map: a note says it is
+    a JIT's and how to have it named (the runtimes' options). Code in a module: no note."""
+    notes = []
+    for jit in (True, False):
+        run, _p, c = _run(threads=3)
+        ip = JitSym.JIT + 0x40 if jit else 0x401040
+        c.event(11, 12, STATS, src_off=0, dst_off=8, src_ip=ip, dst_ip=ip + 8, count=20)
+        res = _res(tmp_path, run, Options(symbolizer=lambda proc: JitSym()), f"j{jit}")
+        assert res["sites"][0]["function"] == (f"{ip:#x}" if jit else "worker"), res["sites"]
+        notes.append([n for n in res["notes"] if "outside every loaded object" in n])
+    assert notes[0] and "100 % of the code sites' volume" in notes[0][0], notes
+    assert "(pid 10)" in notes[0][0] and "--perf-basic-prof" in notes[0][0], notes
+    assert "-XX:+DumpPerfMapAtExit" in notes[0][0], notes
+    assert notes[1] == []
