@@ -909,11 +909,11 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, opts, uses
     )
     lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
-    sites, unnamed, unnamed_commands = _site_rows(ev, wk, names, opts)
+    sites, unnamed, unnamed_pids = _site_rows(ev, wk, names, opts)
     if unnamed >= JIT_NOTE_MIN:
         notes.append(
             f"{100 * unnamed:.0f} % of the code sites' volume is in code outside every loaded "
-            f"object ({', '.join(unnamed_commands[:3])}): code a JIT compiled at run time, "
+            f"object ({', '.join(unnamed_pids[:3])}): code a JIT compiled at run time, "
             "shown as addresses. It is named when the program writes a perf map "
             "(/tmp/perf-PID.map, copied into the run): java -XX:+UnlockDiagnosticVMOptions "
             "-XX:+DumpPerfMapAtExit, node --perf-basic-prof, python3 -X perf (3.12+); see "
@@ -1363,8 +1363,8 @@ def _strided_samples(proc, most: int) -> np.ndarray:
     return s[s["kind"] != 0]
 
 
-# A run's own record files, mapped MAP_SHARED by the runtime: not the program's memory.
-# The run's own files a process maps: its record files, and the board between processes.
+# The run's own files, which the runtime maps MAP_SHARED in every process: its record files
+# and the board between processes. Not the program's memory.
 RUN_FILE = re.compile(r"(?:/procs/\d+(?:\.\d+)?/[\w.]+\.bin|/comm\.board)$")
 SHARED_NOTE_MIN = 0.01  # of the sampled accesses: memory shared between processes
 
@@ -1408,6 +1408,18 @@ def _shared_mappings(proc) -> list[tuple[int, int, str, str, int, tuple[int, int
     return out
 
 
+def _homes(shared: tuple) -> dict[str, tuple[int, int, int]]:
+    """Where each memory several processes map is shown: key -> (the first process that maps
+    it, its address there, the offset in the memory of that address). `shared`: _between."""
+    maps, between = shared
+    home: dict[str, tuple[int, int, int]] = {}
+    for i, ms in enumerate(maps):
+        for lo, _hi, key, _path, off, _life in ms:
+            if key in between and key not in home:
+                home[key] = (i, lo, off)
+    return home
+
+
 def _home_lines(ev: Events, shared: tuple) -> None:
     """The runtime's events between processes (CE_PROCS), at the destination process's
     address of their line, moved to the address of the first process that maps the memory,
@@ -1417,11 +1429,7 @@ def _home_lines(ev: Events, shared: tuple) -> None:
     x = np.flatnonzero((ev.flags & CE_PROCS) != 0)
     if not len(x) or not between:
         return
-    home: dict[str, tuple[int, int, int]] = {}  # key -> (proc, lo, file offset of lo)
-    for i, ms in enumerate(maps):
-        for lo, _hi, key, _path, off, _life in ms:
-            if key in between and key not in home:
-                home[key] = (i, lo, off)
+    home = _homes(shared)
     for i in x.tolist():
         p, a, t = int(ev.dst_proc[i]), int(ev.line[i]), int(ev.t[i])
         for lo, hi, key, _path, off, life in maps[p] if p < len(maps) else ():
@@ -1465,11 +1473,7 @@ def between_processes(
     if not between:
         return None
     keys = {k: j for j, k in enumerate(sorted(between))}
-    home: dict[int, tuple[int, int, int]] = {}  # key -> (proc, lo, file offset of lo)
-    for i, ms in enumerate(maps):
-        for lo, _hi, key, _path, off, _life in ms:
-            if key in keys and keys[key] not in home:
-                home[keys[key]] = (i, lo, off)
+    home = {keys[k]: v for k, v in _homes(shared).items()}  # key index -> (proc, lo, offset)
     clocks = {int(p.hdr["clock"]) for p in run.procs}
     parts = []
     for i, p in enumerate(run.procs):
