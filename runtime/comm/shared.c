@@ -165,14 +165,20 @@ void locus_shared_mapped(uint64_t lo, uint64_t len, uint64_t off) {
   p = put_hex(p, lo + len);
   *p = 0;
   struct stat st;
-  if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0) != 0) return;
+  if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0) != 0) { /* (merged with a neighbour?) */
+    locus_shared_remove(lo, len); /* what was there before is gone in any case */
+    return;
+  }
   /* The runtime's own record files are not the program's. (The path is read into a small
    * buffer, this may run on a thread's small stack: a run directory of a longer name is not
    * told apart, and its files are kept; no sample is on them.) */
   if (S_ISREG(st.st_mode) && nskip_dir && nskip_dir < 255) {
     char target[256];
     long n = (long)syscall(SYS_readlinkat, AT_FDCWD, path, target, sizeof target);
-    if (n > 0 && is_skipped(target, (size_t)n)) return;
+    if (n > 0 && is_skipped(target, (size_t)n)) {
+      locus_shared_remove(lo, len);
+      return;
+    }
   }
   locus_shared_add(lo, len, (uint32_t)st.st_dev, (uint64_t)st.st_ino, off);
 }
