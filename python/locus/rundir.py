@@ -246,6 +246,7 @@ AL_MALLOC, AL_FREE, AL_MMAP, AL_MUNMAP, AL_STACK = 1, 2, 3, 4, 5
 ALF_FILE = 1  # LOCUS_ALF_FILE: an mmap of a file (reserved = offset, inode; dev)
 ALF_REMAP = 2  # LOCUS_ALF_REMAP: an mremap's new range (reserved[0] = the old address)
 ALF_SHARED = 4  # LOCUS_ALF_SHARED: with ALF_FILE, mapped MAP_SHARED and writable
+ALF_SYSV = 8  # LOCUS_ALF_SYSV: with ALF_SHARED, a System V segment (shmat)
 
 assert PROC_DTYPE.itemsize == 256
 assert THREAD_DTYPE.itemsize == 64

@@ -278,7 +278,7 @@ static void note_path(int fd, uint64_t ino, uint32_t dev) {
 }
 
 void locus_allocs_record_mapping(const void *addr, size_t size, uint64_t site, int fd, uint64_t off,
-                                 int shared) {
+                                 uint16_t flags) {
   struct locus_self *me = &locus_me;
   if (me->guard || me->state != 1 || at.closed || !locus_enabled) return;
   int saved = errno;
@@ -286,7 +286,7 @@ void locus_allocs_record_mapping(const void *addr, size_t size, uint64_t site, i
   struct locus_alloc r;
   memset(&r, 0, sizeof r);
   struct stat st;
-  r.flags = (fd >= 0 ? LOCUS_ALF_FILE : 0u) | (shared ? LOCUS_ALF_SHARED : 0u);
+  r.flags = (uint16_t)((fd >= 0 ? LOCUS_ALF_FILE : 0u) | flags);
   r.reserved[0] = fd >= 0 ? off : 0;
   if (fd >= 0 && syscall(SYS_fstat, fd, &st) == 0) {
     r.reserved[1] = (uint64_t)st.st_ino;

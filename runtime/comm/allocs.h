@@ -27,9 +27,10 @@ extern int locus_alloc_state;
  * finished, or when the runtime is off. Preserves errno. */
 void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t site);
 /* The same for an mmap: of file descriptor fd at file offset off (LOCUS_ALF_FILE), or with
- * fd -1 of anonymous memory; shared: MAP_SHARED and writable (LOCUS_ALF_SHARED). */
+ * fd -1 of anonymous memory; flags: LOCUS_ALF_SHARED (MAP_SHARED and writable), with
+ * LOCUS_ALF_SYSV for a System V segment (shmat). */
 void locus_allocs_record_mapping(const void *addr, size_t size, uint64_t site, int fd, uint64_t off,
-                                 int shared);
+                                 uint16_t flags);
 /* An mremap of [old, old + old_n) to [p, p + n): the mapping keeps its object
  * (LOCUS_ALF_REMAP). */
 void locus_allocs_record_remap(const void *old, size_t old_n, const void *p, size_t n,

@@ -387,7 +387,13 @@ static void write_event(const struct bb_entry *src, uint64_t t, uint32_t dst_tid
   ev.dst_off = off_in_line(dst_addr, src->line);
   ev.dst_len = len_in_line(dst_addr, dst_len, src->line);
   if (overlap(src->addr, src->len, dst_addr, dst_len)) flags |= LOCUS_CE_TRUE;
-  if (src->serial == XB_SERIAL) flags |= LOCUS_CE_PROCS;
+  struct locus_shared_loc l;
+  if (src->serial == XB_SERIAL && locus_shared_find(src->line, &l) == 0) {
+    flags |= LOCUS_CE_PROCS;
+    ev.reserved[0] = l.ino;
+    ev.reserved[1] = l.off;
+    ev.reserved[2] = l.dev;
+  }
   ev.flags = flags;
   ev.kind = 1;
   ev.dst_flags = dst_flags;

@@ -136,6 +136,21 @@ void locus_shared_remove(uint64_t lo, uint64_t len) {
   write_end(&saved);
 }
 
+uint64_t locus_shared_detach(uint64_t lo) {
+  if (!atomic_load_explicit(&nmaps, memory_order_relaxed)) return 0;
+  uint64_t saved, len = 0;
+  write_begin(&saved);
+  uint32_t n = atomic_load_explicit(&nmaps, memory_order_relaxed);
+  for (uint32_t i = 0; i < n; i++)
+    if (maps[i].lo == lo) {
+      len = maps[i].hi - lo;
+      remove_locked(lo, maps[i].hi);
+      break;
+    }
+  write_end(&saved);
+  return len;
+}
+
 static char *put_hex(char *p, uint64_t v) {
   char d[16];
   int n = 0;

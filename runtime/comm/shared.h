@@ -23,8 +23,12 @@ int locus_shared_addr(const struct locus_shared_loc *l, uint64_t *addr);
  * len) (munmap, or a mapping placed over it) drops every entry it touches. Normal context. */
 void locus_shared_add(uint64_t lo, uint64_t len, uint32_t dev, uint64_t ino, uint64_t off);
 void locus_shared_remove(uint64_t lo, uint64_t len);
-/* A mapping the program just made MAP_SHARED at [lo, lo + len) (the mmap interposer): its
- * object from /proc/self/map_files (anonymous shared memory has an inode there too). */
+/* The mapping that starts at lo is gone (shmdt: its length is the table's to know): its
+ * length, 0 when the table had none there. */
+uint64_t locus_shared_detach(uint64_t lo);
+/* A mapping the program just made MAP_SHARED at [lo, lo + len) (the mmap interposer; shmat):
+ * its object from /proc/self/map_files (anonymous and System V shared memory have an inode
+ * there too). */
 void locus_shared_mapped(uint64_t lo, uint64_t len, uint64_t off);
 /* The shared mappings /proc/self/maps lists now, but the run's own files (in the run
  * directory, the parent of the parent of proc_dir, the process's record directory; NULL:

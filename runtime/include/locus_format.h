@@ -227,7 +227,9 @@ struct locus_comm_sample { /* 64 bytes */
 #define LOCUS_CE_LOADED 8u
 /* The source thread is of another process of the run (src_tid is its thread): a line of
  * memory both processes map shared (detect.c's board between processes). The event's line
- * and offsets are at the destination process's addresses. */
+ * and offsets are at the destination process's addresses; reserved[0] is the shared
+ * object's inode, reserved[1] the line's offset in it, reserved[2] its device (low 32 bits):
+ * the line's name in every process. */
 #define LOCUS_CE_PROCS 16u
 
 struct locus_comm_event { /* 128 bytes (64 in format version 1: no callers, no reserved) */
@@ -313,6 +315,9 @@ struct locus_alloc { /* 64 bytes */
 /* Mapped MAP_SHARED and writable (memory other processes may share): a file's (with
  * LOCUS_ALF_FILE) or anonymous. */
 #define LOCUS_ALF_SHARED 4u
+/* With LOCUS_ALF_SHARED: a System V shared memory segment attached by shmat (kind MMAP; its
+ * shmdt is a kind MUNMAP record of the segment's size). */
+#define LOCUS_ALF_SYSV 8u
 
 /* The two records of the allocation hot path, small because an allocation-heavy program
  * writes one per malloc and one per free (a struct locus_alloc each cost twice the time).

@@ -281,7 +281,8 @@ static __attribute__((noinline)) void *mmap_slow(void *a, size_t n, int prot, in
     if (anon && !shared)
       locus_allocs_record(LOCUS_AL_MMAP, p, n, site);
     else if (anon || fd >= 0)
-      locus_allocs_record_mapping(p, n, site, anon ? -1 : fd, anon ? 0 : (uint64_t)off, shared);
+      locus_allocs_record_mapping(p, n, site, anon ? -1 : fd, anon ? 0 : (uint64_t)off,
+                                  shared ? LOCUS_ALF_SHARED : 0);
   }
   /* Memory processes share, keyed for the board between them (comm/shared.c). */
   if (locus_shared_tracking && p != MAP_FAILED) {

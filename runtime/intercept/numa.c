@@ -19,6 +19,7 @@
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -164,6 +165,9 @@ LOCUS_EXPORT void *mremap(void *old, size_t old_n, size_t new_n, int flags, ...)
     locus_ft_release(old, old_n);
     if (fixed) locus_ft_release(fixed, new_n);
   }
+  /* Shared memory moved keeps its object and offset (comm/shared.c). */
+  struct locus_shared_loc was;
+  int shared = locus_shared_tracking && locus_shared_find((uint64_t)(uintptr_t)old, &was) == 0;
   void *rc;
   if (!NEXT(next, "mremap"))
     rc = (void *)syscall(SYS_mremap, old, old_n, new_n, flags, fixed);
@@ -174,10 +178,39 @@ LOCUS_EXPORT void *mremap(void *old, size_t old_n, size_t new_n, int flags, ...)
   if ((__atomic_load_n(&locus_alloc_state, __ATOMIC_ACQUIRE) & LOCUS_ALLOC_TRACKING) &&
       rc != MAP_FAILED)
     locus_allocs_record_remap(old, old_n, rc, new_n, SITE);
-  if (locus_shared_tracking && rc != MAP_FAILED) { /* no longer followed (comm/shared.c) */
+  if (locus_shared_tracking && rc != MAP_FAILED) {
     locus_shared_remove((uint64_t)(uintptr_t)old, old_n);
     locus_shared_remove((uint64_t)(uintptr_t)rc, new_n);
+    if (shared)
+      locus_shared_add((uint64_t)(uintptr_t)rc, (new_n + 4095) & ~(size_t)4095, was.dev, was.ino,
+                       was.off);
   }
+  return rc;
+}
+
+/* System V shared memory attached while the comm lens records: memory other processes of the
+ * run may share (comm/shared.c), as a MAP_SHARED mmap. */
+LOCUS_EXPORT void *shmat(int id, const void *addr, int flags) {
+  static void *(*next)(int, const void *, int);
+  void *rc =
+      NEXT(next, "shmat") ? next(id, addr, flags) : (void *)syscall(SYS_shmat, id, addr, flags);
+  struct shmid_ds ds;
+  int tracking = __atomic_load_n(&locus_alloc_state, __ATOMIC_ACQUIRE) & LOCUS_ALLOC_TRACKING;
+  if ((locus_shared_tracking || tracking) && rc != (void *)-1 && shmctl(id, IPC_STAT, &ds) == 0) {
+    if (locus_shared_tracking) locus_shared_mapped((uint64_t)(uintptr_t)rc, ds.shm_segsz, 0);
+    if (tracking)
+      locus_allocs_record_mapping(rc, ds.shm_segsz, SITE, -1, 0, LOCUS_ALF_SHARED | LOCUS_ALF_SYSV);
+  }
+  return rc;
+}
+
+LOCUS_EXPORT int shmdt(const void *addr) {
+  static int (*next)(const void *);
+  int rc = NEXT(next, "shmdt") ? next(addr) : (int)syscall(SYS_shmdt, addr);
+  if (rc != 0) return rc;
+  uint64_t len = locus_shared_tracking ? locus_shared_detach((uint64_t)(uintptr_t)addr) : 0;
+  if (len && (__atomic_load_n(&locus_alloc_state, __ATOMIC_ACQUIRE) & LOCUS_ALLOC_TRACKING))
+    locus_allocs_record(LOCUS_AL_MUNMAP, addr, len, SITE);
   return rc;
 }
 

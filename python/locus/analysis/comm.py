@@ -56,6 +56,7 @@ from locus.rundir import (
     AL_STACK,
     ALF_FILE,
     ALF_SHARED,
+    ALF_SYSV,
     ALLOC_DTYPE,
     BK_EXACT,
     BK_HW,
@@ -95,7 +96,9 @@ class Options:
 
 @dataclass
 class Events:
-    """All comm events of the run, columns concatenated over processes."""
+    """All comm events of the run, columns concatenated over processes. load_events also
+    sets `objects` (not a column): for the runtime's events between processes, row -> (key
+    of the shared memory, offset of the line in it), which _home_lines reads."""
 
     proc: np.ndarray  # the detecting process (dst's): `line`, `t` and dst_ip are in it
     # The writer's process (src_ip, src_caller) and the detector's (dst_ip, dst_caller): proc,
@@ -166,8 +169,13 @@ def valid_threads(c: np.ndarray) -> np.ndarray:
 
 
 def load_events(run: RunDir, th: _Threads, notes: list[str] | None = None) -> Events:
+    """The run's events; those between processes (CE_PROCS) also in `ev.objects`: row ->
+    the key of their shared memory ("MAJ:MIN:INODE", as maps writes it) and their line's
+    offset in it (the runtime's reserved[0..2])."""
     cols: dict[str, list] = {k: [] for k in Events.__dataclass_fields__}
     src_tid, dst_tid = [], []
+    objects: dict[int, tuple[str, int]] = {}
+    rows = 0
     for i, p in enumerate(run.procs):
         e = p.comm_events()
         e = drop_damaged(p, "comm.events.bin", e, valid_events(e), notes)
@@ -180,6 +188,11 @@ def load_events(run: RunDir, th: _Threads, notes: list[str] | None = None) -> Ev
             cols[k].append(e[k])
         src_tid.append(e["src_tid"])
         dst_tid.append(e["dst_tid"])
+        for j in np.flatnonzero((e["flags"] & CE_PROCS) != 0).tolist():
+            ino, off, dev = (int(v) for v in e["reserved"][j][:3])
+            if ino:
+                objects[rows + j] = (f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}", off)
+        rows += len(e)
     if not cols["proc"]:
         z = np.zeros(0, dtype=np.int64)
         arrs = {k: z for k in cols}
@@ -196,7 +209,9 @@ def load_events(run: RunDir, th: _Threads, notes: list[str] | None = None) -> Ev
     for k in ("src_off", "src_len", "dst_off", "dst_len", "src_cpu", "dst_cpu"):
         arrs[k] = arrs[k].astype(np.int64)
     arrs["volume"] = arrs["volume"].astype(np.float64)
-    return Events(**arrs)
+    ev = Events(**arrs)
+    ev.objects = objects
+    return ev
 
 
 def _source_procs(th: _Threads, proc: np.ndarray, src_tid: np.ndarray, flags: np.ndarray):
@@ -437,7 +452,9 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 flags = int(r["flags"])
                 if flags & ALF_FILE:
                     return frames, (int(r["dev"]), int(r["reserved"][1]))
-                return frames, SHARED_ANON if r["kind"] == AL_MMAP and flags & ALF_SHARED else None
+                if r["kind"] == AL_MMAP and flags & ALF_SHARED:
+                    return frames, SHARED_SYSV if flags & ALF_SYSV else SHARED_ANON
+                return frames, None
 
             # The writers' blocks, for a victim's advice (a block only read, moved by the
             # writes to another block on its line).
@@ -1370,8 +1387,10 @@ SHARED_NOTE_MIN = 0.01  # of the sampled accesses: memory shared between process
 
 
 ALWAYS = (0, 1 << 64)  # the lifetime of a mapping a process's maps list
-# The `file` of an object that is an anonymous MAP_SHARED mapping (allocs.bin ALF_SHARED).
+# The `file` of an object that is an anonymous MAP_SHARED mapping (allocs.bin ALF_SHARED),
+# or a System V segment (ALF_SHARED | ALF_SYSV).
 SHARED_ANON = ("MAP_SHARED",)
+SHARED_SYSV = ("shmat",)
 
 
 def _shared_mappings(proc) -> list[tuple[int, int, str, str, int, tuple[int, int]]]:
@@ -1427,11 +1446,24 @@ def _home_lines(ev: Events, shared: tuple) -> None:
     _between(run)."""
     maps, between = shared
     x = np.flatnonzero((ev.flags & CE_PROCS) != 0)
-    if not len(x) or not between:
+    if not len(x):
         return
     home = _homes(shared)
+    # Memory no process's maps or mmap records show shared by two (mapped and unmapped
+    # mid-run, a System V segment): its home is where the first event's process has it.
+    objects = getattr(ev, "objects", {})
+    for i in sorted(objects, key=lambda i: (int(ev.dst_proc[i]), int(ev.t[i]))):
+        key, off = objects[i]
+        if key not in home:
+            home[key] = (int(ev.dst_proc[i]), int(ev.line[i]), off)
     for i in x.tolist():
         p, a, t = int(ev.dst_proc[i]), int(ev.line[i]), int(ev.t[i])
+        if i in objects:
+            key, off = objects[i]
+            hp, hlo, hoff = home[key]
+            ev.proc[i] = hp
+            ev.line[i] = hlo - hoff + off
+            continue
         for lo, hi, key, _path, off, life in maps[p] if p < len(maps) else ():
             if key in home and lo <= a < hi and (life == ALWAYS or life[0] <= t < life[1]):
                 hp, hlo, hoff = home[key]
@@ -2037,9 +2069,10 @@ def _heap_name(info: dict, names) -> tuple[str, dict, list[str]]:
         loc = dict(loc, function=short_function(loc["function"]))
     site = _site_str(loc) if info["site"] else ""
     name = f"heap block from {site}" if site else "heap block (site unknown)"
-    if info.get("file") == SHARED_ANON:
+    if info.get("file") in (SHARED_ANON, SHARED_SYSV):
         name = f"shared memory from {site}" if site else "shared memory (site unknown)"
-        name += " (MAP_SHARED | MAP_ANONYMOUS)"
+        sysv = info.get("file") == SHARED_SYSV
+        name += " (System V, shmat)" if sysv else " (MAP_SHARED | MAP_ANONYMOUS)"
     elif info.get("file"):
         path = _mapped_file(names.run.procs[info["proc"]], *info["file"])
         name = f"file mapping from {site}" if site else "file mapping (site unknown)"
