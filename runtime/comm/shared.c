@@ -62,45 +62,63 @@ static void write_end(const uint64_t *saved) {
 
 int locus_shared_count(void) { return (int)atomic_load_explicit(&nmaps, memory_order_relaxed); }
 
-int locus_shared_find(uint64_t addr, struct locus_shared_loc *out) {
-  if (!atomic_load_explicit(&nmaps, memory_order_relaxed)) return -1;
-  for (int tries = 0; tries < 4; tries++) {
-    uint32_t s = atomic_load_explicit(&seq, memory_order_acquire);
-    if (s & 1) return -1; /* a writer is busy (perhaps the thread this handler interrupted) */
-    uint32_t n = atomic_load_explicit(&nmaps, memory_order_relaxed);
-    int found = 0;
-    for (uint32_t i = 0; i < n && i < SHARED_MAX; i++)
-      if (addr >= maps[i].lo && addr < maps[i].hi) {
-        out->ino = maps[i].ino;
-        out->dev = maps[i].dev;
-        out->off = maps[i].off + (addr - maps[i].lo);
-        found = 1;
-        break;
-      }
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&seq, memory_order_relaxed) == s) return found ? 0 : -1;
-  }
-  return -1;
-}
-
-int locus_shared_addr(const struct locus_shared_loc *l, uint64_t *addr) {
-  if (!atomic_load_explicit(&nmaps, memory_order_relaxed)) return -1;
+/* The readers' one loop: the newest entry `match` accepts (match fills its own output),
+ * under the seqlock. 1 found, 0 not, -1 no consistent view (a write under way: perhaps the
+ * one this signal handler interrupted; a handler does not wait for it). */
+static int seq_find(int (*match)(const struct shared_map *, void *), void *arg) {
   for (int tries = 0; tries < 4; tries++) {
     uint32_t s = atomic_load_explicit(&seq, memory_order_acquire);
     if (s & 1) return -1;
     uint32_t n = atomic_load_explicit(&nmaps, memory_order_relaxed);
     int found = 0;
-    for (uint32_t i = n < SHARED_MAX ? n : SHARED_MAX; i-- > 0;) /* the newest mapping first */
-      if (maps[i].ino == l->ino && maps[i].dev == l->dev && l->off >= maps[i].off &&
-          l->off - maps[i].off < maps[i].hi - maps[i].lo) {
-        *addr = maps[i].lo + (l->off - maps[i].off);
-        found = 1;
-        break;
-      }
+    for (uint32_t i = n < SHARED_MAX ? n : SHARED_MAX; i-- > 0 && !found;)
+      found = match(&maps[i], arg);
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&seq, memory_order_relaxed) == s) return found ? 0 : -1;
+    if (atomic_load_explicit(&seq, memory_order_relaxed) == s) return found;
   }
   return -1;
+}
+
+struct find_arg {
+  uint64_t addr;
+  struct locus_shared_loc *out;
+};
+
+static int holds_addr(const struct shared_map *m, void *arg) {
+  struct find_arg *f = arg;
+  if (f->addr < m->lo || f->addr >= m->hi) return 0;
+  f->out->ino = m->ino;
+  f->out->dev = m->dev;
+  f->out->off = m->off + (f->addr - m->lo);
+  return 1;
+}
+
+int locus_shared_find(uint64_t addr, struct locus_shared_loc *out) {
+  if (!atomic_load_explicit(&nmaps, memory_order_relaxed)) return -1;
+  struct find_arg f = {.addr = addr, .out = out};
+  return seq_find(holds_addr, &f) == 1 ? 0 : -1;
+}
+
+struct addr_arg {
+  const struct locus_shared_loc *l;
+  uint64_t addr;
+};
+
+static int maps_loc(const struct shared_map *m, void *arg) {
+  struct addr_arg *a = arg;
+  const struct locus_shared_loc *l = a->l;
+  if (m->ino != l->ino || m->dev != l->dev || l->off < m->off || l->off - m->off >= m->hi - m->lo)
+    return 0;
+  a->addr = m->lo + (l->off - m->off);
+  return 1;
+}
+
+int locus_shared_addr(const struct locus_shared_loc *l, uint64_t *addr) {
+  if (!atomic_load_explicit(&nmaps, memory_order_relaxed)) return -1;
+  struct addr_arg a = {.l = l};
+  if (seq_find(maps_loc, &a) != 1) return -1;
+  *addr = a.addr;
+  return 0;
 }
 
 /* Drops the entries [lo, hi) overlaps; the writer's lock is held. */
@@ -128,8 +146,22 @@ void locus_shared_add(uint64_t lo, uint64_t len, uint32_t dev, uint64_t ino, uin
   write_end(&saved);
 }
 
+/* Whether [lo, hi) overlaps an entry (a reader's look: the writers' lock and its two
+ * system calls are taken only when there is something to drop, not at every mmap and munmap
+ * of a program that also maps shared memory). */
+static int overlaps_range(const struct shared_map *m, void *arg) {
+  const uint64_t *r = arg;
+  return m->lo < r[1] && r[0] < m->hi;
+}
+
+static int overlaps(uint64_t lo, uint64_t hi) {
+  uint64_t r[2] = {lo, hi};
+  return seq_find(overlaps_range, r) != 0; /* (no consistent view: take the lock and look) */
+}
+
 void locus_shared_remove(uint64_t lo, uint64_t len) {
-  if (!len || !atomic_load_explicit(&nmaps, memory_order_relaxed)) return;
+  if (!len || !atomic_load_explicit(&nmaps, memory_order_relaxed) || !overlaps(lo, lo + len))
+    return;
   uint64_t saved;
   write_begin(&saved);
   remove_locked(lo, lo + len);
