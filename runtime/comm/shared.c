@@ -204,6 +204,8 @@ static int is_skipped(const char *p, size_t n) {
   return 1;
 }
 
+static void scan_maps(uint64_t only);
+
 void locus_shared_mapped(uint64_t lo, uint64_t len, uint64_t off) {
   len = (len + 4095) & ~4095ull; /* the mapping's pages (x86-64, the sampled backends' ISA) */
   char path[64] = "/proc/self/map_files/", *p = path + sizeof "/proc/self/map_files/" - 1;
@@ -212,8 +214,11 @@ void locus_shared_mapped(uint64_t lo, uint64_t len, uint64_t off) {
   p = put_hex(p, lo + len);
   *p = 0;
   struct stat st;
-  if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0) != 0) { /* (merged with a neighbour?) */
+  if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0) != 0) {
+    /* map_files needs CAP_SYS_ADMIN (a user's recording): the maps line that starts at lo
+     * says the same (and its path, for the run's own files). */
     locus_shared_remove(lo, len); /* what was there before is gone in any case */
+    scan_maps(lo);
     return;
   }
   /* The runtime's own record files are not the program's. (The path is read into a small
@@ -246,11 +251,12 @@ static const char *skip_spaces(const char *p, const char *end) {
   return p;
 }
 
-/* One maps line [p, end): "lo-hi perms off maj:min inode path". */
-static void scan_line(const char *p, const char *end) {
+/* One maps line [p, end): "lo-hi perms off maj:min inode path"; only the mapping that
+ * starts at `only` when not 0. */
+static void scan_line(const char *p, const char *end, uint64_t only) {
   uint64_t lo, hi, off, maj, min, ino = 0;
   p = hex(p, end, &lo);
-  if (p >= end || *p != '-') return;
+  if (p >= end || *p != '-' || (only && lo != only)) return;
   p = hex(p + 1, end, &hi);
   p = skip_spaces(p, end);
   if (end - p < 5 || p[3] != 's') return; /* perms: shared mappings only */
@@ -265,22 +271,10 @@ static void scan_line(const char *p, const char *end) {
   locus_shared_add(lo, hi - lo, (uint32_t)makedev((unsigned)maj, (unsigned)min), ino, off);
 }
 
-int locus_shared_scan(const char *proc_dir) {
+/* The shared mappings /proc/self/maps lists (only the one at `only` when not 0). */
+static void scan_maps(uint64_t only) {
   int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return locus_shared_count();
-  /* The run directory, as the kernel names it: the process's directory without /procs/NAME. */
-  /* (plain loops: libc's string functions would fault in pages of libc the program may not
-   * use, 64 KiB at a time) */
-  nskip_dir = 0;
-  size_t n = 0;
-  while (proc_dir && proc_dir[n] && n < sizeof skip_dir) n++;
-  if (n && n < sizeof skip_dir && proc_dir[0] == '/') {
-    for (int k = 0; k < 2; k++)
-      while (n > 0 && proc_dir[--n] != '/') {
-      }
-    for (size_t i = 0; i < n; i++) skip_dir[i] = proc_dir[i];
-    nskip_dir = n;
-  }
+  if (fd < 0) return;
   char buf[2048]; /* (a longer line, a path of over ~1.9 KiB, is not read) */
   size_t have = 0;
   int drop = 0; /* in a line longer than the buffer: skipped to its end */
@@ -291,7 +285,7 @@ int locus_shared_scan(const char *proc_dir) {
     size_t start = 0;
     for (size_t i = 0; i < have; i++)
       if (buf[i] == '\n') {
-        if (!drop) scan_line(buf + start, buf + i);
+        if (!drop) scan_line(buf + start, buf + i, only);
         drop = 0;
         start = i + 1;
       }
@@ -304,5 +298,22 @@ int locus_shared_scan(const char *proc_dir) {
     have -= start;
   }
   close(fd);
+}
+
+int locus_shared_scan(const char *proc_dir) {
+  /* The run directory, as the kernel names it: the process's directory without /procs/NAME.
+   * (plain loops: libc's string functions would fault in pages of libc the program may not
+   * use, 64 KiB at a time) */
+  nskip_dir = 0;
+  size_t n = 0;
+  while (proc_dir && proc_dir[n] && n < sizeof skip_dir) n++;
+  if (n && n < sizeof skip_dir && proc_dir[0] == '/') {
+    for (int k = 0; k < 2; k++)
+      while (n > 0 && proc_dir[--n] != '/') {
+      }
+    for (size_t i = 0; i < n; i++) skip_dir[i] = proc_dir[i];
+    nskip_dir = n;
+  }
+  scan_maps(0);
   return locus_shared_count();
 }

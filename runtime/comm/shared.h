@@ -27,8 +27,8 @@ void locus_shared_remove(uint64_t lo, uint64_t len);
  * length, 0 when the table had none there. */
 uint64_t locus_shared_detach(uint64_t lo);
 /* A mapping the program just made MAP_SHARED at [lo, lo + len) (the mmap interposer; shmat):
- * its object from /proc/self/map_files (anonymous and System V shared memory have an inode
- * there too). */
+ * its object from /proc/self/map_files, else (it needs CAP_SYS_ADMIN) from the mapping's line
+ * of /proc/self/maps (anonymous and System V shared memory have an inode there too). */
 void locus_shared_mapped(uint64_t lo, uint64_t len, uint64_t off);
 /* The shared mappings /proc/self/maps lists now, but the run's own files (in the run
  * directory, the parent of the parent of proc_dir, the process's record directory; NULL:

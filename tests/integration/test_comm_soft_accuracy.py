@@ -14,6 +14,8 @@ import random
 import re
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -97,6 +99,38 @@ def test_false_sharing_between_processes(locus, mode):
     pidx = {p["pid"]: p["index"] for p in comm["processes"]}
     pa, pb = (pidx[pid] for pid in truth["pids"])
     assert comm["matrices"]["process"]["all"][pa][pb] == pytest.approx(t["all"])
+
+
+def test_between_processes_without_privileges(locus, tmp_path):
+    """A user's recording (no CAP_SYS_ADMIN): /proc/self/map_files, where the runtime reads
+    a new shared mapping's object, refuses; the maps line of the mapping says the same.
+    comm_procs run as user nobody: its workers' sharing through memory mapped after the lens
+    started is found (before, nothing was)."""
+    import pwd
+
+    if os.geteuid() != 0:
+        argv = []  # already without privileges: the run is the test
+    else:
+        try:
+            pwd.getpwnam("nobody")
+        except KeyError:
+            pytest.skip("no user nobody to run as")
+        argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        if not shutil.which("setpriv"):
+            pytest.skip("setpriv (util-linux) is not installed")
+    out = tempfile.mkdtemp(prefix="locus-nobody-")
+    os.chmod(out, 0o777)
+    try:
+        cmd = [*argv, *locus.argv, "record", "-o", f"{out}/run", "--lens", "comm"]
+        cmd += ["--", locus.workload("comm_procs"), "2", "-", "0.5"]
+        if argv and subprocess.run([*argv, "test", "-r", cmd[len(argv)]]).returncode != 0:
+            pytest.skip("the checkout is not readable by user nobody")
+        p = subprocess.run(cmd, capture_output=True, env=locus.env, cwd=out, timeout=120)
+        assert p.returncode == 0, p.stderr.decode(errors="replace")[-2000:]
+        t = locus.report(Path(out) / "run", "--lens", "comm")["lenses"]["comm"]["totals"]
+        assert t["detections_between_processes"] == t["detections"] >= 100, t
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def test_doctor_check_measures_the_comm_lens(locus):
