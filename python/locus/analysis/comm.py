@@ -1641,14 +1641,15 @@ def _between_processes_note(
             "between the threads of one process, so cache lines passing between processes "
             "through it are not counted here"
         )
-    hit = total = 0
+    hit = total = stores = 0
     procs: set[int] = set()
     paths: set[str] = set()
     for i, ms in enumerate(maps):
         rs = {(lo, hi, path) for lo, hi, key, path, _off, _life in ms if key in between}
         if not rs:
             continue
-        a = _sampled_uses(run.procs[i], cfg["line_size"], uses)[1]["addr"]
+        smp = _sampled_uses(run.procs[i], cfg["line_size"], uses)[1]
+        a = smp["addr"]
         total += len(a)
         inside = np.zeros(len(a), dtype=bool)
         for lo, hi, path in rs:
@@ -1658,6 +1659,7 @@ def _between_processes_note(
                 paths.add(path or "anonymous")
         if inside.any():
             hit += int(inside.sum())
+            stores += int(((smp["flags"][inside] & AC_STORE) != 0).sum())
             procs.add(run.procs[i].pid)
     if not total or hit < SHARED_NOTE_MIN * total:
         return None
@@ -1672,6 +1674,15 @@ def _between_processes_note(
             "line is keyed by the shared memory and its offset (wherever each process maps "
             f"it): {n:,} detection(s) between processes ({totals['traps_between_processes']:,} "
             f"by watchpoint traps), {100 * share:.0f} % of the volume"
+            + (
+                f". None of those {hit:,} samples was a store: the method needs a sampled "
+                "store to publish, and a load of a line another process writes stalls and "
+                "takes the time samples, while a store that runs seldom among the program's "
+                "instructions (an interpreter's) is almost never sampled: a shorter --period "
+                "samples more of them"
+                if not n and not stores
+                else ""
+            )
         )
     return (
         f"{100 * hit / total:.0f} % of the sampled accesses of {len(procs)} process(es) went "

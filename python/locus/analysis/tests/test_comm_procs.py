@@ -259,3 +259,17 @@ def test_the_runtimes_detections_between_processes(tmp_path):
     note = [n for n in res["notes"] if "memory that processes of this run share" in n]
     assert note and "board the run's processes share" in note[0], res["notes"]
     assert "2 detection(s) between processes (1 by watchpoint traps)" in note[0], note
+
+
+def test_loads_only_on_shared_memory_are_explained(tmp_path):
+    """Samples on memory processes share that are all loads (an interpreter's rare stores
+    never sampled) give no detection: the note says why, and only then."""
+    notes = []
+    for store in (False, True):
+        run, (_p, c1, c2) = _run(between="runtime")
+        c1.sample(101, SHM, t=0.100, store=store)
+        c2.sample(102, SHM + 8, t=0.101)
+        res = _res(tmp_path / f"s{store}", run)
+        notes += [[n for n in res["notes"] if "memory that processes of this run share" in n]]
+    assert notes[0] and "None of those 2 samples was a store" in notes[0][0], notes
+    assert notes[1] and "None of those" not in notes[1][0], notes
