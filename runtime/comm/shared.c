@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include "shared.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -46,18 +47,22 @@ static atomic_flag writing = ATOMIC_FLAG_INIT;
  * interposes sigprocmask): a handler of the program that maps memory cannot then spin on the
  * lock its own thread holds, and the sampler's handler never meets its own thread's write. */
 static void write_begin(uint64_t *saved) {
+  int e = errno; /* the interposers' callers read errno as the real call left it */
   uint64_t all = ~0ull;
   syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, saved, sizeof all);
   while (atomic_flag_test_and_set_explicit(&writing, memory_order_acquire)) {
   }
   atomic_fetch_add_explicit(&seq, 1, memory_order_acq_rel);
   atomic_thread_fence(memory_order_release);
+  errno = e;
 }
 
 static void write_end(const uint64_t *saved) {
   atomic_fetch_add_explicit(&seq, 1, memory_order_release);
   atomic_flag_clear_explicit(&writing, memory_order_release);
+  int e = errno;
   syscall(SYS_rt_sigprocmask, SIG_SETMASK, saved, NULL, sizeof *saved);
+  errno = e;
 }
 
 int locus_shared_count(void) { return (int)atomic_load_explicit(&nmaps, memory_order_relaxed); }
@@ -206,7 +211,16 @@ static int is_skipped(const char *p, size_t n) {
 
 static void scan_maps(uint64_t only);
 
+static void mapped(uint64_t lo, uint64_t len, uint64_t off);
+
+/* (errno as the program's mmap or shmat left it: the look-ups below may set it) */
 void locus_shared_mapped(uint64_t lo, uint64_t len, uint64_t off) {
+  int e = errno;
+  mapped(lo, len, off);
+  errno = e;
+}
+
+static void mapped(uint64_t lo, uint64_t len, uint64_t off) {
   len = (len + 4095) & ~4095ull; /* the mapping's pages (x86-64, the sampled backends' ISA) */
   char path[64] = "/proc/self/map_files/", *p = path + sizeof "/proc/self/map_files/" - 1;
   p = put_hex(p, lo);

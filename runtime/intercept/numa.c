@@ -196,11 +196,13 @@ LOCUS_EXPORT void *shmat(int id, const void *addr, int flags) {
       NEXT(next, "shmat") ? next(id, addr, flags) : (void *)syscall(SYS_shmat, id, addr, flags);
   struct shmid_ds ds;
   int tracking = __atomic_load_n(&locus_alloc_state, __ATOMIC_ACQUIRE) & LOCUS_ALLOC_TRACKING;
+  int saved = errno;
   if ((locus_shared_tracking || tracking) && rc != (void *)-1 && shmctl(id, IPC_STAT, &ds) == 0) {
     if (locus_shared_tracking) locus_shared_mapped((uint64_t)(uintptr_t)rc, ds.shm_segsz, 0);
     if (tracking)
       locus_allocs_record_mapping(rc, ds.shm_segsz, SITE, -1, 0, LOCUS_ALF_SHARED | LOCUS_ALF_SYSV);
   }
+  errno = saved;
   return rc;
 }
 
