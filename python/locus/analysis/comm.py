@@ -532,7 +532,8 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
     return obj, off, sib
 
 
-HEAP_NAMES = ("heap block ", "file mapping ", "Go heap arena")  # how heap objects read
+# how heap objects read
+HEAP_NAMES = ("heap block ", "file mapping ", "shared memory ", "Go heap arena", "Java heap")
 # Share of an object's false volume between its blocks for the blocks' advice: below it
 # the blocks have writers of their own fields too (two threads per block), which an aligned
 # block does not cure (an audit's 67 %).
@@ -2092,6 +2093,10 @@ def _heap_name(info: dict, names) -> tuple[str, dict, list[str]]:
         # The Go runtime maps its heap in arenas of 64 MiB (through cgo's x_cgo_mmap when
         # built with cgo): every Go object is "from" that mmap, at offsets of megabytes.
         name = f"Go heap arena (mapped by {site})"
+    elif loc["function"].startswith(JVM_HEAP):
+        # HotSpot reserves and commits its whole heap: every Java object is "from" that
+        # mmap, at offsets of hundreds of megabytes.
+        name = f"Java heap (mapped by {site})"
     return name + via_text(via), loc, via
 
 
@@ -2109,6 +2114,15 @@ def _mapped_file(proc, dev: int, inode: int) -> str:
 
 
 # Where the Go runtime maps its heap: an object in it is a Go value, not this allocation.
+# HotSpot's functions that map its heap (libjvm.so).
+JVM_HEAP = ("os::pd_commit_memory", "os::pd_reserve_memory", "os::commit_memory",
+            "os::reserve_memory", "os::pd_attempt_reserve_memory")  # fmt: skip
+# How to give each thread's field its own line in Java (no alignas).
+JAVA_ALIGN = (
+    " (@jdk.internal.vm.annotation.Contended on the fields, with -XX:-RestrictContended for "
+    "classes outside the JDK, or padding fields between them)"
+)
+
 GO_ARENA = {
     "x_cgo_mmap",
     "runtime.sysAlloc",
@@ -2512,16 +2526,17 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         if o.get("_victim") and not own:
             out.append(_victim_advice(o, objects, thr, name, line, names))
             continue
-        arena = o["kind"] == "heap" and o["name"].startswith("Go heap arena")
+        java = o["kind"] == "heap" and o["name"].startswith("Java heap")
+        arena = o["kind"] == "heap" and (o["name"].startswith("Go heap arena") or java)
         if (o["kind"] == "stack" or arena) and o.get("_stack_lo") is not None:
-            # Offsets into a stack (or a Go heap arena) of megabytes mean nothing: the
+            # Offsets into a stack (or a Go or Java heap) of megabytes mean nothing: the
             # addresses, and what they are.
             lo = o["_stack_lo"]
             span = (
                 f"{lo + offs[0]:#x}-{lo + offs[-1]:#x}" if len(offs) > 1 else f"{lo + offs[0]:#x}"
             )
             what = (
-                "a Go value: the code sites say which"
+                f"a {'Java object' if java else 'Go value'}: the code sites say which"
                 if arena
                 else "a local variable other threads reach by its address"
             )
@@ -2538,7 +2553,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         caller = _top_caller(o, names)
         # The program's language from its own call when the access is in a library.
         fortran = _is_fortran(caller or site)
-        align = _align(caller or site, line, size, heap=_malloced(o))
+        align = JAVA_ALIGN if java else _align(caller or site, line, size, heap=_malloced(o))
         lock = _lock_code(site)
         if lock is not None and caller is not None:
             lock += f", called from {_site_str(caller)}"

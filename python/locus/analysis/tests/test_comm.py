@@ -1495,3 +1495,36 @@ def test_code_a_jit_compiled_is_named_how_to_name_it(tmp_path):
     assert "(pid 10)" in notes[0][0] and "--perf-basic-prof" in notes[0][0], notes
     assert "-XX:+DumpPerfMapAtExit" in notes[0][0], notes
     assert notes[1] == []
+
+
+class JvmHeapSym(FakeSym):
+    """A JVM's heap: committed by libjvm's os::pd_commit_memory_or_exit; the accesses in
+    JIT code a perf map names."""
+
+    def code(self, addrs, return_addresses=True):
+        commit = "os::pd_commit_memory_or_exit(char*, unsigned long, unsigned long, bool)"
+        return {
+            a: CodeLoc(commit, "", 0) if a == 0x401700 else CodeLoc("void FS.run(int)", "", 0)
+            for a in addrs
+        }
+
+
+def test_java_heap_named_as_such_and_advised_in_java(tmp_path):
+    """Every Java object lives in the heap HotSpot maps at start: the object read 'heap
+    block from os::pd_commit_memory_or_exit(...)' at offsets of hundreds of megabytes, and
+    its advice asked for C's alignas; now the heap is named so, the advice gives addresses
+    and Java's means (@Contended, padding fields)."""
+    run, p, c = _run(threads=3)
+    heap = 0x6_0000_0000
+    c.malloc(heap, 1 << 30, site=0x401700, t=0.1, mmap=True)
+    off = 394366656
+    for k in range(12):
+        a, b = (11, 12) if k % 2 else (12, 11)
+        c.event(src=a, dst=b, line=heap + off, src_off=0 if a == 11 else 8,
+                dst_off=0 if b == 11 else 8, store=True, dst_ip=0x7F0000001123)  # fmt: skip
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: JvmHeapSym()))
+    (o,) = res["objects"]
+    assert o["name"].startswith("Java heap (mapped by os::pd_commit_memory_or_exit"), o["name"]
+    (adv,) = res["advice"]
+    assert f"at {heap + off:#x}-{heap + off + 8:#x} (a Java object" in adv, adv
+    assert "@jdk.internal.vm.annotation.Contended" in adv and "alignas" not in adv, adv
