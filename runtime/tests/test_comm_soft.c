@@ -21,6 +21,7 @@
 
 #include "../include/locus_format.h"
 #include "harness.h"
+#include "token_turn.h"
 
 /* ---- the workloads, run in the preloaded child ---- */
 #define RUN_NS 700000000ull
@@ -71,31 +72,15 @@ static void *pingpong(void *arg) {
 }
 
 /* A token passed between the two threads through shared.a, reached by a pointer the loop
- * reloads (a spin on `*p`, as a compiler writes `while (*p != want)` for a global `p`):
- *   1: mov token_ptr(%rip),%rax; mov (%rax),%rax; cmp %rdi,%rax; jne 1b
- *      mov token_ptr(%rip),%rax; lea 1(%rdi),%rdx; mov %rdx,(%rax)
- * The time goes to the load that overwrites its own address register; the timer lands after
- * it, and the next access in program order is the pointer's reload. A fixed number of
- * rounds: neither thread may stop while the other waits for its turn. */
+ * reloads (token_turn.h). The timer lands after the stalled load, and the next access in
+ * program order is the pointer's reload. A fixed number of rounds: neither thread may stop
+ * while the other waits for its turn. */
 static volatile long *volatile token_ptr = &shared.a;
 #define SPIN_ROUNDS 3000000l
 static void *spin(void *arg) {
   long k = (long)arg;
   tids[k] = (pid_t)syscall(SYS_gettid);
-  for (long r = 0; r < SPIN_ROUNDS; r++) {
-    long want = 2 * r + k;
-    __asm__ volatile(
-        "1: mov %[p], %%rax\n\t"
-        "mov (%%rax), %%rax\n\t"
-        "cmp %[w], %%rax\n\t"
-        "jne 1b\n\t"
-        "mov %[p], %%rax\n\t"
-        "lea 1(%[w]), %%rdx\n\t"
-        "mov %%rdx, (%%rax)"
-        :
-        : [p] "m"(token_ptr), [w] "r"(want)
-        : "rax", "rdx", "memory", "cc");
-  }
+  for (long r = 0; r < SPIN_ROUNDS; r++) token_turn((void *volatile *)&token_ptr, 2 * r + k);
   return NULL;
 }
 

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -605,21 +606,10 @@ TOKEN_BETWEEN_PROCESSES = r"""
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "token_turn.h"
 static long *volatile token; /* reloaded at every turn of the spin, as a global pointer is */
 static void side(long k) {
-  for (long r = 0; r < 3000000; r++) {
-    long want = 2 * r + k;
-    __asm__ volatile("1: mov %[p], %%rax\n\t"
-                     "mov (%%rax), %%rax\n\t"
-                     "cmp %[w], %%rax\n\t"
-                     "jne 1b\n\t"
-                     "mov %[p], %%rax\n\t"
-                     "lea 1(%[w]), %%rdx\n\t"
-                     "mov %%rdx, (%%rax)"
-                     :
-                     : [p] "m"(token), [w] "r"(want)
-                     : "rax", "rdx", "memory", "cc");
-  }
+  for (long r = 0; r < 3000000; r++) token_turn((void *volatile *)&token, 2 * r + k);
 }
 int main(void) {
   token = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -642,7 +632,10 @@ def test_a_token_passed_between_processes_is_found(locus, tmp_path):
 
     (tmp_path / "tok.c").write_text(TOKEN_BETWEEN_PROCESSES)
     exe = tmp_path / "tok"
-    subprocess.run(["cc", "-O2", "-o", str(exe), str(tmp_path / "tok.c")], check=True)
+    turn = Path(__file__).resolve().parents[2] / "runtime" / "tests"  # token_turn.h
+    subprocess.run(
+        ["cc", "-O2", "-I", str(turn), "-o", str(exe), str(tmp_path / "tok.c")], check=True
+    )
     _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "soft"), timeout=120)
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     t = c["totals"]
