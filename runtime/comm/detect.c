@@ -307,7 +307,10 @@ static void publish(const struct locus_comm_access *a, uint64_t line, int loaded
 /* A publication expires once its publisher has been sampled LIFETIME more periods (see the
  * top of the file). */
 static int expired(const struct bb_entry *e) {
-  if (e->serial == XB_SERIAL) return locus_ticks() - e->t > XB_LIFETIME * period_ticks;
+  if (e->serial == XB_SERIAL) {
+    uint64_t now = locus_ticks();
+    return now > e->t && now - e->t > XB_LIFETIME * period_ticks;
+  }
   return atomic_load_explicit(&pubclock[e->serial % PUBLISHERS], memory_order_relaxed) - e->pubno >=
          LIFETIME;
 }
@@ -545,8 +548,10 @@ static int consider_arming(uint64_t now, uint64_t line) {
     l.ino = xe->ino; /* a hint: xb_read checks the entry against it */
     l.dev = xe->dev;
     l.off = xe->line;
-    if (xb_slot(&l) != slot || xb_read(&l, &x) != 0 || xb_local(&x, 0, &c) != 0) continue;
-    if (expired(&c) || c.t <= dt.t_trap) continue;
+    /* (expired ones are left before their address is looked up in the table) */
+    if (xb_slot(&l) != slot || xb_read(&l, &x) != 0 || x.t <= dt.t_trap ||
+        (now > x.t && now - x.t > XB_LIFETIME * period_ticks) || xb_local(&x, 0, &c) != 0)
+      continue;
     if (dt.armed && !dt.on.loaded && c.line == dt.on.line) {
       if (c.t > dt.on.t) dt.on = c;
       watched = 1;
