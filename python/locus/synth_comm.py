@@ -86,7 +86,7 @@ class SynthComm:
         loaded: bool = False,
         store: bool = False,
         count: int = 1,
-        procs: bool = False,
+        procs: tuple[int, int, int] | None = None,
     ):
         """`count` identical detections; `true` defaults to whether the byte ranges
         overlap; the exact backend's events carry LOCUS_CE_EXACT; `loaded`: a trap on a store
@@ -95,7 +95,9 @@ class SynthComm:
             true = src_off < dst_off + dst_len and dst_off < src_off + src_len
         flags = (CE_TRUE if true else 0) | (CE_TRAP if trap or loaded else 0)
         flags |= CE_LOADED if loaded else 0
-        flags |= CE_PROCS if procs else 0  # src is a thread of another process
+        # procs: (inode, the line's offset in it, device) of the shared memory: src is a
+        # thread of another process (LOCUS_CE_PROCS, the key in reserved[0..2]).
+        flags |= CE_PROCS if procs else 0
         if self.run.backend == "exact":
             flags |= CE_EXACT
         row = (
@@ -116,6 +118,7 @@ class SynthComm:
             AC_STORE if store else 0,
             src_caller,
             dst_caller,
+            (*procs, 0, 0, 0) if procs else (0,) * 6,
         )
         self.events.extend([row] * count)
 
@@ -162,7 +165,7 @@ class SynthComm:
         ev = np.zeros(len(self.events), dtype=COMM_EVENT_DTYPE)
         names = (
             "t line src_ip dst_ip volume src_tid dst_tid src_cpu dst_cpu src_off src_len "
-            "dst_off dst_len flags dst_flags src_caller dst_caller"
+            "dst_off dst_len flags dst_flags src_caller dst_caller reserved"
         ).split()
         for i, row in enumerate(self.events):
             for k, v in zip(names, row):

@@ -1442,35 +1442,25 @@ def _homes(shared: tuple) -> dict[str, tuple[int, int, int]]:
 
 def _home_lines(ev: Events, shared: tuple) -> None:
     """The runtime's events between processes (CE_PROCS), at the destination process's
-    address of their line, moved to the address of the first process that maps the memory,
-    as between_processes places its own: a line is then one line in every table. `shared`:
-    _between(run)."""
-    maps, between = shared
-    x = np.flatnonzero((ev.flags & CE_PROCS) != 0)
-    if not len(x):
+    address of their line, moved to the address of the first process that maps the memory
+    (by the memory and offset each event carries, ev.objects), as between_processes places
+    its own: a line is then one line in every table. `shared`: _between(run)."""
+    objects = getattr(ev, "objects", {})
+    if not objects:
         return
     home = _homes(shared)
     # Memory no process's maps or mmap records show shared by two (mapped and unmapped
     # mid-run, a System V segment): its home is where the first event's process has it.
-    objects = getattr(ev, "objects", {})
-    for i in sorted(objects, key=lambda i: (int(ev.dst_proc[i]), int(ev.t[i]))):
+    order = sorted(objects, key=lambda i: (int(ev.dst_proc[i]), int(ev.t[i])))
+    for i in order:
         key, off = objects[i]
         if key not in home:
             home[key] = (int(ev.dst_proc[i]), int(ev.line[i]), off)
-    for i in x.tolist():
-        p, a, t = int(ev.dst_proc[i]), int(ev.line[i]), int(ev.t[i])
-        if i in objects:
-            key, off = objects[i]
-            hp, hlo, hoff = home[key]
-            ev.proc[i] = hp
-            ev.line[i] = hlo - hoff + off
-            continue
-        for lo, hi, key, _path, off, life in maps[p] if p < len(maps) else ():
-            if key in home and lo <= a < hi and (life == ALWAYS or life[0] <= t < life[1]):
-                hp, hlo, hoff = home[key]
-                ev.proc[i] = hp
-                ev.line[i] = hlo - hoff + (a - lo + off)
-                break
+    for i in order:
+        key, off = objects[i]
+        hp, hlo, hoff = home[key]
+        ev.proc[i] = hp
+        ev.line[i] = hlo - hoff + off
 
 
 def _between(run: RunDir) -> tuple[list, set[str]]:

@@ -242,8 +242,12 @@ def test_the_runtimes_detections_between_processes(tmp_path):
     address; the report makes no step of its own (the samples below would be one more)."""
     run, (_p, c1, c2) = _run((shared(SHM), shared(ELSEWHERE, off=0x1000)), between="runtime")
     # The second child's address of the file's offset 0x1040 and 0x1000.
-    c2.event(101, 102, ELSEWHERE + 64, src_off=8, dst_off=16, t=0.2, procs=True)
-    c2.event(101, 102, ELSEWHERE, src_off=0, dst_off=0, t=0.3, trap=True, volume=4.0, procs=True)
+    # (the shared memory: inode 555 on device 00:01, as shared() maps it; the line's offset)
+    c2.event(101, 102, ELSEWHERE + 64, src_off=8, dst_off=16, t=0.2, procs=(555, 0x1040, 1))
+    c2.event(
+        101, 102, ELSEWHERE, src_off=0, dst_off=0, t=0.3, trap=True, volume=4.0,
+        procs=(555, 0x1000, 1),
+    )  # fmt: skip
     c1.sample(101, SHM + 0x1000 + 8, t=0.100, store=True)
     c2.sample(102, ELSEWHERE + 8, t=0.101)
     res = _res(tmp_path, run)
