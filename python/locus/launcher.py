@@ -29,8 +29,8 @@ from locus import FORMAT_VERSION, __version__, perfwarm
 from locus.errors import LocusError
 from locus.sampler import (
     PROC_EXECED,
-    PROC_EXITED,
-    PROC_SIGNALED,
+    PROC_FINISHED,
+    PROC_SANDBOXED,
     Sampler,
     proc_flags,
     process_of_run,
@@ -885,7 +885,7 @@ def spawn(exe: str, command: list[str], env: dict) -> subprocess.Popen:
 
 def ended(flags: int | None) -> bool:
     """Whether a proc.bin's flags say its process finished its records."""
-    return flags is not None and bool(flags & (PROC_EXITED | PROC_EXECED | PROC_SIGNALED))
+    return flags is not None and bool(flags & PROC_FINISHED)
 
 
 def still_running(entry: str, run_dir: str) -> bool:
@@ -1306,6 +1306,17 @@ def record(
         print(
             f"locus: warning: process {pid} exec'd a program the runtime did not record (it "
             "dropped LD_PRELOAD, as `env -u LD_PRELOAD` does, or is setuid or static)",
+            file=sys.stderr,
+        )
+    boxed = [e for e, f in zip(entries, finished) if f is not None and f & PROC_SANDBOXED]
+    if boxed:
+        pids = ", ".join(os.path.basename(e) for e in boxed[:4]) + (
+            ", ..." if len(boxed) > 4 else ""
+        )
+        print(
+            f"locus: note: {len(boxed)} process{'es' if len(boxed) != 1 else ''} ({pids}) "
+            "installed a seccomp filter: each is recorded up to the filter, not after (the "
+            "filter could refuse the runtime's system calls)",
             file=sys.stderr,
         )
     # A process still running after the program exited (daemon(), a double fork) has not

@@ -15,7 +15,7 @@ import numpy as np
 from locus import FORMAT_VERSION, __version__
 from locus.analysis import LENSES
 from locus.errors import LocusError
-from locus.rundir import THREAD_MAIN, RunDir
+from locus.rundir import PROC_SANDBOXED, THREAD_MAIN, RunDir
 
 
 @dataclass
@@ -64,6 +64,13 @@ def run_info(run: RunDir) -> dict:
         "threads": int(sum(len(p.threads) for p in run.procs)),
         "host": run.host,
         "complete": run.complete,
+        # Processes that installed a seccomp filter: each is recorded up to it (at_s, run
+        # seconds), then goes on unrecorded (runtime/core/proc.c, locus_before_sandbox).
+        "sandboxed": [
+            {"pid": p.pid, "at_s": p.ns_to_s(int(p.hdr["sandbox_ns"]))}
+            for p in run.procs
+            if p.flags & PROC_SANDBOXED
+        ],
         "exit_status": m.get("exit_status"),
         "signal": m.get("signal"),
         "lenses": run.lenses,

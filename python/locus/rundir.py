@@ -21,17 +21,21 @@ import numpy as np
 
 from locus import FORMAT_VERSION
 from locus.errors import LocusError
-from locus.sampler import process_of_run
+from locus.sampler import (  # noqa: F401 (the PROC_ flags are read from here too)
+    PROC_EXECED,
+    PROC_EXITED,
+    PROC_FINISHED,
+    PROC_FORKED,
+    PROC_SANDBOXED,
+    PROC_SIGNALED,
+    process_of_run,
+)
 
 PROC_MAGIC = 0x31434F5355434F4C
 
 CLOCK_TSC = 1
 CLOCK_MONOTONIC = 2
 
-PROC_EXITED = 1
-PROC_SIGNALED = 2
-PROC_EXECED = 4
-PROC_FORKED = 8
 
 THREAD_MAIN = 1
 THREAD_ADOPTED = 2
@@ -63,7 +67,8 @@ PROC_DTYPE = np.dtype(
         ("untimed_calls", "<u8"),
         ("exec_ns", "<u8"),
         ("heap_dropped", "<u8"),
-        ("reserved", "<u8", (14,)),
+        ("sandbox_ns", "<u8"),
+        ("reserved", "<u8", (13,)),
     ]
 )
 
@@ -407,7 +412,7 @@ def check_proc_files(run: str, name: str, h: np.void, meta: dict) -> None:
         if fname == "comm.events.bin" and int(h["format_version"]) < 2:
             dtype = COMM_EVENT_V1_DTYPE
         _whole(run, f"procs/{name}/{fname}", dtype)
-    if not int(h["flags"]) & (PROC_EXITED | PROC_EXECED | PROC_SIGNALED):
+    if not int(h["flags"]) & PROC_FINISHED:
         return  # killed: what it wrote is kept (docs/format.md)
     pdir = os.path.join(run, "procs", name)
     # A process that finished created threads.bin at its start, right after proc.bin.
@@ -514,7 +519,7 @@ class Proc:
 
     @property
     def complete(self) -> bool:
-        return bool(self.flags & (PROC_EXITED | PROC_EXECED | PROC_SIGNALED))
+        return bool(self.flags & PROC_FINISHED)
 
     def seconds(self, ticks: np.ndarray) -> np.ndarray:
         """Raw ticks of this process's clock as float seconds since the run origin."""
@@ -880,7 +885,8 @@ def _load_proc(name: str, pdir: str, h: np.void, origin: int, rate: float | None
         fallback_rate=rate,
     )
     p.start_s = p.ns_to_s(int(h["start_ns"])) if int(h["start_ns"]) else 0.0
-    end_ns = int(h["end_ns"]) or int(h["exec_ns"])
+    # Killed after a seccomp filter: its records (and what is known of it) end at the filter.
+    end_ns = int(h["end_ns"]) or int(h["exec_ns"]) or int(h["sandbox_ns"])
     p.end_s = p.ns_to_s(end_ns) if end_ns else None
     if len(threads):
         p.thread_start_s = p.seconds(threads["start"])

@@ -32,6 +32,11 @@ PROC_FLAGS_OFFSET = 76  # struct locus_proc.flags
 PROC_EXITED = 1
 PROC_SIGNALED = 2  # records finished by the runtime's fatal-signal handler
 PROC_EXECED = 4
+PROC_FORKED = 8
+PROC_SANDBOXED = 16  # installed a seccomp filter: its records end there (sandbox_ns)
+# The process's records are finished: it exited, exec'd, died of a signal the runtime saw,
+# or installed a seccomp filter (it may go on, unrecorded).
+PROC_FINISHED = PROC_EXITED | PROC_EXECED | PROC_SIGNALED | PROC_SANDBOXED
 
 # Keep at most this many descriptors open; beyond it, files are opened per read.
 MAX_CACHED_FDS = 512

@@ -2,6 +2,7 @@
  * threads to CPUs when asked, and forwards the life cycle to the selected backend. */
 #define _GNU_SOURCE
 #include "comm.h"
+#include "shared.h"
 
 #include "allocs.h"
 #include "../numa/numa.h"
@@ -292,6 +293,11 @@ static void proc_fini(void) {
   locus_cursor_finish(&event_stream, &locus_ct.events);
 }
 
+static void sandbox(void) {
+  if (ops && ops->sandbox) ops->sandbox();
+  locus_shared_tracking = 0; /* the mmap interposers block signals around their table */
+}
+
 static void after_fork(void) {
   memset(&locus_ct.samples, 0, sizeof locus_ct.samples);
   memset(&locus_ct.events, 0, sizeof locus_ct.events);
@@ -315,4 +321,5 @@ struct locus_lens locus_lens_comm = {
     .thread_fini = thread_fini,
     .proc_fini = proc_fini,
     .after_fork = after_fork,
+    .sandbox = sandbox,
 };

@@ -34,6 +34,7 @@ struct locus_comm_backend_ops {
   void (*thread_fini)(void);
   void (*proc_fini)(void);
   void (*after_fork)(void);
+  void (*sandbox)(void); /* stop every thread's sampling (see locus_lens.sandbox); optional */
 };
 /* Defined by the backend files; weak so that a build without one still links. */
 extern struct locus_comm_backend_ops locus_comm_soft __attribute__((weak));

@@ -10,6 +10,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/perf_event.h>
+#include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -103,4 +106,16 @@ int locus_fd_next_owned(unsigned from, unsigned to) {
     }
   }
   return -1;
+}
+
+void locus_fds_disable_perf(void) {
+  static const char kind[] = "anon_inode:[perf_event]";
+  char path[32] = "/proc/self/fd/", link[sizeof kind];
+  for (int fd = locus_fd_next_owned(0, FD_BITS - 1); fd >= 0;
+       fd = fd + 1 < FD_BITS ? locus_fd_next_owned((unsigned)fd + 1, FD_BITS - 1) : -1) {
+    locus_fmt_u(path + 14, (unsigned)fd);
+    long n = syscall(SYS_readlink, path, link, sizeof link);
+    if (n == (long)sizeof kind - 1 && memcmp(link, kind, sizeof kind - 1) == 0)
+      syscall(SYS_ioctl, fd, PERF_EVENT_IOC_DISABLE, 0);
+  }
 }

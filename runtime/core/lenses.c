@@ -45,3 +45,8 @@ void locus_lenses_after_fork(void) {
   for (struct locus_lens **l = locus_lenses; *l; l++)
     if ((*l)->enabled && (*l)->after_fork) (*l)->after_fork();
 }
+
+void locus_lenses_sandbox(void) {
+  for (struct locus_lens **l = locus_lenses; *l; l++)
+    if ((*l)->enabled && (*l)->sandbox) (*l)->sandbox();
+}

@@ -258,6 +258,8 @@ static void start_process(int forked) {
 }
 
 static void after_fork_child(void) {
+  /* A sandboxed parent's header is not the child's (no getpid() to tell them apart later). */
+  if (locus_sandboxed) locus_proc_hdr = NULL;
   if (!locus_enabled) return;
   /* The signals that end a process wait until the child's records are set up: a pool
    * that terminates a worker just forked would otherwise leave it half-recorded. */
@@ -326,11 +328,28 @@ void locus_ensure_init(void) {
 
 __attribute__((constructor(101))) static void locus_ctor(void) { locus_ensure_init(); }
 
+static void finish_records(int status, uint32_t flags);
+
 void locus_proc_finish(int status, uint32_t flags) {
   if (!locus_proc_hdr) return;
+  if (locus_sandboxed) {
+    /* The records ended at the filter; the end and status, with no system call (the vDSO's
+     * clock). A vfork child of the sandboxed process that ends first is not told apart. */
+    struct locus_proc *h = locus_proc_hdr;
+    if (h->flags & (LOCUS_PROC_EXITED | LOCUS_PROC_SIGNALED | LOCUS_PROC_EXECED)) return;
+    h->end_ns = locus_mono_ns();
+    if (status != INT32_MIN) h->exit_status = status;
+    atomic_signal_fence(memory_order_release);
+    h->flags |= flags;
+    return;
+  }
   /* A vfork child (or a raw clone) shares or copies our state without a fork handler:
    * it must not finish the parent's run. */
   if ((uint32_t)getpid() != locus_proc_hdr->pid) return;
+  finish_records(status, flags);
+}
+
+static void finish_records(int status, uint32_t flags) {
   if (!locus_enabled) {
     /* Ended (a pool's SIGTERM) while a forked child was still setting up its records:
      * nothing of it is half-written, only its end is missing. Already finished: nothing. */
@@ -376,6 +395,32 @@ static void on_fatal_signal(int sig, siginfo_t *si, void *uc) {
   /* SA_RESETHAND restored the default action: re-raise it (it is delivered when this
    * handler returns; a faulting instruction simply faults again). */
   raise(sig);
+}
+
+/* seccomp: a filter the program installs (prctl(PR_SET_SECCOMP), seccomp(2) through libc's
+ * syscall(), as libseccomp does) applies to the runtime's system calls too, and an allow-list
+ * refuses them: stress-ng's seccomp workers were killed by SIGSYS at the runtime's getpid()
+ * in _exit. So, while system calls still work, every thread's sampling stops (timers
+ * deleted, perf events disabled, page protections lifted) and the records are finished, as at
+ * exit; from then on the runtime makes none (interposers forward, handlers return at once,
+ * the exit writes its status to the mapped header). The process goes on unrecorded. A
+ * filter installed with a raw system call (Chromium's sandbox) is not seen. */
+volatile int locus_sandboxed;
+_Atomic int locus_quiet, locus_busy;
+
+void locus_before_sandbox(void) {
+  if (!locus_enabled || atomic_load(&locus_quiet) || !locus_proc_hdr ||
+      (uint32_t)getpid() != locus_proc_hdr->pid)
+    return;
+  atomic_store(&locus_quiet, 1);
+  /* A handler preempted halfway, a thread starting or ending: ~1 s at most (a count left
+   * by a handler the program jumped out of must not hang it). */
+  for (int i = 0; atomic_load(&locus_busy) > 0 && i < 200000; i++) sched_yield();
+  locus_lenses_sandbox();
+  locus_fds_disable_perf();
+  locus_proc_hdr->sandbox_ns = locus_mono_ns();
+  finish_records(INT32_MIN, LOCUS_PROC_SANDBOXED);
+  locus_sandboxed = 1;
 }
 
 void locus_before_exec(void) {

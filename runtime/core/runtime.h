@@ -116,6 +116,28 @@ struct locus_config {
 };
 extern struct locus_config locus_cfg;
 extern volatile int locus_enabled; /* 0 before init and after finalisation */
+/* The process installed a seccomp filter: the runtime makes no system call any more (the
+ * filter may refuse it, or kill the process for it); see locus_before_sandbox. */
+extern volatile int locus_sandboxed;
+/* A filter is about to go on (set first): signal handlers, thread starts and ends do nothing. */
+extern _Atomic int locus_quiet;
+/* Runtime work that makes system calls outside the program's own calls (signal handlers,
+ * thread starts and ends), in flight in any thread: locus_before_sandbox waits for none to
+ * be left before the filter goes on (SECCOMP_FILTER_FLAG_TSYNC applies it to every thread at
+ * once, to a sample preempted halfway in another thread too). Enter, then check: 0 (and not
+ * counted) once quiet. */
+extern _Atomic int locus_busy;
+static inline int locus_busy_enter(void) {
+  __atomic_fetch_add(&locus_busy, 1, __ATOMIC_SEQ_CST);
+  if (LOCUS_LIKELY(!__atomic_load_n(&locus_quiet, __ATOMIC_SEQ_CST))) return 1;
+  __atomic_fetch_sub(&locus_busy, 1, __ATOMIC_SEQ_CST);
+  return 0;
+}
+static inline void locus_busy_leave(void) { __atomic_fetch_sub(&locus_busy, 1, __ATOMIC_SEQ_CST); }
+/* Called by the seccomp interposers (prctl, syscall) before the filter goes on: every
+ * thread's sampling stops and the process's records are finished, while system calls still
+ * work. */
+void locus_before_sandbox(void);
 extern struct locus_proc *locus_proc_hdr;
 extern int locus_proc_dirfd;
 int locus_run_dirfd(void);         /* the run directory (LOCUS_DIR), -1 if none */
@@ -141,6 +163,9 @@ int locus_fd_keep(int fd);
 int locus_fd_keep_high(int fd);
 int locus_fd_owned(int fd);
 void locus_fd_close(int fd);
+/* Every perf event among the runtime's descriptors disabled (samplers, watchpoints, of all
+ * threads): no signal of ours after it. */
+void locus_fds_disable_perf(void);
 /* Stop protecting fd without closing it (it is no longer ours). */
 void locus_fd_forget(int fd);
 int locus_fd_next_owned(unsigned from, unsigned to);
@@ -236,6 +261,9 @@ struct locus_lens {
   void (*thread_fini)(void); /* the calling thread ends */
   void (*proc_fini)(void);   /* the calling thread ends the process */
   void (*after_fork)(void);  /* in the child, with the forking thread only */
+  /* Before a seccomp filter: stop what would make a system call later, in every thread
+   * (timers, page protections); then proc_fini runs. Optional. */
+  void (*sandbox)(void);
   int enabled;
 };
 extern struct locus_lens *locus_lenses[];
@@ -244,5 +272,6 @@ void locus_lenses_thread_init(void);
 void locus_lenses_thread_fini(void);
 void locus_lenses_proc_fini(void);
 void locus_lenses_after_fork(void);
+void locus_lenses_sandbox(void);
 
 #endif

@@ -237,11 +237,14 @@ struct locus_self *locus_self_get(void) {
 
 void locus_thread_start(uint32_t parent_tid, uint64_t start_routine,
                         struct locus_thread *reserved) {
+  if (!locus_busy_enter()) return;
   locus_tsc_check(); /* a thread inherits a disabled TSC */
-  if (!locus_enabled) return;
-  locus_me.guard++;
-  register_self(parent_tid, start_routine, 0, reserved);
-  locus_me.guard--;
+  if (locus_enabled) {
+    locus_me.guard++;
+    register_self(parent_tid, start_routine, 0, reserved);
+    locus_me.guard--;
+  }
+  locus_busy_leave();
 }
 
 void locus_thread_finish(void) {
@@ -339,5 +342,7 @@ uint32_t locus_join_map_peek(unsigned long pthread) {
 
 static void on_thread_exit(void *arg) {
   (void)arg;
+  if (!locus_busy_enter()) return;
   locus_thread_finish();
+  locus_busy_leave();
 }

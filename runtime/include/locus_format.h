@@ -66,13 +66,18 @@ struct locus_proc { /* 256 bytes, written at start, updated at exit */
    * (comm/allocs.c; added per thread in batches of 4096 and at its end: a thread still
    * running at exit leaves out its last batch). 0 in runs before it (was reserved). */
   uint64_t heap_dropped;
-  uint64_t reserved[14];
+  /* CLOCK_MONOTONIC when the process installed a seccomp filter (LOCUS_PROC_SANDBOXED), 0
+   * otherwise. 0 in runs before it (was reserved). */
+  uint64_t sandbox_ns;
+  uint64_t reserved[13];
 };
 
 #define LOCUS_PROC_EXITED 1u   /* end_ns/exit_status valid */
 #define LOCUS_PROC_SIGNALED 2u /* ended by a fatal signal the runtime saw */
 #define LOCUS_PROC_EXECED 4u   /* replaced itself with exec (new image is a new proc) */
 #define LOCUS_PROC_FORKED 8u   /* created by fork() of a recorded parent */
+/* installed a seccomp filter (sandbox_ns): its records end there, the process goes on */
+#define LOCUS_PROC_SANDBOXED 16u
 
 struct locus_thread { /* 64 bytes, one slot per thread, claimed at first sight */
   uint32_t tid;

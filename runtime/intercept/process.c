@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -312,7 +313,35 @@ LOCUS_EXPORT int prctl(int option, ...) {
   va_end(ap);
   /* Off before the call: a sample landing between the call and the check must not rdtsc. */
   if (option == PR_SET_TSC && a2 == PR_TSC_SIGSEGV) locus_tsc_off = 1;
+  if (option == PR_SET_SECCOMP && (a2 == SECCOMP_MODE_STRICT || a2 == SECCOMP_MODE_FILTER))
+    locus_before_sandbox();
   long rc = syscall(SYS_prctl, option, a2, a3, a4, a5);
   if (option == PR_SET_TSC) locus_tsc_check();
   return (int)rc;
+}
+
+/* libc's syscall(), for seccomp(2) (glibc has no wrapper of its own: libseccomp and most
+ * programs install their filters through this). The call itself is made here (a raw system
+ * call, errno as glibc sets it): the runtime's own syscall() calls come through too, from
+ * signal handlers, where looking the next definition up would not be safe. */
+LOCUS_EXPORT long syscall(long nr, ...) {
+  va_list ap;
+  va_start(ap, nr);
+  long a1 = va_arg(ap, long), a2 = va_arg(ap, long), a3 = va_arg(ap, long);
+  long a4 = va_arg(ap, long), a5 = va_arg(ap, long), a6 = va_arg(ap, long);
+  va_end(ap);
+  if (LOCUS_UNLIKELY(nr == SYS_seccomp) &&
+      (a1 == SECCOMP_SET_MODE_STRICT || a1 == SECCOMP_SET_MODE_FILTER))
+    locus_before_sandbox();
+  register long r10 __asm__("r10") = a4, r8 __asm__("r8") = a5, r9 __asm__("r9") = a6;
+  long rc;
+  __asm__ volatile("syscall"
+                   : "=a"(rc)
+                   : "0"(nr), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  if ((unsigned long)rc > -4096ul) {
+    errno = (int)-rc;
+    return -1;
+  }
+  return rc;
 }

@@ -373,6 +373,13 @@ static void on_segv(int sig, siginfo_t *si, void *ucv) {
   ucontext_t *uc = ucv;
   uintptr_t a = (uintptr_t)si->si_addr;
   if (si->si_code == SEGV_ACCERR && atomic_load_explicit(&locus_ft_live, memory_order_relaxed)) {
+    /* A seccomp filter is coming (locus_before_sandbox): the page gets its protection back
+     * from the thread installing it, before the filter; until then the access faults again. */
+    if (!locus_busy_enter()) {
+      errno = saved;
+      if (find(a)) return;
+      goto not_ours;
+    }
     int write = (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
     uint64_t ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     /* The same address faulting over and over is not a first touch any more (a protection
@@ -386,6 +393,7 @@ static void on_segv(int sig, siginfo_t *si, void *ucv) {
     fault_caller = locus_soft_caller(ip, uc);
     int mine = on_fault(a, write, ip, 0);
     fault_caller = 0;
+    locus_busy_leave();
     if (mine) {
       errno = saved;
       return;

@@ -228,6 +228,13 @@ static void proc_fini(void) {
   locus_ft_thread_fini();
 }
 
+/* Before a seccomp filter: no new region is protected, and every protected page gets the
+ * program's protection back (its first touch could not be taken after the filter). */
+static void sandbox(void) {
+  locus_numa.on = 0;
+  locus_ft_release(NULL, SIZE_MAX);
+}
+
 static void after_fork(void) {
   memset(&pin_cursor, 0, sizeof pin_cursor);
   locus_stream_reset_after_fork(&pin_stream);
@@ -247,4 +254,5 @@ struct locus_lens locus_lens_numa = {
     .thread_fini = thread_fini,
     .proc_fini = proc_fini,
     .after_fork = after_fork,
+    .sandbox = sandbox,
 };

@@ -94,6 +94,24 @@ def test_stress_ng_sigsegv_with_the_tsc_disabled(locus, lens):
     assert c["backend"] == "soft" and samples > 100, samples
 
 
+@pytest.mark.parametrize("lens", ["comm", "numa", "locks"])
+def test_stress_ng_seccomp_workers_are_not_killed(locus, lens):
+    """stress-ng's seccomp workers install allow-list filters (seccomp(2) through libc's
+    syscall()) and expect to exit cleanly: the runtime's getpid() in the _exit interposer
+    killed each with SIGSYS and the stressor failed. The runtime now finishes a process's
+    records before its filter goes on and makes no system call after it."""
+    stress = need("stress-ng")
+    cmd = [stress, "--seccomp", "2", "--timeout", "2s", "--metrics-brief"]
+    proc, run = locus.record(cmd, options=("--lens", lens), check=False, timeout=120)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0, err[-2000:]
+    assert "fail" not in err.lower() and "incomplete" not in err, err[-2000:]
+    assert "successful run completed" in err, err[-2000:]
+    r = locus.report(run)["run"]
+    assert r["complete"] is True
+    assert len(r["sandboxed"]) >= 10, len(r["sandboxed"])
+
+
 def test_stress_ng_cacheline_false_sharing_between_processes(locus):
     """stress-ng --cacheline: forked workers each write their own bytes of one cache line of
     a MAP_SHARED mapping (false sharing between processes). The report finds it, between

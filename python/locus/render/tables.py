@@ -136,6 +136,16 @@ def summary_lines(report: dict) -> list[str]:
         f"{_n(len(run['pids']), 'process', 'processes')}, {state}, exit "
         f"{'unknown' if run['exit_status'] is None else run['exit_status']}"
         + (f" (killed by {run['signal']})" if run.get("signal") else ""),
+    ]
+    box = run.get("sandboxed") or []
+    if box:
+        shown = ", ".join(f"{b['pid']} at {seconds(b['at_s'])}" for b in box[:4])
+        lines.append(
+            f"sandbox   {_n(len(box), 'process', 'processes')} installed a seccomp filter"
+            f" ({shown}{', ...' if len(box) > 4 else ''}): each is recorded up to it, not after"
+            " (the filter could refuse locus's system calls)"
+        )
+    lines += [
         f"overhead  {seconds(ov['runtime_s'])} in the runtime"
         f" ({percent(_pct(ov['runtime_s'], ov.get('thread_time_s') or dur))} of thread time),"
         f" {count(ov['records'])} records,"

@@ -209,6 +209,8 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
   (void)si;
   (void)uc;
   int saved = errno;
+  /* A seccomp filter is coming (locus_before_sandbox): its events are being disabled. */
+  if (!locus_busy_enter()) return;
   uint64_t c0 = locus_comm_self_begin();
   locus_me.guard++;
   /* After the process finished its records (exit in progress) only empty the rings. */
@@ -220,6 +222,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
     locus_comm_self_end(c0);
   }
   locus_me.guard--;
+  locus_busy_leave();
   errno = saved;
 }
 

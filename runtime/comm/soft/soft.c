@@ -1792,6 +1792,27 @@ static int tick_arm(uint64_t p) {
   return (int)syscall(SYS_timer_settime, me_soft.ktimer, 0, &its, NULL);
 }
 
+/* Every thread's POSIX timer (kernel id + 1; 0: a free slot), for soft_sandbox: the other
+ * threads' TLS cannot be reached. A timer past the table is still deleted by its thread. */
+#define TIMER_SLOTS 1024u
+static _Atomic int timer_ids[TIMER_SLOTS];
+
+static void timer_kept(int id, int on) {
+  int want = on ? 0 : id + 1, put = on ? id + 1 : 0;
+  for (uint32_t k = 0; k < TIMER_SLOTS; k++) {
+    _Atomic int *e = &timer_ids[((uint32_t)id + k) % TIMER_SLOTS];
+    int v = want;
+    if (atomic_load_explicit(e, memory_order_relaxed) == want &&
+        atomic_compare_exchange_strong(e, &v, put))
+      return;
+  }
+}
+
+static void timer_delete_kept(int id) {
+  timer_kept(id, 0);
+  syscall(SYS_timer_delete, id);
+}
+
 /* This thread's POSIX CPU-time timer (made at its first use; raw system calls, the kernel's
  * timer id), signalling SIGTRAP with our cookie every p ns of its CPU time: 0, or -1. */
 static int tick_start(uint64_t p) {
@@ -1805,6 +1826,7 @@ static int tick_start(uint64_t p) {
     int id = -1;
     if (syscall(SYS_timer_create, CLOCK_THREAD_CPUTIME_ID, &sev, &id) != 0) return -1;
     me_soft.ktimer = id;
+    timer_kept(id, 1);
   }
   return tick_arm(p);
 }
@@ -1875,7 +1897,7 @@ static int go_clock(void) {
   int fd = open_clock(1);
   if (fd < 0) return -1; /* stays on the tick */
   /* Deleted, not disarmed: each timer holds a unit of the user's RLIMIT_SIGPENDING. */
-  syscall(SYS_timer_delete, me_soft.ktimer);
+  timer_delete_kept(me_soft.ktimer);
   me_soft.ktimer = -1;
   /* A tick already queued arrives under SRC_SIGTRAP and is dropped (on_sampler_signal). */
   me_soft.fd = fd;
@@ -2123,6 +2145,11 @@ static void on_step(ucontext_t *uc) {
 static int on_sampler_signal(siginfo_t *si, void *uc) {
   int ours = 0;
   if (si->si_code == TRAP_TRACE && me_soft.step_left > 0) {
+    if (LOCUS_UNLIKELY(locus_quiet)) { /* a chain cut by a seccomp filter: no more steps */
+      me_soft.step_left = 0;
+      ((ucontext_t *)uc)->uc_mcontext.gregs[REG_EFL] &= ~(greg_t)EFL_TF;
+      return 1;
+    }
     on_step(uc);
     return 1;
   }
@@ -2146,7 +2173,8 @@ static int on_sampler_signal(siginfo_t *si, void *uc) {
     ours = me_soft.async_fd > 2 && si->si_fd == me_soft.async_fd;
     if (me_soft.source != SRC_ASYNC) return ours;
   }
-  if (ours) take_sample(uc, weight, timer);
+  /* Queued before a seccomp filter (locus_before_sandbox): ours, dropped with no system call. */
+  if (ours && !locus_quiet) take_sample(uc, weight, timer);
   return ours;
 }
 
@@ -2282,7 +2310,7 @@ static void stop_sampler(void) {
   me_soft.source = SRC_NONE; /* first: a sample meanwhile switches nothing (adapt) */
   me_soft.fd = me_soft.ktimer = -1;
   atomic_signal_fence(memory_order_seq_cst);
-  if (timer >= 0) syscall(SYS_timer_delete, timer);
+  if (timer >= 0) timer_delete_kept(timer);
   if (fd >= 0) {
     ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
     locus_fd_close(fd);
@@ -2393,8 +2421,20 @@ static void soft_proc_fini(void) {
   /* The alternate stack stays: other threads' signals may still run until exit. */
 }
 
+/* Before a seccomp filter: every thread's timer deleted (their perf events are disabled by
+ * locus_fds_disable_perf); a signal already queued finds locus_sandboxed set. */
+static void soft_sandbox(void) {
+  if (!proc_ok) return;
+  for (uint32_t i = 0; i < TIMER_SLOTS; i++) {
+    int v = atomic_exchange(&timer_ids[i], 0);
+    if (v) syscall(SYS_timer_delete, v - 1);
+  }
+}
+
 static void soft_after_fork(void) {
   if (!proc_ok) return;
+  /* The parent's timers are not the child's (none is inherited). */
+  for (uint32_t i = 0; i < TIMER_SLOTS; i++) atomic_store(&timer_ids[i], 0);
   /* The fds are the parent's events: close, never disable. Timers are not inherited. */
   locus_fd_close(me_soft.fd);
   /* Another thread may have held it at fork: the child has only this thread. */
@@ -2465,4 +2505,5 @@ struct locus_comm_backend_ops locus_comm_soft = {
     .thread_fini = soft_thread_fini,
     .proc_fini = soft_proc_fini,
     .after_fork = soft_after_fork,
+    .sandbox = soft_sandbox,
 };

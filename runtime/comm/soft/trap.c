@@ -60,6 +60,9 @@ static void chain(int sig, siginfo_t *si, void *uc) {
 
 static void on_trap(int sig, siginfo_t *si, void *uc) {
   int saved = errno;
+  /* Counted while ours runs (a seccomp filter waits for it); once quiet, the sampler and the
+   * watchpoints see locus_quiet and only tell their signals apart. */
+  int busy = locus_busy_enter();
   const struct locus_perf_siginfo *p = (const void *)si;
   if (si->si_code == TRAP_PERF && (p->perf_data & LOCUS_TRAP_COOKIE_MASK) == LOCUS_TRAP_COOKIE) {
     unsigned low = (unsigned)(p->perf_data & 0xffu);
@@ -69,6 +72,8 @@ static void on_trap(int sig, siginfo_t *si, void *uc) {
       locus_comm_detect_on_watch(low, si, uc);
     }
   } else if (!(locus_comm_trap_sampler && locus_comm_trap_sampler(si, uc))) {
+    if (busy) locus_busy_leave(); /* the program's handler may not return */
+    busy = 0;
     struct sigaction a = app_action;
     int no_handler =
         !(a.sa_flags & SA_SIGINFO) && (a.sa_handler == SIG_DFL || a.sa_handler == SIG_IGN);
@@ -80,6 +85,7 @@ static void on_trap(int sig, siginfo_t *si, void *uc) {
       chain(sig, si, uc);
     }
   }
+  if (busy) locus_busy_leave();
   errno = saved;
 }
 
