@@ -138,6 +138,9 @@ static inline void locus_busy_leave(void) { __atomic_fetch_sub(&locus_busy, 1, _
  * thread's sampling stops and the process's records are finished, while system calls still
  * work. */
 void locus_before_sandbox(void);
+/* seccomp(op, flags, fprog) is about to be called (op SECCOMP_SET_MODE_*): the runtime
+ * stops there (locus_before_sandbox) unless the filter allows what it needs (seccomp.c). */
+void locus_seccomp_before(long op, const void *fprog);
 extern struct locus_proc *locus_proc_hdr;
 extern int locus_proc_dirfd;
 int locus_run_dirfd(void);         /* the run directory (LOCUS_DIR), -1 if none */

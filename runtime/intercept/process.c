@@ -313,8 +313,10 @@ LOCUS_EXPORT int prctl(int option, ...) {
   va_end(ap);
   /* Off before the call: a sample landing between the call and the check must not rdtsc. */
   if (option == PR_SET_TSC && a2 == PR_TSC_SIGSEGV) locus_tsc_off = 1;
-  if (option == PR_SET_SECCOMP && (a2 == SECCOMP_MODE_STRICT || a2 == SECCOMP_MODE_FILTER))
-    locus_before_sandbox();
+  if (option == PR_SET_SECCOMP && a2 == SECCOMP_MODE_STRICT)
+    locus_seccomp_before(SECCOMP_SET_MODE_STRICT, NULL);
+  if (option == PR_SET_SECCOMP && a2 == SECCOMP_MODE_FILTER)
+    locus_seccomp_before(SECCOMP_SET_MODE_FILTER, (const void *)a3);
   long rc = syscall(SYS_prctl, option, a2, a3, a4, a5);
   if (option == PR_SET_TSC) locus_tsc_check();
   return (int)rc;
@@ -330,9 +332,7 @@ LOCUS_EXPORT long syscall(long nr, ...) {
   long a1 = va_arg(ap, long), a2 = va_arg(ap, long), a3 = va_arg(ap, long);
   long a4 = va_arg(ap, long), a5 = va_arg(ap, long), a6 = va_arg(ap, long);
   va_end(ap);
-  if (LOCUS_UNLIKELY(nr == SYS_seccomp) &&
-      (a1 == SECCOMP_SET_MODE_STRICT || a1 == SECCOMP_SET_MODE_FILTER))
-    locus_before_sandbox();
+  if (LOCUS_UNLIKELY(nr == SYS_seccomp)) locus_seccomp_before(a1, (const void *)a3);
   register long r10 __asm__("r10") = a4, r8 __asm__("r8") = a5, r9 __asm__("r9") = a6;
   long rc;
   __asm__ volatile("syscall"
