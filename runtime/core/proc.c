@@ -332,20 +332,11 @@ static void finish_records(int status, uint32_t flags);
 
 void locus_proc_finish(int status, uint32_t flags) {
   if (!locus_proc_hdr) return;
-  if (locus_sandboxed) {
-    /* The records ended at the filter; the end and status, with no system call (the vDSO's
-     * clock). A vfork child of the sandboxed process that ends first is not told apart. */
-    struct locus_proc *h = locus_proc_hdr;
-    if (h->flags & (LOCUS_PROC_EXITED | LOCUS_PROC_SIGNALED | LOCUS_PROC_EXECED)) return;
-    h->end_ns = locus_mono_ns();
-    if (status != INT32_MIN) h->exit_status = status;
-    atomic_signal_fence(memory_order_release);
-    h->flags |= flags;
-    return;
-  }
   /* A vfork child (or a raw clone) shares or copies our state without a fork handler:
-   * it must not finish the parent's run. */
-  if ((uint32_t)getpid() != locus_proc_hdr->pid) return;
+   * it must not finish the parent's run. After a seccomp filter there is no getpid(): the
+   * records ended at the filter (locus_enabled is 0), and the end and status are written
+   * with the vDSO's clock; a vfork child that ends first is not told apart. */
+  if (!locus_sandboxed && (uint32_t)getpid() != locus_proc_hdr->pid) return;
   finish_records(status, flags);
 }
 

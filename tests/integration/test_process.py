@@ -783,6 +783,8 @@ SANDBOXED = r"""
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -824,6 +826,7 @@ static void nap(long ms) {
 
 int main(int argc, char **argv) {
   int use_prctl = strcmp(argv[1], "prctl") == 0, deny = strcmp(argv[1], "deny") == 0;
+  int errno_ = strcmp(argv[1], "errno") == 0;
   char *mem = mmap(NULL, 64 << 12, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   pthread_t t[2];
   pthread_create(&t[0], NULL, work, NULL);
@@ -848,8 +851,18 @@ int main(int argc, char **argv) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
+  /* openat with O_CREAT refused (EACCES), everything else allowed: an argument test. */
+  struct sock_filter e[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_openat, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, O_CREAT, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EACCES),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
   struct sock_fprog prog = {sizeof f / sizeof f[0], f};
   if (deny) prog = (struct sock_fprog){sizeof d / sizeof d[0], d};
+  if (errno_) prog = (struct sock_fprog){sizeof e / sizeof e[0], e};
   prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
   long rc = use_prctl ? prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)
                       : syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC,
@@ -895,14 +908,16 @@ def test_a_seccomp_filter_does_not_kill_the_program(locus, tmp_path, lens, how):
         assert names["before_filter"]["false"] > 0 and "after_filter" not in names, names
 
 
-def test_a_seccomp_filter_that_allows_the_runtime_keeps_the_recording(locus, tmp_path):
-    """A deny-list filter (ptrace and mount killed, everything else allowed): the runtime runs
-    the filter over every system call it makes itself, finds each allowed, and records on
-    (QEMU's -sandbox, man-db's). The false sharing after the filter is found too."""
+@pytest.mark.parametrize("how", ["deny", "errno"])
+def test_a_seccomp_filter_that_allows_the_runtime_keeps_the_recording(locus, tmp_path, how):
+    """A deny-list filter (ptrace and mount killed, everything else allowed), or one that
+    refuses openat(O_CREAT) with EACCES (an argument test, followed both ways): the runtime
+    runs the filter over every system call it makes itself, finds nothing it cannot survive,
+    and records on (QEMU's -sandbox). The false sharing after the filter is found too."""
     src, exe = tmp_path / "sbx.c", tmp_path / "sbx"
     src.write_text(SANDBOXED)
     subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
-    proc, run = locus.record([str(exe), "deny"], ("--lens", "comm"))
+    proc, run = locus.record([str(exe), how], ("--lens", "comm"))
     assert proc.stdout == b"filter\ndone 1\n" and b"seccomp" not in proc.stderr, proc.stderr
     rep = locus.report(run)
     assert rep["run"]["sandboxed"] == [] and rep["run"]["complete"] is True
