@@ -260,6 +260,9 @@ static void start_process(int forked) {
 static void after_fork_child(void) {
   /* A sandboxed parent's header is not the child's (no getpid() to tell them apart later). */
   if (locus_sandboxed) locus_proc_hdr = NULL;
+  /* Only the forking thread goes on: the parent's other threads' work in flight is not the
+   * child's to wait for (locus_before_sandbox). */
+  atomic_store(&locus_busy, 0);
   if (!locus_enabled) return;
   /* The signals that end a process wait until the child's records are set up: a pool
    * that terminates a worker just forked would otherwise leave it half-recorded. */
@@ -391,7 +394,8 @@ static void on_fatal_signal(int sig, siginfo_t *si, void *uc) {
 /* seccomp: a filter the program installs (prctl(PR_SET_SECCOMP), seccomp(2) through libc's
  * syscall(), as libseccomp does) applies to the runtime's system calls too, and an allow-list
  * refuses them: stress-ng's seccomp workers were killed by SIGSYS at the runtime's getpid()
- * in _exit. So, while system calls still work, every thread's sampling stops (timers
+ * in _exit. A filter that lets the runtime's calls through changes nothing (seccomp.c);
+ * before any other, while system calls still work, every thread's sampling stops (timers
  * deleted, perf events disabled, page protections lifted) and the records are finished, as at
  * exit; from then on the runtime makes none (interposers forward, handlers return at once,
  * the exit writes its status to the mapped header). The process goes on unrecorded. A
@@ -404,9 +408,11 @@ void locus_before_sandbox(void) {
       (uint32_t)getpid() != locus_proc_hdr->pid)
     return;
   atomic_store(&locus_quiet, 1);
-  /* A handler preempted halfway, a thread starting or ending: ~1 s at most (a count left
-   * by a handler the program jumped out of must not hang it). */
-  for (int i = 0; atomic_load(&locus_busy) > 0 && i < 200000; i++) sched_yield();
+  /* A handler preempted halfway, a thread starting or ending: 1 s at most (a count left by
+   * a handler the program jumped out of must not hang it). */
+  for (uint64_t until = locus_mono_ns() + 1000000000ull;
+       atomic_load(&locus_busy) > 0 && locus_mono_ns() < until;)
+    sched_yield();
   locus_lenses_sandbox();
   locus_fds_disable_perf();
   locus_proc_hdr->sandbox_ns = locus_mono_ns();

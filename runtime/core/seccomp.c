@@ -7,9 +7,9 @@
  * a record or leaves a sampler unstarted, and every call's failure is handled), whatever the
  * arguments and the calling address: a test on those follows both ways. Otherwise (KILL,
  * TRAP, TRACE, USER_NOTIF on a path, a program the kernel will refuse) the process's
- * recording ends before the filter (locus_before_sandbox). So a
- * deny-list (QEMU's -sandbox, man-db's, a container's profile) keeps the process recorded
- * and an allow-list (stress-ng's, a renderer's) stops it. */
+ * recording ends before the filter (locus_before_sandbox). So a deny-list (QEMU's -sandbox,
+ * a container's profile) keeps the process recorded, and an allow-list (stress-ng's,
+ * man-db's, whose default is TRAP) stops it. */
 #define _GNU_SOURCE
 #include <linux/audit.h>
 #include <linux/filter.h>

@@ -2422,7 +2422,7 @@ static void soft_proc_fini(void) {
 }
 
 /* Before a seccomp filter: every thread's timer deleted (their perf events are disabled by
- * locus_fds_disable_perf); a signal already queued finds locus_sandboxed set. */
+ * locus_fds_disable_perf); a signal already queued finds locus_quiet set. */
 static void soft_sandbox(void) {
   if (!proc_ok) return;
   for (uint32_t i = 0; i < TIMER_SLOTS; i++) {
