@@ -1047,6 +1047,63 @@ class SignalForwarder:
 # -- record --------------------------------------------------------------------------------
 
 
+def runtime_mapped(pid: int, runtime: str) -> bool:
+    """Whether process `pid` has the runtime mapped: its image is recorded."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return any(line.rstrip().endswith(" " + runtime) for line in f)
+    except OSError:
+        return False
+
+
+def settle(run_dir: str, runtime: str) -> tuple[list[str], list[int | None], list[str], list[str]]:
+    """The run's entries and their proc.bin flags once the program has exited, with the
+    entries of processes still running (a daemon: it outlived the program) and the pids of
+    processes that exec'd and still run an image whose entry is not there yet.
+
+    A process not finished yet that still runs is told apart from one that ended without
+    finishing; flags are read again after that check (a process that finished meanwhile is
+    finished). Both are given DAEMON_GRACE_S: a daemon that finishes its work at once
+    (daemon(3), a double fork that writes a file and exits) ends with whole records, and the
+    image a background child of a shell exec's (`sh -c 'prog &'`, its runtime starting as
+    the shell exits) gets its entry. One that runs on is left running, and the run says so.
+    An exec'd image still running without the runtime mapped when the grace ends (the
+    preload dropped, static, setuid) is not recorded.
+    """
+    runtime = os.path.realpath(runtime)
+    flags: dict[str, int | None] = {}
+
+    def listed() -> list[str]:
+        entries = proc_entries(run_dir)
+        for e in entries:
+            if e not in flags or not ended(flags[e]):
+                flags[e] = proc_flags(os.path.join(e, "proc.bin"))
+        return entries
+
+    def in_exec(entries: list[str]) -> list[str]:
+        pids = unrecorded_execs(entries, [flags[e] for e in entries])
+        return [p for p in pids if process_of_run(int(p), run_dir)]
+
+    entries = listed()
+    alive = [e for e in entries if not ended(flags[e]) and still_running(e, run_dir)]
+    entries = listed()
+    deadline = time.monotonic() + DAEMON_GRACE_S
+    while True:
+        alive = [e for e in alive if not ended(flags[e])]
+        execing = in_exec(entries)
+        if (not alive and not execing) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.005)
+        known = set(entries)
+        entries = listed()
+        alive += [e for e in entries if e not in known and not ended(flags[e])]
+        alive = [e for e in alive if still_running(e, run_dir)]
+    running = [e for e in alive if not ended(flags[e])]
+    # Still in exec after the grace: running the runtime (its entry comes), or not recorded.
+    execing = [p for p in execing if runtime_mapped(int(p), runtime)]
+    return entries, [flags[e] for e in entries], running, execing
+
+
 # How long the launcher waits, after the program exits, for processes it left running (a
 # daemon) to finish their records before it reports them as still running.
 DAEMON_GRACE_S = 0.2
@@ -1238,33 +1295,12 @@ def record(
         perfwarm.stop()
         stop_monitor(engine, fifo, meta)
         status, signame = exit_status(child.returncode)
-        entries = proc_entries(run_dir)
+        entries, finished, running, execing = settle(run_dir, runtime)
         copy_perf_maps(entries, start_wall)
-        finished = [proc_flags(os.path.join(e, "proc.bin")) for e in entries]
-        # A process not finished yet that still runs (a daemon: it outlived the program) is
-        # told apart from one that ended without finishing; read again after that check,
-        # a process that finished meanwhile is finished.
-        todo = [i for i, f in enumerate(finished) if not ended(f)]
-        alive = [i for i in todo if still_running(entries[i], run_dir)]
-        for i in todo:
-            finished[i] = proc_flags(os.path.join(entries[i], "proc.bin"))
-        # A daemon that finishes its work at once (daemon(3), a double fork that writes a
-        # file and exits) is given DAEMON_GRACE_S to end, so that its records are whole; one
-        # that runs on is left running, and the run says so.
-        deadline = time.monotonic() + DAEMON_GRACE_S
-        while True:
-            alive = [i for i in alive if not ended(finished[i])]
-            if not alive or time.monotonic() >= deadline:
-                break
-            time.sleep(0.005)
-            alive = [i for i in alive if still_running(entries[i], run_dir)]
-            for i in todo:
-                finished[i] = proc_flags(os.path.join(entries[i], "proc.bin"))
-        running = [entries[i] for i in alive if not ended(finished[i])]
         # Every process finished its records: at exit, at exec, or in the runtime's handler
         # of a fatal signal (a crash or SIGTERM: the records are whole up to it). SIGKILL
         # leaves them unfinished.
-        all_ended = bool(entries) and all(ended(f) for f in finished)
+        all_ended = bool(entries) and all(ended(f) for f in finished) and not execing
         threads = sum(count_threads(e) for e in entries)
         meta.update(
             end_ns=end_ns,
@@ -1303,6 +1339,8 @@ def record(
             file=sys.stderr,
         )
     for pid in unrecorded_execs(entries, finished):
+        if pid in execing:  # said below, with the processes still running
+            continue
         print(
             f"locus: warning: process {pid} exec'd a program the runtime did not record (it "
             "dropped LD_PRELOAD, as `env -u LD_PRELOAD` does, or is setuid or static)",
@@ -1321,9 +1359,9 @@ def record(
         )
     # A process still running after the program exited (daemon(), a double fork) has not
     # finished its records yet: the report reads them as whole once it has.
-    for e in running:
+    for pid in [os.path.basename(e).split(".")[0] for e in running] + execing:
         print(
-            f"locus: warning: a process (pid {os.path.basename(e).split('.')[0]}) was still "
+            f"locus: warning: a process (pid {pid}) was still "
             "running when the program exited (daemon?): its records may be incomplete if you "
             "report before it ends",
             file=sys.stderr,

@@ -468,6 +468,12 @@ def _count(n: int, one: str, many: str = "") -> str:
     return f"{n} {one if n == 1 else many or one + 's'}"
 
 
+def _image_no(key: str) -> int:
+    """The image of a run entry's key: 0 for procs/PID, K for procs/PID.K (after K execs)."""
+    k = key.partition(".")[2]
+    return int(k) if k.isdigit() else 0
+
+
 def _pids(procs: list) -> str:
     """'process 12', 'processes 12, 15, ...'."""
     pids = ", ".join(str(p.pid) for p in procs[:5]) + (", ..." if len(procs) > 5 else "")
@@ -818,8 +824,17 @@ class RunDir:
         (a daemon), or are still running as it is read."""
         out = []
         end = self.meta.get("end_ns")
+        # A process is its last image: one that exec'd (`sh -c 'prog &'`) ended there.
+        last: dict[int, Proc] = {}
+        for p in self.procs:
+            if p.pid not in last or _image_no(p.key) > _image_no(last[p.pid].key):
+                last[p.pid] = p
         if isinstance(end, int) and end > 0:
-            late = [p for p in self.procs if p.complete and int(p.hdr["end_ns"]) > end]
+            late = [
+                p
+                for p in last.values()
+                if p.complete and not p.flags & PROC_EXECED and int(p.hdr["end_ns"]) > end
+            ]
             if late:
                 after = (max(int(p.hdr["end_ns"]) for p in late) - end) / 1e9
                 one = len(late) == 1
@@ -829,7 +844,7 @@ class RunDir:
                     f"{after:.2f} s after the program exited, so they are whole; the run's "
                     "duration and scheduler samples end at the program's exit"
                 )
-        running = [p for p in self.procs if not p.complete and process_of_run(p.pid, self.path)]
+        running = [p for p in last.values() if not p.complete and process_of_run(p.pid, self.path)]
         if running:
             one = len(running) == 1
             out.append(

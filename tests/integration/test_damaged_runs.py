@@ -283,3 +283,62 @@ def test_a_daemon_that_outlived_the_program(locus, tmp_path):
     (note,) = rep["run"]["notes"]
     assert "outlived the program (a daemon?)" in note and "so they are whole" in note, note
     assert not any("incomplete run" in n for n in rep["lenses"]["comm"]["notes"])
+
+
+STATIC_SLEEP = """
+#include <unistd.h>
+int main(void) { usleep(600000); return 0; }
+"""
+
+
+@pytest.mark.parametrize("image", ["dynamic", "static"])
+def test_a_shell_s_background_job(locus, tmp_path, image):
+    """`sh -c 'prog & echo started'`: the shell exits at once; its child exec's prog as the
+    launcher finishes. The launcher listed the run before the child's new image had its
+    entry and warned that the child "exec'd a program the runtime did not record (it
+    dropped LD_PRELOAD ...)", when the runtime was starting in it; the report then named the
+    child twice ("processes 12836, 12836 outlived the program"), once for the shell image
+    that exec'd. Now a recorded image is waited for or said to be still running, a static
+    one (not recorded) is still named so, and the report names each process once."""
+    if image == "static":
+        src, prog = tmp_path / "st.c", tmp_path / "stsleep"
+        src.write_text(STATIC_SLEEP)
+        built = subprocess.run(["gcc", "-static", "-o", str(prog), str(src)], capture_output=True)
+        if built.returncode != 0:
+            pytest.skip("no static libc to link with")
+        job = str(prog)
+    else:
+        job = "sleep 0.6"
+    run, log = locus.new_dir(), tmp_path / "stderr"
+    with open(log, "wb") as f:  # (the job keeps the stderr it inherited open)
+        proc = locus.run(
+            "record", "--lens", "comm", "-o", str(run), "--", "sh", "-c", f"{job} & echo started",
+            capture_output=False, stdout=subprocess.DEVNULL, stderr=f,
+        )  # fmt: skip
+    err = log.read_text()
+    assert proc.returncode == 0, err
+    shell = json.loads((run / "meta.json").read_text())
+    entries = sorted((run / "procs").iterdir())
+    pids = sorted({int(e.name.split(".")[0]) for e in entries})
+    assert len(pids) == 2, entries  # the shell, its child
+    child = max(pids)
+    if image == "static":
+        assert f"process {child} exec'd a program the runtime did not record" in err, err
+        assert "still running" not in err, err
+    else:
+        assert "did not record" not in err, err
+        assert f"a process (pid {child}) was still running when the program exited" in err, err
+        assert shell["complete"] is False, shell
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/{child}"):
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.05)
+    time.sleep(0.1)
+    rep = locus.report(run)
+    assert rep["run"]["complete"] is True, rep["run"]
+    notes = rep["run"].get("notes", [])
+    if image == "static":
+        assert not notes, notes  # its recorded image ended at the exec, with the shell
+    else:
+        (note,) = notes
+        assert note.startswith(f"process {child} outlived the program (a daemon?)"), note
