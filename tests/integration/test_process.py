@@ -76,6 +76,39 @@ def test_signal_to_launcher_is_forwarded(locus, sig):
     assert rep["run"]["exit_status"] == 128 + sig
 
 
+# Processes ended by a signal nobody handles, other than by the launcher: SIGPIPE is how
+# `yes | head` ends yes, SIGALRM an alarm() with no handler, SIGXCPU `ulimit -S -t` (its soft limit).
+ENDED_BY = {
+    "SIGPIPE": "yes | head -n 1000 > /dev/null",
+    "SIGALRM": "perl -e 'alarm 1; sleep 10'; true",
+    "SIGXCPU": "ulimit -S -t 1; perl -e '1 while 1'; true",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENDED_BY))
+def test_a_process_ended_by_a_signal_finishes_its_records(locus, name):
+    """Their runtime only caught the signals of a crash and of kill's usual ones: `yes |
+    head` left its run incomplete ("a process ended without finishing its records (killed,
+    or ... a raw exit_group)"), for a pipeline as plain as any shell's."""
+    sig = getattr(signal, name)
+    run = locus.new_dir()
+    proc = locus.run("record", "--lens", "comm", "-o", str(run), "--", "sh", "-c", ENDED_BY[name])
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0, err
+    assert "incomplete" not in err, err
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["complete"] is True, err
+    ended = []
+    for e in (run / "procs").iterdir():
+        b = (e / "proc.bin").read_bytes()
+        flags = int.from_bytes(b[76:80], "little")
+        status = int.from_bytes(b[72:76], "little", signed=True)
+        if flags & 2:  # PROC_SIGNALED
+            ended.append(status)
+    assert ended == [-sig], ended
+    assert locus.report(run)["run"]["complete"] is True
+
+
 def test_stdio_and_exit_status_pass_through(locus):
     run = locus.new_dir()
     script = "cat; echo to-stderr >&2; exit 3"
