@@ -77,7 +77,7 @@ def test_signal_to_launcher_is_forwarded(locus, sig):
 
 
 # Processes ended by a signal nobody handles, other than by the launcher: SIGPIPE is how
-# `yes | head` ends yes, SIGALRM an alarm() with no handler, SIGXCPU `ulimit -S -t` (its soft limit).
+# `yes | head` ends yes, SIGALRM an alarm() with no handler, SIGXCPU a soft CPU-time limit.
 ENDED_BY = {
     "SIGPIPE": "yes | head -n 1000 > /dev/null",
     "SIGALRM": "perl -e 'alarm 1; sleep 10'; true",
