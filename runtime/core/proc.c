@@ -184,10 +184,9 @@ static void on_fatal_signal(int sig, siginfo_t *si, void *uc);
  * finished its records before the filter went on). SIGPIPE is how `prog | head` ends prog,
  * SIGALRM an alarm() nobody handles, SIGXCPU `ulimit -t`: each left an incomplete run. */
 static void install_signal_handlers(void) {
-  static const int sigs[] = {SIGINT,  SIGTERM, SIGHUP,    SIGQUIT, SIGABRT, SIGSEGV,
-                             SIGBUS,  SIGFPE,  SIGILL,    SIGUSR1, SIGUSR2, SIGPIPE,
-                             SIGALRM, SIGXCPU, SIGXFSZ,   SIGVTALRM, SIGPROF, SIGIO,
-                             SIGPWR,  SIGSTKFLT};
+  static const int sigs[] = {SIGINT,  SIGTERM,   SIGHUP,  SIGQUIT, SIGABRT, SIGSEGV,  SIGBUS,
+                             SIGFPE,  SIGILL,    SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM,  SIGXCPU,
+                             SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO,   SIGPWR,  SIGSTKFLT};
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
     struct sigaction old;
     if (sigaction(sigs[i], NULL, &old) != 0) continue;
