@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 LOCUS := $(VENV)/bin/locus
 
 APT_PACKAGES := build-essential python3-venv python3-pip libunwind-dev clang-format llvm clang \
-	binutils pigz sysbench stress-ng libgomp1 nodejs gfortran procps libzydis-dev chromium cmake \
+	binutils pigz zstd sysbench stress-ng libgomp1 nodejs gfortran procps libzydis-dev chromium cmake \
 	gcc-12-plugin-dev
 
 # The real-NUMA VM tier (tests/vm, scripts/numavm): QEMU (TCG) + busybox initramfs. The

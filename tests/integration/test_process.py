@@ -956,3 +956,61 @@ def test_a_seccomp_filter_that_allows_the_runtime_keeps_the_recording(locus, tmp
     assert rep["run"]["sandboxed"] == [] and rep["run"]["complete"] is True
     names = {o["name"]: o for o in rep["lenses"]["comm"]["objects"]}
     assert names["before_filter"]["false"] > 0 and names["after_filter"]["false"] > 0, names
+
+
+SYSV_SIGNAL = r"""
+/* Built with -std=c99: glibc's headers make signal() __sysv_signal. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static void on_segv(int s) {
+  (void)s;
+  static const char m[] = "the program's handler\n";
+  write(2, m, sizeof m - 1);
+  _exit(3);
+}
+static void *work(void *arg) {
+  size_t n = (size_t)32 << 20;
+  char *a = malloc(n);
+  memset(a, 1, n);
+  volatile unsigned long s = 0;
+  for (long i = 0; i < 300000000L; i++) s += a[(i * 4096) % n];
+  return arg;
+}
+int main(void) {
+  signal(SIGSEGV, on_segv);
+  signal(SIGTRAP, SIG_DFL);
+  pthread_t t;
+  pthread_create(&t, NULL, work, NULL);
+  pthread_join(t, NULL);
+  puts("done");
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("lens", ["comm", "numa"])
+def test_signal_under_strict_c_keeps_the_runtime_s_handlers(locus, tmp_path, lens):
+    """A program built with -std=c99 (or -ansi) calls __sysv_signal for signal(): the
+    runtime interposed signal() and sigaction() only, so the program's SIGSEGV handler
+    replaced the numa lens' first-touch handler (zstd: "Caught SIGSEGV signal, printing
+    stack", exit 139; here the program's handler, exit 3) and its SIGTRAP reset to the
+    default replaced the comm sampler's (killed by the next sample, exit 133)."""
+    src, exe = tmp_path / "sysv.c", tmp_path / "sysv"
+    src.write_text(SYSV_SIGNAL)
+    subprocess.run(
+        ["gcc", "-O1", "-std=c99", "-D_POSIX_C_SOURCE=200809L", "-pthread", "-o", str(exe),
+         str(src)],
+        check=True,
+    )  # fmt: skip
+    proc, run = locus.record([str(exe)], ("--lens", lens), check=False)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-500:])
+    assert proc.stdout == b"done\n"
+    data = locus.report(run)["lenses"][lens]
+    if lens == "comm":
+        assert data["samples"] > 100, data["samples"]
+    else:  # the worker's 32 MiB, first-touched page by page
+        assert data["totals"]["first_touch"] + data["totals"]["unpinned_first_touch"] > 4000

@@ -49,6 +49,24 @@ def test_pigz_output_identical_and_cond_waits_seen(locus):
     assert cond, sorted({r["kind"] for r in locks["locks"]})
 
 
+@pytest.mark.parametrize("lenses", ["numa", "comm,numa"])
+def test_zstd_with_its_own_segv_handler(locus, lenses):
+    """zstd installs a SIGSEGV handler that prints a stack, through __sysv_signal (its CLI is
+    built as strict C): it replaced the numa lens' first-touch handler, and the first touch
+    of its buffers ran it ("Caught SIGSEGV signal, printing stack", exit 139)."""
+    zstd = need("zstd")
+    src = locus.tmp / "input.bin"
+    make_input(src)
+    argv = [zstd, "-T2", "-3", "-q", "-c", str(src)]
+    plain = subprocess.run(argv, capture_output=True, timeout=120)
+    assert plain.returncode == 0
+    proc, run = locus.record(argv, ("--lens", lenses), check=False)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-600:])
+    assert proc.stdout == plain.stdout, "zstd output differs under locus"
+    numa = locus.report(run)["lenses"]["numa"]["totals"]
+    assert numa["first_touch"] + numa["unpinned_first_touch"] > 0, numa
+
+
 def test_sysbench_mutex_counts(locus):
     sysbench = need("sysbench")
     # Long enough (~0.3 s) that the threads overlap even on a loaded 2-CPU machine: a 40 ms

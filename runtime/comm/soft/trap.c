@@ -161,23 +161,78 @@ LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigactio
   return 0;
 }
 
-LOCUS_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
+/* signal() and its variants, for the two signals locus keeps its handler in front of: the
+ * program's handler is recorded as the one to chain to (kept_signal: 1, *prev its previous
+ * one); 0 for every other signal, which the caller forwards. The flags are the variant's:
+ * BSD's signal() and bsd_signal() restart and mask the signal in its handler; System V's
+ * sysv_signal() - what signal() is in a program built with -std=c99 or -ansi, glibc's
+ * headers redirecting it to __sysv_signal - neither restarts nor masks, and resets to the
+ * default on delivery. zstd is one such program: its SIGSEGV handler, installed through
+ * __sysv_signal, replaced the numa lens' first-touch handler, and the first touch of a
+ * fresh page ran zstd's handler instead ("Caught SIGSEGV signal, printing stack", exit
+ * 139). sigset() (System V) installs with no flags. */
+static int kept_signal(int sig, sighandler_t handler, int flags, sighandler_t *prev) {
+  if (sig != SIGSEGV && !(sig == SIGTRAP && atomic_load(&installed))) return 0;
+  struct sigaction a, old;
+  memset(&a, 0, sizeof a);
+  a.sa_handler = handler;
+  a.sa_flags = flags;
+  sigemptyset(&a.sa_mask);
+  if (!(flags & SA_NODEFER) && flags & SA_RESTART) sigaddset(&a.sa_mask, sig);
   if (sig == SIGSEGV) {
-    struct sigaction a, old;
-    memset(&a, 0, sizeof a);
-    a.sa_handler = handler;
-    a.sa_flags = SA_RESTART;
-    if (locus_ft_sigaction(&a, &old)) return old.sa_handler;
+    if (!locus_ft_sigaction(&a, &old)) return 0;
+    *prev = old.sa_handler;
+    return 1;
   }
-  if (sig != SIGTRAP || !atomic_load(&installed)) {
-    static sighandler_t (*real_signal)(int, sighandler_t);
-    if (!real_signal) real_signal = (sighandler_t(*)(int, sighandler_t))dlsym(RTLD_NEXT, "signal");
-    if (!real_signal) return SIG_ERR;
-    return real_signal(sig, handler);
-  }
-  sighandler_t prev = app_action.sa_handler; /* shares its storage with sa_sigaction */
-  memset(&app_action, 0, sizeof app_action);
-  app_action.sa_handler = handler;
-  app_action.sa_flags = SA_RESTART;
-  return prev;
+  *prev = app_action.sa_handler; /* shares its storage with sa_sigaction */
+  app_action = a;
+  return 1;
+}
+
+#define FORWARD_SIGNAL(name, sig, handler)                                        \
+  do {                                                                            \
+    static sighandler_t (*next)(int, sighandler_t);                               \
+    if (!next) next = (sighandler_t(*)(int, sighandler_t))dlsym(RTLD_NEXT, name); \
+    if (!next) {                                                                  \
+      errno = ENOSYS;                                                             \
+      return SIG_ERR;                                                             \
+    }                                                                             \
+    return next(sig, handler);                                                    \
+  } while (0)
+
+#ifndef SA_INTERRUPT
+#define SA_INTERRUPT 0x20000000
+#endif
+#define BSD_FLAGS SA_RESTART
+#define SYSV_FLAGS (SA_INTERRUPT | SA_NODEFER | SA_RESETHAND)
+
+LOCUS_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
+  sighandler_t prev;
+  if (kept_signal(sig, handler, BSD_FLAGS, &prev)) return prev;
+  FORWARD_SIGNAL("signal", sig, handler);
+}
+
+LOCUS_EXPORT sighandler_t bsd_signal(int sig, sighandler_t handler) {
+  sighandler_t prev;
+  if (kept_signal(sig, handler, BSD_FLAGS, &prev)) return prev;
+  FORWARD_SIGNAL("bsd_signal", sig, handler);
+}
+
+LOCUS_EXPORT sighandler_t __sysv_signal(int sig, sighandler_t handler) {
+  sighandler_t prev;
+  if (kept_signal(sig, handler, SYSV_FLAGS, &prev)) return prev;
+  FORWARD_SIGNAL("__sysv_signal", sig, handler);
+}
+
+LOCUS_EXPORT sighandler_t sysv_signal(int sig, sighandler_t handler) {
+  sighandler_t prev;
+  if (kept_signal(sig, handler, SYSV_FLAGS, &prev)) return prev;
+  FORWARD_SIGNAL("sysv_signal", sig, handler);
+}
+
+/* SIG_HOLD blocks the signal (through sigprocmask, which keeps ours unblocked): forwarded. */
+LOCUS_EXPORT sighandler_t sigset(int sig, sighandler_t handler) {
+  sighandler_t prev;
+  if (handler != SIG_HOLD && kept_signal(sig, handler, 0, &prev)) return prev;
+  FORWARD_SIGNAL("sigset", sig, handler);
 }
