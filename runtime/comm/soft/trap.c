@@ -173,6 +173,7 @@ LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigactio
  * 139). sigset() (System V) installs with no flags. */
 static int kept_signal(int sig, sighandler_t handler, int flags, sighandler_t *prev) {
   if (sig != SIGSEGV && !(sig == SIGTRAP && atomic_load(&installed))) return 0;
+  if (handler == SIG_HOLD) return 0; /* sigset: blocks it (sigprocmask keeps ours unblocked) */
   struct sigaction a, old;
   memset(&a, 0, sizeof a);
   a.sa_handler = handler;
@@ -189,50 +190,28 @@ static int kept_signal(int sig, sighandler_t handler, int flags, sighandler_t *p
   return 1;
 }
 
-#define FORWARD_SIGNAL(name, sig, handler)                                        \
-  do {                                                                            \
-    static sighandler_t (*next)(int, sighandler_t);                               \
-    if (!next) next = (sighandler_t(*)(int, sighandler_t))dlsym(RTLD_NEXT, name); \
-    if (!next) {                                                                  \
-      errno = ENOSYS;                                                             \
-      return SIG_ERR;                                                             \
-    }                                                                             \
-    return next(sig, handler);                                                    \
-  } while (0)
-
 #ifndef SA_INTERRUPT
 #define SA_INTERRUPT 0x20000000
 #endif
 #define BSD_FLAGS SA_RESTART
 #define SYSV_FLAGS (SA_INTERRUPT | SA_NODEFER | SA_RESETHAND)
 
-LOCUS_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
-  sighandler_t prev;
-  if (kept_signal(sig, handler, BSD_FLAGS, &prev)) return prev;
-  FORWARD_SIGNAL("signal", sig, handler);
-}
+/* One interposer of the signal() family: kept_signal, else the next definition of `name`. */
+#define SIGNAL_INTERPOSER(name, flags)                                             \
+  LOCUS_EXPORT sighandler_t name(int sig, sighandler_t handler) {                  \
+    static sighandler_t (*next)(int, sighandler_t);                                \
+    sighandler_t prev;                                                             \
+    if (kept_signal(sig, handler, flags, &prev)) return prev;                      \
+    if (!next) next = (sighandler_t(*)(int, sighandler_t))dlsym(RTLD_NEXT, #name); \
+    if (!next) {                                                                   \
+      errno = ENOSYS;                                                              \
+      return SIG_ERR;                                                              \
+    }                                                                              \
+    return next(sig, handler);                                                     \
+  }
 
-LOCUS_EXPORT sighandler_t bsd_signal(int sig, sighandler_t handler) {
-  sighandler_t prev;
-  if (kept_signal(sig, handler, BSD_FLAGS, &prev)) return prev;
-  FORWARD_SIGNAL("bsd_signal", sig, handler);
-}
-
-LOCUS_EXPORT sighandler_t __sysv_signal(int sig, sighandler_t handler) {
-  sighandler_t prev;
-  if (kept_signal(sig, handler, SYSV_FLAGS, &prev)) return prev;
-  FORWARD_SIGNAL("__sysv_signal", sig, handler);
-}
-
-LOCUS_EXPORT sighandler_t sysv_signal(int sig, sighandler_t handler) {
-  sighandler_t prev;
-  if (kept_signal(sig, handler, SYSV_FLAGS, &prev)) return prev;
-  FORWARD_SIGNAL("sysv_signal", sig, handler);
-}
-
-/* SIG_HOLD blocks the signal (through sigprocmask, which keeps ours unblocked): forwarded. */
-LOCUS_EXPORT sighandler_t sigset(int sig, sighandler_t handler) {
-  sighandler_t prev;
-  if (handler != SIG_HOLD && kept_signal(sig, handler, 0, &prev)) return prev;
-  FORWARD_SIGNAL("sigset", sig, handler);
-}
+SIGNAL_INTERPOSER(signal, BSD_FLAGS)
+SIGNAL_INTERPOSER(bsd_signal, BSD_FLAGS)
+SIGNAL_INTERPOSER(__sysv_signal, SYSV_FLAGS)
+SIGNAL_INTERPOSER(sysv_signal, SYSV_FLAGS)
+SIGNAL_INTERPOSER(sigset, 0)
