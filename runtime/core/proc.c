@@ -183,23 +183,71 @@ static void on_fatal_signal(int sig, siginfo_t *si, void *uc);
  * caught), SIGTRAP (the soft sampler's) and SIGSYS (a seccomp filter's verdict: the runtime
  * finished its records before the filter went on). SIGPIPE is how `prog | head` ends prog,
  * SIGALRM an alarm() nobody handles, SIGXCPU `ulimit -t`: each left an incomplete run. */
+static const int fatal_sigs[] = {SIGINT,  SIGTERM,   SIGHUP,  SIGQUIT, SIGABRT, SIGSEGV,  SIGBUS,
+                                 SIGFPE,  SIGILL,    SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM,  SIGXCPU,
+                                 SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO,   SIGPWR,  SIGSTKFLT};
+
+static int fatal_listed(int sig) {
+  for (size_t i = 0; i < sizeof fatal_sigs / sizeof fatal_sigs[0]; i++)
+    if (fatal_sigs[i] == sig) return 1;
+  return 0;
+}
+
+static void fatal_action(struct sigaction *sa) {
+  memset(sa, 0, sizeof *sa);
+  sa->sa_sigaction = on_fatal_signal;
+  sa->sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
+  sigemptyset(&sa->sa_mask);
+}
+
+int locus_is_fatal_handler(const struct sigaction *a) {
+  return a && (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == on_fatal_signal;
+}
+
+/* The finishing handler stands for the default action, and the program sees it as that:
+ * sigaction() and the signal() family report SIG_DFL where it is installed, and a program
+ * asking for SIG_DFL gets it (installed again if the program's own handler had replaced
+ * it). Python's signal module reads every handler at start-up and takes one it did not
+ * install for None: `signal.signal(s, signal.getsignal(s))`, the save-and-restore of every
+ * Python program that handles SIGTERM for a while, raised "TypeError: signal handler must
+ * be signal.SIG_IGN, signal.SIG_DFL, or a callable object" under locus. Returns -2 when the
+ * call is not about the finishing handler (the caller makes it), else what `real` did. */
+int locus_fatal_sigaction(int sig, const struct sigaction *act, struct sigaction *old,
+                          int (*real)(int, const struct sigaction *, struct sigaction *)) {
+  struct sigaction cur, fin;
+  if (!fatal_listed(sig) || !real || real(sig, NULL, &cur) != 0) return -2;
+  int ours = locus_is_fatal_handler(&cur);
+  int dfl = act && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL;
+  if (!ours && !(dfl && locus_enabled && !locus_sandboxed)) return -2;
+  int rc = 0;
+  if (dfl) {
+    fatal_action(&fin);
+    if (!ours) rc = real(sig, &fin, NULL);
+  } else if (act) {
+    rc = real(sig, act, NULL);
+  }
+  if (rc == 0 && old) {
+    if (ours) {
+      memset(old, 0, sizeof *old);
+      old->sa_handler = SIG_DFL;
+    } else {
+      *old = cur;
+    }
+  }
+  return rc;
+}
+
 static void install_signal_handlers(void) {
-  static const int sigs[] = {SIGINT,  SIGTERM,   SIGHUP,  SIGQUIT, SIGABRT, SIGSEGV,  SIGBUS,
-                             SIGFPE,  SIGILL,    SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM,  SIGXCPU,
-                             SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO,   SIGPWR,  SIGSTKFLT};
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+  for (size_t i = 0; i < sizeof fatal_sigs / sizeof fatal_sigs[0]; i++) {
     struct sigaction old;
-    if (sigaction(sigs[i], NULL, &old) != 0) continue;
+    if (sigaction(fatal_sigs[i], NULL, &old) != 0) continue;
     /* The program's own handlers (or SIG_IGN) stay; only default dispositions, which would
      * kill the process without running exit handlers, get a finishing handler. */
     if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler != SIG_DFL) continue;
     if ((old.sa_flags & SA_SIGINFO) && old.sa_sigaction) continue;
     struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_fatal_signal;
-    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    sigaction(sigs[i], &sa, NULL);
+    fatal_action(&sa);
+    sigaction(fatal_sigs[i], &sa, NULL);
   }
 }
 

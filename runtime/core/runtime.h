@@ -177,6 +177,11 @@ int locus_fd_next_owned(unsigned from, unsigned to);
 const sigset_t *locus_keep_unblocked(int how, const sigset_t *set, sigset_t *copy);
 /* One more signal kept unblocked the same way (the hw backend's sample signal). */
 void locus_keep_signal(int sig);
+/* The runtime's finishing handler of a fatal signal, seen by the program as SIG_DFL
+ * (core/proc.c): -2 when the call is not about it, else the result of `real`. */
+int locus_fatal_sigaction(int sig, const struct sigaction *act, struct sigaction *old,
+                          int (*real)(int, const struct sigaction *, struct sigaction *));
+int locus_is_fatal_handler(const struct sigaction *a);
 /* Lazily initialise if an interposer runs before the constructor. */
 void locus_ensure_init(void);
 void locus_proc_finish(int status, uint32_t flags);

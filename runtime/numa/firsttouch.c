@@ -410,8 +410,17 @@ int locus_ft_installed(void) { return atomic_load_explicit(&installed, memory_or
 /* Called by the sigaction() interposer (comm/soft/trap.c) for SIGSEGV: 1 if handled. */
 int locus_ft_sigaction(const struct sigaction *act, struct sigaction *old) {
   if (!atomic_load(&installed)) return 0;
-  if (old) *old = app_segv;
-  if (act) app_segv = *act;
+  /* The runtime's finishing handler (chained to) reads as, and stays for, SIG_DFL. */
+  int ours = locus_is_fatal_handler(&app_segv);
+  if (old) {
+    *old = app_segv;
+    if (ours) {
+      memset(old, 0, sizeof *old);
+      old->sa_handler = SIG_DFL;
+    }
+  }
+  if (act && !(ours && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL))
+    app_segv = *act;
   return 1;
 }
 

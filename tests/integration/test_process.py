@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -1014,3 +1015,71 @@ def test_signal_under_strict_c_keeps_the_runtime_s_handlers(locus, tmp_path, len
         assert data["samples"] > 100, data["samples"]
     else:  # the worker's 32 MiB, first-touched page by page
         assert data["totals"]["first_touch"] + data["totals"]["unpinned_first_touch"] > 4000
+
+
+SAVE_RESTORE = """
+import os, signal
+for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGALRM, signal.SIGPIPE):
+    old = signal.getsignal(s)
+    assert old in (signal.SIG_DFL, signal.SIG_IGN), (s, old)
+    signal.signal(s, lambda *a: None)
+    signal.signal(s, old)
+print("restored", flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+DEFAULT_SEEN = r"""
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+static volatile sig_atomic_t got;
+static void on_usr1(int s) { got = s; }
+int main(void) {
+  struct sigaction old, mine;
+  if (sigaction(SIGTERM, NULL, &old) || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))
+    return puts("SIGTERM does not read SIG_DFL"), 1;
+  if (signal(SIGHUP, SIG_DFL) != SIG_DFL) return puts("signal() did not return SIG_DFL"), 1;
+  memset(&mine, 0, sizeof mine);
+  mine.sa_handler = on_usr1;
+  if (sigaction(SIGUSR1, &mine, &old) || old.sa_handler != SIG_DFL) return puts("USR1 old"), 1;
+  raise(SIGUSR1);
+  if (got != SIGUSR1) return puts("the program's own handler did not run"), 1;
+  puts("ok");
+  fflush(stdout);
+  signal(SIGTERM, SIG_DFL); /* the default action, still ended with whole records */
+  raise(SIGTERM);
+  return 2;
+}
+"""
+
+
+def test_the_runtime_s_fatal_signal_handlers_read_as_the_default(locus, tmp_path):
+    """The runtime finishes a process's records in a handler of its own for the signals whose
+    default action ends the process. The program saw that handler: Python's signal module
+    took it for a handler not installed from Python (None), and restoring it (`signal.signal(
+    s, signal.getsignal(s))`, which every Python program that handles SIGTERM for a while
+    does) raised TypeError: a `locus record` recorded by locus failed so. Now sigaction()
+    and signal() read SIG_DFL there, asking for SIG_DFL keeps the finishing handler, and a
+    handler of the program's own replaces it."""
+    proc, run = locus.record([sys.executable, "-c", SAVE_RESTORE], ("--lens", "locks"), check=False)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
+    assert proc.stdout == b"restored\n"
+    rep = locus.report(run)["run"]
+    assert rep["complete"] is True and rep["signal"] == "SIGTERM", rep
+
+    src, exe = tmp_path / "dfl.c", tmp_path / "dfl"
+    src.write_text(DEFAULT_SEEN)
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True)
+    proc, run = locus.record([str(exe)], ("--lens", "comm"), check=False)
+    assert proc.stdout == b"ok\n", proc.stdout
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    rep = locus.report(run)["run"]
+    assert rep["complete"] is True and rep["signal"] == "SIGTERM", rep
+
+    # locus recorded by locus: the inner launcher saves and restores SIGTERM, SIGHUP, SIGQUIT
+    inner = locus.new_dir("inner")
+    argv = [*locus.argv, "record", "-o", str(inner), "--", "true"]
+    proc, run = locus.record(argv, ("--lens", "locks"), check=False)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0 and "Traceback" not in err, err

@@ -155,6 +155,8 @@ LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigactio
     act = &unblocked;
   }
   if (sig == SIGSEGV && locus_ft_sigaction(act, old)) return 0;
+  int rc = locus_fatal_sigaction(sig, act, old, real);
+  if (rc != -2) return rc;
   if (sig != SIGTRAP || !atomic_load(&installed)) return real(sig, act, old);
   if (old) *old = app_action;
   if (act) app_action = *act;
@@ -172,7 +174,6 @@ LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigactio
  * fresh page ran zstd's handler instead ("Caught SIGSEGV signal, printing stack", exit
  * 139). sigset() (System V) installs with no flags. */
 static int kept_signal(int sig, sighandler_t handler, int flags, sighandler_t *prev) {
-  if (sig != SIGSEGV && !(sig == SIGTRAP && atomic_load(&installed))) return 0;
   if (handler == SIG_HOLD) return 0; /* sigset: blocks it (sigprocmask keeps ours unblocked) */
   struct sigaction a, old;
   memset(&a, 0, sizeof a);
@@ -180,11 +181,17 @@ static int kept_signal(int sig, sighandler_t handler, int flags, sighandler_t *p
   a.sa_flags = flags;
   sigemptyset(&a.sa_mask);
   if (!(flags & SA_NODEFER) && flags & SA_RESTART) sigaddset(&a.sa_mask, sig);
-  if (sig == SIGSEGV) {
-    if (!locus_ft_sigaction(&a, &old)) return 0;
+  if (sig == SIGSEGV && locus_ft_sigaction(&a, &old)) {
     *prev = old.sa_handler;
     return 1;
   }
+  /* A fatal signal whose handler is the runtime's finishing one (it reads as SIG_DFL). */
+  int rc = locus_fatal_sigaction(sig, &a, &old, get_real());
+  if (rc != -2) {
+    *prev = rc == 0 ? old.sa_handler : SIG_ERR;
+    return 1;
+  }
+  if (sig != SIGTRAP || !atomic_load(&installed)) return 0;
   *prev = app_action.sa_handler; /* shares its storage with sa_sigaction */
   app_action = a;
   return 1;
