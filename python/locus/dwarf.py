@@ -311,7 +311,13 @@ def _run(args: list[str]) -> str:
     if exe is None:
         return ""
     try:
-        p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=TIMEOUT_S)
+        p = subprocess.run(
+            [exe, *args],
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            timeout=TIMEOUT_S,
+        )
     except (OSError, subprocess.SubprocessError):
         return ""
     return p.stdout if p.returncode == 0 else ""

@@ -180,7 +180,12 @@ def linked_libraries(exe: str) -> list[str]:
         return []
     try:
         p = subprocess.run(
-            [interp, "--list", exe], capture_output=True, text=True, timeout=30, check=False
+            [interp, "--list", exe],
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            timeout=30,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return []

@@ -481,9 +481,11 @@ def _pids(procs: list) -> str:
 
 
 def read_text(path: str) -> str:
-    """A text file of the run, "" when it cannot be read."""
+    """A text file of the run, "" when it cannot be read. Bytes that are not UTF-8 (a file
+    name in Latin-1, in maps) are kept as the file system's own decoding keeps them, so that
+    the path opens again (with "replace", a program named so was never symbolized)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
             return f.read()
     except OSError:
         return ""

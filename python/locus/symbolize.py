@@ -365,7 +365,14 @@ class Symbolizer:
                 return self._run_code_json(path, vaddrs, empty)
             cmd = [self.tool, f"--obj={path}", "--no-inlines", "--demangle"]
             inp = "".join(f"DATA {v:#x}\n" for v in vaddrs)
-            p = subprocess.run(cmd, input=inp, capture_output=True, text=True, timeout=120)
+            p = subprocess.run(
+                cmd,
+                input=inp,
+                capture_output=True,
+                text=True,
+                errors="surrogateescape",
+                timeout=120,
+            )
         except (OSError, subprocess.SubprocessError):
             return empty
         blocks = p.stdout.split("\n\n")
@@ -398,7 +405,9 @@ class Symbolizer:
         """Code addresses with their inline chains (llvm-symbolizer JSON): see user_frame."""
         cmd = [self.tool or "", f"--obj={path}", "--demangle", "--output-style=JSON"]
         inp = "".join(f"CODE {v:#x}\n" for v in vaddrs)
-        p = subprocess.run(cmd, input=inp, capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            cmd, input=inp, capture_output=True, text=True, errors="surrogateescape", timeout=120
+        )
         res = []
         lines = p.stdout.splitlines()
         for i in range(len(vaddrs)):
@@ -414,7 +423,9 @@ class Symbolizer:
             return _nm_data(path, vaddrs)
         cmd = ["addr2line", "-f", "-C", "-e", path]
         inp = "".join(f"{v:#x}\n" for v in vaddrs)
-        p = subprocess.run(cmd, input=inp, capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            cmd, input=inp, capture_output=True, text=True, errors="surrogateescape", timeout=120
+        )
         lines = p.stdout.split("\n")
         res = []
         for i in range(len(vaddrs)):
@@ -655,7 +666,11 @@ def _nm_data(path: str, vaddrs: list[int]) -> list[tuple[str, int | None] | None
     """Data symbols without llvm-symbolizer: `nm -S` (symbol table, sizes) per module."""
     try:
         p = subprocess.run(
-            ["nm", "-S", "-C", "--defined-only", path], capture_output=True, text=True, timeout=60
+            ["nm", "-S", "-C", "--defined-only", path],
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            timeout=60,
         )
     except (OSError, subprocess.SubprocessError):
         return [None] * len(vaddrs)

@@ -744,3 +744,43 @@ def test_memory_shared_between_processes_is_measured_and_named(locus, tmp_path):
     assert top["name"].endswith("(MAP_SHARED | MAP_ANONYMOUS)"), top["name"]
     advice = [a for a in c["advice"] if top["name"] in a]
     assert advice and "aligned_alloc" not in advice[0], c["advice"]
+
+
+LATIN1 = r"""
+#include <pthread.h>
+#include <stdio.h>
+long shared[8];
+static void *worker(void *a) {
+  long i = (long)a;
+  for (long k = 0; k < 60000000; k++) __atomic_fetch_add(&shared[i], 1, __ATOMIC_RELAXED);
+  return NULL;
+}
+int main(void) {
+  pthread_t t[2];
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, worker, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  printf("%ld\n", shared[0] + shared[1]);
+  return 0;
+}
+"""
+
+
+def test_a_program_whose_path_is_not_utf8(locus, tmp_path):
+    """A directory named in Latin-1 (`r\\xe9sultats`): maps were read with errors="replace",
+    so the program's path did not open and nothing of it was named ("100 % of the code
+    sites' volume is in code outside every loaded object", threads named by address), and
+    with that fixed llvm-dwarfdump's and nm's output, carrying the path, raised
+    UnicodeDecodeError out of `locus report`."""
+    where = tmp_path / os.fsdecode(b"r\xe9sultats")
+    where.mkdir()
+    src, exe = where / "fs.c", where / "fs"
+    src.write_text(LATIN1)
+    subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(src)], check=True)
+    proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    text = locus.run("report", str(run), "--lens", "comm")
+    assert text.returncode == 0 and b"Traceback" not in text.stderr, text.stderr[-800:]
+    comm = locus.report(run)["lenses"]["comm"]
+    assert {t["name"] for t in comm["threads"][1:]} == {"worker"}, comm["threads"]
+    assert comm["objects"][0]["name"] == "shared", comm["objects"][:2]
+    assert comm["sites"][0]["function"] == "worker", comm["sites"][:2]
+    assert comm["sites"][0]["file"].endswith("sultats/fs.c"), comm["sites"][0]
