@@ -215,9 +215,11 @@ int locus_is_fatal_handler(const struct sigaction *a) {
 int locus_fatal_sigaction(int sig, const struct sigaction *act, struct sigaction *old,
                           int (*real)(int, const struct sigaction *, struct sigaction *)) {
   struct sigaction cur, fin;
-  if (!fatal_listed(sig) || !real || real(sig, NULL, &cur) != 0) return -2;
+  /* After a seccomp filter: no system call of the runtime's own (the query below). */
+  if (locus_sandboxed || !fatal_listed(sig) || !real || real(sig, NULL, &cur) != 0) return -2;
   int ours = locus_is_fatal_handler(&cur);
-  int dfl = act && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL;
+  /* (sa_handler and sa_sigaction share their storage: SIG_DFL is 0 in both) */
+  int dfl = act && act->sa_handler == SIG_DFL;
   if (!ours && !(dfl && locus_enabled && !locus_sandboxed)) return -2;
   int rc = 0;
   if (dfl) {

@@ -419,8 +419,7 @@ int locus_ft_sigaction(const struct sigaction *act, struct sigaction *old) {
       old->sa_handler = SIG_DFL;
     }
   }
-  if (act && !(ours && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL))
-    app_segv = *act;
+  if (act && !(ours && act->sa_handler == SIG_DFL)) app_segv = *act;
   return 1;
 }
 

@@ -174,7 +174,9 @@ LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigactio
  * fresh page ran zstd's handler instead ("Caught SIGSEGV signal, printing stack", exit
  * 139). sigset() (System V) installs with no flags. */
 static int kept_signal(int sig, sighandler_t handler, int flags, sighandler_t *prev) {
-  if (handler == SIG_HOLD) return 0; /* sigset: blocks it (sigprocmask keeps ours unblocked) */
+  /* SIG_HOLD (sigset) blocks it, and sigprocmask keeps ours unblocked; SIG_ERR is libc's
+   * EINVAL to give. */
+  if (handler == SIG_HOLD || handler == SIG_ERR) return 0;
   struct sigaction a, old;
   memset(&a, 0, sizeof a);
   a.sa_handler = handler;
