@@ -178,6 +178,9 @@ static int open_proc_dir(void) {
 }
 
 static void on_fatal_signal(int sig, siginfo_t *si, void *uc);
+static _Atomic uintptr_t finisher;
+static _Atomic int finished_all;
+static _Atomic int exit_calls;
 
 /* Every signal whose default action ends the process, but SIGKILL and SIGSTOP (cannot be
  * caught), SIGTRAP (the soft sampler's) and SIGSYS (a seccomp filter's verdict: the runtime
@@ -315,6 +318,10 @@ static void start_process(int forked) {
 static void after_fork_child(void) {
   /* A sandboxed parent's header is not the child's (no getpid() to tell them apart later). */
   if (locus_sandboxed) locus_proc_hdr = NULL;
+  /* The parent's other threads ending it (exit, a finishing handler) are not the child's. */
+  atomic_store(&finisher, 0);
+  atomic_store(&finished_all, 0);
+  atomic_store(&exit_calls, 0);
   /* Only the forking thread goes on: the parent's other threads' work in flight is not the
    * child's to wait for (locus_before_sandbox). */
   atomic_store(&locus_busy, 0);
@@ -398,18 +405,41 @@ void locus_proc_finish(int status, uint32_t flags) {
   finish_records(status, flags);
 }
 
-static void finish_records(int status, uint32_t flags) {
-  if (!locus_enabled) {
-    /* Ended (a pool's SIGTERM) while a forked child was still setting up its records:
-     * nothing of it is half-written, only its end is missing. Already finished: nothing. */
-    struct locus_proc *h = locus_proc_hdr;
-    if (h->flags & (LOCUS_PROC_EXITED | LOCUS_PROC_SIGNALED | LOCUS_PROC_EXECED)) return;
-    h->end_ns = locus_mono_ns();
-    if (status != INT32_MIN) h->exit_status = status;
-    atomic_signal_fence(memory_order_release);
-    h->flags |= flags;
-    return;
+/* One thread finishes the records. Another that ends the process meanwhile (exit() or
+ * _exit() in two threads at once, a fatal signal in one while another exits) waits until
+ * they are whole, at most FINISH_WAIT_NS (the finishing thread may be waiting for it: an
+ * exit handler joining it), rather than ending the process with them half-written. */
+#define FINISH_WAIT_NS 2000000000ull
+/* ...and at most START_WAIT_NS for it to start (an exit handler of the program's own runs
+ * before the runtime's: one that joins the waiting thread would otherwise hold both). */
+#define START_WAIT_NS 500000000ull
+/* finisher: &locus_me of the thread finishing, 0 none yet; finished_all: it has; exit_calls:
+ * exit() calls so far (declared above, for after_fork_child). */
+
+void locus_wait_finished(void) {
+  if (locus_sandboxed) return; /* (nanosleep is a system call) */
+  /* Nothing to wait for: no records, or none being kept and nobody finishing them. */
+  if (!locus_proc_hdr || (!atomic_load(&finisher) && !locus_enabled)) return;
+  uint64_t t0 = locus_mono_ns();
+  for (uint64_t now = t0; !atomic_load(&finished_all) && now < t0 + FINISH_WAIT_NS &&
+                          (atomic_load(&finisher) || now < t0 + START_WAIT_NS);
+       now = locus_mono_ns()) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
   }
+}
+
+/* exit() from two threads at once: glibc runs the exit handlers (the runtime's destructor,
+ * which finishes the records, among them) in the first; the second, finding none left,
+ * ends the process at once: 5 runs in 40 of three threads and main calling exit() read
+ * "incomplete". The second waits for the records. Returns 1 for the first caller. */
+int locus_exit_entered(void) {
+  if (atomic_fetch_add(&exit_calls, 1) == 0) return 1;
+  if (atomic_load(&finisher) != (uintptr_t)&locus_me) locus_wait_finished();
+  return 0;
+}
+
+static void finish_body(int status, uint32_t flags) {
   locus_enabled = 0; /* interposers from here on forward only */
   int interrupted_runtime = locus_me.guard > 0;
   locus_me.guard++;
@@ -429,6 +459,32 @@ static void finish_records(int status, uint32_t flags) {
   h->flags |= flags;
   copy_file("/proc/self/maps", locus_proc_dirfd, "maps.exit");
   locus_me.guard--;
+}
+
+static void finish_records(int status, uint32_t flags) {
+  uintptr_t me = (uintptr_t)&locus_me, owner = atomic_load(&finisher);
+  if (owner && owner != me) { /* another thread is finishing them, or has */
+    locus_wait_finished();
+    return;
+  }
+  if (!locus_enabled) {
+    /* Ended (a pool's SIGTERM) while a forked child was still setting up its records:
+     * nothing of it is half-written, only its end is missing. Already finished: nothing. */
+    struct locus_proc *h = locus_proc_hdr;
+    if (h->flags & (LOCUS_PROC_EXITED | LOCUS_PROC_SIGNALED | LOCUS_PROC_EXECED)) return;
+    h->end_ns = locus_mono_ns();
+    if (status != INT32_MIN) h->exit_status = status;
+    atomic_signal_fence(memory_order_release);
+    h->flags |= flags;
+    return;
+  }
+  owner = 0;
+  if (!atomic_compare_exchange_strong(&finisher, &owner, me)) {
+    if (owner != me) locus_wait_finished();
+    return;
+  }
+  finish_body(status, flags);
+  atomic_store(&finished_all, 1);
 }
 
 __attribute__((destructor(101))) static void locus_dtor(void) {

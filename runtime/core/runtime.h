@@ -185,6 +185,10 @@ int locus_is_fatal_handler(const struct sigaction *a);
 /* Lazily initialise if an interposer runs before the constructor. */
 void locus_ensure_init(void);
 void locus_proc_finish(int status, uint32_t flags);
+/* exit() entered: 1 for the first call; a later one (another thread) waits, bounded, for the
+ * records to be finished (core/proc.c). */
+int locus_exit_entered(void);
+void locus_wait_finished(void);
 /* The runtime's own mappings, past the program's mmap/munmap interposers (raw system
  * calls): a record chunk released inside the first-touch SIGSEGV handler was recorded as a
  * program munmap, with --call-stack unwound there, and libunwind faulted (SIGSEGV). */

@@ -191,7 +191,7 @@ LOCUS_EXPORT int pthread_join(pthread_t th, void **ret) {
 }
 
 LOCUS_EXPORT void exit(int status) {
-  if (locus_proc_hdr) locus_proc_hdr->exit_status = status;
+  if (locus_exit_entered() && locus_proc_hdr) locus_proc_hdr->exit_status = status;
   REAL(exit_, "exit")(status);
 }
 

@@ -1083,3 +1083,59 @@ def test_the_runtime_s_fatal_signal_handlers_read_as_the_default(locus, tmp_path
     proc, run = locus.record(argv, ("--lens", "locks"), check=False)
     err = proc.stderr.decode(errors="replace")
     assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+EXIT_TOGETHER = r"""
+#include <pthread.h>
+#include <stdlib.h>
+static pthread_barrier_t b;
+static pthread_t joined;
+static volatile int go;
+static volatile long spin[64];
+static void *w(void *a) {
+  long i = (long)a;
+  for (long k = 0; k < 2000000; k++) spin[i * 8]++;
+  pthread_barrier_wait(&b);
+  exit(0);
+}
+static void *late(void *a) {
+  (void)a;
+  while (!go) ;
+  exit(3);
+}
+static void join_late(void) { go = 1; pthread_join(joined, NULL); }
+int main(int argc, char **argv) {
+  (void)argv;
+  if (argc > 1) { /* an exit handler joining a thread that calls exit() itself */
+    pthread_create(&joined, NULL, late, NULL);
+    atexit(join_late);
+    exit(0);
+  }
+  pthread_barrier_init(&b, NULL, 5);
+  pthread_t t[4];
+  for (long i = 0; i < 4; i++) pthread_create(&t[i], NULL, w, (void *)(i + 1));
+  pthread_barrier_wait(&b);
+  exit(0);
+}
+"""
+
+
+def test_exit_from_several_threads_at_once(locus, tmp_path):
+    """Five threads calling exit() at once: glibc runs the exit handlers (the runtime's
+    destructor, which finishes the records, among them) in the first; the others, finding
+    none left, ended the process at once, the records half-written: 20 runs in 20 read
+    "incomplete". The later callers wait for the records now; and where the first one's exit
+    handler joins a thread that calls exit() (each waits for the other), the wait gives up
+    after half a second and the program ends as without locus (exit 3)."""
+    src, exe = tmp_path / "ex.c", tmp_path / "ex"
+    src.write_text(EXIT_TOGETHER)
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
+    for _ in range(3):
+        proc, run = locus.record([str(exe)], ("--lens", "comm"))
+        assert b"incomplete" not in proc.stderr, proc.stderr
+        assert json.loads((run / "meta.json").read_text())["complete"] is True
+    t0 = time.monotonic()
+    proc, run = locus.record([str(exe), "join"], ("--lens", "comm"), check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert time.monotonic() - t0 < 10
+    assert locus.report(run)["run"]["complete"] is True
