@@ -465,7 +465,9 @@ static void finish_records(int status, uint32_t flags) {
   uintptr_t me = (uintptr_t)&locus_me, owner = atomic_load(&finisher);
   if (owner && owner != me) { /* another thread is finishing them, or has */
     locus_wait_finished();
-    return;
+    if (!atomic_load(&finished_all)) return; /* gave up waiting */
+    /* (finished: below, the end and status of a process that goes on after a seccomp
+     * filter) */
   }
   if (!locus_enabled) {
     /* Ended (a pool's SIGTERM) while a forked child was still setting up its records:
