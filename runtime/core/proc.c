@@ -79,17 +79,154 @@ static int env_flag(const char *name) {
   return v && v[0] == '1';
 }
 
-/* Copy a small file (maps) with read/write only, replacing `to` or appended to it. */
+/* One line of a maps file, with where its fields are: merged with the next when that maps
+ * the same file on from where this one ends. */
+struct maps_line {
+  uint64_t lo, hi, off;
+  size_t len, perms; /* text length; offset of the permissions field in text */
+  size_t offset;     /* offset of the file-offset field */
+  size_t rest;       /* offset of the field after the file offset (device, inode, path) */
+  int file;          /* a path (starting with '/') */
+  int merged;        /* hi moved past the text's */
+  char text[400];
+};
+
+static int hex_field(const char *s, size_t n, size_t *i, char end, uint64_t *v) {
+  uint64_t x = 0;
+  size_t k = *i;
+  for (; k < n && s[k] != end; k++) {
+    char c = s[k];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return -1;
+    x = x << 4 | (uint64_t)d;
+  }
+  if (k >= n || k == *i) return -1;
+  *v = x;
+  *i = k + 1;
+  return 0;
+}
+
+static int maps_parse(struct maps_line *l) {
+  size_t i = 0;
+  if (hex_field(l->text, l->len, &i, '-', &l->lo) || hex_field(l->text, l->len, &i, ' ', &l->hi))
+    return -1;
+  l->perms = i;
+  while (i < l->len && l->text[i] != ' ') i++;
+  l->offset = ++i;
+  if (i >= l->len || hex_field(l->text, l->len, &i, ' ', &l->off)) return -1;
+  l->rest = i;
+  const char *slash = memchr(l->text + i, '/', l->len - i);
+  l->file = slash && slash[-1] == ' ';
+  l->merged = 0;
+  return 0;
+}
+
+static void put_hex(char *b, size_t *n, uint64_t v) { /* as the kernel's %08lx */
+  char t[16];
+  int k = 0;
+  do t[k++] = "0123456789abcdef"[v & 15];
+  while (v >>= 4);
+  for (; k < 8; k++) t[k] = '0';
+  while (k) b[(*n)++] = t[--k];
+}
+
+/* Whole lines, written when the buffer is full (two snapshots appended at once do not
+ * interleave mid-line). */
+struct maps_out {
+  int fd;
+  size_t n;
+  char buf[512];
+};
+
+static void out_write(struct maps_out *o, const char *s, size_t n) {
+  if (o->n + n > sizeof o->buf && o->n) {
+    syscall(SYS_write, o->fd, o->buf, o->n);
+    o->n = 0;
+  }
+  if (n > sizeof o->buf) {
+    syscall(SYS_write, o->fd, s, n);
+    return;
+  }
+  memcpy(o->buf + o->n, s, n);
+  o->n += n;
+}
+
+static void maps_flush(struct maps_out *o, struct maps_line *l) {
+  if (!l->len) return;
+  if (!l->merged) {
+    out_write(o, l->text, l->len);
+  } else { /* the first mapping's line, its end moved */
+    char line[sizeof l->text + 40];
+    size_t n = 0;
+    put_hex(line, &n, l->lo);
+    line[n++] = '-';
+    put_hex(line, &n, l->hi);
+    line[n++] = ' ';
+    memcpy(line + n, l->text + l->perms, l->len - l->perms);
+    out_write(o, line, n + l->len - l->perms);
+  }
+  l->len = 0;
+}
+
+/* Copy /proc/self/maps (raw read/write calls), replacing `to` or appended to it. The
+ * runtime gives some pages a mapping each, the decoder's tables and its own read-only
+ * segments (against the kernel's fault-around: soft.c isolate_pages and trim_object): 210
+ * lines of one process's maps were those pages, 21-52 KiB of each copy, twice per process,
+ * 130 MB of a run of 3000 processes. Adjacent mappings of one file at consecutive offsets
+ * and with the same permissions are written as one line again, as the kernel lists them
+ * without the split. A line longer than the buffer goes out as read. */
 static void copy_file_to(const char *from, int dirfd, const char *to, int append) {
   int in = open(from, O_RDONLY | O_CLOEXEC);
   if (in < 0) return;
-  int out = openat(dirfd, to, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
-  if (out >= 0) {
-    char buf[1024]; /* a page or more on the stack: resident in the program for good */
+  struct maps_out o;
+  o.fd = openat(dirfd, to, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  o.n = 0;
+  if (o.fd >= 0) {
+    /* Small buffers: a page or more on the stack is resident in the program for good. */
+    struct maps_line pend = {0}, cur = {0};
+    char buf[256];
+    int raw = 0; /* inside a line too long for cur: passed through */
     ssize_t n;
-    while ((n = syscall(SYS_read, in, buf, sizeof buf)) > 0)
-      if (syscall(SYS_write, out, buf, (size_t)n) != n) break;
-    close(out);
+    while ((n = syscall(SYS_read, in, buf, sizeof buf)) > 0) {
+      for (ssize_t i = 0; i < n; i++) {
+        char c = buf[i];
+        if (raw) {
+          out_write(&o, &buf[i], 1);
+          raw = c != '\n';
+          continue;
+        }
+        if (cur.len == sizeof cur.text) { /* too long: out as it comes */
+          maps_flush(&o, &pend);
+          out_write(&o, cur.text, cur.len);
+          cur.len = 0;
+          out_write(&o, &buf[i], 1);
+          raw = c != '\n';
+          continue;
+        }
+        cur.text[cur.len++] = c;
+        if (c != '\n') continue;
+        if (maps_parse(&cur) != 0) {
+          maps_flush(&o, &pend);
+          out_write(&o, cur.text, cur.len);
+        } else if (pend.len && pend.file && cur.file && cur.lo == pend.hi &&
+                   cur.off == pend.off + (pend.hi - pend.lo) &&
+                   cur.offset - cur.perms == pend.offset - pend.perms &&
+                   !memcmp(cur.text + cur.perms, pend.text + pend.perms, cur.offset - cur.perms) &&
+                   cur.len - cur.rest == pend.len - pend.rest &&
+                   !memcmp(cur.text + cur.rest, pend.text + pend.rest, cur.len - cur.rest)) {
+          pend.hi = cur.hi;
+          pend.merged = 1;
+        } else {
+          maps_flush(&o, &pend);
+          pend = cur;
+        }
+        cur.len = 0;
+      }
+    }
+    maps_flush(&o, &pend);
+    if (cur.len) out_write(&o, cur.text, cur.len);
+    if (o.n) syscall(SYS_write, o.fd, o.buf, o.n);
+    close(o.fd);
   }
   close(in);
 }

@@ -1150,3 +1150,36 @@ def test_a_small_process_reserves_little_disk(locus):
     slots = entry / "threads.bin"
     assert slots.stat().st_blocks * 512 <= 8192, slots.stat()
     assert slots.stat().st_size == 64 * 64
+
+
+def _maps_rows(text: str) -> list[tuple[int, int, str, int, str]]:
+    rows = []
+    for line in text.splitlines():
+        f = line.split(None, 5)
+        lo, hi = (int(x, 16) for x in f[0].split("-"))
+        rows.append((lo, hi, f[1], int(f[2], 16), f[5] if len(f) > 5 else ""))
+    return rows
+
+
+def test_the_maps_copies_join_the_runtime_s_split_mappings(locus):
+    """The runtime maps some pages one apart (the decoder's tables, its own read-only pages:
+    the kernel's fault-around cannot then map their neighbours): 210 lines of each maps
+    copy were those pages, 21-52 KiB twice per process. The copies join adjacent mappings of
+    one file at consecutive offsets with the same permissions, as the kernel would list
+    them; everything else is as /proc/self/maps says, and the report names the program."""
+    proc, run = locus.record(
+        [locus.workload("comm_falseshare"), "2", "-", "0.5", "--free"], ("--lens", "comm")
+    )
+    (entry,) = (run / "procs").iterdir()
+    rows = _maps_rows((entry / "maps.exit").read_text())
+    for a, b in zip(rows, rows[1:]):
+        joinable = (
+            a[4].startswith("/") and a[4] == b[4] and a[2] == b[2] and a[1] == b[0]
+            and b[3] == a[3] + (a[1] - a[0])
+        )  # fmt: skip
+        assert not joinable, (a, b)
+    zydis = [r for r in rows if "libZydis" in r[4]]
+    assert 0 < len(zydis) <= 8, zydis
+    assert len(rows) < 120, len(rows)
+    names = {o["name"] for o in locus.report(run)["lenses"]["comm"]["objects"]}
+    assert "data" in names, names
