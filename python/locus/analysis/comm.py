@@ -50,6 +50,7 @@ from locus.analysis.common import ranges as _ranges
 from locus.analysis.common import site_str as _site_str
 from locus.analysis.locks import group
 from locus.errors import LocusError
+from locus.render.units import nbytes
 from locus.rundir import (
     AC_STORE,
     AL_MMAP,
@@ -2200,6 +2201,9 @@ SAME_LOCKS_SHARED = 0.5
 # An object whose false sharing is at least this much in one of its lines gets advice about
 # that line only.
 HOT_LINE_SHARE = 0.75
+# Lines of an object with false sharing, further apart than this many lines per line on
+# average: unrelated places of one large object (not one array), advised one at a time.
+SCATTERED_LINES = 4
 # The false share of an object's volume from which it gets advice: a lock array or a queue
 # whose head and tail share a line is half true sharing (the lock, the index itself), and
 # padding still removes the other half (sysbench mutex: 47 % false).
@@ -2458,7 +2462,15 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         for _t, _off, _ln, li, w in acc:
             by_line[li] += w
         hot, hot_w = by_line.most_common(1)[0]
-        focus = len(by_line) > 1 and hot_w >= HOT_LINE_SHARE * sum(by_line.values()) > 0
+        # Lines far apart in a large object (the locks and counters of a database's shared
+        # memory, 140 MB): "adjacent fields at offsets 17156-142944660" is no advice; the
+        # busiest line is, with how many others there are.
+        at = {off // line for _t, off, _ln, _li, _w in acc}
+        spread = max(at) - min(at) + 1 if at else 0
+        scattered = len(by_line) > 1 and spread > SCATTERED_LINES * len(by_line)
+        focus = len(by_line) > 1 and (
+            hot_w >= HOT_LINE_SHARE * sum(by_line.values()) > 0 or scattered
+        )
         if focus:
             acc = [r for r in acc if r[3] == hot]
         per: dict[int, Counter] = {}
@@ -2487,8 +2499,9 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         # Each thread's own bytes: no two threads write the same offsets (what they only
         # read, another thread's field read once, does not make a field shared).
         wr: dict[int, set] = {}
+        hot_at = {off // line for _t, off, _ln, _li, _w in acc} if focus else None
         for u, x in o.get("_false_written", ()):
-            if u in per:
+            if u in per and (hot_at is None or x // line in hot_at):
                 wr.setdefault(u, set()).add(x)
         if len(wr) == 1 and (beside := _read_beside(o, names, per, wr, line)):
             # One thread writes, the others only read other fields of the line.
@@ -2536,6 +2549,11 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         if focus:
             pct = 100 * hot_w / sum(by_line.values())
             where += f", the {line}-byte line with {pct:.0f} % of its false sharing"
+            if scattered:
+                where += (
+                    f" (the busiest of {len(by_line)} such lines, spread over "
+                    f"{nbytes(spread * line)} of it: each is a case of its own)"
+                )
         where += _fields_of(o, names, per)
         shared, seen = o["_shared_words"]
         share = f"{100 * o['false'] / o['all']:.0f} % of its volume"
