@@ -210,3 +210,72 @@ def test_gcc_temporaries_leave_no_records_and_the_object_file_is_the_same(locus)
     c = locus.report(run)["lenses"]["comm"]
     assert c["heap_blocks"] == {"blocks": kept, "frees": frees, "short_lived": dropped}
     assert c["samples"] > 0 and np.isfinite(c["totals"]["all"])
+
+
+def test_postgresql_under_pgbench(locus):
+    """PostgreSQL: a postmaster forking a backend per connection, every process on one
+    shared-memory segment, signals for everything (SIGUSR1 latches, SIGINT to stop). Recorded
+    with the comm lens under pgbench: the server answers, stops when told, the run is whole,
+    and what passes between the backends is named in the segment."""
+    import os
+    import pwd
+    import time
+
+    postgres, pgbench = need("postgres"), need("pgbench")
+    initdb = str(Path(os.path.realpath(postgres)).parent / "initdb")
+    try:
+        user = pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip("no postgres user to run the server as (it refuses root)")
+    if not os.path.exists(initdb) or os.geteuid() != 0:
+        pytest.skip("initdb not beside postgres, or not root (runuser)")
+    # (pytest's own directories are root's alone: the server's user could not reach them)
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="locus-pg-"))
+    os.chmod(home, 0o755)
+    os.chown(home, user.pw_uid, user.pw_gid)
+    as_pg = ["runuser", "-u", "postgres", "--"]
+    data, port = str(home / "data"), str(5400 + os.getpid() % 500)
+    made = subprocess.run([*as_pg, initdb, "-D", data, "-A", "trust"], capture_output=True)
+    assert made.returncode == 0, made.stderr.decode(errors="replace")[-800:]
+    run = home / "run"
+    server = subprocess.Popen(
+        [*as_pg, *locus.argv, "record", "-o", str(run), "--lens", "comm", "--", postgres,
+         "-D", data, "-k", str(home), "-p", port, "-c", "listen_addresses="],
+        env=locus.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        sock = home / f".s.PGSQL.{port}"
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            assert server.poll() is None, server.stderr.read().decode(errors="replace")
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.1)
+        bench = [*as_pg, pgbench, "-h", str(home), "-p", port]
+        subprocess.run([*bench, "-i", "-s", "1", "postgres"], check=True, capture_output=True)
+        out = subprocess.run(
+            [*bench, "-c", "4", "-j", "2", "-T", "4", "postgres"],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        assert "number of failed transactions: 0" in out.stdout, out.stdout
+        subprocess.run([*as_pg, str(Path(initdb).parent / "pg_ctl"), "-D", data, "stop",
+                        "-m", "fast"], check=True, capture_output=True)  # fmt: skip
+        err = server.communicate(timeout=60)[1].decode(errors="replace")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert server.returncode == 0, err[-1500:]
+    assert "incomplete" not in err and "Traceback" not in err, err[-1500:]
+    rep = locus.report(run)
+    assert rep["run"]["complete"] is True and len(rep["run"]["pids"]) >= 6, rep["run"]
+    comm = rep["lenses"]["comm"]
+    assert comm["samples"] > 100, comm["samples"]
+    # 4-8 detections in 4 s here, every one a watchpoint trap between two backends
+    assert comm["totals"]["detections_between_processes"] > 0, comm["totals"]
+    names = [o["name"] for o in comm["objects"]]
+    assert names and names[0].startswith("shared memory from PGSharedMemoryCreate"), names
+    for o in comm["objects"]:
+        assert o["kind"] != "unknown", o
+    shutil.rmtree(home, ignore_errors=True)
