@@ -263,7 +263,9 @@ def test_postgresql_under_pgbench(locus):
                         "-m", "fast"], check=True, capture_output=True)  # fmt: skip
         err = server.communicate(timeout=60)[1].decode(errors="replace")
     finally:
-        if server.poll() is None:
+        if server.poll() is None:  # (a failure above: no server left running)
+            subprocess.run([*as_pg, str(Path(initdb).parent / "pg_ctl"), "-D", data, "stop",
+                            "-m", "immediate"], capture_output=True)  # fmt: skip
             server.kill()
             server.wait()
     assert server.returncode == 0, err[-1500:]
