@@ -318,6 +318,7 @@ static void on_fatal_signal(int sig, siginfo_t *si, void *uc);
 static _Atomic uintptr_t finisher;
 static _Atomic int finished_all;
 static _Atomic int exit_calls;
+static _Atomic uintptr_t exit_first;
 
 /* Every signal whose default action ends the process, but SIGKILL and SIGSTOP (cannot be
  * caught), SIGTRAP (the soft sampler's) and SIGSYS (a seccomp filter's verdict: the runtime
@@ -459,6 +460,7 @@ static void after_fork_child(void) {
   atomic_store(&finisher, 0);
   atomic_store(&finished_all, 0);
   atomic_store(&exit_calls, 0);
+  atomic_store(&exit_first, 0);
   /* Only the forking thread goes on: the parent's other threads' work in flight is not the
    * child's to wait for (locus_before_sandbox). */
   atomic_store(&locus_busy, 0);
@@ -570,9 +572,15 @@ void locus_wait_finished(void) {
  * which finishes the records, among them) in the first; the second, finding none left,
  * ends the process at once: 5 runs in 40 of three threads and main calling exit() read
  * "incomplete". The second waits for the records. Returns 1 for the first caller. */
+/* exit_first: &locus_me of the first caller (declared above) */
 int locus_exit_entered(void) {
-  if (atomic_fetch_add(&exit_calls, 1) == 0) return 1;
-  if (atomic_load(&finisher) != (uintptr_t)&locus_me) locus_wait_finished();
+  uintptr_t me = (uintptr_t)&locus_me;
+  if (atomic_fetch_add(&exit_calls, 1) == 0) {
+    atomic_store(&exit_first, me);
+    return 1;
+  }
+  /* exit() again in the first caller (from an exit handler): nothing to wait for */
+  if (atomic_load(&exit_first) != me && atomic_load(&finisher) != me) locus_wait_finished();
   return 0;
 }
 
