@@ -130,8 +130,7 @@ static void put_hex(char *b, size_t *n, uint64_t v) { /* as the kernel's %08lx *
   while (k) b[(*n)++] = t[--k];
 }
 
-/* Whole lines, written when the buffer is full (two snapshots appended at once do not
- * interleave mid-line). */
+/* Written when the buffer is full (maps.dl's snapshots are taken one at a time). */
 struct maps_out {
   int fd;
   size_t n;
@@ -156,14 +155,14 @@ static void maps_flush(struct maps_out *o, struct maps_line *l) {
   if (!l->merged) {
     out_write(o, l->text, l->len);
   } else { /* the first mapping's line, its end moved */
-    char line[sizeof l->text + 40];
+    char head[40];
     size_t n = 0;
-    put_hex(line, &n, l->lo);
-    line[n++] = '-';
-    put_hex(line, &n, l->hi);
-    line[n++] = ' ';
-    memcpy(line + n, l->text + l->perms, l->len - l->perms);
-    out_write(o, line, n + l->len - l->perms);
+    put_hex(head, &n, l->lo);
+    head[n++] = '-';
+    put_hex(head, &n, l->hi);
+    head[n++] = ' ';
+    out_write(o, head, n);
+    out_write(o, l->text + l->perms, l->len - l->perms);
   }
   l->len = 0;
 }
@@ -184,8 +183,8 @@ static void copy_file_to(const char *from, int dirfd, const char *to, int append
   if (o.fd >= 0) {
     /* Small buffers: a page or more on the stack is resident in the program for good. */
     struct maps_line pend = {0}, cur = {0};
-    char buf[256];
-    int raw = 0; /* inside a line too long for cur: passed through */
+    char buf[1024]; /* (a maps file of 28 KiB was 112 reads of 256 bytes) */
+    int raw = 0;    /* inside a line too long for cur: passed through */
     ssize_t n;
     while ((n = syscall(SYS_read, in, buf, sizeof buf)) > 0) {
       for (ssize_t i = 0; i < n; i++) {
