@@ -436,17 +436,25 @@ struct trim_arg {
 static void drop_clean_pages(uint64_t lo, uint64_t hi, uint64_t pg) {
   int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
-  uint64_t e[64];
-  for (uint64_t a = lo; a < hi;) {
+  uint64_t e[64], run = 0; /* start of a run of such pages, 0: none (one call a run) */
+  uint64_t a = lo;         /* pages below a were read */
+  while (a < hi) {
     uint64_t n = (hi - a) / pg < 64 ? (hi - a) / pg : 64;
     if (pread(fd, e, n * sizeof e[0], (off_t)(a / pg * sizeof e[0])) != (ssize_t)(n * sizeof e[0]))
       break;
-    for (uint64_t i = 0; i < n; i++)
-      if ((e[i] & (PM_PRESENT | PM_FILE)) == (PM_PRESENT | PM_FILE))
-        madvise((void *)(a + i * pg), pg, MADV_DONTNEED);
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t at = a + i * pg;
+      if ((e[i] & (PM_PRESENT | PM_FILE)) == (PM_PRESENT | PM_FILE)) {
+        if (!run) run = at;
+      } else if (run) {
+        madvise((void *)run, at - run, MADV_DONTNEED);
+        run = 0;
+      }
+    }
     a += n * pg;
   }
   close(fd);
+  if (run) madvise((void *)run, a - run, MADV_DONTNEED);
 }
 
 static int trim_object_cb(struct dl_phdr_info *info, size_t size, void *arg) {
