@@ -33,7 +33,31 @@ int locus_run_dirfd(void) { return run_dirfd; }
 static _Atomic int init_state; /* 0 none, 1 running, 2 done */
 static _Atomic uint64_t slow_ticks;
 
+/* Once per run, not once per process: a script of 1000 processes under a low `ulimit -n`
+ * printed the same line 1000 times. The first process to say a message leaves a mark in the
+ * run directory (warned/HASH, created exclusively); the others find it and say nothing. */
+static int said_in_run(const char *msg) {
+  int dir = locus_run_dirfd();
+  if (dir < 0 || locus_sandboxed) return 0;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char *c = msg; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+  char name[32] = "warned/";
+  for (int k = 0; k < 16; k++) name[7 + k] = "0123456789abcdef"[(h >> (60 - 4 * k)) & 15];
+  name[23] = 0;
+  syscall(SYS_mkdirat, dir, "warned", 0755);
+  int fd = (int)syscall(SYS_openat, dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    syscall(SYS_close, fd);
+    return 0;
+  }
+  return errno == EEXIST;
+}
+
 void locus_warn(const char *msg) {
+  int saved = errno;
+  int said = said_in_run(msg);
+  errno = saved;
+  if (said) return;
   char buf[512];
   size_t n = strlen(msg);
   if (n > sizeof buf - 10) n = sizeof buf - 10;

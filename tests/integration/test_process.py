@@ -1183,3 +1183,16 @@ def test_the_maps_copies_join_the_runtime_s_split_mappings(locus):
     assert len(rows) < 120, len(rows)
     names = {o["name"] for o in locus.report(run)["lenses"]["comm"]["objects"]}
     assert "data" in names, names
+
+
+def test_a_runtime_warning_is_said_once_per_run(locus):
+    """Every process's runtime said its warnings itself: a script of five processes under
+    a low `ulimit -n` printed the same "the runtime's file descriptors ... are all in use"
+    five times (a build, thousands). The first process to say a message marks it in the
+    run directory; the others stay quiet."""
+    script = "ulimit -n 32; for i in 1 2 3 4; do /bin/true; done; echo done"
+    proc, run = locus.record(["sh", "-c", script], ("--lens", "comm"))
+    err = proc.stderr.decode(errors="replace")
+    assert proc.stdout == b"done\n"
+    assert err.count("are all in use") == 1, err
+    assert len(list((run / "procs").iterdir())) >= 5
