@@ -261,15 +261,40 @@ static void copy_file(const char *from, int dirfd, const char *to) {
 /* The vDSO's image, as vdso.so: it is no file, and the report names the samples in its
  * functions (clock_gettime, gettimeofday, getcpu) from this copy (symbolize.py). The whole
  * ELF image is mapped, its section headers last. */
+/* Whether file `name` of dirfd holds exactly the `size` bytes at `mem`. */
+static int same_bytes(int dirfd, const char *name, const void *mem, size_t size) {
+  int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024];
+  size_t at = 0;
+  ssize_t n;
+  int same = 1;
+  while (same && (n = syscall(SYS_read, fd, buf, sizeof buf)) > 0) {
+    same = at + (size_t)n <= size && !memcmp(buf, (const char *)mem + at, (size_t)n);
+    at += (size_t)n;
+  }
+  close(fd);
+  return same && at == size;
+}
+
+/* The vDSO is the kernel's, the same image in every process of a run: one copy per run
+ * (RUN/vdso.so), each process's vdso.so a hard link to it when the bytes are the same
+ * (6.5 KiB a process otherwise: 20 MB of a run of 3000 processes). The first process
+ * writes its own and links it into the run directory. */
 static void copy_vdso(int dirfd) {
   const Elf64_Ehdr *e = (const void *)getauxval(AT_SYSINFO_EHDR);
   if (!e || memcmp(e->e_ident, ELFMAG, SELFMAG) != 0 || e->e_ident[EI_CLASS] != ELFCLASS64) return;
   size_t size = (size_t)e->e_shoff + (size_t)e->e_shnum * e->e_shentsize;
   if (size < sizeof *e || size > (64u << 10)) return;
+  int run = locus_run_dirfd();
+  if (run >= 0 && same_bytes(run, "vdso.so", e, size) &&
+      syscall(SYS_linkat, run, "vdso.so", dirfd, "vdso.so", 0) == 0)
+    return;
   int out = openat(dirfd, "vdso.so", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out < 0) return;
-  syscall(SYS_write, out, e, size);
+  int whole = syscall(SYS_write, out, e, size) == (long)size;
   close(out);
+  if (whole && run >= 0) syscall(SYS_linkat, dirfd, "vdso.so", run, "vdso.so", 0);
 }
 
 /* The maps before a library is unloaded (dlclose): its statics and code stay nameable.

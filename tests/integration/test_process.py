@@ -1150,6 +1150,12 @@ def test_a_small_process_reserves_little_disk(locus):
     slots = entry / "threads.bin"
     assert slots.stat().st_blocks * 512 <= 8192, slots.stat()
     assert slots.stat().st_size == 64 * 64
+    # The vDSO's image, the same in every process: one copy per run, hard-linked (6.5 KiB
+    # a process before).
+    proc, run = locus.record(["sh", "-c", "/bin/true; /bin/true"], ("--lens", "comm"))
+    copies = [e / "vdso.so" for e in (run / "procs").iterdir()]
+    assert len(copies) == 3, copies
+    assert len({c.stat().st_ino for c in copies} | {(run / "vdso.so").stat().st_ino}) == 1
 
 
 def _maps_rows(text: str) -> list[tuple[int, int, str, int, str]]:
