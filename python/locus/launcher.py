@@ -32,6 +32,7 @@ from locus.sampler import (
     PROC_FINISHED,
     PROC_SANDBOXED,
     Sampler,
+    image_no,
     proc_flags,
     process_of_run,
 )
@@ -904,8 +905,7 @@ def unrecorded_execs(entries: list[str], flags: list[int | None]) -> list[str]:
     (the images of one pid are procs/PID, procs/PID.1, ...)."""
     last: dict[str, tuple[int, int | None]] = {}
     for e, f in zip(entries, flags):
-        pid, _, k = os.path.basename(e).partition(".")
-        n = int(k) if k.isdigit() else 0
+        pid, n = os.path.basename(e).split(".")[0], image_no(os.path.basename(e))
         if pid not in last or n >= last[pid][0]:
             last[pid] = (n, f)
     return [pid for pid, (_n, f) in last.items() if f is not None and f & PROC_EXECED]

@@ -28,6 +28,7 @@ from locus.sampler import (  # noqa: F401 (the PROC_ flags are read from here to
     PROC_FORKED,
     PROC_SANDBOXED,
     PROC_SIGNALED,
+    image_no,
     process_of_run,
 )
 
@@ -468,12 +469,6 @@ def _count(n: int, one: str, many: str = "") -> str:
     return f"{n} {one if n == 1 else many or one + 's'}"
 
 
-def _image_no(key: str) -> int:
-    """The image of a run entry's key: 0 for procs/PID, K for procs/PID.K (after K execs)."""
-    k = key.partition(".")[2]
-    return int(k) if k.isdigit() else 0
-
-
 def _pids(procs: list) -> str:
     """'process 12', 'processes 12, 15, ...'."""
     pids = ", ".join(str(p.pid) for p in procs[:5]) + (", ..." if len(procs) > 5 else "")
@@ -829,7 +824,7 @@ class RunDir:
         # A process is its last image: one that exec'd (`sh -c 'prog &'`) ended there.
         last: dict[int, Proc] = {}
         for p in self.procs:
-            if p.pid not in last or _image_no(p.key) > _image_no(last[p.pid].key):
+            if p.pid not in last or image_no(p.key) > image_no(last[p.pid].key):
                 last[p.pid] = p
         if isinstance(end, int) and end > 0:
             late = [

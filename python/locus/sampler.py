@@ -38,6 +38,14 @@ PROC_SANDBOXED = 16  # installed a seccomp filter: its records end there (sandbo
 # or installed a seccomp filter (it may go on, unrecorded).
 PROC_FINISHED = PROC_EXITED | PROC_EXECED | PROC_SIGNALED | PROC_SANDBOXED
 
+
+def image_no(key: str) -> int:
+    """The image of a run entry (its directory's name): 0 for procs/PID, K for procs/PID.K
+    (after K execs)."""
+    k = key.partition(".")[2]
+    return int(k) if k.isdigit() else 0
+
+
 # Keep at most this many descriptors open; beyond it, files are opened per read.
 MAX_CACHED_FDS = 512
 

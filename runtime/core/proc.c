@@ -258,9 +258,6 @@ static void copy_file(const char *from, int dirfd, const char *to) {
   copy_file_to(from, dirfd, to, 0);
 }
 
-/* The vDSO's image, as vdso.so: it is no file, and the report names the samples in its
- * functions (clock_gettime, gettimeofday, getcpu) from this copy (symbolize.py). The whole
- * ELF image is mapped, its section headers last. */
 /* Whether file `name` of dirfd holds exactly the `size` bytes at `mem`. */
 static int same_bytes(int dirfd, const char *name, const void *mem, size_t size) {
   int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
@@ -277,7 +274,10 @@ static int same_bytes(int dirfd, const char *name, const void *mem, size_t size)
   return same && at == size;
 }
 
-/* The vDSO is the kernel's, the same image in every process of a run: one copy per run
+/* The vDSO's image, as vdso.so: it is no file, and the report names the samples in its
+ * functions (clock_gettime, gettimeofday, getcpu) from this copy (symbolize.py). The whole
+ * ELF image is mapped, its section headers last.
+ * The vDSO is the kernel's, the same image in every process of a run: one copy per run
  * (RUN/vdso.so), each process's vdso.so a hard link to it when the bytes are the same
  * (6.5 KiB a process otherwise: 20 MB of a run of 3000 processes). The first process
  * writes its own and links it into the run directory. */
@@ -363,10 +363,11 @@ static int open_proc_dir(void) {
 }
 
 static void on_fatal_signal(int sig, siginfo_t *si, void *uc);
-static _Atomic uintptr_t finisher;
-static _Atomic int finished_all;
-static _Atomic int exit_calls;
-static _Atomic uintptr_t exit_first;
+/* The end of the records (finish_records, locus_exit_entered; reset in a fork child): */
+static _Atomic uintptr_t finisher;   /* &locus_me of the thread finishing, 0: none yet */
+static _Atomic int finished_all;     /* it has */
+static _Atomic int exit_calls;       /* exit() calls so far */
+static _Atomic uintptr_t exit_first; /* &locus_me of the first caller */
 
 /* Every signal whose default action ends the process, but SIGKILL and SIGSTOP (cannot be
  * caught), SIGTRAP (the soft sampler's) and SIGSYS (a seccomp filter's verdict: the runtime
@@ -389,8 +390,25 @@ static void fatal_action(struct sigaction *sa) {
   sigemptyset(&sa->sa_mask);
 }
 
-int locus_is_fatal_handler(const struct sigaction *a) {
-  return a && (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == on_fatal_signal;
+static int is_fatal_handler(const struct sigaction *a) {
+  return (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == on_fatal_signal;
+}
+
+/* A program's sigaction(sig, act, old) on an action held for it (the kernel's, or the one
+ * the first-touch handler chains to): *old reads SIG_DFL for the finishing handler, and
+ * SIG_DFL asked for keeps it. Returns whether `held` is to become *act. */
+int locus_fatal_held(const struct sigaction *held, const struct sigaction *act,
+                     struct sigaction *old) {
+  int ours = is_fatal_handler(held);
+  if (old) {
+    *old = *held;
+    if (ours) {
+      memset(old, 0, sizeof *old);
+      old->sa_handler = SIG_DFL;
+    }
+  }
+  /* (sa_handler and sa_sigaction share their storage: SIG_DFL is 0 in both) */
+  return act && !(ours && act->sa_handler == SIG_DFL);
 }
 
 /* The finishing handler stands for the default action, and the program sees it as that:
@@ -403,28 +421,17 @@ int locus_is_fatal_handler(const struct sigaction *a) {
  * call is not about the finishing handler (the caller makes it), else what `real` did. */
 int locus_fatal_sigaction(int sig, const struct sigaction *act, struct sigaction *old,
                           int (*real)(int, const struct sigaction *, struct sigaction *)) {
-  struct sigaction cur, fin;
+  struct sigaction cur, was, fin;
   /* After a seccomp filter: no system call of the runtime's own (the query below). */
   if (locus_sandboxed || !fatal_listed(sig) || !real || real(sig, NULL, &cur) != 0) return -2;
-  int ours = locus_is_fatal_handler(&cur);
-  /* (sa_handler and sa_sigaction share their storage: SIG_DFL is 0 in both) */
   int dfl = act && act->sa_handler == SIG_DFL;
-  if (!ours && !(dfl && locus_enabled && !locus_sandboxed)) return -2;
+  if (!is_fatal_handler(&cur) && !(dfl && locus_enabled)) return -2;
   int rc = 0;
-  if (dfl) {
-    fatal_action(&fin);
-    if (!ours) rc = real(sig, &fin, NULL);
-  } else if (act) {
-    rc = real(sig, act, NULL);
+  if (locus_fatal_held(&cur, act, &was)) {
+    if (dfl) fatal_action(&fin); /* the default action, the records finished first */
+    rc = real(sig, dfl ? &fin : act, NULL);
   }
-  if (rc == 0 && old) {
-    if (ours) {
-      memset(old, 0, sizeof *old);
-      old->sa_handler = SIG_DFL;
-    } else {
-      *old = cur;
-    }
-  }
+  if (rc == 0 && old) *old = was;
   return rc;
 }
 
@@ -600,8 +607,6 @@ void locus_proc_finish(int status, uint32_t flags) {
 /* ...and at most START_WAIT_NS for it to start (an exit handler of the program's own runs
  * before the runtime's: one that joins the waiting thread would otherwise hold both). */
 #define START_WAIT_NS 500000000ull
-/* finisher: &locus_me of the thread finishing, 0 none yet; finished_all: it has; exit_calls:
- * exit() calls so far (declared above, for after_fork_child). */
 
 void locus_wait_finished(void) {
   if (locus_sandboxed) return; /* (nanosleep is a system call) */
@@ -620,7 +625,6 @@ void locus_wait_finished(void) {
  * which finishes the records, among them) in the first; the second, finding none left,
  * ends the process at once: 5 runs in 40 of three threads and main calling exit() read
  * "incomplete". The second waits for the records. Returns 1 for the first caller. */
-/* exit_first: &locus_me of the first caller (declared above) */
 int locus_exit_entered(void) {
   uintptr_t me = (uintptr_t)&locus_me;
   if (atomic_fetch_add(&exit_calls, 1) == 0) {

@@ -181,7 +181,9 @@ void locus_keep_signal(int sig);
  * (core/proc.c): -2 when the call is not about it, else the result of `real`. */
 int locus_fatal_sigaction(int sig, const struct sigaction *act, struct sigaction *old,
                           int (*real)(int, const struct sigaction *, struct sigaction *));
-int locus_is_fatal_handler(const struct sigaction *a);
+/* *old and whether `held` becomes *act, for an action held for the program (core/proc.c). */
+int locus_fatal_held(const struct sigaction *held, const struct sigaction *act,
+                     struct sigaction *old);
 /* Lazily initialise if an interposer runs before the constructor. */
 void locus_ensure_init(void);
 void locus_proc_finish(int status, uint32_t flags);

@@ -411,15 +411,8 @@ int locus_ft_installed(void) { return atomic_load_explicit(&installed, memory_or
 int locus_ft_sigaction(const struct sigaction *act, struct sigaction *old) {
   if (!atomic_load(&installed)) return 0;
   /* The runtime's finishing handler (chained to) reads as, and stays for, SIG_DFL. */
-  int ours = locus_is_fatal_handler(&app_segv);
-  if (old) {
-    *old = app_segv;
-    if (ours) {
-      memset(old, 0, sizeof *old);
-      old->sa_handler = SIG_DFL;
-    }
-  }
-  if (act && !(ours && act->sa_handler == SIG_DFL)) app_segv = *act;
+  struct sigaction was = app_segv;
+  if (locus_fatal_held(&was, act, old)) app_segv = *act;
   return 1;
 }
 

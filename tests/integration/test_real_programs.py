@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 import random
 import shutil
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -217,10 +221,6 @@ def test_postgresql_under_pgbench(locus):
     shared-memory segment, signals for everything (SIGUSR1 latches, SIGINT to stop). Recorded
     with the comm lens under pgbench: the server answers, stops when told, the run is whole,
     and what passes between the backends is named in the segment."""
-    import os
-    import pwd
-    import time
-
     postgres, pgbench = need("postgres"), need("pgbench")
     initdb = str(Path(os.path.realpath(postgres)).parent / "initdb")
     try:
@@ -230,8 +230,6 @@ def test_postgresql_under_pgbench(locus):
     if not os.path.exists(initdb) or os.geteuid() != 0:
         pytest.skip("initdb not beside postgres, or not root (runuser)")
     # (pytest's own directories are root's alone: the server's user could not reach them)
-    import tempfile
-
     home = Path(tempfile.mkdtemp(prefix="locus-pg-"))
     os.chmod(home, 0o755)
     os.chown(home, user.pw_uid, user.pw_gid)
