@@ -746,25 +746,6 @@ def test_memory_shared_between_processes_is_measured_and_named(locus, tmp_path):
     assert advice and "aligned_alloc" not in advice[0], c["advice"]
 
 
-LATIN1 = r"""
-#include <pthread.h>
-#include <stdio.h>
-long shared[8];
-static void *worker(void *a) {
-  long i = (long)a;
-  for (long k = 0; k < 60000000; k++) __atomic_fetch_add(&shared[i], 1, __ATOMIC_RELAXED);
-  return NULL;
-}
-int main(void) {
-  pthread_t t[2];
-  for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, worker, (void *)i);
-  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-  printf("%ld\n", shared[0] + shared[1]);
-  return 0;
-}
-"""
-
-
 def test_a_program_whose_path_is_not_utf8(locus, tmp_path):
     """A directory named in Latin-1 (`r\\xe9sultats`): maps were read with errors="replace",
     so the program's path did not open and nothing of it was named ("100 % of the code
@@ -773,14 +754,20 @@ def test_a_program_whose_path_is_not_utf8(locus, tmp_path):
     UnicodeDecodeError out of `locus report`."""
     where = tmp_path / os.fsdecode(b"r\xe9sultats")
     where.mkdir()
+    # The shipped false-sharing workload, built there.
+    wl = Path(locus.workload("comm_falseshare")).parents[1]
     src, exe = where / "fs.c", where / "fs"
-    src.write_text(LATIN1)
-    subprocess.run(["gcc", "-O1", "-g", "-pthread", "-o", str(exe), str(src)], check=True)
-    proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    shutil.copy(wl / "comm_falseshare.c", src)
+    subprocess.run(
+        ["gcc", "-O2", "-g", "-std=c11", "-D_GNU_SOURCE", "-pthread", f"-I{wl}", "-o", str(exe),
+         str(src)],
+        check=True,
+    )  # fmt: skip
+    proc, run = locus.record([str(exe), "2", "-", "0.5", "--free"], ("--lens", "comm"))
     text = locus.run("report", str(run), "--lens", "comm")
     assert text.returncode == 0 and b"Traceback" not in text.stderr, text.stderr[-800:]
     comm = locus.report(run)["lenses"]["comm"]
-    assert {t["name"] for t in comm["threads"][1:]} == {"worker"}, comm["threads"]
-    assert comm["objects"][0]["name"] == "shared", comm["objects"][:2]
-    assert comm["sites"][0]["function"] == "worker", comm["sites"][:2]
+    assert {t["name"] for t in comm["threads"][1:]} == {"worker_free"}, comm["threads"]
+    assert comm["objects"][0]["name"] == "data", comm["objects"][:2]
+    assert comm["sites"][0]["function"] == "worker_free", comm["sites"][:2]
     assert comm["sites"][0]["file"].endswith("sultats/fs.c"), comm["sites"][0]
