@@ -4,9 +4,11 @@ flight, 16-271 bytes), plain and under `locus record --lens L`, in one run, inte
 medians. The program times its own loop (ns per pair), so the launcher's start is not in
 the ratio. Under comm and numa every malloc and free writes an allocation record (32 and 16
 bytes, docs/runtime.md): this is that cost, which allocation-heavy programs (C++ servers,
-redis) pay per call. The row `comm temporaries` frees each block at once: a block no record
-named while it lived has its record dropped at its free (docs/format.md, heap.bin), the
-cost of a loop's temporaries.
+redis) pay per call. A block no record named while it lived has its record dropped at its
+free when its record is still in the thread's nursery (docs/format.md, heap.bin): the rows
+`comm`, `numa` (64 in flight) and `comm temporaries` (each block freed at once) are that
+case. The row `comm kept` frees nothing (ns per malloc): a program that keeps what it
+allocates, whose every block is recorded.
 
 Usage: bench/alloc.py [-n 5] [--pairs 2000000]
 """
@@ -30,13 +32,13 @@ SOURCE = r"""
 #include <time.h>
 int main(int argc, char **argv) {
   long pairs = argc > 1 ? atol(argv[1]) : 2000000;
-  int flight = argc > 2 ? atoi(argv[2]) : 64; /* blocks in flight: 64, or 1 */
+  int flight = argc > 2 ? atoi(argv[2]) : 64; /* blocks in flight: 64, 1, or 0: none freed */
   void *keep[64] = {0};
   struct timespec a, b;
   clock_gettime(CLOCK_MONOTONIC, &a);
   for (long i = 0; i < pairs; i++) {
     int k = flight == 1 ? 0 : i & 63;
-    free(keep[k]);
+    if (flight) free(keep[k]);
     keep[k] = malloc(16 + (i & 255));
   }
   clock_gettime(CLOCK_MONOTONIC, &b);
@@ -72,8 +74,9 @@ def main() -> int:
     a = ap.parse_args()
     exe = build()
     res: dict = {}
-    for name in (*LENSES, "comm temporaries"):
-        lens, flight = name.split()[0], 1 if name.endswith("temporaries") else 64
+    for name in (*LENSES, "comm temporaries", "comm kept"):
+        lens = name.split()[0]
+        flight = {"temporaries": 1, "kept": 0}.get(name.split()[-1], 64)
         plain, tool = [], []
         for _ in range(a.n):
             plain.append(ns_per_pair(exe, a.pairs, None, flight))

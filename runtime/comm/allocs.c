@@ -14,15 +14,15 @@
  *
  * Except the blocks no record can name. A block malloc'd and freed with no sample,
  * communication event or first touch in between that names one of its bytes holds no
- * address the report will look up. Its free looks for its record among the thread's last
- * HEAP_LOOKBACK heap records, still mapped: found, and named by nothing (locus_named), it is
- * dropped (its last word zeroed, the cursor moved back over the dropped records at its end)
- * and no free record is written. Named by nothing: no record at all since it was written
- * (one load), or, for a block of up to NAMED_SPAN 64-byte granules, none of them in the
- * table of recently named granules and the table having lost no entry since. A temporary
- * of a loop (openssl speed's digest contexts: 3.7 million blocks a second, 1.1 GB of
- * records in 6 s) then costs a record written and unwritten in the same cache line. Not
- * with the exact backend, whose every access is a record. LOCUS_HEAP_ALL=1 keeps every
+ * address the report will look up. Its free looks for its record in the thread's nursery
+ * (below) or among its last HEAP_LOOKBACK heap records of the stream, still mapped: found,
+ * and named by nothing (locus_named), it is dropped (its last word zeroed; in the stream the
+ * cursor moves back over the dropped records at its end) and no free record is written. Named by
+ * nothing: no record at all since it was written (one load), or, for a block of up to NAMED_SPAN
+ * 64-byte granules, none of them in the table of recently named granules and the table having lost
+ * no entry since. A temporary of a loop (openssl speed's digest contexts: 3.7 million blocks a
+ * second, 1.1 GB of records in 6 s) then costs a record written and unwritten in the same cache
+ * line. Not with the exact backend, whose every access is a record. LOCUS_HEAP_ALL=1 keeps every
  * block.
  *
  * File mappings are MMAP records too, flagged LOCUS_ALF_FILE with the file's offset, device
@@ -110,14 +110,61 @@ static int was_named(uint64_t addr, uint64_t size, uint64_t t) {
 
 static int heap_all = -1; /* every block recorded (exact backend, LOCUS_HEAP_ALL=1); -1: unset */
 
+/* The nursery: an allocation-heavy thread's heap records go first to 512 slots of heap.bin
+ * it keeps mapped (16 KiB), 4-way set-associative by block address, not to the stream. A
+ * block freed while its record is there, named by no record, is dropped at its free (no free
+ * record): a program whose blocks live across hundreds of its allocations (a FIFO of 64 in
+ * flight, a C++ container's nodes) writes nothing to disk for them, where the last-8 look-back
+ * of the stream kept every one of them (48 bytes per malloc+free pair, a page-cache page per
+ * 85 pairs: ~100 ns a pair and gigabytes an hour). A full set moves its oldest record to the
+ * stream (copied first, then overwritten: a record is always in the file, so records still
+ * survive SIGKILL; a kill between the two leaves a duplicate, which reads as a block of no
+ * duration). Slots are records of heap.bin like any other: no flush at exit; a thread's end
+ * moves its live slots to the stream and gives the 16 KiB back.
+ *
+ * A thread gets a nursery when it starts a chunk of heap records after its first (it has
+ * written 128): a thread that allocates little maps nothing more. A nursery that moves 7 of
+ * 8 of its records to the stream (a program that keeps what it allocates: a compiler) costs
+ * a copy and a search per block for nothing (a loop of 4 million never-freed mallocs: 70 ns
+ * each under comm without a nursery, 90 with one). After NURSERY_WINDOW records with that
+ * many moved, it is unmapped (its slots stay in heap.bin, records like any other), and the
+ * thread tries again at its NURSERY_SKIP-th chunk from there (hot chunks are 1 MiB, 32,768
+ * records; a try costs ~1,000 records' moves and 3 system calls). */
+#define NURSERY_WAYS 4u
+#define NURSERY_SET_BITS 7u
+#define NURSERY_RECS (NURSERY_WAYS << NURSERY_SET_BITS)
+#define NURSERY_BYTES (NURSERY_RECS * sizeof(struct locus_heap))
+#define NURSERY_WINDOW 512u
+#define NURSERY_USELESS (NURSERY_WINDOW / 8 * 7)
+#define NURSERY_SKIP 16u
+
 static LOCUS_TLS struct {
   struct locus_cursor cur, heap, frees;
-  int closed;     /* the thread ended: its cursors are gone, record nothing more */
-  uint32_t young; /* blocks dropped (drop_young) not yet in the process's count */
+  /* Static TLS is in every thread's stack mapping: test_process.py keeps it under 3 KiB. */
+  uint32_t closed : 1;        /* the thread ended: its cursors are gone, record nothing more */
+  uint32_t no_nursery : 1;    /* its nursery could not be mapped: not tried again */
+  uint32_t young : 10;        /* blocks dropped not yet in the process's count */
+  uint32_t window : 10;       /* records put in the nursery in this window of NURSERY_WINDOW */
+  uint32_t moved : 10;        /* of them, the records they moved to the stream; with no
+                               * nursery, the chunks to start before the next try */
+  uint32_t nursery_page;      /* the nursery's offset in heap.bin, in pages */
+  struct locus_heap *nursery; /* NURSERY_RECS slots mapped from heap.bin, or NULL */
 } at;
 
+/* The last ticks a free record was written for an address, by hash (8 KiB, touched only by
+ * frees that find no record of their own to drop). A record older than it may be of a block
+ * another thread freed (its free record written) and whose address was allocated again: the
+ * free of that later block must not drop the old record, which would leave the later block
+ * without an end. Collisions only keep more records. */
+#define FREED_SLOTS 1024u
+static uint64_t freed_tab[FREED_SLOTS];
+
+static uint32_t freed_slot(uint64_t addr) {
+  return (uint32_t)(((addr >> 4) * 0x9e3779b97f4a7c15ull) >> 54) % FREED_SLOTS;
+}
+
 /* The thread's dropped blocks into the process header's count. */
-#define YOUNG_BATCH 4096u
+#define YOUNG_BATCH 512u
 static void young_flush(void) {
   if (at.young && locus_proc_hdr)
     __atomic_fetch_add(&locus_proc_hdr->heap_dropped, at.young, __ATOMIC_RELAXED);
@@ -132,44 +179,148 @@ static void count(int rc) {
 }
 
 /* The hot path's small records: a heap block without a call stack, a free. */
+static struct locus_heap *nursery_set(uint64_t addr) {
+  return at.nursery + ((((addr >> 4) * 0x9e3779b97f4a7c15ull) >> (64 - NURSERY_SET_BITS))
+                       << __builtin_ctz(NURSERY_WAYS));
+}
+
+static void nursery_open(void) {
+  uint64_t off;
+  void *p = heap_all ? NULL : locus_stream_claim_at(&heap_stream, NURSERY_BYTES, &off);
+  if (p) at.nursery = p, at.nursery_page = (uint32_t)(off / 4096);
+  at.no_nursery = !p; /* not tried again */
+  at.window = at.moved = 0;
+}
+
+static void nursery_close(int compact);
+
+/* A slot's record rewritten: unused (site 0) while its other words change, so that a record
+ * cut by SIGKILL reads as unused. */
+static void slot_write(struct locus_heap *slot, const struct locus_heap *r) {
+  __atomic_store_n(&slot->site, 0, __ATOMIC_RELAXED);
+  atomic_signal_fence(memory_order_release);
+  slot->t = r->t;
+  slot->addr = r->addr;
+  slot->size_tid = r->size_tid;
+  atomic_signal_fence(memory_order_release);
+  __atomic_store_n(&slot->site, r->site, __ATOMIC_RELAXED);
+}
+
+/* A record into the nursery: a free way of its set, else the way of the oldest record, moved
+ * to the stream first. */
+static void nursery_put(const struct locus_heap *r) {
+  struct locus_heap *set = nursery_set(r->addr), *slot = NULL;
+  for (unsigned w = 0; w < NURSERY_WAYS; w++) {
+    if (!set[w].site) {
+      slot = &set[w];
+      break;
+    }
+    if (!slot || set[w].t < slot->t) slot = &set[w];
+  }
+  if (slot->site) {
+    at.moved++;
+    if (locus_cursor_put(&heap_stream, &at.heap, slot, sizeof *slot) != 0) {
+      locus_me.records--; /* the old record is lost with its slot */
+      locus_me.dropped++;
+    }
+  }
+  slot_write(slot, r);
+  locus_me.records++;
+  if (++at.window == NURSERY_WINDOW) {
+    int useless = at.moved >= NURSERY_USELESS;
+    at.window = at.moved = 0;
+    if (useless) {
+      nursery_close(0);
+      at.moved = NURSERY_SKIP; /* (a count of chunks while there is no nursery) */
+    }
+  }
+}
+
 static void put_heap(const void *addr, size_t size, uint64_t site) {
   const uint64_t max = (1ull << LOCUS_HEAP_SIZE_BITS) - 1;
   struct locus_heap r = {locus_ticks(), (uint64_t)(uintptr_t)addr,
                          (size > max ? max : size) | (uint64_t)locus_me.tid << LOCUS_HEAP_SIZE_BITS,
                          site ? site : 1};
+  if (at.nursery) {
+    nursery_put(&r);
+    return;
+  }
   count(locus_cursor_put(&heap_stream, &at.heap, &r, sizeof r));
+  /* A chunk after the first just started (not a spare page: 4 KiB) */
+  if (at.heap.pos == at.heap.base + sizeof r && at.heap.chunk > 4096 && !at.no_nursery &&
+      (!at.moved || !--at.moved))
+    nursery_open();
+}
+
+/* Whether the record r of a block the thread frees may be dropped: named by no record, and
+ * no free of its address written since (by another thread: then r's block ended there and
+ * the one freed now is a later one at the same address, whose record is elsewhere). */
+static int droppable(const struct locus_heap *r) {
+  return __atomic_load_n(&freed_tab[freed_slot(r->addr)], __ATOMIC_RELAXED) < r->t &&
+         !was_named(r->addr, r->size_tid & ((1ull << LOCUS_HEAP_SIZE_BITS) - 1), r->t);
+}
+
+/* A freed block's record dropped from the nursery: its newest record of addr, if droppable. */
+static int nursery_drop(const void *addr) {
+  if (!at.nursery) return 0;
+  struct locus_heap *set = nursery_set((uint64_t)(uintptr_t)addr), *r = NULL;
+  for (unsigned w = 0; w < NURSERY_WAYS; w++)
+    if (set[w].addr == (uint64_t)(uintptr_t)addr && set[w].site && (!r || set[w].t > r->t))
+      r = &set[w];
+  if (!r || !droppable(r)) return 0;
+  __atomic_store_n(&r->site, 0, __ATOMIC_RELAXED);
+  return 1;
+}
+
+/* The nursery unmapped. compact (at the thread's end): its records copied to the stream and
+ * its range given back, unless a copy failed (a full disk: the range keeps them, the copies
+ * made are duplicates). Else its slots stay in heap.bin as they are: a nursery closed for
+ * moving most of its records is mostly full, a fork child's is the parent's. */
+static void nursery_close(int compact) {
+  if (!at.nursery) return;
+  int moved_all = compact;
+  for (unsigned i = 0; compact && i < NURSERY_RECS; i++)
+    if (at.nursery[i].site &&
+        locus_cursor_put(&heap_stream, &at.heap, &at.nursery[i], sizeof at.nursery[i]) != 0) {
+      moved_all = 0;
+      break;
+    }
+  locus_stream_release(at.nursery, NURSERY_BYTES);
+  if (moved_all) locus_stream_punch(&heap_stream, (uint64_t)at.nursery_page * 4096, NURSERY_BYTES);
+  at.nursery = NULL;
 }
 
 /* A freed block's malloc record dropped, if it is among the thread's last HEAP_LOOKBACK heap
- * records in its current chunk and no record named one of its bytes since it was written
- * (was_named): 1, and its free is not recorded either; else 0. The newest record of addr
- * decides (an older one is an earlier block at that address; a block whose malloc went
- * unrecorded, freed here, may so drop an earlier unnamed block's record, whose free another
- * thread wrote: nothing named either, and a free without its malloc ends nothing). Records
- * before the thread's first in a spare page are an ended thread's, as final as ours. */
+ * records in its current chunk and droppable: 1, and its free is not recorded either; else
+ * 0. The newest record of addr decides (an older one is an earlier block at that address).
+ * Records before the thread's first in a spare page are an ended thread's, as final as
+ * ours. */
 #define HEAP_LOOKBACK 8
 static int drop_young(const void *addr) {
   struct locus_cursor *c = &at.heap;
-  if (heap_all || !c->base) return 0;
+  if (!c->base) return 0;
   struct locus_heap *lo = (struct locus_heap *)(void *)c->base;
   struct locus_heap *end = (struct locus_heap *)(void *)c->pos, *r = end;
   for (int k = 0; k < HEAP_LOOKBACK && r > lo; k++) {
     r--;
     if (r->addr != (uint64_t)(uintptr_t)addr || !r->site) continue;
-    if (was_named(r->addr, r->size_tid & ((1ull << LOCUS_HEAP_SIZE_BITS) - 1), r->t)) return 0;
+    if (!droppable(r)) return 0;
     __atomic_store_n(&r->site, 0, __ATOMIC_RELAXED); /* reads as unused from here on */
     while (end > lo && !end[-1].site) end--;
     c->pos = (char *)end;
-    locus_me.records--;
-    if (++at.young >= YOUNG_BATCH) young_flush();
     return 1;
   }
   return 0;
 }
 
 static void put_free(const void *addr) {
-  if (drop_young(addr)) return;
+  if (!heap_all && (nursery_drop(addr) || drop_young(addr))) {
+    locus_me.records--;
+    if (++at.young >= YOUNG_BATCH) young_flush();
+    return;
+  }
   struct locus_free r = {locus_ticks(), (uint64_t)(uintptr_t)addr};
+  max_store(&freed_tab[freed_slot(r.addr)], r.t);
   count(locus_cursor_put(&free_stream, &at.frees, &r, sizeof r));
 }
 
@@ -303,6 +454,7 @@ static void on_thread_end(void *arg) {
   (void)arg;
   locus_me.guard++;
   young_flush();
+  nursery_close(1);
   locus_cursor_finish(&stream, &at.cur);
   locus_cursor_finish(&heap_stream, &at.heap);
   locus_cursor_finish(&free_stream, &at.frees);
@@ -316,7 +468,9 @@ static void on_thread_end(void *arg) {
 static void child_after_fork(void) {
   __atomic_fetch_and(&locus_alloc_state, ~LOCUS_ALLOC_TRACKING, __ATOMIC_RELEASE);
   locus_me.guard++;
-  at.young = 0; /* the parent's to count */
+  at.young = 0;     /* the parent's to count */
+  nursery_close(0); /* the parent's */
+  at.no_nursery = 0;
   locus_cursor_close(&at.cur);
   locus_cursor_close(&at.heap);
   locus_cursor_close(&at.frees);

@@ -179,6 +179,13 @@ static void *free_it(void *p) {
   return NULL;
 }
 
+/* Frees the block and allocates one of its size again, which glibc's thread cache gives at
+ * the same address. */
+static void *free_and_again(void *p) {
+  free(p);
+  return malloc(777);
+}
+
 static double cpu_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -204,6 +211,34 @@ static void *named_elsewhere(void *arg) {
 /* A block the numa lens tracks (mmap'd, 16 pages or more), written and freed at once: no
  * sample in its life, but the numa lens's census of its pages at its free names it. Its
  * address to addrs. */
+/* Threads one after the other each allocate NURSERY_LIVE blocks and end with them alive (in
+ * their nursery's slots); main frees the first thread's. */
+#define NURSERY_THREADS 3
+#define NURSERY_LIVE 600
+#define NURSERY_KEPT 5000
+static void *allocate_live(void *arg) {
+  void **keep = arg;
+  for (int i = 0; i < NURSERY_LIVE; i++)
+    if (!(keep[i] = malloc(136))) return arg;
+  return NULL;
+}
+
+static int case_nursery_end(void) {
+  static void *keep[NURSERY_THREADS][NURSERY_LIVE];
+  /* Blocks never freed: the nursery moves each to the stream, and closes after a window. */
+  for (int i = 0; i < NURSERY_KEPT; i++)
+    if (!malloc(152)) return 1;
+  for (int k = 0; k < NURSERY_THREADS; k++) {
+    pthread_t t;
+    void *ret = NULL;
+    if (pthread_create(&t, NULL, allocate_live, keep[k]) != 0) return 1;
+    pthread_join(t, &ret);
+    if (ret) return 1;
+  }
+  for (int i = 0; i < NURSERY_LIVE; i++) free(keep[0][i]);
+  return 0;
+}
+
 static int case_numa_block(void) {
   FILE *f = addrs_file();
   void *p = malloc(1 << 20);
@@ -230,15 +265,19 @@ static int case_young(void) {
     free((void *)b);
     free((void *)a);
   }
-  for (int rounds = 0; rounds < 2; rounds++) {
-    int k = rounds ? 12 : 4;
-    for (long i = 0; i < 10000; i++) {
-      volatile char *p[12];
-      for (int j = 0; j < k; j++)
-        if (!(p[j] = malloc(rounds ? 88 : 56))) return 1;
-      for (int j = 0; j < k; j++) free((void *)p[j]);
+  /* FIFO rounds of 4 and 12 blocks (in the nursery's 512 slots while they live), and of
+   * 1024 (half of them outlive their slots). */
+  static const struct {
+    int k, size;
+    long n;
+  } fifo[] = {{4, 56, 10000}, {12, 88, 10000}, {1024, 104, 20}};
+  static volatile char *p[1024];
+  for (int r = 0; r < 3; r++)
+    for (long i = 0; i < fifo[r].n; i++) {
+      for (int j = 0; j < fifo[r].k; j++)
+        if (!(p[j] = malloc((size_t)fifo[r].size))) return 1;
+      for (int j = 0; j < fifo[r].k; j++) free((void *)p[j]);
     }
-  }
   volatile char *kept = malloc(4113);
   if (!kept) return 1;
   unsigned long kept_addr = (unsigned long)kept;
@@ -249,7 +288,14 @@ static int case_young(void) {
   pthread_t t;
   if (!shared || pthread_create(&t, NULL, free_it, shared) != 0) return 1;
   pthread_join(t, NULL);
-  fprintf(f, "young %lx %lx\n", kept_addr, (unsigned long)shared);
+  /* A block of this thread's freed by another, which allocates its address again; this
+   * thread frees that second block: its free must not drop the first one's record. */
+  void *again = NULL, *first = malloc(777);
+  if (!first || pthread_create(&t, NULL, free_and_again, first) != 0) return 1;
+  pthread_join(t, &again);
+  free(again);
+  fprintf(f, "young %lx %lx %lx\n", kept_addr, (unsigned long)shared,
+          again == first ? (unsigned long)again : 0ul);
   fclose(f);
   return 0;
 }
@@ -612,43 +658,46 @@ static void test_young(const char *self, const char *lib) {
   case_period_ns = "100000000";
   CHECK(rc == 0, "the program exited %d", rc);
   CHECK(a && n > 0, "no allocation records (did the comm lens start?)");
-  size_t lifo = 0, fifo4 = 0, fifo12 = 0, elsewhere = 0;
+  size_t lifo = 0, fifo4 = 0, fifo12 = 0, fifo1024 = 0, elsewhere = 0;
   for (size_t i = 0; a && i < n; i++) {
     if (a[i].kind != LOCUS_AL_MALLOC) continue;
     elsewhere += a[i].size == 200;
     lifo += a[i].size == 40 || a[i].size == 72;
     fifo4 += a[i].size == 56;
     fifo12 += a[i].size == 88;
+    fifo1024 += a[i].size == 104;
   }
   /* Kept: the blocks a sample's mark fell in the life of (a few per millisecond of the
-   * loops), and of the rounds of 12 the 4 first freed. */
+   * loops), and of the rounds of 1024 those that outlived their nursery slot. */
   CHECK(lifo < 2000, "%zu of 200,000 LIFO temporaries recorded", lifo);
   /* Samples fell in their lives, on other lines: the table of named lines drops them (a
    * slot another line took keeps the blocks older than that). */
   CHECK(elsewhere < 60, "%zu of 200 blocks that samples did not name recorded", elsewhere);
   CHECK(fifo4 < 1000, "%zu of 40,000 blocks of rounds of 4 recorded", fifo4);
-  CHECK(fifo12 >= 40000 && fifo12 < 42000,
-        "%zu of 120,000 blocks of rounds of 12 recorded, want "
-        "the 40,000 freed first and a few more",
-        fifo12);
+  CHECK(fifo12 < 1000, "%zu of 120,000 blocks of rounds of 12 recorded", fifo12);
+  /* 512 slots: at least 512 of each round's 1024 are moved to the stream (the stream's
+   * look-back may still drop its last 8), and most of the others fit. */
+  CHECK(fifo1024 >= 20 * (512 - 8) && fifo1024 <= 20 * 768,
+        "%zu of 20,480 blocks of rounds of 1024 recorded, want 10,080-15,360", fifo1024);
   /* A block keeps its free record exactly when it keeps its malloc record: at each address
    * (in time order) mallocs and frees alternate, for the loops' blocks. */
   qsort(a, n, sizeof *a, by_addr_t);
   size_t broken = 0;
   for (size_t i = 0; a && i < n; i++) {
-    if (a[i].kind != LOCUS_AL_MALLOC ||
-        (a[i].size != 40 && a[i].size != 72 && a[i].size != 56 && a[i].size != 88))
+    if (a[i].kind != LOCUS_AL_MALLOC || (a[i].size != 40 && a[i].size != 72 && a[i].size != 56 &&
+                                         a[i].size != 88 && a[i].size != 104))
       continue;
     int freed = i + 1 < n && a[i + 1].addr == a[i].addr && a[i + 1].kind == LOCUS_AL_FREE;
     int orphan = i > 0 && a[i - 1].addr == a[i].addr && a[i - 1].kind == LOCUS_AL_MALLOC;
     broken += !freed || orphan;
   }
-  size_t frees = 0, mallocs = lifo + fifo4 + fifo12;
+  size_t frees = 0, mallocs = lifo + fifo4 + fifo12 + fifo1024;
   for (size_t i = 0; a && i < n; i++)
     if (a[i].kind == LOCUS_AL_FREE)
       for (size_t j = i; j-- > 0 && a[j].addr == a[i].addr;)
         if (a[j].kind == LOCUS_AL_MALLOC) {
-          frees += a[j].size == 40 || a[j].size == 72 || a[j].size == 56 || a[j].size == 88;
+          frees += a[j].size == 40 || a[j].size == 72 || a[j].size == 56 || a[j].size == 88 ||
+                   a[j].size == 104;
           break;
         }
   CHECK(!broken && frees == mallocs,
@@ -662,21 +711,30 @@ static void test_young(const char *self, const char *lib) {
   FILE *pf = fopen(path, "rb");
   CHECK(pf && fread(&hdr, sizeof hdr, 1, pf) == 1, "no proc.bin");
   if (pf) fclose(pf);
-  uint64_t want = 360200 - mallocs - elsewhere;
+  uint64_t want = 380680 - mallocs - elsewhere;
   CHECK(hdr.heap_dropped >= want && hdr.heap_dropped < want + 1000,
         "proc.bin heap_dropped %lu, want %lu and a few more", (unsigned long)hdr.heap_dropped,
         (unsigned long)want);
-  unsigned long kept = 0, shared = 0;
-  CHECK(sscanf(addrs, "young %lx %lx", &kept, &shared) == 2, "no addresses from the program");
+  unsigned long kept = 0, shared = 0, again = 0;
+  CHECK(sscanf(addrs, "young %lx %lx %lx", &kept, &shared, &again) == 3,
+        "no addresses from the program");
   CHECK(kept_with_free(a, n, kept, 4113),
         "the block sampled in its life keeps its malloc and free "
         "records");
   CHECK(kept_with_free(a, n, shared, 5555),
         "the block freed by another thread keeps its malloc and "
         "free records");
+  /* At that address: malloc (this thread), free (the other), malloc (the other), free. */
+  size_t at_again = 0, i0 = 0;
+  while (a && i0 < n && !(a[i0].addr == again && a[i0].size == 777)) i0++;
+  for (size_t i = i0; a && i < n && a[i].addr == again; i++)
+    CHECK(a[i].kind == (at_again++ % 2 ? LOCUS_AL_FREE : LOCUS_AL_MALLOC),
+          "record %zu at the address freed and allocated again is kind %u", at_again, a[i].kind);
+  CHECK(!again || at_again == 4, "%zu records at the address freed and allocated again, want 4",
+        at_again);
   free(a);
-  printf("  recorded: %zu LIFO, %zu of rounds of 4, %zu of rounds of 12, %zu named elsewhere\n",
-         lifo, fifo4, fifo12, elsewhere);
+  printf("  recorded: %zu LIFO, %zu of rounds of 4, %zu of 12, %zu of 1024, %zu named elsewhere\n",
+         lifo, fifo4, fifo12, fifo1024, elsewhere);
   finish("blocks no sample names are dropped, the others kept with their frees", ok);
   if (ok) remove_dir(run);
 }
@@ -701,6 +759,33 @@ static void test_numa_block(const char *self, const char *lib) {
   if (ok) remove_dir(run);
 }
 
+static void test_nursery_end(const char *self, const char *lib) {
+  int ok = 1;
+  char run[4096], addrs[256];
+  int rc;
+  pid_t pid;
+  size_t n;
+  struct locus_alloc *a = run_dropping(self, lib, "comm", "nursery", run, sizeof run, &rc, &pid, &n,
+                                       addrs, sizeof addrs);
+  CHECK(rc == 0, "the program exited %d", rc);
+  size_t blocks = 0, freed = 0, kept = 0;
+  if (a) qsort(a, n, sizeof *a, by_addr_t);
+  for (size_t i = 0; a && i < n; i++) {
+    kept += a[i].kind == LOCUS_AL_MALLOC && a[i].size == 152;
+    if (a[i].kind == LOCUS_AL_MALLOC && a[i].size == 136) {
+      blocks++;
+      freed += i + 1 < n && a[i + 1].addr == a[i].addr && a[i + 1].kind == LOCUS_AL_FREE;
+    }
+  }
+  CHECK(kept == NURSERY_KEPT, "%zu of %d blocks never freed recorded", kept, NURSERY_KEPT);
+  CHECK(blocks == NURSERY_THREADS * NURSERY_LIVE && freed == NURSERY_LIVE,
+        "%zu of %d blocks that outlived their threads recorded, %zu of %d frees", blocks,
+        NURSERY_THREADS * NURSERY_LIVE, freed, NURSERY_LIVE);
+  free(a);
+  finish("blocks alive in a thread's nursery at its end keep their records", ok);
+  if (ok) remove_dir(run);
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "known")) return case_known();
   if (argc == 2 && !strcmp(argv[1], "stress")) return case_stress();
@@ -708,6 +793,7 @@ int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "serial")) return case_serial();
   if (argc == 2 && !strcmp(argv[1], "young")) return case_young();
   if (argc == 2 && !strcmp(argv[1], "numablock")) return case_numa_block();
+  if (argc == 2 && !strcmp(argv[1], "nursery")) return case_nursery_end();
   if (argc != 2) {
     fprintf(stderr, "usage: test_allocs LIBLOCUS\n");
     return 2;
@@ -723,6 +809,7 @@ int main(int argc, char **argv) {
   test_stress(self, argv[1]);
   test_serial(self, argv[1]);
   test_young(self, argv[1]);
+  test_nursery_end(self, argv[1]);
   test_numa_block(self, argv[1]);
   printf("test_allocs: %d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
