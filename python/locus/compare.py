@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 import sys
 
 from locus.errors import LocusError
+from locus.render.formats import json_text
 from locus.report import build
 from locus.rundir import RunDir
 
@@ -221,7 +221,7 @@ def _cell(metric: str, v, unit: str | None = None) -> str:
 
 def _render(fmt: str, runs: list[str], rows: list[dict], failures: list[str]) -> str:
     if fmt == "json":
-        return json.dumps({"runs": runs, "metrics": rows, "failures": failures}, indent=1) + "\n"
+        return json_text({"runs": runs, "metrics": rows, "failures": failures}, indent=1) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")

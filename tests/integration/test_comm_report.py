@@ -5,6 +5,7 @@ matrices a user can trust (symmetric, zero diagonal, every index a listed thread
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -771,3 +772,9 @@ def test_a_program_whose_path_is_not_utf8(locus, tmp_path):
     assert comm["objects"][0]["name"] == "data", comm["objects"][:2]
     assert comm["sites"][0]["function"] == "worker_free", comm["sites"][:2]
     assert comm["sites"][0]["file"].endswith("sultats/fs.c"), comm["sites"][0]
+    # The JSON has no lone surrogate escape (`\udce9`, which JSON readers other than
+    # Python's refuse): the byte reads as U+FFFD, in the command as in the file names.
+    js = locus.run("report", str(run), "--lens", "comm", "--format", "json")
+    assert js.returncode == 0 and b"\\udc" not in js.stdout, js.stdout[:400]
+    rep = json.loads(js.stdout)
+    assert "r\ufffdsultats" in " ".join(rep["run"]["command"]), rep["run"]["command"]

@@ -65,10 +65,30 @@ def _notes(report: dict) -> list[str]:
     return [n for lens in report["lenses"].values() for n in lens.get("notes", [])]
 
 
+def _no_lone_surrogates(v):
+    """v with every string's undecodable bytes (kept as lone surrogates by surrogateescape:
+    a path or command line that is not UTF-8) as U+FFFD, as the report's text shows them."""
+    if isinstance(v, str):
+        return v.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if isinstance(v, dict):
+        return {_no_lone_surrogates(k): _no_lone_surrogates(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_no_lone_surrogates(x) for x in v]
+    return v
+
+
+def json_text(obj, **kw) -> str:
+    """json.dumps, with no lone surrogate escape (`\\udce9`) in the text: JSON readers other
+    than Python's refuse one (serde_json, Go's encoding/json replaces it). Only a text that
+    has one is walked again."""
+    text = json.dumps(obj, **kw)
+    return json.dumps(_no_lone_surrogates(obj), **kw) if "\\ud" in text else text
+
+
 def to_json(report: dict) -> str:
     # Compact: a comm report of thousands of threads holds several N x N matrices, which
     # one number per line would make hundreds of megabytes. `jq .` pretty-prints.
-    return json.dumps(report, separators=(",", ":"), allow_nan=False) + "\n"
+    return json_text(report, separators=(",", ":"), allow_nan=False) + "\n"
 
 
 def to_text(report: dict, width: int | None = None) -> str:
