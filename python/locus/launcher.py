@@ -1061,6 +1061,35 @@ def runtime_mapped(pid: int, runtime: str) -> bool:
         return False
 
 
+def run_pids(run_dir: str) -> list[str]:
+    """The processes running now under the runtime recording into run_dir (once per run:
+    an environment read per process of the machine)."""
+    me = os.getpid()
+    return [
+        p
+        for p in os.listdir("/proc")
+        if p.isdigit() and int(p) != me and process_of_run(int(p), run_dir)
+    ]
+
+
+def image_loading(pid: int, runtime: str) -> bool:
+    """Whether process `pid`'s new image is still being loaded: its dynamic loader is mapped
+    and neither the runtime nor libc is yet (a preload is mapped before libc). On a loaded
+    machine the loader of a shell's background job was still at work when the grace ended,
+    and the job was said to run unrecorded."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            names = {ln.rstrip("\n").rsplit(" ", 1)[-1] for ln in f}
+    except OSError:
+        return False
+    base = {os.path.basename(n) for n in names}
+    return (
+        runtime not in names
+        and any(b.startswith("ld-linux") or b.startswith("ld64.so") for b in base)
+        and not any(b.startswith("libc.so") for b in base)
+    )
+
+
 def settle(run_dir: str, runtime: str) -> tuple[list[str], list[int | None], list[str], list[str]]:
     """The run's entries and their proc.bin flags once the program has exited, with the
     entries of processes still running (a daemon: it outlived the program) and the pids of
@@ -1073,7 +1102,10 @@ def settle(run_dir: str, runtime: str) -> tuple[list[str], list[int | None], lis
     image a background child of a shell exec's (`sh -c 'prog &'`, its runtime starting as
     the shell exits) gets its entry. One that runs on is left running, and the run says so.
     An exec'd image still running without the runtime mapped when the grace ends (the
-    preload dropped, static, setuid) is not recorded.
+    preload dropped, static, setuid) is not recorded; one whose loader is still at work is
+    waited for up to LOADING_S more, and so is a process of the run with no entry yet but
+    the runtime mapped (a fork child not yet run), which is said to be still running if its
+    entry does not come.
     """
     runtime = os.path.realpath(runtime)
     flags: dict[str, int | None] = {}
@@ -1089,14 +1121,34 @@ def settle(run_dir: str, runtime: str) -> tuple[list[str], list[int | None], lis
         pids = unrecorded_execs(entries, [flags[e] for e in entries])
         return [p for p in pids if process_of_run(int(p), run_dir)]
 
+    def coming(pid: str) -> bool:  # its entry is on its way: the runtime is there, or loading
+        return runtime_mapped(int(pid), runtime) or image_loading(int(pid), runtime)
+
     entries = listed()
     alive = [e for e in entries if not ended(flags[e]) and still_running(e, run_dir)]
+    # Processes of the run with no entry: a fork child that has not run yet on a loaded
+    # machine (a shell's background job), which the run then left out without a word.
+    listed_pids = {os.path.basename(e).split(".")[0] for e in entries}
+    unlisted = [p for p in run_pids(run_dir) if p not in listed_pids]
+    first = set(entries)
     entries = listed()
+    # (an entry that came meanwhile: a process that started or exec'd)
+    alive += [e for e in entries if e not in first and not ended(flags[e])]
+    alive = [e for e in alive if still_running(e, run_dir)]
     deadline = time.monotonic() + DAEMON_GRACE_S
     while True:
         alive = [e for e in alive if not ended(flags[e])]
         execing = in_exec(entries)
-        if (not alive and not execing) or time.monotonic() >= deadline:
+        have = {os.path.basename(e).split(".")[0] for e in entries}
+        starting = [p for p in unlisted if p not in have and process_of_run(int(p), run_dir)]
+        now = time.monotonic()
+        if (not alive and not execing and not starting) or now >= deadline + LOADING_S:
+            break
+        if (
+            now >= deadline
+            and not any(image_loading(int(p), runtime) for p in execing)
+            and not any(coming(p) for p in starting)
+        ):
             break
         time.sleep(0.005)
         known = set(entries)
@@ -1106,12 +1158,14 @@ def settle(run_dir: str, runtime: str) -> tuple[list[str], list[int | None], lis
     running = [e for e in alive if not ended(flags[e])]
     # Still in exec after the grace: running the runtime (its entry comes), or not recorded.
     execing = [p for p in execing if runtime_mapped(int(p), runtime)]
+    execing += [p for p in starting if coming(p)]  # no entry yet: still running
     return entries, [flags[e] for e in entries], running, execing
 
 
 # How long the launcher waits, after the program exits, for processes it left running (a
 # daemon) to finish their records before it reports them as still running.
 DAEMON_GRACE_S = 0.2
+LOADING_S = 2.0
 
 
 def record(
