@@ -178,7 +178,6 @@ static void count(int rc) {
     locus_me.dropped++;
 }
 
-/* The hot path's small records: a heap block without a call stack, a free. */
 static struct locus_heap *nursery_set(uint64_t addr) {
   return at.nursery + ((((addr >> 4) * 0x9e3779b97f4a7c15ull) >> (64 - NURSERY_SET_BITS))
                        << __builtin_ctz(NURSERY_WAYS));
@@ -236,6 +235,7 @@ static void nursery_put(const struct locus_heap *r) {
   }
 }
 
+/* The hot path's small records: a heap block without a call stack, a free. */
 static void put_heap(const void *addr, size_t size, uint64_t site) {
   const uint64_t max = (1ull << LOCUS_HEAP_SIZE_BITS) - 1;
   struct locus_heap r = {locus_ticks(), (uint64_t)(uintptr_t)addr,
