@@ -239,6 +239,53 @@ static int case_nursery_end(void) {
   return 0;
 }
 
+/* HANDOFF_THREADS threads in a ring, each allocating blocks it hands to the next, which
+ * frees them, amid blocks of its own; a block's address comes back to the thread that
+ * allocated it before, freed by another in between: the case freed_tab is for. */
+#define HANDOFF_THREADS 4
+#define HANDOFF_N 200000
+static struct {
+  pthread_mutex_t mu;
+  void *q[256];
+  unsigned head, tail;
+} handoff_q[HANDOFF_THREADS];
+
+static void *handoff(void *arg) {
+  int me = (int)(intptr_t)arg, next = (me + 1) % HANDOFF_THREADS;
+  void *own[16] = {0};
+  for (long i = 0; i < HANDOFF_N; i++) {
+    volatile char *p = malloc(24 + (size_t)(i & 7) * 8);
+    if (!p) return arg;
+    p[0] = 1;
+    pthread_mutex_lock(&handoff_q[next].mu);
+    int full = handoff_q[next].tail - handoff_q[next].head == 256;
+    if (!full) handoff_q[next].q[handoff_q[next].tail++ % 256] = (void *)p;
+    pthread_mutex_unlock(&handoff_q[next].mu);
+    if (full) free((void *)p);
+    void *got = NULL;
+    pthread_mutex_lock(&handoff_q[me].mu);
+    if (handoff_q[me].head != handoff_q[me].tail) got = handoff_q[me].q[handoff_q[me].head++ % 256];
+    pthread_mutex_unlock(&handoff_q[me].mu);
+    free(got);
+    free(own[i & 15]);
+    own[i & 15] = malloc(200);
+  }
+  for (int k = 0; k < 16; k++) free(own[k]);
+  return NULL;
+}
+
+static int case_handoff(void) {
+  pthread_t t[HANDOFF_THREADS];
+  for (int i = 0; i < HANDOFF_THREADS; i++) pthread_mutex_init(&handoff_q[i].mu, NULL);
+  for (int i = 0; i < HANDOFF_THREADS; i++)
+    if (pthread_create(&t[i], NULL, handoff, (void *)(intptr_t)i) != 0) return 1;
+  void *ret, *bad = NULL;
+  for (int i = 0; i < HANDOFF_THREADS; i++) pthread_join(t[i], &ret), bad = ret ? ret : bad;
+  for (int i = 0; i < HANDOFF_THREADS; i++)
+    while (handoff_q[i].head != handoff_q[i].tail) free(handoff_q[i].q[handoff_q[i].head++ % 256]);
+  return bad ? 1 : 0;
+}
+
 static int case_numa_block(void) {
   FILE *f = addrs_file();
   void *p = malloc(1 << 20);
@@ -786,6 +833,34 @@ static void test_nursery_end(const char *self, const char *lib) {
   if (ok) remove_dir(run);
 }
 
+static void test_handoff(const char *self, const char *lib) {
+  int ok = 1;
+  char run[4096], addrs[256];
+  int rc;
+  pid_t pid;
+  size_t n;
+  case_period_ns = "1000000"; /* samples name some blocks while they live */
+  struct locus_alloc *a = run_dropping(self, lib, "comm", "handoff", run, sizeof run, &rc, &pid, &n,
+                                       addrs, sizeof addrs);
+  case_period_ns = "100000000";
+  CHECK(rc == 0, "the program exited %d", rc);
+  /* At each address, in time order, a malloc record is followed by its free (the blocks are
+   * all freed): two mallocs in a row are a block whose free was lost. */
+  size_t mallocs = 0, lost = 0;
+  if (a) qsort(a, n, sizeof *a, by_addr_t);
+  for (size_t i = 0; a && i < n; i++) {
+    if (a[i].kind != LOCUS_AL_MALLOC || a[i].size < 24 || a[i].size > 200) continue;
+    mallocs++;
+    lost += !(i + 1 < n && a[i + 1].addr == a[i].addr && a[i + 1].kind == LOCUS_AL_FREE);
+  }
+  CHECK(mallocs > 0 && !lost, "%zu of %zu blocks handed between threads lost their free", lost,
+        mallocs);
+  printf("  %zu of %d blocks recorded\n", mallocs, HANDOFF_THREADS * HANDOFF_N * 2);
+  free(a);
+  finish("blocks handed between threads keep their frees", ok);
+  if (ok) remove_dir(run);
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "known")) return case_known();
   if (argc == 2 && !strcmp(argv[1], "stress")) return case_stress();
@@ -794,6 +869,7 @@ int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "young")) return case_young();
   if (argc == 2 && !strcmp(argv[1], "numablock")) return case_numa_block();
   if (argc == 2 && !strcmp(argv[1], "nursery")) return case_nursery_end();
+  if (argc == 2 && !strcmp(argv[1], "handoff")) return case_handoff();
   if (argc != 2) {
     fprintf(stderr, "usage: test_allocs LIBLOCUS\n");
     return 2;
@@ -810,6 +886,7 @@ int main(int argc, char **argv) {
   test_serial(self, argv[1]);
   test_young(self, argv[1]);
   test_nursery_end(self, argv[1]);
+  test_handoff(self, argv[1]);
   test_numa_block(self, argv[1]);
   printf("test_allocs: %d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
