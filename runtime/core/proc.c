@@ -575,9 +575,9 @@ void locus_ensure_init(void) {
   int expect = 0;
   if (!atomic_compare_exchange_strong(&init_state, &expect, 1)) return;
   locus_real_resolve();
-  locus_clock_init();
   locus_fds_init();
   read_config();
+  locus_clock_init(run_dirfd);
   if (locus_cfg.active) {
     start_process(0);
     pthread_atfork(NULL, NULL, after_fork_child);

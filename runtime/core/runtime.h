@@ -30,7 +30,8 @@ static inline uint32_t locus_tiered_slot(uint32_t near_h, uint32_t far_h, uint32
 extern int locus_clock_kind; /* enum locus_clock */
 uint64_t locus_ticks(void);
 uint64_t locus_mono_ns(void);
-void locus_clock_init(void);
+/* The clock; the TSC rate measured once per run and machine (RUN/tsc.BOOTID). */
+void locus_clock_init(int run_dirfd);
 /* Whether this thread may read the TSC (the program can forbid it: prctl PR_SET_TSC); called
  * at thread start and after the program's prctl. */
 void locus_tsc_check(void);

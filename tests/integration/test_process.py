@@ -1202,3 +1202,31 @@ def test_a_runtime_warning_is_said_once_per_run(locus):
     assert proc.stdout == b"done\n"
     assert err.count("are all in use") == 1, err
     assert len(list((run / "procs").iterdir())) >= 5
+
+
+def test_the_tsc_rate_is_measured_once_per_run(locus):
+    """Each process measured the TSC's rate with a 100 us nap at its start (~0.24 ms of a
+    short process's start-up, more on a loaded machine). The first process of the run on a
+    machine leaves it in RUN/tsc.BOOTID (ticks per ms); the others read it. It must be the
+    rate the processes' own calibration pairs (proc.bin: ticks and CLOCK_MONOTONIC at start
+    and at the end) give."""
+    from locus.rundir import RunDir
+
+    _proc, run = locus.record(
+        ["sh", "-c", "sleep 0.15; sh -c 'sleep 0.15'"], options=("--lens", "comm")
+    )
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    files = list(run.glob("tsc.*"))
+    assert [f.name for f in files] == [f"tsc.{boot}"], files
+    text = files[0].read_text()
+    assert text.endswith("\n") and text[:-1].isdigit(), text
+    per_ms = int(text)
+    rd = RunDir.open(str(run))
+    assert len(rd.procs) >= 3, [p.pid for p in rd.procs]  # sh, sh, sleep (and exec'd images)
+    for p in rd.procs:
+        h = p.hdr
+        if h["ns1"] - h["ns0"] < 100_000_000:
+            continue  # too short for its pairs to give the rate to 0.5 %
+        own = (int(h["tsc1"]) - int(h["tsc0"])) / ((int(h["ns1"]) - int(h["ns0"])) / 1e6)
+        assert abs(own / per_ms - 1) < 0.005, (p.pid, own, per_ms)
