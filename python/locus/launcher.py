@@ -1165,6 +1165,8 @@ def settle(run_dir: str, runtime: str) -> tuple[list[str], list[int | None], lis
 # How long the launcher waits, after the program exits, for processes it left running (a
 # daemon) to finish their records before it reports them as still running.
 DAEMON_GRACE_S = 0.2
+# How much longer it waits for an exec'd image whose loader is still at work, and for a
+# process of the run that has no records yet but the runtime mapped (a fork child not yet run).
 LOADING_S = 2.0
 
 
