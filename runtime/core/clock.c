@@ -138,8 +138,13 @@ static void rate_write(int dirfd, const char *name, uint64_t per_ms) {
 }
 
 void locus_clock_init(int run_dirfd) {
+  /* A rate in the run directory: a process of this run on this machine found the TSC
+   * invariant (and /proc/cpuinfo, generated for each read, is not read again: ~40 us). */
+  char name[48];
+  int named = run_dirfd >= 0 && rate_file_name(name) == 0;
+  uint64_t per_ms = named ? rate_read(run_dirfd, name) : 0;
 #if defined(__x86_64__)
-  if (cpu_has_invariant_tsc()) locus_clock_kind = LOCUS_CLOCK_TSC;
+  if (per_ms || cpu_has_invariant_tsc()) locus_clock_kind = LOCUS_CLOCK_TSC;
 #endif
   locus_tsc_check(); /* exec keeps a disabled TSC */
   if (locus_clock_kind != LOCUS_CLOCK_TSC || locus_tsc_off) {
@@ -152,9 +157,6 @@ void locus_clock_init(int run_dirfd) {
    * the run directory for the others: the nap took ~0.24 ms of each process's start (200
    * /bin/true under comm: 0.71 s with it in every process, 0.66 s without; 1 ms was most of
    * a short process's start-up before it was cut to 100 us). */
-  char name[48];
-  int named = run_dirfd >= 0 && rate_file_name(name) == 0;
-  uint64_t per_ms = named ? rate_read(run_dirfd, name) : 0;
   if (per_ms) {
     locus_ticks_per_us = (double)per_ms / 1000.0;
     cal_ns = locus_mono_ns();
