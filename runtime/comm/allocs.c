@@ -125,7 +125,7 @@ static int heap_all = -1; /* every block recorded (exact backend, LOCUS_HEAP_ALL
  * A thread gets a nursery when it starts a chunk of heap records after its first (it has
  * written 128): a thread that allocates little maps nothing more. A nursery that moves 7 of
  * 8 of its records to the stream (a program that keeps what it allocates: a compiler) costs
- * a copy and a search per block for nothing (a loop of 4 million never-freed mallocs: 70 ns
+ * a copy and a search per block for nothing (a loop of 2 million never-freed mallocs: 70 ns
  * each under comm without a nursery, 90 with one). After NURSERY_WINDOW records with that
  * many moved, it is unmapped (its slots stay in heap.bin, records like any other), and the
  * thread tries again at its NURSERY_SKIP-th chunk from there (hot chunks are 1 MiB, 32,768
