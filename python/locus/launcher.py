@@ -894,9 +894,14 @@ def ended(flags: int | None) -> bool:
     return flags is not None and bool(flags & PROC_FINISHED)
 
 
+def entry_pid(entry: str) -> str:
+    """The pid of run entry procs/PID[.K]."""
+    return os.path.basename(entry).split(".")[0]
+
+
 def still_running(entry: str, run_dir: str) -> bool:
     """Whether the process of run entry procs/PID[.K] still runs under this run's runtime."""
-    pid = os.path.basename(entry).split(".")[0]
+    pid = entry_pid(entry)
     return pid.isdigit() and process_of_run(int(pid), run_dir)
 
 
@@ -905,7 +910,7 @@ def unrecorded_execs(entries: list[str], flags: list[int | None]) -> list[str]:
     (the images of one pid are procs/PID, procs/PID.1, ...)."""
     last: dict[str, tuple[int, int | None]] = {}
     for e, f in zip(entries, flags):
-        pid, n = os.path.basename(e).split(".")[0], image_no(os.path.basename(e))
+        pid, n = entry_pid(e), image_no(os.path.basename(e))
         if pid not in last or n >= last[pid][0]:
             last[pid] = (n, f)
     return [pid for pid, (_n, f) in last.items() if f is not None and f & PROC_EXECED]
@@ -934,8 +939,7 @@ def copy_perf_maps(entries: list[str], since: float) -> int:
     be reused). Returns the number copied."""
     n = 0
     for e in entries:
-        pid = os.path.basename(e).split(".")[0]
-        src = PERF_MAP.format(pid=pid)
+        src = PERF_MAP.format(pid=entry_pid(e))
         try:
             if os.stat(src).st_mtime < since:
                 continue
@@ -1052,13 +1056,20 @@ class SignalForwarder:
 # -- record --------------------------------------------------------------------------------
 
 
+def mapped_paths(pid: int) -> set[str]:
+    """The paths in process `pid`'s maps (spaces and all: the sixth field to the line's
+    end), or none when it cannot be read (ended)."""
+    try:
+        with open(f"/proc/{pid}/maps", errors="surrogateescape") as f:
+            fields = [ln.rstrip("\n").split(None, 5) for ln in f]
+    except OSError:
+        return set()
+    return {x[5] for x in fields if len(x) == 6}
+
+
 def runtime_mapped(pid: int, runtime: str) -> bool:
     """Whether process `pid` has the runtime mapped: its image is recorded."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            return any(line.rstrip().endswith(" " + runtime) for line in f)
-    except OSError:
-        return False
+    return runtime in mapped_paths(pid)
 
 
 def run_pids(run_dir: str) -> list[str]:
@@ -1072,19 +1083,14 @@ def run_pids(run_dir: str) -> list[str]:
     ]
 
 
-def image_loading(pid: int, runtime: str) -> bool:
-    """Whether process `pid`'s new image is still being loaded: its dynamic loader is mapped
-    and neither the runtime nor libc is yet (a preload is mapped before libc). On a loaded
-    machine the loader of a shell's background job was still at work when the grace ended,
-    and the job was said to run unrecorded."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            names = {ln.rstrip("\n").rsplit(" ", 1)[-1] for ln in f}
-    except OSError:
-        return False
-    base = {os.path.basename(n) for n in names}
+def image_loading(paths: set[str], runtime: str) -> bool:
+    """Whether a process that maps `paths` (mapped_paths) is still loading its new image:
+    its dynamic loader is mapped and neither the runtime nor libc is yet (a preload is
+    mapped before libc). On a loaded machine the loader of a shell's background job was
+    still at work when the grace ended, and the job was said to run unrecorded."""
+    base = {os.path.basename(n) for n in paths}
     return (
-        runtime not in names
+        runtime not in paths
         and any(b.startswith("ld-linux") or b.startswith("ld64.so") for b in base)
         and not any(b.startswith("libc.so") for b in base)
     )
@@ -1122,39 +1128,40 @@ def settle(run_dir: str, runtime: str) -> tuple[list[str], list[int | None], lis
         return [p for p in pids if process_of_run(int(p), run_dir)]
 
     def coming(pid: str) -> bool:  # its entry is on its way: the runtime is there, or loading
-        return runtime_mapped(int(pid), runtime) or image_loading(int(pid), runtime)
+        paths = mapped_paths(int(pid))
+        return runtime in paths or image_loading(paths, runtime)
+
+    def relisted(entries: list[str], alive: list[str]) -> tuple[list[str], list[str]]:
+        """The entries again, and the running ones with those that came meanwhile (a process
+        that started or exec'd)."""
+        known = set(entries)
+        entries = listed()
+        alive = alive + [e for e in entries if e not in known and not ended(flags[e])]
+        return entries, [e for e in alive if still_running(e, run_dir)]
 
     entries = listed()
     alive = [e for e in entries if not ended(flags[e]) and still_running(e, run_dir)]
     # Processes of the run with no entry: a fork child that has not run yet on a loaded
     # machine (a shell's background job), which the run then left out without a word.
-    listed_pids = {os.path.basename(e).split(".")[0] for e in entries}
-    unlisted = [p for p in run_pids(run_dir) if p not in listed_pids]
-    first = set(entries)
-    entries = listed()
-    # (an entry that came meanwhile: a process that started or exec'd)
-    alive += [e for e in entries if e not in first and not ended(flags[e])]
-    alive = [e for e in alive if still_running(e, run_dir)]
+    unlisted = [p for p in run_pids(run_dir) if p not in {entry_pid(e) for e in entries}]
+    entries, alive = relisted(entries, alive)
     deadline = time.monotonic() + DAEMON_GRACE_S
     while True:
         alive = [e for e in alive if not ended(flags[e])]
         execing = in_exec(entries)
-        have = {os.path.basename(e).split(".")[0] for e in entries}
+        have = {entry_pid(e) for e in entries}
         starting = [p for p in unlisted if p not in have and process_of_run(int(p), run_dir)]
         now = time.monotonic()
         if (not alive and not execing and not starting) or now >= deadline + LOADING_S:
             break
         if (
             now >= deadline
-            and not any(image_loading(int(p), runtime) for p in execing)
+            and not any(image_loading(mapped_paths(int(p)), runtime) for p in execing)
             and not any(coming(p) for p in starting)
         ):
             break
         time.sleep(0.005)
-        known = set(entries)
-        entries = listed()
-        alive += [e for e in entries if e not in known and not ended(flags[e])]
-        alive = [e for e in alive if still_running(e, run_dir)]
+        entries, alive = relisted(entries, alive)
     running = [e for e in alive if not ended(flags[e])]
     # Still in exec after the grace: running the runtime (its entry comes), or not recorded.
     execing = [p for p in execing if runtime_mapped(int(p), runtime)]
@@ -1420,7 +1427,7 @@ def record(
         )
     # A process still running after the program exited (daemon(), a double fork) has not
     # finished its records yet: the report reads them as whole once it has.
-    for pid in [os.path.basename(e).split(".")[0] for e in running] + execing:
+    for pid in [entry_pid(e) for e in running] + execing:
         print(
             f"locus: warning: a process (pid {pid}) was still "
             "running when the program exited (daemon?): its records may be incomplete if you "

@@ -188,15 +188,6 @@ uint64_t locus_shared_detach(uint64_t lo) {
   return len;
 }
 
-static char *put_hex(char *p, uint64_t v) {
-  char d[16];
-  int n = 0;
-  do d[n++] = "0123456789abcdef"[v & 15];
-  while ((v >>= 4) != 0);
-  while (n) *p++ = d[--n];
-  return p;
-}
-
 /* The run directory (canonical), whose files are the runtime's own: set by the scan. A
  * longer name is not kept (the readlink check below reads 256 bytes). */
 static char skip_dir[256];
@@ -223,9 +214,9 @@ void locus_shared_mapped(uint64_t lo, uint64_t len, uint64_t off) {
 static void mapped(uint64_t lo, uint64_t len, uint64_t off) {
   len = (len + 4095) & ~4095ull; /* the mapping's pages (x86-64, the sampled backends' ISA) */
   char path[64] = "/proc/self/map_files/", *p = path + sizeof "/proc/self/map_files/" - 1;
-  p = put_hex(p, lo);
+  p = locus_put_hex(p, lo, 1);
   *p++ = '-';
-  p = put_hex(p, lo + len);
+  p = locus_put_hex(p, lo + len, 1);
   *p = 0;
   struct stat st;
   if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0) != 0) {
@@ -250,16 +241,6 @@ static void mapped(uint64_t lo, uint64_t len, uint64_t off) {
 }
 
 /* ---- /proc/self/maps ---- */
-static const char *hex(const char *p, const char *end, uint64_t *v) {
-  *v = 0;
-  for (; p < end; p++) {
-    int c = *p, d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (d < 0) break;
-    *v = *v * 16 + (uint64_t)d;
-  }
-  return p;
-}
-
 static const char *skip_spaces(const char *p, const char *end) {
   while (p < end && *p == ' ') p++;
   return p;
@@ -269,16 +250,16 @@ static const char *skip_spaces(const char *p, const char *end) {
  * starts at `only` when not 0. */
 static void scan_line(const char *p, const char *end, uint64_t only) {
   uint64_t lo, hi, off, maj, min, ino = 0;
-  p = hex(p, end, &lo);
+  p = locus_hex(p, end, &lo);
   if (p >= end || *p != '-' || (only && lo != only)) return;
-  p = hex(p + 1, end, &hi);
+  p = locus_hex(p + 1, end, &hi);
   p = skip_spaces(p, end);
   if (end - p < 5 || p[3] != 's') return; /* perms: shared mappings only */
   p = skip_spaces(p + 4, end);
-  p = skip_spaces(hex(p, end, &off), end);
-  p = hex(p, end, &maj);
+  p = skip_spaces(locus_hex(p, end, &off), end);
+  p = locus_hex(p, end, &maj);
   if (p >= end || *p != ':') return;
-  p = skip_spaces(hex(p + 1, end, &min), end);
+  p = skip_spaces(locus_hex(p + 1, end, &min), end);
   for (; p < end && *p >= '0' && *p <= '9'; p++) ino = ino * 10 + (uint64_t)(*p - '0');
   p = skip_spaces(p, end);
   if (is_skipped(p, (size_t)(end - p))) return; /* the run's own record files */

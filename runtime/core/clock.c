@@ -97,11 +97,7 @@ static int cpu_has_invariant_tsc(void) {
  * processes run on several machines (MPI ranks over a shared file system) has one rate
  * per machine. 0, or -1 when there is no boot id. */
 static int rate_file_name(char name[48]) {
-  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = read(fd, name + 4, 36);
-  close(fd);
-  if (n != 36) return -1;
+  if (locus_read_small("/proc/sys/kernel/random/boot_id", name + 4, 44) != 37) return -1;
   for (int i = 4; i < 40; i++)
     if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f') ||
           name[i] == '-'))
@@ -125,15 +121,14 @@ static uint64_t rate_read(int dirfd, const char *name) {
   return n > 0 && b[n - 1] == '\n' && v >= 1000 && v <= 100000000 ? v : 0;
 }
 
-static void rate_write(int dirfd, const char *name, uint64_t per_ms) {
+static void rate_write(int dirfd, const char *name, unsigned per_ms) {
   int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return; /* another process wrote it first */
-  char b[24];
-  int k = (int)sizeof b;
-  b[--k] = '\n';
-  do b[--k] = (char)('0' + per_ms % 10);
-  while ((per_ms /= 10) != 0);
-  (void)!write(fd, b + k, sizeof b - (size_t)k);
+  char b[16];
+  locus_fmt_u(b, per_ms);
+  size_t n = strlen(b);
+  b[n++] = '\n';
+  (void)!write(fd, b, n);
   close(fd);
 }
 
@@ -169,7 +164,8 @@ void locus_clock_init(int run_dirfd) {
   uint64_t n1 = locus_mono_ns(), t1 = __rdtsc();
   if (n1 > n0 && t1 > t0) {
     locus_ticks_per_us = (double)(t1 - t0) * 1000.0 / (double)(n1 - n0);
-    if (named) rate_write(run_dirfd, name, (uint64_t)(locus_ticks_per_us * 1000.0 + 0.5));
+    /* (ticks per ms fit an unsigned up to 4 THz) */
+    if (named) rate_write(run_dirfd, name, (unsigned)(locus_ticks_per_us * 1000.0 + 0.5));
   } else {
     locus_clock_kind = LOCUS_CLOCK_MONOTONIC;
   }

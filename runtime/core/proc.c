@@ -42,8 +42,7 @@ static int said_in_run(const char *msg) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (const char *c = msg; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
   char name[32] = "warned/";
-  for (int k = 0; k < 16; k++) name[7 + k] = "0123456789abcdef"[(h >> (60 - 4 * k)) & 15];
-  name[23] = 0;
+  *locus_put_hex(name + 7, h, 16) = 0;
   syscall(SYS_mkdirat, dir, "warned", 0755);
   int fd = (int)syscall(SYS_openat, dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd >= 0) {
@@ -78,6 +77,26 @@ long locus_read_small(const char *path, char *b, size_t n) {
   syscall(SYS_close, fd);
   b[k > 0 ? k : 0] = 0;
   return k;
+}
+
+const char *locus_hex(const char *p, const char *end, uint64_t *v) {
+  *v = 0;
+  for (; p < end; p++) {
+    int c = *p, d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) break;
+    *v = *v * 16 + (uint64_t)d;
+  }
+  return p;
+}
+
+char *locus_put_hex(char *p, uint64_t v, int min_digits) {
+  char d[16];
+  int n = 0;
+  do d[n++] = "0123456789abcdef"[v & 15];
+  while ((v >>= 4) != 0);
+  while (n < min_digits && n < 16) d[n++] = '0';
+  while (n) *p++ = d[--n];
+  return p;
 }
 
 uint64_t locus_thread_cpu_ns(void) {
@@ -115,18 +134,11 @@ struct maps_line {
   char text[400];
 };
 
+/* A hex field of s[*i..n) ended by `end`: its value, and *i past the end character. */
 static int hex_field(const char *s, size_t n, size_t *i, char end, uint64_t *v) {
-  uint64_t x = 0;
-  size_t k = *i;
-  for (; k < n && s[k] != end; k++) {
-    char c = s[k];
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (d < 0) return -1;
-    x = x << 4 | (uint64_t)d;
-  }
-  if (k >= n || k == *i) return -1;
-  *v = x;
-  *i = k + 1;
+  const char *p = s + *i, *q = locus_hex(p, s + n, v);
+  if (q == p || q >= s + n || *q != end) return -1;
+  *i = (size_t)(q - s) + 1;
   return 0;
 }
 
@@ -143,15 +155,6 @@ static int maps_parse(struct maps_line *l) {
   l->file = slash && slash[-1] == ' ';
   l->merged = 0;
   return 0;
-}
-
-static void put_hex(char *b, size_t *n, uint64_t v) { /* as the kernel's %08lx */
-  char t[16];
-  int k = 0;
-  do t[k++] = "0123456789abcdef"[v & 15];
-  while (v >>= 4);
-  for (; k < 8; k++) t[k] = '0';
-  while (k) b[(*n)++] = t[--k];
 }
 
 /* Written when the buffer is full (maps.dl's snapshots are taken one at a time). */
@@ -178,14 +181,12 @@ static void maps_flush(struct maps_out *o, struct maps_line *l) {
   if (!l->len) return;
   if (!l->merged) {
     out_write(o, l->text, l->len);
-  } else { /* the first mapping's line, its end moved */
-    char head[40];
-    size_t n = 0;
-    put_hex(head, &n, l->lo);
-    head[n++] = '-';
-    put_hex(head, &n, l->hi);
-    head[n++] = ' ';
-    out_write(o, head, n);
+  } else {                                             /* the first mapping's line, its end moved */
+    char head[40], *h = locus_put_hex(head, l->lo, 8); /* as the kernel's %08lx */
+    *h++ = '-';
+    h = locus_put_hex(h, l->hi, 8);
+    *h++ = ' ';
+    out_write(o, head, (size_t)(h - head));
     out_write(o, l->text + l->perms, l->len - l->perms);
   }
   l->len = 0;

@@ -149,6 +149,10 @@ extern char locus_proc_path[4096]; /* absolute path of this process's directory,
 void locus_warn(const char *msg);
 /* v in decimal at out (NUL-terminated; at most 10 digits): no stdio in the runtime. */
 void locus_fmt_u(char *out, unsigned v);
+/* The hex number at [p, end) (lower case, no prefix) into *v; returns past its digits. */
+const char *locus_hex(const char *p, const char *end, uint64_t *v);
+/* v in lower-case hex at p, at least min_digits (zero-padded; no NUL); returns past it. */
+char *locus_put_hex(char *p, uint64_t v, int min_digits);
 /* A small /proc or /sys file into b (NUL-terminated), with raw system calls (no stdio, no
  * malloc, usable in a signal handler); its length, or -1. */
 long locus_read_small(const char *path, char *b, size_t n);
