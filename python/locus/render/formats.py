@@ -30,6 +30,7 @@ PICTURED = {comm.MATRIX_TABLE, numa.MATRIX_TABLE, numa.CPU_MATRIX_TABLE}
 NARROW_SKIP = {"wait_pct", "code", "unpinned_page", "unpinned_thread", "unpinned_both"}
 NARROW_SKIP |= {"unknown", "meaning", "block_address", "unpinned_acc", "obj_size"}
 WIDE = (
+    "code",
     "name",
     "name_kind",
     "where",
@@ -39,7 +40,9 @@ WIDE = (
     "placement",
     "touched_by",
     "binding",
+    "meaning",
 )
+WIDE_MIN = {"name": 22, "code": 30}  # else 12
 
 
 def _tables(report: dict) -> list[Table]:
@@ -91,17 +94,47 @@ def to_json(report: dict) -> str:
     return json_text(report, separators=(",", ":"), allow_nan=False) + "\n"
 
 
-def to_text(report: dict, width: int | None = None) -> str:
+def _rich_table(t: Table, cols: list, cells: list[dict]):
+    """A rich table of `cols`: names, stacks, code sites and byte ranges (WIDE) fold to the
+    width left; the other columns (numbers, addresses, kinds) are never narrower than their
+    widest cell, so that no number is cut."""
     from rich import box
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table as RichTable
+
+    rt = RichTable(
+        title=escape(t.heading),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+        title_justify="left",
+    )
+    for header, unit, key in cols:
+        wide = key in WIDE
+        natural = max([len(header)] + [len(x) for c in cells for x in c[key].split("\n")])
+        rt.add_column(
+            header,
+            justify="right" if unit else "left",
+            overflow="fold" if wide else "ellipsis",
+            no_wrap=not wide,
+            min_width=WIDE_MIN.get(key, 12) if wide else natural,
+        )
+    for c in cells:
+        rt.add_row(*(c[k] for _h, _u, k in cols))
+    return rt
+
+
+def to_text(report: dict, width: int | None = None) -> str:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.measure import Measurement
 
     buf = io.StringIO()
     if width is None:
         # The terminal's width when printing to one; in files and pipes COLUMNS, else 80.
         width = shutil.get_terminal_size((80, 24)).columns
     con = Console(file=buf, width=max(width, 80), no_color=True, highlight=False, soft_wrap=False)
+    unbounded = con.options.update_width(1 << 16)  # to measure what a table needs
     for line in _summary(report):
         con.print(line, markup=False)
     for t in _tables(report):
@@ -111,29 +144,21 @@ def to_text(report: dict, width: int | None = None) -> str:
         if not t.rows:
             con.print(f"{t.title}: none", markup=False)
             continue
-        rt = RichTable(
-            title=escape(t.heading),
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-            collapse_padding=True,
-            title_justify="left",
-        )
-        # Derived columns that do not fit 80 columns (they stay in JSON, CSV and Markdown).
+        # Cells are text, not rich markup ("fsv [pid 4]" lost its "[pid 4]").
+        shown = t.text_keys or {}
+        cells = [
+            {k: escape(fmt(r.get(shown.get(k, k)), u)) for _h, u, k in t.columns} for r in t.rows
+        ]
+        # Derived columns (they stay in JSON, CSV and Markdown) are left out under 100
+        # columns, and from there, last first, while the table cannot fit the width without
+        # cutting a number or an address.
         cols = [c for c in t.columns if width >= 100 or c[2] not in NARROW_SKIP]
-        for header, unit, key in cols:
-            wide = key in WIDE
-            rt.add_column(
-                header,
-                justify="right" if unit else "left",
-                overflow="fold" if wide else "ellipsis",
-                no_wrap=not wide,
-                min_width=22 if key == "name" else 12 if wide else None,
-                ratio=1 if wide else None,
-            )
-        for r in t.rows:
-            # Cells are text, not rich markup ("fsv [pid 4]" lost its "[pid 4]").
-            shown = t.text_keys or {}
-            rt.add_row(*(escape(fmt(r.get(shown.get(k, k)), u)) for _h, u, k in cols))
+        droppable = [c for c in reversed(cols) if c[2] in NARROW_SKIP]
+        while True:
+            rt = _rich_table(t, cols, cells)
+            if not droppable or Measurement.get(con, unbounded, rt).minimum <= width:
+                break
+            cols.remove(droppable.pop(0))
         con.print(rt)
     for pic in _pictures(report):
         con.print()

@@ -232,3 +232,44 @@ def test_unknown_exit_status_reads_unknown():
         "lenses": {},
     }  # fmt: skip
     assert "exit unknown" in summary_lines(report)[1]
+
+
+@pytest.mark.parametrize("width", [80, 100, 110, 120, 140, 200])
+def test_text_tables_never_cut_a_number(monkeypatch, width):
+    """A table wider than the terminal: numbers and addresses are whole, names and code
+    fold, and a derived column (code) is left out while it cannot fit. At 100-125 columns
+    rich squeezed the comm lens's line table into `0x55f463…` and `79.0…` (and `…` for
+    its objects and volumes)."""
+    from locus.render import formats
+    from locus.render.tables import Table
+
+    site = "lll_mutex_unlock_optimized pthread_mutex_unlock.c:43 ← sysbench+0x1ba9a"
+    rows = [
+        dict(
+            address=f"0x55f463eb{i:04x}",
+            object_at="heap block from sysbench+0x1bb27 @+832",
+            all=79.0 + i,
+            true=66.0,
+            false=13.0 + i,
+            ranges="t1:16-19,32-35 t2:16-19,24-27 t3:16-19 t4:16-19",
+            code="\n".join([site] * 4),
+        )
+        for i in range(3)
+    ]
+    vols = [("all", "s", "all"), ("true", "s", "true"), ("false", "s", "false")]
+    cols = [("line", "", "address"), ("object", "", "object_at"), *vols]
+    cols += [("bytes by thread", "", "ranges"), ("code", "", "code")]
+    monkeypatch.setattr(formats, "_tables", lambda r: [Table("t", "Lines", cols, rows)])
+    monkeypatch.setattr(formats, "_summary", lambda r: [])
+    monkeypatch.setattr(formats, "_pictures", lambda r: [])
+    out = formats.to_text({"lenses": {}}, width=width)
+    lines = out.splitlines()
+    assert max(len(x) for x in lines) <= width
+    assert "…" not in out
+    for r in rows:
+        assert r["address"] in out
+        assert f"{r['all']:.1f} s" in out and f"{r['false']:.1f} s" in out
+    # The code sites: shown where they fit (folded), else the column is left out whole.
+    (header,) = [x for x in lines if x.startswith(" line ")]
+    if width <= 100 or width >= 120:
+        assert header.rstrip().endswith(" code") == (width >= 120)
