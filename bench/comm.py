@@ -49,7 +49,10 @@ Cost: wall time and peak RSS with `--lens comm` (soft, default period) against w
 one run, interleaved, medians: the four microbenchmarks (free-running, a fixed amount of
 work: what their slowest thread did in ~1 s of a plain calibration run), `sysbench mutex`,
 `stress-ng --memthrash` and `sysbench threads` (context switches); and the exact backend's
-slowdown (instrumented binary under locus vs plain).
+slowdown (instrumented binary under locus vs plain). Where the program prints its own run
+time (the workloads, sysbench), `program_ratio` is the ratio of those: the slowdown of the
+program itself, without locus's fixed start and stop (~45 ms a run here), which the wall
+ratio of a 1 s program includes.
 
 Usage: bench/comm.py [-n 3] [--only accuracy|overhead|exact|procs]
 """
@@ -59,6 +62,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -391,7 +395,18 @@ def timed(argv: list[str], options: list[str] | None) -> tuple[float, int]:
         raise SystemExit(f"failed: {' '.join(inner)}\n{p.stderr.decode(errors='replace')}")
     if options is not None and "exact" in options:
         return wall, 0
-    return wall, int(rss.read_text().split()[-1])
+    return wall, int(rss.read_text().split()[-1]), program_time(p.stdout + p.stderr)
+
+
+# What the programs print of their own run time: the workloads' "... in 0.958 s", sysbench's
+# "total time: 1.2345s". Their ratio leaves out locus's fixed start and stop (the launcher,
+# the runtime's start, the records' end: ~45 ms a run on this host).
+OWN_TIME = re.compile(rb" in ([0-9.]+) s$|total time:\s+([0-9.]+)s", re.M)
+
+
+def program_time(out: bytes) -> float | None:
+    m = OWN_TIME.search(out)
+    return float(m.group(1) or m.group(2)) if m else None
 
 
 # The microbenchmarks' cost runs: (threads, arguments after the work limit). Each does a
@@ -528,7 +543,11 @@ def main() -> int:
     parts = []
     if "overhead" in data:
         parts += [
-            f"{k} x{v['wall_ratio']:.2f}" for k, v in data["overhead"].items() if k != "exact"
+            f"{k} x{v['wall_ratio']:.2f}"
+            + (f" (own time x{v['program_ratio']:.2f})" if "program_ratio" in v else "")
+            + f" rss x{v['maxrss_ratio']:.2f}"
+            for k, v in data["overhead"].items()
+            if k != "exact"
         ]
     if "exact" in data:
         parts += [f"exact {k} x{v['ratio']:.1f}" for k, v in data["exact"].items()]

@@ -101,7 +101,9 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 def overhead(progs: dict, n: int, timed, label: str) -> dict:
     """Wall time and peak RSS of each program (name -> argv; skipped when not installed)
     plain and under locus, `n` interleaved runs each, medians and ratios. `timed(argv,
-    under)` returns (wall s, maxrss kB) of one run, under locus when `under` is true."""
+    under)` returns (wall s, maxrss kB) of one run, under locus when `under` is true, or
+    (wall s, maxrss kB, the program's own time s or None): then `program_ratio` is the ratio
+    of the times the program printed, its slowdown without locus's fixed start and stop."""
     out = {}
     for name, argv in progs.items():
         if not shutil.which(argv[0]):
@@ -110,8 +112,8 @@ def overhead(progs: dict, n: int, timed, label: str) -> dict:
         for _ in range(n):
             plain.append(timed(argv, False))
             tool.append(timed(argv, True))
-        pw, tw = median([w for w, _ in plain]), median([w for w, _ in tool])
-        pr, tr = median([r for _, r in plain]), median([r for _, r in tool])
+        pw, tw = median([x[0] for x in plain]), median([x[0] for x in tool])
+        pr, tr = median([x[1] for x in plain]), median([x[1] for x in tool])
         out[name] = {
             "plain_wall_s": pw,
             f"{label}_wall_s": tw,
@@ -120,7 +122,17 @@ def overhead(progs: dict, n: int, timed, label: str) -> dict:
             f"{label}_maxrss_kb": tr,
             "maxrss_ratio": tr / pr,
         }
-        print(f"  {name}: time x{tw / pw:.3f} rss x{tr / pr:.3f}", flush=True)
+        own = ""
+        pp = [x[2] for x in plain if len(x) > 2 and x[2]]
+        tp = [x[2] for x in tool if len(x) > 2 and x[2]]
+        if len(pp) == len(plain) and len(tp) == len(tool):
+            out[name].update(
+                plain_program_s=median(pp),
+                **{f"{label}_program_s": median(tp)},
+                program_ratio=median(tp) / median(pp),
+            )
+            own = f" (program's own time x{median(tp) / median(pp):.3f})"
+        print(f"  {name}: time x{tw / pw:.3f}{own} rss x{tr / pr:.3f}", flush=True)
     return out
 
 

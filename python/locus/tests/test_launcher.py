@@ -5,8 +5,10 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import struct
 import sys
+import time
 
 import pytest
 
@@ -15,7 +17,7 @@ from locus.errors import LocusError
 
 
 def test_resolve_command_uses_path():
-    assert launcher.resolve_command("sh") == os.path.abspath(launcher.shutil.which("sh"))
+    assert launcher.resolve_command("sh") == os.path.abspath(shutil.which("sh"))
 
 
 def test_resolve_command_codes(tmp_path):
@@ -65,7 +67,7 @@ def test_elf_real_binaries(tmp_path):
 
 def test_create_run_dir_default_names(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    now = datetime.datetime(2024, 5, 6, 7, 8, 9)
+    now = datetime.datetime(2024, 5, 6, 7, 8, 9).timetuple()
     a = launcher.create_run_dir(None, ["/usr/bin/app", "x"], now)
     b = launcher.create_run_dir(None, ["/usr/bin/app", "x"], now)
     assert os.path.basename(a) == "locus-app-20240506-070809"
@@ -74,7 +76,7 @@ def test_create_run_dir_default_names(tmp_path, monkeypatch):
 
 
 def test_create_run_dir_policy(tmp_path):
-    now = datetime.datetime.now()
+    now = time.localtime()
     empty = tmp_path / "empty"
     empty.mkdir()
     assert launcher.create_run_dir(str(empty), ["x"], now) == str(empty)
@@ -168,7 +170,7 @@ def test_run_dir_that_cannot_be_replaced_is_one_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(shutil, "rmtree", refuse)
     with pytest.raises(LocusError, match="cannot replace the earlier run there: Permission denied"):
-        launcher.create_run_dir(str(run), ["true"], datetime.datetime.now())
+        launcher.create_run_dir(str(run), ["true"], time.localtime())
 
 
 def test_default_run_dir_in_a_read_only_directory_is_one_error(tmp_path, monkeypatch):
@@ -180,4 +182,21 @@ def test_default_run_dir_in_a_read_only_directory_is_one_error(tmp_path, monkeyp
 
     monkeypatch.setattr(_os, "mkdir", refuse)
     with pytest.raises(LocusError, match="cannot create the run directory .*Permission denied"):
-        launcher.create_run_dir(None, ["true"], datetime.datetime.now())
+        launcher.create_run_dir(None, ["true"], time.localtime())
+
+
+@pytest.mark.parametrize("tz", ["UTC", "Asia/Kolkata", "America/St_Johns", "Europe/Paris"])
+def test_start_time_is_datetimes_isoformat(monkeypatch, tz):
+    """meta.json's start_time, written without importing datetime, reads as datetime wrote it
+    (offsets of half hours, west of UTC)."""
+    from locus.launcher import local_iso
+
+    monkeypatch.setenv("TZ", tz)
+    time.tzset()
+    try:
+        for when in (0, 1_700_000_000, 1_720_000_000):
+            want = datetime.datetime.fromtimestamp(when).astimezone().isoformat(timespec="seconds")
+            assert local_iso(time.localtime(when)) == want
+    finally:
+        monkeypatch.undo()
+        time.tzset()
