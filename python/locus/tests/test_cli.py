@@ -452,3 +452,28 @@ def test_report_plot_to_an_empty_name_and_singular_counts(tmp_path):
     assert p.returncode == 2 and "--plot needs a directory" in p.stderr, p.stderr
     text = run_locus("report", str(run)).stdout
     assert "1 thread in 1 process," in text, text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["record", "--lens", "comm", "--period", "2ms", "--", "prog", "-x"],
+        ["record", "-o", "d", "--lens", "numa", "--", "prog"],
+        ["report", "run", "--lens", "comm", "--by", "core", "--top", "3"],
+        ["compare", "a", "b", "--fail-if", "wait > 1"],
+        ["monitor", "stat", "--interval", "100ms", "--count", "2"],
+        ["doctor", "--format", "json"],
+    ],
+)
+def test_a_command_alone_parses_as_with_every_command(argv):
+    """`locus CMD ...` builds CMD's parser alone (the others cost ~5 ms of every record's
+    start): the same options, defaults and handler as with every command's parser."""
+
+    def plain(ns):
+        return {k: v for k, v in vars(ns).items() if k != "parser"}
+
+    assert plain(cli.build_parser(argv[0]).parse_args(argv)) == plain(
+        cli.build_parser().parse_args(argv)
+    )
+    with pytest.raises(SystemExit):
+        cli.build_parser(argv[0]).parse_args([argv[0], "--no-such-option"])
