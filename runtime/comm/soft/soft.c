@@ -115,7 +115,9 @@ static _Atomic int nmods;
 static _Atomic int mods_busy;
 /* Cache word: bit 63 valid, bits 0-46 pc, 48-51 length of the previous instruction (0: none
  * usable), bit 52 pc is a direct-branch target or a function start, bit 53 no answer, bit 54
- * pc is a rep-prefixed string instruction (interrupted in the middle, it is not skid). */
+ * pc is a rep-prefixed string instruction (interrupted in the middle, it is not skid). With
+ * bit 55 set, the word is a stack word's verdict instead (caller_of): bit 56 when the
+ * address follows a call instruction and is not a function start. */
 static _Atomic uint64_t *pc_cache;
 static ZydisDecoder dec;
 static int proc_ok;
@@ -562,6 +564,8 @@ static int is_branch(const ZydisDecodedInstruction *in) {
 #define PC_NONE (1ull << 53)
 #define PC_REP (1ull << 54)
 #define PC_MASK ((1ull << 47) - 1)
+#define PC_CALL (1ull << 55)
+#define PC_RETURN (1ull << 56)
 
 #define RESYNC_BACK 64u /* bytes decoded before pc without a function table */
 
@@ -670,28 +674,48 @@ static uint64_t skid_info(const struct module *m, uint64_t pc) {
          (pc == start ? PC_TARGET : 0);
 }
 
-/* The cache: one word per pc (bit 63 valid, the pc, its skid info), lock-free, never
- * emptied but all at once (refresh_modules, code unloaded). Open addressing in two tiers:
- * the first CACHE_NEAR slots (one page), then the others, CACHE_PROBES slots each; a pc
- * whose probes all hold other pcs replaces the last one. Direct-mapped on the pc's low bits
- * (nearby pcs sharing pages), a program's few dozen sampled pcs still fell on 6-9 of the
- * table's 32 pages, all resident in the program: now on one. */
-static uint64_t lookup(const struct module *m, uint64_t pc) {
-  uint64_t h = pc * 0x9e3779b97f4a7c15ull;
-  uint32_t near = (uint32_t)(h >> 40), far = (uint32_t)(h >> 16), k = 0;
-  int empty = 0;
-  for (uint32_t i = 0; i < 2 * CACHE_PROBES && !empty; i++) {
-    k = locus_tiered_slot(near, far, i, CACHE_NEAR, CACHE_PROBES, CACHE_SLOTS);
-    uint64_t w = atomic_load_explicit(&pc_cache[k], memory_order_relaxed);
-    if ((w & PC_VALID) && (w & PC_MASK) == pc) return w;
-    empty = !(w & PC_VALID); /* never emptied one by one: pc is not further on */
+/* The cache: one word per key (bit 63 valid, the key: a pc, or an address | PC_CALL, and
+ * its answer), lock-free, never emptied but all at once (refresh_modules, code unloaded).
+ * Open addressing in two tiers: the first CACHE_NEAR slots (one page), then the others,
+ * CACHE_PROBES slots each; a key whose probes all hold other keys replaces the last one.
+ * Direct-mapped on the pc's low bits (nearby pcs sharing pages), a program's few dozen
+ * sampled pcs still fell on 6-9 of the table's 32 pages, all resident in the program: now on
+ * one. cache_find returns the key's word, or 0 with the slot to give cache_put. */
+struct cache_slot {
+  uint32_t k;
+  int empty;
+};
+
+static uint64_t cache_find(uint64_t key, struct cache_slot *at) {
+  uint64_t h = key * 0x9e3779b97f4a7c15ull;
+  uint32_t near = (uint32_t)(h >> 40), far = (uint32_t)(h >> 16);
+  at->k = 0;
+  at->empty = 0;
+  for (uint32_t i = 0; i < 2 * CACHE_PROBES && !at->empty; i++) {
+    at->k = locus_tiered_slot(near, far, i, CACHE_NEAR, CACHE_PROBES, CACHE_SLOTS);
+    uint64_t w = atomic_load_explicit(&pc_cache[at->k], memory_order_relaxed);
+    if ((w & PC_VALID) && (w & (PC_MASK | PC_CALL)) == key) return w;
+    at->empty = !(w & PC_VALID); /* never emptied one by one: key is not further on */
   }
-  uint64_t w = skid_info(m, pc) | PC_VALID | pc, was = 0;
-  if (!empty) /* all probes taken: replace the last one */
-    atomic_store_explicit(&pc_cache[k], w, memory_order_relaxed);
+  return 0;
+}
+
+static void cache_put(const struct cache_slot *at, uint64_t w) {
+  uint64_t was = 0;
+  if (!at->empty) /* all probes taken: replace the last one */
+    atomic_store_explicit(&pc_cache[at->k], w, memory_order_relaxed);
   else /* unless another thread took the slot meanwhile */
-    atomic_compare_exchange_strong_explicit(&pc_cache[k], &was, w, memory_order_relaxed,
+    atomic_compare_exchange_strong_explicit(&pc_cache[at->k], &was, w, memory_order_relaxed,
                                             memory_order_relaxed);
+}
+
+static uint64_t lookup(const struct module *m, uint64_t pc) {
+  struct cache_slot at;
+  uint64_t w = cache_find(pc, &at);
+  if (!w) {
+    w = skid_info(m, pc) | PC_VALID | pc;
+    cache_put(&at, w);
+  }
   return w;
 }
 
@@ -1612,6 +1636,20 @@ static int after_call(const struct module *m, uint64_t v, long pid) {
   return call && !(function_of(m, v, &start, &end) == 0 && start == v);
 }
 
+/* after_call, remembered in the cache: a program's stack holds the same few return addresses
+ * sample after sample (its calls into the library), and each verdict was a system call and
+ * up to six decodes (~3.7 us a sample of pigz, all of whose samples are in libz). */
+static int is_return(const struct module *m, uint64_t v, long pid) {
+  if (!pc_cache) return after_call(m, v, pid);
+  struct cache_slot at;
+  uint64_t key = (v & PC_MASK) | PC_CALL, w = cache_find(key, &at);
+  if (!w) {
+    w = key | PC_VALID | (after_call(m, v, pid) ? PC_RETURN : 0);
+    cache_put(&at, w);
+  }
+  return (w & PC_RETURN) != 0;
+}
+
 /* The return address into the program above the stack pointer regs[REG_RSP], when ip is in
  * a system library; 0 otherwise or when none is found. */
 static uint64_t caller_of(uint64_t ip, const greg_t *regs) {
@@ -1630,7 +1668,7 @@ static uint64_t caller_of(uint64_t ip, const greg_t *regs) {
       uint64_t v = w[i];
       if (v <= lo || v >= hi) continue;
       const struct module *c = module_of(v);
-      if (c && !c->sys && after_call(c, v, pid)) return v;
+      if (c && !c->sys && is_return(c, v, pid)) return v;
     }
     if (got * 8 < want) break; /* a page that cannot be read */
     p += want;
