@@ -159,7 +159,8 @@ RESYNC_HARNESS = r"""
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-/* FILE TEXT_OFFSET TEXT_SIZE TEXT_VADDR < pcs: "pc prev" per pc (prev -1: no answer). */
+/* FILE TEXT_OFFSET TEXT_SIZE TEXT_VADDR < pcs: "pc prev target" per pc (prev -1: no
+ * answer; target 1: a direct branch in the code decoded targets pc). */
 int main(int argc, char **argv) {
   int (*rs)(const uint8_t *, uint64_t, uint64_t, int *) =
       (int (*)(const uint8_t *, uint64_t, uint64_t, int *))dlsym(RTLD_DEFAULT,
@@ -173,13 +174,16 @@ int main(int argc, char **argv) {
   while (scanf("%lx", &pc) == 1) {
     unsigned long at = pc - va, lo = at > 64 ? at - 64 : 0, hi = at + 2048 < n ? at + 2048 : n;
     int t = 0;
-    printf("%lx %d\n", pc, rs(buf + lo, hi - lo, at - lo, &t));
+    int prev = rs(buf + lo, hi - lo, at - lo, &t);
+    printf("%lx %d %d\n", pc, prev, t);
   }
   return 0;
 }
 """
 # Instructions after which execution never falls through: no "instruction before" them.
 _NO_FALL_THROUGH = re.compile(r"^(j\w+|call|ret|repz ret|bnd jmp|notrack jmp|syscall|int3|hlt)\b")
+# A direct branch in objdump's text: its target address (`jne    2a1b0 <f+0x20>`).
+_DIRECT_BRANCH = re.compile(r"^(?:bnd |notrack )?(?:j\w+|call|loop\w*)\s+([0-9a-f]+)(?:\s|$)")
 
 
 @pytest.mark.skipif(not shutil.which("objdump") or not shutil.which("cc"), reason="binutils, cc")
@@ -212,6 +216,21 @@ def test_code_around_pc_gives_the_instruction_before_it(tmp_path):
     picks = [
         i for i in rnd.sample(range(1, len(rows)), 2000) if 0 < rows[i][0] - rows[i - 1][0] <= 15
     ]
+    # The direct branches to each pc, by the branch's address: the ones after pc (a loop's
+    # backward branch) must set the target flag; the ones just before the window's end, or
+    # in the 64 bytes before pc (decoded by the resynchronising stream), are left out.
+    # Half of the picks are loop heads and other targets, so both answers are checked.
+    branches: dict[int, list[int]] = {}
+    for a, text_ in rows:
+        b = _DIRECT_BRANCH.match(text_)
+        if b:
+            branches.setdefault(int(b.group(1), 16), []).append(a)
+    targets = sorted(t for t in branches if va <= t < va + size)
+    picks += [
+        i for i in rnd.sample(range(1, len(rows)), 20000)
+        if rows[i][0] in branches and 0 < rows[i][0] - rows[i - 1][0] <= 15
+    ][:2000]  # fmt: skip
+    assert targets
     want = {}
     for i in picks:
         prev = rows[i - 1][1]
@@ -220,7 +239,9 @@ def test_code_around_pc_gives_the_instruction_before_it(tmp_path):
     src, exe = tmp_path / "resync.c", tmp_path / "resync"
     src.write_text(RESYNC_HARNESS)
     subprocess.run(["cc", "-O1", "-o", str(exe), str(src), "-ldl"], check=True)
-    lib = os.path.join(os.path.dirname(__file__), "..", "..", "build", "liblocus.so")
+    lib = os.environ.get("LOCUS_RUNTIME") or os.path.join(
+        os.path.dirname(__file__), "..", "..", "build", "liblocus.so"
+    )
     out = subprocess.run(
         [str(exe), libc, hex(off), hex(size), hex(va)],
         input="".join(f"{pc:x}\n" for pc in want),
@@ -229,9 +250,21 @@ def test_code_around_pc_gives_the_instruction_before_it(tmp_path):
         env={**os.environ, "LD_PRELOAD": lib},
         check=True,
     ).stdout
-    got = {int(a, 16): int(b) for a, b in (ln.split() for ln in out.splitlines())}
+    got = {int(a, 16): int(b) for a, b, _t in (ln.split() for ln in out.splitlines())}
+    target = {int(a, 16): t == "1" for a, _b, t in (ln.split() for ln in out.splitlines())}
     assert set(got) == set(want)
     answered = {pc: p for pc, p in got.items() if p >= 0}
     wrong = [pc for pc, p in answered.items() if want[pc] is not None and p != want[pc]]
     assert len(answered) >= 0.95 * len(want), (len(answered), len(want))
     assert len(wrong) <= 0.002 * len(answered), [(hex(pc), got[pc], want[pc]) for pc in wrong[:5]]
+    # Branch targets: a branch to pc found after pc (decoded there before, scanned for now).
+    checked = wrong_target = backward = 0
+    for pc in answered:
+        at = [a for a in branches.get(pc, ()) if pc - 64 <= a < pc + 2048]
+        if any(a < pc or a >= pc + 2048 - 16 for a in at) or pc + 2048 > va + size:
+            continue  # decoded by the resynchronising stream, or at the window's edge
+        checked += 1
+        backward += bool(at)
+        wrong_target += target[pc] != bool(at)
+    assert checked >= 0.75 * len(answered) and backward >= 100, (checked, backward)
+    assert wrong_target == 0, (wrong_target, checked, backward)
