@@ -325,6 +325,9 @@ def volume_rows(
         for backend, rs in runs.items():
             mid = sorted(rs, key=lambda x: x["all"])[(len(rs) - 1) // 2]  # the median run
             row[backend] = dict(mid, runs=[x["all"] for x in rs], busy=[x["busy"] for x in rs])
+        # More threads than CPUs: they take turns, which time samples and transfers count
+        # differently (the report's note on runnable threads), whatever the method.
+        row["oversubscribed"] = int(truth.get("threads") or threads_n) > (os.cpu_count() or 1)
         rows.append(row)
         print(
             f"  {name[5:]} {threads} {frac} ({'fixed work' if rounds else '1 s'}): "
@@ -371,6 +374,7 @@ def totals(trend: list[dict], reference: tuple[int, float] = (2, 0.5)) -> dict:
                 "soft_relative": rs,
                 "exact_relative": rx,
                 "relative_within_15_percent": within(rs, rx, 0.15),
+                "oversubscribed": r.get("oversubscribed"),
                 "soft_density": ds,
                 "exact_density": dx,
                 "density_soft_over_exact": ds / dx if ds is not None and dx else None,
@@ -553,6 +557,18 @@ def main() -> int:
         parts += [f"exact {k} x{v['ratio']:.1f}" for k, v in data["exact"].items()]
     if "accuracy" in data:
         parts.append("accuracy: see " + path.name)
+        for key, name in (
+            ("total", "writevol"),
+            ("total_readwrite", "readwrite"),
+            ("total_falseshare", "falseshare"),
+        ):
+            runs = data["accuracy"].get(key, {}).get("runs", [])
+            ok = sum(1 for r in runs if r["relative_within_15_percent"])
+            over = sum(1 for r in runs if r.get("oversubscribed"))
+            parts.append(
+                f"{name} totals {ok} of {len(runs)} within 15 %"
+                + (f" ({over} with more threads than CPUs)" if over else "")
+            )
     procs = data.get("between_processes") or data.get("accuracy", {}).get("between_processes")
     if procs:
         parts.append(
