@@ -37,6 +37,10 @@ the workload's --truth):
   and 3 readers at 0.5, relative to 1 reader at 0.5: `total_readwrite`), and across
   comm_falseshare's fractions (relative to 0.5, `n` runs each: `total_falseshare`).
   comm_p2p has one configuration: its total has no reference to be relative to.
+  A row is `oversubscribed` when the workload has more threads than the machine CPUs: its
+  threads take turns, which time samples and transfers count differently (the report's
+  note on runnable threads), so such a row says more about the host than about the method;
+  the history line counts the rows within 15 % and says how many are oversubscribed.
 
 Between processes (`between_processes`, also `--only procs`): comm_procs (2 processes
 false-sharing a line of shared memory, inherited at the fork or a memfd each maps at its own

@@ -94,10 +94,10 @@ def to_json(report: dict) -> str:
     return json_text(report, separators=(",", ":"), allow_nan=False) + "\n"
 
 
-def _rich_table(t: Table, cols: list, cells: list[dict]):
+def _rich_table(t: Table, cols: list, cells: list[dict], widest: dict[str, int]):
     """A rich table of `cols`: names, stacks, code sites and byte ranges (WIDE) fold to the
     width left; the other columns (numbers, addresses, kinds) are never narrower than their
-    widest cell, so that no number is cut."""
+    widest cell (`widest`, by key), so that no number is cut."""
     from rich import box
     from rich.markup import escape
     from rich.table import Table as RichTable
@@ -111,13 +111,12 @@ def _rich_table(t: Table, cols: list, cells: list[dict]):
     )
     for header, unit, key in cols:
         wide = key in WIDE
-        natural = max([len(header)] + [len(x) for c in cells for x in c[key].split("\n")])
         rt.add_column(
             header,
             justify="right" if unit else "left",
             overflow="fold" if wide else "ellipsis",
             no_wrap=not wide,
-            min_width=WIDE_MIN.get(key, 12) if wide else natural,
+            min_width=WIDE_MIN.get(key, 12) if wide else widest[key],
         )
     for c in cells:
         rt.add_row(*(c[k] for _h, _u, k in cols))
@@ -154,8 +153,13 @@ def to_text(report: dict, width: int | None = None) -> str:
         # cutting a number or an address.
         cols = [c for c in t.columns if width >= 100 or c[2] not in NARROW_SKIP]
         droppable = [c for c in reversed(cols) if c[2] in NARROW_SKIP]
+        widest = {
+            k: max([len(h)] + [len(x) for c in cells for x in c[k].split("\n")])
+            for h, _u, k in cols
+            if k not in WIDE
+        }
         while True:
-            rt = _rich_table(t, cols, cells)
+            rt = _rich_table(t, cols, cells, widest)
             if not droppable or Measurement.get(con, unbounded, rt).minimum <= width:
                 break
             cols.remove(droppable.pop(0))

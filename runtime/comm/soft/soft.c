@@ -559,6 +559,17 @@ static int is_branch(const ZydisDecodedInstruction *in) {
   }
 }
 
+/* Whether the instruction at ip is a direct branch (jmp, jcc, call, loop) to pc. */
+static int branches_to(const ZydisDecodedInstruction *in, uint64_t ip, uint64_t pc) {
+  return in->raw.imm[0].is_relative && is_branch(in) &&
+         ip + in->length + (uint64_t)in->raw.imm[0].value.s == pc;
+}
+
+/* The bytes an instruction at ip may take when code may be read up to hi. */
+static inline size_t avail_to(uint64_t hi, uint64_t ip) {
+  return hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
+}
+
 #define PC_VALID (1ull << 63)
 #define PC_TARGET (1ull << 52)
 #define PC_NONE (1ull << 53)
@@ -595,14 +606,11 @@ static int branch_back(const uint8_t *code, uint64_t lo, uint64_t hi, uint64_t f
       if (q + 6 + (uint64_t)(int64_t)d == pc) end = q + 6;
     }
     while (end && ip < end) {
-      size_t avail =
-          hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
-      if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code + (ip - lo), avail, &in)))
+      if (!ZYAN_SUCCESS(
+              ZydisDecoderDecodeInstruction(&dec, &ctx, code + (ip - lo), avail_to(hi, ip), &in)))
         return 0;
+      if (ip + in.length == end && branches_to(&in, ip, pc)) return 1;
       ip += in.length;
-      if (ip == end && in.raw.imm[0].is_relative && is_branch(&in) &&
-          ip + (uint64_t)in.raw.imm[0].value.s == pc)
-        return 1;
     }
   }
   return 0;
@@ -621,8 +629,8 @@ static uint64_t walk(const uint8_t *code, uint64_t lo, uint64_t hi, uint64_t fro
   ZydisDecodedInstruction in;
   uint64_t ip = from, prev = 0, info = 0;
   while (ip < stop && ip <= pc) {
-    size_t avail = hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
-    if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code + (ip - lo), avail, &in))) {
+    if (!ZYAN_SUCCESS(
+            ZydisDecoderDecodeInstruction(&dec, &ctx, code + (ip - lo), avail_to(hi, ip), &in))) {
       if (ip >= pc) return info | (prev << 48); /* the stream ends at pc */
       if (!at) return PC_NONE;                  /* lost the instruction stream before pc */
       memset(at, 0, RESYNC_BACK);               /* not code, or not in step: start again after it */
@@ -638,9 +646,7 @@ static uint64_t walk(const uint8_t *code, uint64_t lo, uint64_t hi, uint64_t fro
                (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE | ZYDIS_ATTRIB_HAS_REPNE)) {
       info |= PC_REP; /* (ip == pc) */
     }
-    if (in.raw.imm[0].is_relative && is_branch(&in) &&
-        ip + in.length + (uint64_t)in.raw.imm[0].value.s == pc)
-      info |= PC_TARGET;
+    if (branches_to(&in, ip, pc)) info |= PC_TARGET;
     ip += in.length;
   }
   if (ip > pc && ip < stop && !(info & PC_TARGET) && branch_back(code, lo, hi, ip, pc, stop))
@@ -681,9 +687,8 @@ static uint64_t resync_info(const uint8_t *code, uint64_t lo, uint64_t hi, uint6
     if (at[s - start]) continue;
     tries++;
     for (ip = s; ip < pc;) {
-      size_t avail =
-          hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
-      if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, &ctx, code + (ip - lo), avail, &in)))
+      if (!ZYAN_SUCCESS(
+              ZydisDecoderDecodeInstruction(&dec, &ctx, code + (ip - lo), avail_to(hi, ip), &in)))
         break;
       ip += in.length;
       if (ip < pc && at[ip - start]) {
@@ -886,9 +891,7 @@ static int access_of(const void *code, size_t avail, uint64_t ip, const greg_t *
   return access_decoded(&in, ops, ip, g, executed, a);
 }
 
-static inline size_t avail_in(const struct module *m, uint64_t ip) {
-  return m->hi - ip < ZYDIS_MAX_INSTRUCTION_LENGTH ? m->hi - ip : ZYDIS_MAX_INSTRUCTION_LENGTH;
-}
+static inline size_t avail_in(const struct module *m, uint64_t ip) { return avail_to(m->hi, ip); }
 
 /* The code bytes at pc: in a loaded object, the object's own (p = pc); outside every
  * object (code compiled at run time: the JVM, V8, Julia, LuaJIT), a copy made with
