@@ -846,6 +846,13 @@ static int check_decoder(const char *prog) {
  * zero extension), movzx/movsx/movsxd, lea with rip, add/sub/cmp with carries and signed
  * overflow, and/or/xor/test, inc/dec, neg, not, shifts by an immediate and by cl, setcc,
  * cmovcc, cdqe, and every condition code, on random inputs. */
+/* A store whose byte (off + 0-7) hashes every bit of registers a and b (rotated apart): the
+ * 64 bits folded into 32, multiplied by an odd constant over 2^30, the top 3 bits kept. */
+#define WIDE_FOLD(a, b, off)                                                       \
+  " mov %" a ",%r11\n rol $17,%r11\n xor %" b                                      \
+  ",%r11\n mov %r11,%r10\n shr $32,%r10\n"                                         \
+  " xor %r10d,%r11d\n imul $0x5bd1e995,%r11d,%r11d\n shr $29,%r11d\n movb $9," off \
+  "(%rdi,%r11,1)\n"
 __asm__(
     ".text\n"
     ".globl ahead_loop\n.type ahead_loop,@function\n"
@@ -941,11 +948,58 @@ __asm__(
     " mov %edx,%ecx\n mov %rsi,%rax\n ror %cl,%ax\n and $7,%eax\n movb $10,448(%rdi,%rax,1)\n"
     " ret\n"
     ".size ahead_bits,.-ahead_bits\n"
+    ".globl ahead_wide\n.type ahead_wide,@function\n"
+    /* rdi = long buf[64], rsi = x, rdx = y: the one-operand multiply and divide (64, 32 and
+     * 8 bits; the divisors made odd, the dividends in range), sign extensions, xchg, adc and
+     * sbb, bt/bts/btr/btc, shld/shrd, fences and clc/stc/cmc, and the vDSO's clock read
+     * (`shl; or; btr`). After each, WIDE_FOLD hashes the registers it wrote (every bit
+     * counts) into where a store lands; branches test the flags. */
+    "ahead_wide:\n"
+    " mov %rdx,%r8\n mov %rdx,%r9\n mov %rsi,%rax\n mul %r8\n jc 1f\n movb $1,496(%rdi)\n"
+    "1:" WIDE_FOLD("rax", "rdx", "0")
+    " mov %rsi,%rax\n imul %r8\n jo 2f\n movb $2,497(%rdi)\n"
+    "2:" WIDE_FOLD("rax", "rdx", "8")
+    " mov %esi,%eax\n mul %r8d\n" WIDE_FOLD("rax", "rdx", "16")
+    " mov %rsi,%rax\n mul %r8b\n" WIDE_FOLD("rax", "rdx", "24")
+    " mov %r8,%rcx\n or $1,%rcx\n xor %edx,%edx\n mov %rsi,%rax\n div %rcx\n"
+    WIDE_FOLD("rax", "rdx", "32")
+    " mov %rsi,%rax\n sar $1,%rax\n cqto\n" WIDE_FOLD("rax", "rdx", "40")
+    " idiv %rcx\n" WIDE_FOLD("rax", "rdx", "48")
+    " mov %esi,%eax\n xor %edx,%edx\n div %ecx\n" WIDE_FOLD("rax", "rdx", "56")
+    " mov %esi,%eax\n sar $1,%eax\n cltd\n idiv %ecx\n" WIDE_FOLD("rax", "rdx", "64")
+    " mov %rsi,%rax\n and $-0xff01,%rax\n div %cl\n" WIDE_FOLD("rax", "r8", "72")
+    " mov %rsi,%rax\n cbtw\n" WIDE_FOLD("rax", "r8", "80")
+    " cwtl\n" WIDE_FOLD("rax", "r8", "88")
+    " mov %rsi,%rax\n mov %rsi,%rdx\n cwtd\n" WIDE_FOLD("rdx", "r8", "96")
+    " cltd\n" WIDE_FOLD("rdx", "r8", "104")
+    " mov %rsi,%rax\n mov %r8,%rcx\n xchg %rax,%rcx\n" WIDE_FOLD("rax", "rcx", "112")
+    " xchg %ecx,%eax\n" WIDE_FOLD("rax", "rcx", "120")
+    " mov %rsi,%rax\n add %r8,%rax\n sbb %ecx,%ecx\n" WIDE_FOLD("rcx", "rax", "128")
+    " mov %rsi,%rax\n cmp %r8,%rax\n mov %rsi,%rcx\n adc %r8,%rcx\n" WIDE_FOLD("rcx", "r8", "136")
+    " mov %rsi,%rax\n add %rsi,%rax\n adc %r8,%rax\n jc 3f\n movb $3,498(%rdi)\n"
+    "3:" WIDE_FOLD("rax", "r8", "144")
+    " sub %r8,%rax\n sbb %r9,%rax\n jo 4f\n movb $4,499(%rdi)\n"
+    "4:" WIDE_FOLD("rax", "r8", "152")
+    " bt $5,%rsi\n jc 5f\n movb $5,500(%rdi)\n"
+    "5: mov %r8d,%ecx\n bt %rcx,%rsi\n setc %al\n" WIDE_FOLD("rax", "r8", "160")
+    " mov %rsi,%rax\n bts $3,%rax\n btr $63,%rax\n btc %rcx,%rax\n" WIDE_FOLD("rax", "r8", "168")
+    " bts %ecx,%eax\n" WIDE_FOLD("rax", "r8", "176")
+    " mov %rsi,%rax\n shld $7,%r9,%rax\n" WIDE_FOLD("rax", "r8", "184")
+    " mov %rsi,%rax\n mov %r8d,%ecx\n shrd %cl,%r9,%rax\n js 6f\n movb $6,501(%rdi)\n"
+    "6:" WIDE_FOLD("rax", "r8", "192")
+    " mov %esi,%eax\n shld $9,%r9d,%eax\n" WIDE_FOLD("rax", "r8", "200")
+    " mov %rsi,%rax\n shrd %cl,%r9w,%ax\n" WIDE_FOLD("rax", "r8", "208")
+    " lfence\n stc\n jnc 7f\n cmc\n jc 7f\n clc\n movb $7,502(%rdi)\n"
+    "7: mfence\n sfence\n" WIDE_FOLD("rsi", "r8", "216")
+    " mov %rsi,%rdx\n shl $32,%rdx\n or %r8,%rdx\n btr $63,%rdx\n" WIDE_FOLD("rdx", "r8", "224")
+    " ret\n"
+    ".size ahead_wide,.-ahead_wide\n"
     ".globl ahead_end\nahead_end:\n nop\n");
 void ahead_loop(long *g, long id, long n);
 long ahead_alu(long *buf, long x, long y);
 void ahead_bits(long *buf, long x, long y);
 void ahead_simd(long *buf, long x, long y);
+void ahead_wide(long *buf, long x, long y);
 
 #define AHEAD_STEPS 4096
 typedef int (*ahead_fn)(uint64_t, void *, uint64_t *, uint64_t *, uint32_t *, uint32_t *);
@@ -1032,7 +1086,7 @@ static int check_ahead(void) {
   sa.sa_flags = SA_SIGINFO;
   if (sigaction(SIGTRAP, &sa, NULL) != 0) return 0;
   static long buf[64];
-  long answered = 0, asked = 0;
+  long answered = 0, asked = 0, wide_answered = 0, wide_asked = 0;
   int wrong = 0;
   uint64_t seed = 0x9e3779b97f4a7c15ull;
   /* (the CPU's own: BMI1, BMI2, lzcnt (abm) and popcnt) */
@@ -1058,9 +1112,14 @@ static int check_ahead(void) {
       ahead_trace(ahead_bits, buf, k % 11 == 0 ? 0 : v[0], k % 13 == 0 ? 0 : v[1]);
       wrong += ahead_check(&answered, &asked);
     }
+    ahead_trace(ahead_wide, buf, v[0], k % 17 == 0 ? v[0] : v[1]);
+    wrong += ahead_check(&wide_answered, &wide_asked);
   }
-  printf("  run ahead: %ld of %ld instructions answered, %d wrong\n", answered, asked, wrong);
-  return wrong == 0 && answered * 10 >= asked * 9;
+  printf(
+      "  run ahead: %ld of %ld instructions answered (multiply, divide, bit tests, ...: %ld of "
+      "%ld), %d wrong\n",
+      answered + wide_answered, asked + wide_asked, wide_answered, wide_asked, wrong);
+  return wrong == 0 && answered * 10 >= asked * 9 && wide_answered * 10 >= wide_asked * 9;
 }
 
 /* The check of a thread's context-switch rate (adapt): two checks in a row past the

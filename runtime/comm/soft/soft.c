@@ -1279,6 +1279,171 @@ static int ahead_bits(struct ahead *s, const ZydisDecodedInstruction *in,
   return ahead_write(s, &ops[0], r & mask);
 }
 
+/* Bits of a register slot written as the CPU does: 64 all, 32 zero-extended, 16 and 8 the
+ * low bits with the others kept. */
+static void ahead_set(struct ahead *s, int slot, uint32_t bits, uint64_t v) {
+  uint64_t keep = bits >= 32 ? 0 : (uint64_t)s->g[slot] & ~size_mask(bits);
+  s->g[slot] = (greg_t)(keep | (v & size_mask(bits)));
+}
+
+static int64_t ahead_sext(uint64_t v, uint32_t bits) {
+  v &= size_mask(bits);
+  return (int64_t)(bits < 64 && (v >> (bits - 1) & 1) ? v | ~size_mask(bits) : v);
+}
+
+/* The one-operand multiply and divide (rdx:rax, or ax for 8 bits), sign extensions into rdx
+ * (cwd, cdq, cqo) and rax (cbw, cwde), exchanges of two registers, adc and sbb (with the carry
+ * known), bt, bts, btr, btc and shld, shrd on registers, fences and clc, stc, cmc: what time
+ * reading (the vDSO's clock_gettime: `rdtscp; shl; or; btr`), hashing, random numbers and
+ * index arithmetic put between two accesses, where the run ahead stopped and the sample took
+ * single steps (~12 us each in a VM). A divide that would fault is not interpreted. 0 when
+ * interpreted. */
+static int ahead_wide(struct ahead *s, const ZydisDecodedInstruction *in,
+                      const ZydisDecodedOperand *ops) {
+  int n = in->operand_count_visible;
+  ZydisMnemonic m = in->mnemonic;
+  switch (m) {
+    case ZYDIS_MNEMONIC_LFENCE:
+    case ZYDIS_MNEMONIC_MFENCE:
+    case ZYDIS_MNEMONIC_SFENCE:
+      return 0;
+    case ZYDIS_MNEMONIC_CLC:
+    case ZYDIS_MNEMONIC_STC:
+      s->g[REG_EFL] =
+          (greg_t)(((uint64_t)s->g[REG_EFL] & ~EF_CF) | (m == ZYDIS_MNEMONIC_STC ? EF_CF : 0));
+      s->known |= EF_CF;
+      return 0;
+    case ZYDIS_MNEMONIC_CMC:
+      s->g[REG_EFL] ^= EF_CF; /* an unknown carry stays unknown */
+      return 0;
+    default:
+      break;
+  }
+  uint32_t bits = n ? ops[0].size : in->operand_width;
+  if (bits != 8 && bits != 16 && bits != 32 && bits != 64) return -1;
+  uint64_t mask = size_mask(bits), sign = 1ull << (bits - 1), a = 0, b = 0, c = 0, r;
+  uint64_t ax = (uint64_t)s->g[REG_RAX], dx = (uint64_t)s->g[REG_RDX];
+  switch (m) {
+    case ZYDIS_MNEMONIC_CWD:
+    case ZYDIS_MNEMONIC_CDQ:
+    case ZYDIS_MNEMONIC_CQO:
+      ahead_set(s, REG_RDX, bits, ahead_sext(ax, bits) < 0 ? ~0ull : 0);
+      return 0;
+    case ZYDIS_MNEMONIC_CBW:
+    case ZYDIS_MNEMONIC_CWDE:
+      ahead_set(s, REG_RAX, bits, (uint64_t)ahead_sext(ax, bits / 2));
+      return 0;
+    case ZYDIS_MNEMONIC_XCHG:
+      if (n != 2 || ahead_reg(s, &ops[0], &a) != 0 || ahead_reg(s, &ops[1], &b) != 0) return -1;
+      if (ahead_write(s, &ops[0], b) != 0) return -1;
+      return ahead_write(s, &ops[1], a);
+    case ZYDIS_MNEMONIC_MUL:
+    case ZYDIS_MNEMONIC_IMUL: {
+      if (n != 1 || ahead_reg(s, &ops[0], &b) != 0) return -1;
+      int of;
+      if (m == ZYDIS_MNEMONIC_MUL) {
+        unsigned __int128 p = (unsigned __int128)(ax & mask) * b;
+        r = (uint64_t)p & mask;
+        c = bits == 64 ? (uint64_t)(p >> 64) : (uint64_t)(p >> bits) & mask;
+        of = c != 0;
+      } else {
+        __int128 p = (__int128)ahead_sext(ax, bits) * ahead_sext(b, bits);
+        r = (uint64_t)p & mask;
+        c = bits == 64 ? (uint64_t)((unsigned __int128)p >> 64) : (uint64_t)(p >> bits) & mask;
+        of = (__int128)ahead_sext(r, bits) != p;
+      }
+      if (bits == 8)
+        ahead_set(s, REG_RAX, 16, r | c << 8); /* ax = al * r/m8 */
+      else {
+        ahead_set(s, REG_RAX, bits, r);
+        ahead_set(s, REG_RDX, bits, c);
+      }
+      ahead_cz(s, of, 0, EF_SF | EF_ZF | EF_PF);
+      s->g[REG_EFL] = (greg_t)(((uint64_t)s->g[REG_EFL] & ~EF_OF) | (of ? EF_OF : 0));
+      s->known |= EF_OF;
+      return 0;
+    }
+    case ZYDIS_MNEMONIC_DIV:
+    case ZYDIS_MNEMONIC_IDIV: {
+      if (n != 1 || ahead_reg(s, &ops[0], &b) != 0 || (b & mask) == 0) return -1;
+      /* The dividend: ax for 8 bits, else rdx:rax of the operand's size. */
+      unsigned __int128 num =
+          bits == 8 ? (unsigned __int128)(ax & 0xffff)
+                    : ((unsigned __int128)(dx & mask) << bits) | (unsigned __int128)(ax & mask);
+      uint64_t q, rem;
+      if (m == ZYDIS_MNEMONIC_DIV) {
+        unsigned __int128 qq = num / (b & mask);
+        if (qq > mask) return -1; /* #DE */
+        q = (uint64_t)qq;
+        rem = (uint64_t)(num % (b & mask));
+      } else {
+        uint32_t nbits = bits == 8 ? 16 : 2 * bits;
+        __int128 sn =
+            nbits == 128 ? (__int128)num : (__int128)(num << (128 - nbits)) >> (128 - nbits);
+        __int128 d = ahead_sext(b, bits), qq = sn / d;
+        if (qq > (__int128)(int64_t)(sign - 1) || qq < -(__int128)sign) return -1; /* #DE */
+        q = (uint64_t)qq & mask;
+        rem = (uint64_t)(sn % d) & mask;
+      }
+      if (bits == 8)
+        ahead_set(s, REG_RAX, 16, q | rem << 8); /* al = quotient, ah = remainder */
+      else {
+        ahead_set(s, REG_RAX, bits, q);
+        ahead_set(s, REG_RDX, bits, rem);
+      }
+      s->known &= ~EF_ARITH; /* all undefined */
+      return 0;
+    }
+    case ZYDIS_MNEMONIC_ADC:
+    case ZYDIS_MNEMONIC_SBB: {
+      if (n != 2 || !(s->known & EF_CF) || ahead_reg(s, &ops[0], &a) != 0 ||
+          ahead_read(s, &ops[1], bits, &b) != 0)
+        return -1;
+      uint64_t cf = (uint64_t)s->g[REG_EFL] & EF_CF ? 1 : 0;
+      unsigned __int128 wa = a & mask, wb = b & mask;
+      if (m == ZYDIS_MNEMONIC_ADC) {
+        r = (uint64_t)(wa + wb + cf) & mask;
+        ahead_flags(s, r, bits, (wa + wb + cf) > mask, (a ^ r) & (b ^ r) & sign);
+      } else {
+        r = (uint64_t)(wa - wb - cf) & mask;
+        ahead_flags(s, r, bits, wa < wb + cf, (a ^ b) & (a ^ r) & sign);
+      }
+      return ahead_write(s, &ops[0], r);
+    }
+    case ZYDIS_MNEMONIC_BT:
+    case ZYDIS_MNEMONIC_BTS:
+    case ZYDIS_MNEMONIC_BTR:
+    case ZYDIS_MNEMONIC_BTC: {
+      if (n != 2 || bits < 16 || ahead_reg(s, &ops[0], &a) != 0 ||
+          ahead_read(s, &ops[1], bits, &b) != 0)
+        return -1;
+      uint64_t bit = 1ull << (b & (bits - 1));
+      ahead_cz(s, (a & bit) != 0, 0, EF_OF | EF_SF | EF_PF | EF_ZF);
+      if (m == ZYDIS_MNEMONIC_BT) return 0;
+      r = m == ZYDIS_MNEMONIC_BTS ? a | bit : m == ZYDIS_MNEMONIC_BTR ? a & ~bit : a ^ bit;
+      return ahead_write(s, &ops[0], r);
+    }
+    case ZYDIS_MNEMONIC_SHLD:
+    case ZYDIS_MNEMONIC_SHRD: {
+      if (n != 3 || bits < 16 || ahead_reg(s, &ops[0], &a) != 0 || ahead_reg(s, &ops[1], &b) != 0 ||
+          ahead_read(s, &ops[2], 8, &c) != 0)
+        return -1;
+      c &= bits == 64 ? 63 : 31;
+      if (c == 0) return 0;    /* no change, flags kept */
+      if (c > bits) return -1; /* a 16-bit one past 16: undefined */
+      if (c == bits)           /* (16 bits by 16: the source) */
+        r = b;
+      else
+        r = m == ZYDIS_MNEMONIC_SHLD ? a << c | b >> (bits - c) : a >> c | b << (bits - c);
+      ahead_flags(s, r, bits, 0, 0);
+      s->known &= ~(EF_CF | EF_OF); /* the carry shifted out and the overflow: not followed */
+      return ahead_write(s, &ops[0], r & mask);
+    }
+    default:
+      return -1;
+  }
+}
+
 /* One instruction without a memory access, interpreted: 0 done (s->g[REG_RIP] is the next
  * pc), -1 not interpreted. */
 static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
@@ -1409,7 +1574,7 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
       s->g[REG_RAX] = (greg_t)(int64_t)(int32_t)s->g[REG_RAX];
       return 0;
     default:
-      if (ahead_bits(s, in, ops) == 0) return 0;
+      if (ahead_bits(s, in, ops) == 0 || ahead_wide(s, in, ops) == 0) return 0;
       break;
   }
   if (vector_only(in, ops)) { /* passed over; the flags it sets (ucomisd, ptest) are unknown */
