@@ -968,6 +968,18 @@ __asm__(
     " mov %esi,%eax\n xor %edx,%edx\n div %ecx\n" WIDE_FOLD("rax", "rdx", "56")
     " mov %esi,%eax\n sar $1,%eax\n cltd\n idiv %ecx\n" WIDE_FOLD("rax", "rdx", "64")
     " mov %rsi,%rax\n and $-0xff01,%rax\n div %cl\n" WIDE_FOLD("rax", "r8", "72")
+    /* 16 bits (the upper bits kept), the 8- and 32-bit signed forms. */
+    " mov %rsi,%rax\n mov %rsi,%rdx\n mul %r8w\n" WIDE_FOLD("rax", "rdx", "232")
+    " mov %rsi,%rax\n mov %rsi,%rdx\n xor %dx,%dx\n div %cx\n" WIDE_FOLD("rax", "rdx", "240")
+    " mov %rsi,%rax\n imul %r8b\n" WIDE_FOLD("rax", "r8", "248")
+    " mov %rsi,%rax\n imul %r8d\n" WIDE_FOLD("rax", "rdx", "256")
+    " mov %rsi,%rax\n sar $1,%al\n cbtw\n idiv %cl\n" WIDE_FOLD("rax", "r8", "264")
+    /* An 8-bit divide's dividend is all of ax (not al sign-extended): |ax| < 8192 over a
+     * divisor in 65-127 (the quotient fits), negated when x is odd. */
+    " mov %rsi,%rax\n and $0x1fff,%eax\n test $1,%esi\n je 9f\n neg %ax\n"
+    "9: mov %r8d,%edx\n or $0x41,%edx\n and $0x7f,%edx\n idiv %dl\n" WIDE_FOLD("rax", "r8", "272")
+    " bt $3,%si\n jc 8f\n movb $8,503(%rdi)\n"
+    "8:"
     " mov %rsi,%rax\n cbtw\n" WIDE_FOLD("rax", "r8", "80")
     " cwtl\n" WIDE_FOLD("rax", "r8", "88")
     " mov %rsi,%rax\n mov %rsi,%rdx\n cwtd\n" WIDE_FOLD("rdx", "r8", "96")
