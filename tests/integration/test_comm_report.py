@@ -708,7 +708,10 @@ def test_shared_memory_at_a_place_of_each_process_own(locus, tmp_path, mode):
     _proc, run = locus.record([str(exe), mode], ("--lens", "comm", "--backend", "soft"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     t = c["totals"]
-    assert t["detections_between_processes"] == t["detections"] >= 100, t
+    # (one run of 2026-11-29's make test read 0 detections, not reproduced in 60 runs since:
+    # the counters and notes say which step did not happen if it recurs)
+    why = {"totals": t, "counters": c["counters"], "notes": c["notes"]}
+    assert t["detections_between_processes"] == t["detections"] >= 100, why
     assert t["false"] >= 0.9 * t["all"], t
     assert len(c["lines"]) == 1, c["lines"]
     top = c["objects"][0]
