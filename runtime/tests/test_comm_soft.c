@@ -759,6 +759,16 @@ static int check_decoder(const char *prog) {
       {"movaps xmm0, [rsi]", {0x0f, 0x28, 0x06}, 0, 0x30000, 16, 0},
       {"vmovdqu ymm0, [rdx+8]", {0xc5, 0xfe, 0x6f, 0x42, 0x08}, 0, 0x20000 + 8, 32, 0},
       {"add qword [rax], 1", {0x48, 0x83, 0x00, 0x01}, 0, 0x10000, 8, LOCUS_AC_STORE},
+      /* A bit string: the word holding bit rax (0x10000) of [rdi], of [rsi]; an immediate
+       * offset stays in the operand. */
+      {"lock bts [rdi], rax",
+       {0xf0, 0x48, 0x0f, 0xab, 0x07},
+       0,
+       0x40000 + 8 * (0x10000 >> 6),
+       8,
+       LOCUS_AC_STORE | LOCUS_AC_ATOMIC},
+      {"bt [rsi], eax", {0x0f, 0xa3, 0x06}, 0, 0x30000 + 4 * (0x10000 >> 5), 4, 0},
+      {"bts qword [rdi], 5", {0x48, 0x0f, 0xba, 0x2f, 0x05}, 0, 0x40000, 8, LOCUS_AC_STORE},
       {"prefetcht0 [rax]", {0x0f, 0x18, 0x08}, 1, 0, 0, 0},
       {"lea rax, [rbx+8]", {0x48, 0x8d, 0x43, 0x08}, 1, 0, 0, 0},
       {"add rax, rbx", {0x48, 0x01, 0xd8}, 1, 0, 0, 0},

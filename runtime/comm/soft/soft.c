@@ -806,6 +806,8 @@ static int is_prefetch(ZydisMnemonic m) {
   }
 }
 
+static uint64_t size_mask(uint32_t bits) { return bits >= 64 ? ~0ull : (1ull << bits) - 1; }
+
 /* The memory access of the decoded instruction `in` (operands ops) at ip. `executed`: the
  * registers g (a ucontext's gregs) are those after it ran (skid), else before. */
 static int access_decoded(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops,
@@ -859,6 +861,19 @@ static int access_decoded(const ZydisDecodedInstruction *in, const ZydisDecodedO
   if (index != ZYDIS_REGISTER_NONE) {
     if (reg_value(index, g, &v) != 0) return DEC_UNDECODED;
     addr += v * (mem->mem.scale ? mem->mem.scale : 1);
+  }
+  /* bt, bts, btr, btc on memory with the bit offset in a register address a bit string:
+   * the word they access is the operand-sized one holding that bit, anywhere from the
+   * operand (a shared bitmap's `lock bts`), not the operand's own address. */
+  if ((in->mnemonic == ZYDIS_MNEMONIC_BT || in->mnemonic == ZYDIS_MNEMONIC_BTS ||
+       in->mnemonic == ZYDIS_MNEMONIC_BTR || in->mnemonic == ZYDIS_MNEMONIC_BTC) &&
+      in->operand_count_visible == 2 && mem == &ops[0] &&
+      ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER &&
+      (mem->size == 16 || mem->size == 32 || mem->size == 64)) {
+    if (reg_value(ops[1].reg.value, g, &v) != 0) return DEC_UNDECODED;
+    uint32_t ob = ops[1].size, shift = mem->size == 16 ? 4 : mem->size == 32 ? 5 : 6;
+    int64_t bit = (int64_t)(ob < 64 && (v >> (ob - 1) & 1) ? v | ~size_mask(ob) : v & size_mask(ob));
+    addr += (uint64_t)((bit >> shift) * (int64_t)(mem->size / 8));
   }
   if (in->address_width == 32) addr &= 0xffffffffu;
   if (mem->mem.segment == ZYDIS_REGISTER_FS) addr += me_soft.fs_base;
@@ -1042,7 +1057,6 @@ struct ahead {
   uint64_t known; /* the EFL bits that are those the code would see */
 };
 
-static uint64_t size_mask(uint32_t bits) { return bits >= 64 ? ~0ull : (1ull << bits) - 1; }
 
 /* A general-purpose register operand's value (bits of its size); -1: not one we track
  * (AH-DH, segment, vector, flags). */
