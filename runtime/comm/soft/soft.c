@@ -872,7 +872,8 @@ static int access_decoded(const ZydisDecodedInstruction *in, const ZydisDecodedO
       (mem->size == 16 || mem->size == 32 || mem->size == 64)) {
     if (reg_value(ops[1].reg.value, g, &v) != 0) return DEC_UNDECODED;
     uint32_t ob = ops[1].size, shift = mem->size == 16 ? 4 : mem->size == 32 ? 5 : 6;
-    int64_t bit = (int64_t)(ob < 64 && (v >> (ob - 1) & 1) ? v | ~size_mask(ob) : v & size_mask(ob));
+    int64_t bit =
+        (int64_t)(ob < 64 && (v >> (ob - 1) & 1) ? v | ~size_mask(ob) : v & size_mask(ob));
     addr += (uint64_t)((bit >> shift) * (int64_t)(mem->size / 8));
   }
   if (in->address_width == 32) addr &= 0xffffffffu;
@@ -1056,7 +1057,6 @@ struct ahead {
   greg_t g[NGREG];
   uint64_t known; /* the EFL bits that are those the code would see */
 };
-
 
 /* A general-purpose register operand's value (bits of its size); -1: not one we track
  * (AH-DH, segment, vector, flags). */
