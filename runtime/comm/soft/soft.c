@@ -808,6 +808,12 @@ static int is_prefetch(ZydisMnemonic m) {
 
 static uint64_t size_mask(uint32_t bits) { return bits >= 64 ? ~0ull : (1ull << bits) - 1; }
 
+/* The low `bits` of v, sign-extended. */
+static int64_t sext(uint64_t v, uint32_t bits) {
+  v &= size_mask(bits);
+  return (int64_t)(bits < 64 && (v >> (bits - 1) & 1) ? v | ~size_mask(bits) : v);
+}
+
 /* The memory access of the decoded instruction `in` (operands ops) at ip. `executed`: the
  * registers g (a ucontext's gregs) are those after it ran (skid), else before. */
 static int access_decoded(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops,
@@ -871,10 +877,8 @@ static int access_decoded(const ZydisDecodedInstruction *in, const ZydisDecodedO
       ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER &&
       (mem->size == 16 || mem->size == 32 || mem->size == 64)) {
     if (reg_value(ops[1].reg.value, g, &v) != 0) return DEC_UNDECODED;
-    uint32_t ob = ops[1].size, shift = mem->size == 16 ? 4 : mem->size == 32 ? 5 : 6;
-    int64_t bit =
-        (int64_t)(ob < 64 && (v >> (ob - 1) & 1) ? v | ~size_mask(ob) : v & size_mask(ob));
-    addr += (uint64_t)((bit >> shift) * (int64_t)(mem->size / 8));
+    uint32_t shift = mem->size == 16 ? 4 : mem->size == 32 ? 5 : 6;
+    addr += (uint64_t)((sext(v, ops[1].size) >> shift) * (int64_t)(mem->size / 8));
   }
   if (in->address_width == 32) addr &= 0xffffffffu;
   if (mem->mem.segment == ZYDIS_REGISTER_FS) addr += me_soft.fs_base;
@@ -1256,7 +1260,7 @@ static int ahead_bits(struct ahead *s, const ZydisDecodedInstruction *in,
       else if (m == ZYDIS_MNEMONIC_SHRX)
         r = a >> c;
       else
-        r = (uint64_t)((int64_t)((a & (1ull << (bits - 1))) ? a | ~mask : a) >> c);
+        r = (uint64_t)(sext(a, bits) >> c);
       break;
     case ZYDIS_MNEMONIC_RORX:
       if (n != 3) return -1;
@@ -1276,11 +1280,10 @@ static int ahead_bits(struct ahead *s, const ZydisDecodedInstruction *in,
         y = a;
       else if (n != 3)
         return -1;
-      int64_t sx = (int64_t)((x & (1ull << (bits - 1))) ? x | ~mask : x);
-      int64_t sy = (int64_t)((y & (1ull << (bits - 1))) ? y | ~mask : y);
+      int64_t sx = sext(x, bits), sy = sext(y, bits);
       __int128 full = (__int128)sx * sy;
       r = (uint64_t)full & mask;
-      int64_t back = (int64_t)((r & (1ull << (bits - 1))) ? r | ~mask : r);
+      int64_t back = sext(r, bits);
       int of = (__int128)back != full;
       ahead_cz(s, of, 0, EF_SF | EF_ZF | EF_PF);
       s->g[REG_EFL] = (greg_t)(((uint64_t)s->g[REG_EFL] & ~EF_OF) | (of ? EF_OF : 0));
@@ -1298,11 +1301,6 @@ static int ahead_bits(struct ahead *s, const ZydisDecodedInstruction *in,
 static void ahead_set(struct ahead *s, int slot, uint32_t bits, uint64_t v) {
   uint64_t keep = bits >= 32 ? 0 : (uint64_t)s->g[slot] & ~size_mask(bits);
   s->g[slot] = (greg_t)(keep | (v & size_mask(bits)));
-}
-
-static int64_t ahead_sext(uint64_t v, uint32_t bits) {
-  v &= size_mask(bits);
-  return (int64_t)(bits < 64 && (v >> (bits - 1) & 1) ? v | ~size_mask(bits) : v);
 }
 
 /* The one-operand multiply and divide (rdx:rax, or ax for 8 bits), sign extensions into rdx
@@ -1341,11 +1339,11 @@ static int ahead_wide(struct ahead *s, const ZydisDecodedInstruction *in,
     case ZYDIS_MNEMONIC_CWD:
     case ZYDIS_MNEMONIC_CDQ:
     case ZYDIS_MNEMONIC_CQO:
-      ahead_set(s, REG_RDX, bits, ahead_sext(ax, bits) < 0 ? ~0ull : 0);
+      ahead_set(s, REG_RDX, bits, sext(ax, bits) < 0 ? ~0ull : 0);
       return 0;
     case ZYDIS_MNEMONIC_CBW:
     case ZYDIS_MNEMONIC_CWDE:
-      ahead_set(s, REG_RAX, bits, (uint64_t)ahead_sext(ax, bits / 2));
+      ahead_set(s, REG_RAX, bits, (uint64_t)sext(ax, bits / 2));
       return 0;
     case ZYDIS_MNEMONIC_XCHG:
       if (n != 2 || ahead_reg(s, &ops[0], &a) != 0 || ahead_reg(s, &ops[1], &b) != 0) return -1;
@@ -1361,10 +1359,10 @@ static int ahead_wide(struct ahead *s, const ZydisDecodedInstruction *in,
         c = bits == 64 ? (uint64_t)(p >> 64) : (uint64_t)(p >> bits) & mask;
         of = c != 0;
       } else {
-        __int128 p = (__int128)ahead_sext(ax, bits) * ahead_sext(b, bits);
+        __int128 p = (__int128)sext(ax, bits) * sext(b, bits);
         r = (uint64_t)p & mask;
         c = bits == 64 ? (uint64_t)((unsigned __int128)p >> 64) : (uint64_t)(p >> bits) & mask;
-        of = (__int128)ahead_sext(r, bits) != p;
+        of = (__int128)sext(r, bits) != p;
       }
       if (bits == 8)
         ahead_set(s, REG_RAX, 16, r | c << 8); /* ax = al * r/m8 */
@@ -1394,7 +1392,7 @@ static int ahead_wide(struct ahead *s, const ZydisDecodedInstruction *in,
         uint32_t nbits = bits == 8 ? 16 : 2 * bits;
         __int128 sn =
             nbits == 128 ? (__int128)num : (__int128)(num << (128 - nbits)) >> (128 - nbits);
-        __int128 d = ahead_sext(b, bits), qq = sn / d;
+        __int128 d = sext(b, bits), qq = sn / d;
         if (qq > (__int128)(int64_t)(sign - 1) || qq < -(__int128)sign) return -1; /* #DE */
         q = (uint64_t)qq & mask;
         rem = (uint64_t)(sn % d) & mask;
@@ -1494,7 +1492,7 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
     case ZYDIS_MNEMONIC_MOVSXD: {
       if (n != 2 || ahead_reg(s, &ops[1], &b) != 0) return -1;
       uint32_t sb = ops[1].size;
-      if (m != ZYDIS_MNEMONIC_MOVZX && sb < 64 && (b >> (sb - 1) & 1)) b |= ~size_mask(sb);
+      if (m != ZYDIS_MNEMONIC_MOVZX) b = (uint64_t)sext(b, sb);
       return ahead_write(s, &ops[0], b & size_mask(bits));
     }
     case ZYDIS_MNEMONIC_LEA: {
@@ -1564,8 +1562,7 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
       else if (m == ZYDIS_MNEMONIC_SHR)
         r = b >= bits ? 0 : a >> b;
       else {
-        uint64_t x = (a & sign) ? a | ~size_mask(bits) : a;
-        r = (uint64_t)((int64_t)x >> (b >= 64 ? 63 : b));
+        r = (uint64_t)(sext(a, bits) >> (b >= 64 ? 63 : b));
       }
       ahead_flags(s, r, bits, 0, 0);
       s->known &= ~(EF_CF | EF_OF); /* the carry shifted out and the overflow: not followed */
@@ -1630,8 +1627,7 @@ static int ahead_load(struct ahead *s, const ZydisDecodedInstruction *in,
   uint64_t v = 0;
   if (copy_self(syscall(SYS_getpid), m->addr, &v, m->len) != m->len) return -1;
   uint32_t bits = 8u * m->len;
-  if (mn == ZYDIS_MNEMONIC_MOVSX || mn == ZYDIS_MNEMONIC_MOVSXD)
-    if (bits < 64 && (v >> (bits - 1) & 1)) v |= ~size_mask(bits);
+  if (mn == ZYDIS_MNEMONIC_MOVSX || mn == ZYDIS_MNEMONIC_MOVSXD) v = (uint64_t)sext(v, bits);
   if (ahead_write(s, &ops[0], v) != 0) return -1;
   s->g[REG_RIP] += in->length;
   return 0;
