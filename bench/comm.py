@@ -50,8 +50,10 @@ the same fraction (`volume_over_threads`: the method between processes runs on t
 run's processes share, watchpoints included, as between threads).
 
 Cost: wall time and peak RSS with `--lens comm` (soft, default period) against without, in
-one run, interleaved, medians: the four microbenchmarks (free-running, a fixed amount of
-work: what their slowest thread did in ~1 s of a plain calibration run), `sysbench mutex`,
+one run, interleaved, medians (the RSS also as KiB added, `maxrss_added_kb`: mostly a fixed
+amount, which a 1.5 MB program reads as a large ratio): the four microbenchmarks
+(free-running, a fixed amount of work: what their slowest thread did in ~1 s of a plain
+calibration run), `sysbench mutex`,
 `stress-ng --memthrash` and `sysbench threads` (context switches); and the exact backend's
 slowdown (instrumented binary under locus vs plain). Where the program prints its own run
 time (the workloads, sysbench), `program_ratio` is the ratio of those: the slowdown of the
@@ -554,6 +556,7 @@ def main() -> int:
             f"{k} x{v['wall_ratio']:.2f}"
             + (f" (own time x{v['program_ratio']:.2f})" if "program_ratio" in v else "")
             + f" rss x{v['maxrss_ratio']:.2f}"
+            + (f" ({v['maxrss_added_kb']:+.0f} KiB)" if "maxrss_added_kb" in v else "")
             for k, v in data["overhead"].items()
             if k != "exact"
         ]
