@@ -181,8 +181,9 @@ static void maps_flush(struct maps_out *o, struct maps_line *l) {
   if (!l->len) return;
   if (!l->merged) {
     out_write(o, l->text, l->len);
-  } else {                                             /* the first mapping's line, its end moved */
-    char head[40], *h = locus_put_hex(head, l->lo, 8); /* as the kernel's %08lx */
+  } else {
+    /* The first mapping's line, its end moved; the addresses as the kernel's %08lx. */
+    char head[40], *h = locus_put_hex(head, l->lo, 8);
     *h++ = '-';
     h = locus_put_hex(h, l->hi, 8);
     *h++ = ' ';

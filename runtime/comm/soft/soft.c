@@ -1209,6 +1209,12 @@ static void ahead_cz(struct ahead *s, int cf, int zf, uint64_t undefined) {
   s->known = (s->known | EF_CF | EF_ZF) & ~undefined;
 }
 
+/* Sets the flags `f` (set when on, else clear), known from here on. */
+static void ahead_flag(struct ahead *s, uint64_t f, int on) {
+  s->g[REG_EFL] = (greg_t)(((uint64_t)s->g[REG_EFL] & ~f) | (on ? f : 0));
+  s->known |= f;
+}
+
 /* Bit manipulation of hashing and compression loops (zstd's run ahead stopped at lzcnt,
  * shrx and shlx in 189 of 191 samples): lzcnt, tzcnt, popcnt, bsf, bsr, shlx, shrx, sarx,
  * rorx, andn, bswap, imul of two or three operands; register operands only (a memory one
@@ -1247,8 +1253,7 @@ static int ahead_bits(struct ahead *s, const ZydisDecodedInstruction *in,
       if (n != 2) return -1;
       r = (uint64_t)__builtin_popcountll(a);
       ahead_cz(s, 0, a == 0, 0);
-      s->g[REG_EFL] = (greg_t)((uint64_t)s->g[REG_EFL] & ~(EF_OF | EF_SF | EF_PF));
-      s->known |= EF_OF | EF_SF | EF_PF;
+      ahead_flag(s, EF_OF | EF_SF | EF_PF, 0);
       break;
     case ZYDIS_MNEMONIC_SHLX:
     case ZYDIS_MNEMONIC_SHRX:
@@ -1286,8 +1291,7 @@ static int ahead_bits(struct ahead *s, const ZydisDecodedInstruction *in,
       int64_t back = sext(r, bits);
       int of = (__int128)back != full;
       ahead_cz(s, of, 0, EF_SF | EF_ZF | EF_PF);
-      s->g[REG_EFL] = (greg_t)(((uint64_t)s->g[REG_EFL] & ~EF_OF) | (of ? EF_OF : 0));
-      s->known |= EF_OF;
+      ahead_flag(s, EF_OF, of);
       break;
     }
     default:
@@ -1321,9 +1325,7 @@ static int ahead_wide(struct ahead *s, const ZydisDecodedInstruction *in,
       return 0;
     case ZYDIS_MNEMONIC_CLC:
     case ZYDIS_MNEMONIC_STC:
-      s->g[REG_EFL] =
-          (greg_t)(((uint64_t)s->g[REG_EFL] & ~EF_CF) | (m == ZYDIS_MNEMONIC_STC ? EF_CF : 0));
-      s->known |= EF_CF;
+      ahead_flag(s, EF_CF, m == ZYDIS_MNEMONIC_STC);
       return 0;
     case ZYDIS_MNEMONIC_CMC:
       s->g[REG_EFL] ^= EF_CF; /* an unknown carry stays unknown */
@@ -1371,8 +1373,7 @@ static int ahead_wide(struct ahead *s, const ZydisDecodedInstruction *in,
         ahead_set(s, REG_RDX, bits, c);
       }
       ahead_cz(s, of, 0, EF_SF | EF_ZF | EF_PF);
-      s->g[REG_EFL] = (greg_t)(((uint64_t)s->g[REG_EFL] & ~EF_OF) | (of ? EF_OF : 0));
-      s->known |= EF_OF;
+      ahead_flag(s, EF_OF, of);
       return 0;
     }
     case ZYDIS_MNEMONIC_DIV:
