@@ -78,6 +78,10 @@ void locus_comm_detect_thread_fini(void);
  * thread that switches context often, for which each open breakpoint event costs at every
  * switch). Async-signal-safe. */
 void locus_comm_detect_park(int park);
+/* on = 1: the calling thread samples at the scheduler's tick (soft.c: it switches context
+ * often), and its watches end after a few of its switches (detect.c, watch_expiry).
+ * Async-signal-safe. */
+void locus_comm_detect_on_tick(int on);
 
 /* A sampling backend's usable access: write its sample record, count it, run the detector.
  * Async-signal-safe. */

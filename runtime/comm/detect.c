@@ -49,6 +49,7 @@
  * seqlock; a writer that finds it taken skips its publication, a reader that keeps seeing
  * it change gives up. Nobody waits. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <linux/hw_breakpoint.h>
 #include <stddef.h>
 #include <linux/perf_event.h>
@@ -75,6 +76,9 @@
 #define ARM_SKIP_MAX 16u
 #define TOUCHED 16u /* lines a thread was sampled on lately: step 2 prefers them */
 #define LIFETIME 2u /* a publication's lifetime, in sampling periods of its publisher */
+/* A watch of a thread on the scheduler's tick ends after this many of its context switches
+ * without a trap (watch_expiry). */
+#define WATCH_SWITCHES 8u
 
 struct bb_entry { /* 64 bytes */
   _Atomic uint32_t seq;
@@ -155,12 +159,13 @@ struct detect_tls {
   uint64_t t_prev; /* time of this thread's previous sample */
   uint64_t t_trap; /* newest publication counted by a trap */
   uint64_t rng;
-  pid_t pid;      /* process that opened the fds (fork check) */
-  int16_t nwp;    /* watchpoints opened */
-  int16_t want;   /* watchpoints to open at the first arming (0 once tried) */
-  int16_t parked; /* locus_comm_detect_park: watchpoints to open again when unparked, plus 1 */
-  int16_t armed;  /* watchpoints armed on `on` */
+  pid_t pid;     /* process that opened the fds (fork check) */
+  int8_t nwp;    /* watchpoints opened */
+  int8_t want;   /* watchpoints to open at the first arming (0 once tried) */
+  int8_t parked; /* locus_comm_detect_park: watchpoints to open again when unparked, plus 1 */
+  int8_t armed;  /* watchpoints armed on `on` */
   int fds[MAX_WP];
+  int sw_fd1;            /* the context-switch counter (watch_expiry): its fd + 1; 0 none */
   uint8_t chunk[MAX_WP]; /* the 8-byte chunk of on.line each armed register watches */
   uint32_t seen;         /* reservoir: candidates seen since the armed one was chosen */
   uint32_t weight;       /* periods of the sample being handled (arm() keeps it for the trap) */
@@ -170,12 +175,15 @@ struct detect_tls {
   uint8_t arms[2], hits[2];
   uint8_t on_near; /* `on` is on a line this thread touched lately */
   uint8_t ntouched;
+  uint8_t sw_on;   /* the counter is enabled: counting the armed watch's switches */
+  uint8_t on_tick; /* locus_comm_detect_on_tick: the thread switches context often */
   /* Keys (line_key) of the distinct lines of this thread's latest samples: a per-thread
    * static TLS budget (tests/integration/test_process.py) keeps them 2 bytes each. */
   uint16_t touched[TOUCHED];
   struct bb_entry on; /* the publication being watched */
 };
 _Static_assert(ARM_WINDOW <= 255, "arms and hits are bytes");
+_Static_assert(MAX_WP + 1 <= 127, "nwp, want, parked and armed are bytes");
 static LOCUS_TLS struct detect_tls dt;
 static LOCUS_TLS uint64_t wp_parking __attribute__((aligned(8)));
 
@@ -421,9 +429,87 @@ static void bp_attr(struct perf_event_attr *attr, uint64_t addr, int idx, int di
   attr->sig_data = LOCUS_TRAP_COOKIE | (uint64_t)idx;
 }
 
+/* ---- watch expiry ----
+ * An enabled breakpoint costs at each context switch of its thread (perf installs and
+ * removes the debug registers; in a VM each write exits to the hypervisor): sysbench mutex,
+ * whose threads switch ~6,000 times a second, ran x1.15-1.18 of its plain time with its
+ * watchpoints against x1.07 without, and x1.21 with registers armed all along on a line
+ * no thread touched (no trap at all). A watch that does not trap stays armed until the
+ * thread's next sample replaces it: ~10-30 ms for a thread that mostly waits, hundreds of
+ * switches. Its traps come early: 60-80 % before the thread's next switch, all but ~1 %
+ * within 4 (getrusage at arming and at trap, 3 runs). So a thread on the tick (one that
+ * switches often: soft.c) counts its switches while armed with a perf software event
+ * (PERF_COUNT_SW_CONTEXT_SWITCHES, sigtrap every WATCH_SWITCHES), and its watch ends at the
+ * WATCH_SWITCHES-th: sysbench mutex x1.07 with the same traps (105 a run, 99 without the
+ * expiry; at 4 switches 88, at 2 72; 20 rounds each, 2026-11-29). The kernel counts
+ * switches in its own code, so the event must include the kernel: perf_event_paranoid <= 1
+ * or CAP_PERFMON; without them the watch lasts until the next sample, as before (the
+ * thread's LOCUS_CT_EXPIRY_DENIED). Threads on the task clock switch too seldom for it to
+ * matter and keep no counter. */
+static _Atomic int sw_denied; /* the counter could not be opened: not tried again */
+
+static void sw_open(void) {
+  if (dt.sw_fd1 || atomic_load_explicit(&sw_denied, memory_order_relaxed)) {
+    if (!dt.sw_fd1) locus_ct.st.flags |= LOCUS_CT_EXPIRY_DENIED;
+    return;
+  }
+  struct perf_event_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_CONTEXT_SWITCHES;
+  attr.sample_period = WATCH_SWITCHES;
+  attr.disabled = 1;
+  attr.sigtrap = 1;
+  attr.remove_on_exec = 1;
+  attr.exclude_hv = 1;
+  attr.sig_data = LOCUS_TRAP_COOKIE | LOCUS_TRAP_EXPIRY;
+  int fd =
+      locus_fd_keep_high((int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
+  if (fd < 0) {
+    if (errno != EMFILE && errno != ENFILE) { /* (descriptors may come back; rights do not) */
+      atomic_store_explicit(&sw_denied, 1, memory_order_relaxed);
+      locus_ct.st.flags |= LOCUS_CT_EXPIRY_DENIED;
+    }
+    return;
+  }
+  dt.sw_fd1 = fd + 1;
+  locus_ct.st.flags |= LOCUS_CT_EXPIRY;
+}
+
+/* (forgotten before it is closed: an expiry signal in between finds nothing to disable,
+ * not a number the program may open next) */
+static void sw_close(void) {
+  int fd1 = dt.sw_fd1;
+  dt.sw_fd1 = 0;
+  dt.sw_on = 0;
+  atomic_signal_fence(memory_order_seq_cst);
+  if (fd1) locus_fd_close(fd1 - 1);
+}
+
+/* A watch was armed: on the tick, count WATCH_SWITCHES switches from now (setting the period
+ * of the disabled event restarts its count). */
+static void sw_start(void) {
+  if (!dt.on_tick || dt.sw_on || !dt.sw_fd1) return;
+  uint64_t period = WATCH_SWITCHES;
+  ioctl(dt.sw_fd1 - 1, PERF_EVENT_IOC_PERIOD, &period);
+  if (ioctl(dt.sw_fd1 - 1, PERF_EVENT_IOC_ENABLE, 0) == 0) dt.sw_on = 1;
+}
+
 static void disarm(void) {
   for (int i = 0; i < dt.armed; i++) ioctl(dt.fds[i], PERF_EVENT_IOC_DISABLE, 0);
   dt.armed = 0;
+  if (dt.sw_on) ioctl(dt.sw_fd1 - 1, PERF_EVENT_IOC_DISABLE, 0);
+  dt.sw_on = 0;
+}
+
+void locus_comm_detect_on_tick(int on) {
+  dt.on_tick = (uint8_t)(on != 0);
+  if (on && dt.nwp > 0) sw_open(); /* (else when it opens its watchpoints) */
+  if (!on && dt.sw_on) {
+    ioctl(dt.sw_fd1 - 1, PERF_EVENT_IOC_DISABLE, 0);
+    dt.sw_on = 0;
+  }
 }
 
 /* The chunks of e's line that hold a sampled load's bytes: [*first, *first + return). */
@@ -468,6 +554,10 @@ static void arm(const struct bb_entry *e, int near) {
   }
   for (int i = armed; i < was; i++) ioctl(dt.fds[i], PERF_EVENT_IOC_DISABLE, 0);
   dt.armed = armed;
+  if (armed)
+    sw_start();
+  else
+    disarm();
   dt.on = *e;
   dt.on_near = near;
   dt.arm_weight = dt.weight;
@@ -661,7 +751,12 @@ static int confirm(const struct bb_entry *e) {
 void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
   (void)si;
   if (locus_quiet) return; /* a seccomp filter is coming: its event is being disabled */
-  if (dt.pid != getpid() || (int)idx >= dt.nwp) return;
+  if (dt.pid != getpid()) return;
+  if (idx == LOCUS_TRAP_EXPIRY) { /* WATCH_SWITCHES switches without a trap: the watch ends */
+    disarm();
+    return;
+  }
+  if ((int)idx >= dt.nwp) return;
   if (!locus_ct.started || locus_me.guard || locus_me.state != 1 || !locus_enabled || !dt.armed) {
     disarm();
     return;
@@ -789,8 +884,10 @@ void locus_comm_detect_thread_init(void) {
   board_fit();
   pid_t pid = getpid();
   /* After fork the fds are the parent's events: close them, never disable them. */
-  if (dt.nwp > 0 && dt.pid != pid)
+  if (dt.nwp > 0 && dt.pid != pid) {
     for (int i = 0; i < dt.nwp; i++) locus_fd_close(dt.fds[i]);
+    if (dt.sw_fd1) locus_fd_close(dt.sw_fd1 - 1);
+  }
   memset(&dt, 0, sizeof dt);
   dt.pid = pid;
   dt.rng = ((uint64_t)locus_me.tid << 32) ^ locus_ticks() ^ 0x2545f4914f6cdd1dull;
@@ -821,15 +918,36 @@ static void open_watchpoints(void) {
     if (fd < 0) break;
     dt.fds[dt.nwp++] = fd;
   }
+  if (dt.on_tick && dt.nwp > 0) sw_open();
   locus_ct.st.watchpoints = (uint32_t)dt.nwp;
 }
+
+/* Tests (runtime/tests/test_comm_soft.c, "expiry"; soft.h). */
+int locus_test_detect_watch(uint64_t addr, int on_tick) {
+  if (dt.want > 0) open_watchpoints();
+  if (dt.nwp <= 0) return -1;
+  locus_comm_detect_on_tick(on_tick);
+  struct bb_entry e;
+  memset(&e, 0, sizeof e);
+  e.line = addr & ~((uint64_t)locus_comm_cfg.line - 1);
+  e.addr = addr;
+  e.len = 8;
+  e.tid = 1;
+  e.t = locus_ticks();
+  arm(&e, 0);
+  return dt.armed;
+}
+
+int locus_test_detect_armed(void) { return dt.armed | (dt.sw_fd1 ? 0x100 : 0); }
 
 void locus_comm_detect_park(int park) {
   if (park && !dt.parked) {
     disarm();
     int n = dt.nwp + dt.want;
-    if (dt.pid == getpid())
+    if (dt.pid == getpid()) {
       for (int i = 0; i < dt.nwp; i++) locus_fd_close(dt.fds[i]);
+      sw_close();
+    }
     dt.nwp = 0;
     dt.want = 0;
     dt.parked = n + 1;
@@ -843,6 +961,7 @@ void locus_comm_detect_thread_fini(void) {
   if (dt.pid != getpid()) return;
   advance_clock(LIFETIME, locus_ticks()); /* its publications expire: it will not run again */
   for (int i = 0; i < dt.nwp; i++) locus_fd_close(dt.fds[i]);
+  sw_close();
   dt.nwp = 0;
   dt.armed = 0;
 }

@@ -269,6 +269,12 @@ struct locus_comm_event { /* 128 bytes (64 in format version 1: no callers, no r
  * second of its CPU time) that it was sampled for a while by a POSIX CPU-time timer, at the
  * scheduler's tick, without watchpoints: perf's task clock costs at every switch */
 #define LOCUS_CT_TICKED 4u
+/* soft backend: on the tick, the thread's watches ended after 8 of its context switches
+ * without a trap (a perf context-switch counter) */
+#define LOCUS_CT_EXPIRY 8u
+/* soft backend: on the tick, the counter above could not be opened (kernel events need
+ * perf_event_paranoid <= 1 or CAP_PERFMON): its watches lasted until its next sample */
+#define LOCUS_CT_EXPIRY_DENIED 16u
 struct locus_comm_thread { /* 128 bytes */
   uint32_t tid;
   uint32_t backend;     /* enum locus_comm_backend */

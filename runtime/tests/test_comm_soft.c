@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
+#include <linux/perf_event.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -472,7 +473,8 @@ static int run_case(const char *self, const char *lib, const char *name, const c
     setenv("LOCUS_COMM_BACKEND", "soft", 1);
     if (strstr(name, "gap")) setenv("LOCUS_SOFT_STEP", "0", 1); /* see GAP_LOOP */
     /* No sample while the test single-steps its snippets itself. */
-    if (!strcmp(name, "ahead")) setenv("LOCUS_COMM_PERIOD_NS", "10000000000", 1);
+    if (!strcmp(name, "ahead") || !strcmp(name, "expiry"))
+      setenv("LOCUS_COMM_PERIOD_NS", "10000000000", 1);
     if (!strcmp(name, "samplecaller")) setenv("LOCUS_COMM_BACKEND", "hw", 1);
     execl(self, self, name, (char *)NULL);
     _exit(127);
@@ -1259,6 +1261,83 @@ static int run_start_tick(void) {
   return ok ? 0 : 1;
 }
 
+/* ---- watch expiry (detect.c): on the tick, a watch that has not trapped ends after 8
+ * context switches of its thread; off the tick it stays until replaced; the count restarts
+ * at each arming. Each nanosleep blocks: one switch. ---- */
+static long expiry_line[8] __attribute__((aligned(64)));
+
+static void switch_n(int n) {
+  for (int i = 0; i < n; i++) {
+    struct timespec t = {0, 20000};
+    nanosleep(&t, NULL);
+  }
+}
+
+static void write_line(void) {
+  for (int i = 0; i < 8; i++) ((volatile long *)expiry_line)[i] = i; /* every chunk: a trap */
+}
+
+static int check_expiry(void) {
+  typedef int (*watch_fn)(uint64_t, int);
+  typedef int (*armed_fn)(void);
+  watch_fn watch = (watch_fn)dlsym(RTLD_DEFAULT, "locus_test_detect_watch");
+  armed_fn armed = (armed_fn)dlsym(RTLD_DEFAULT, "locus_test_detect_armed");
+  if (!watch || !armed) {
+    printf("  not ok: no locus_test_detect_watch preloaded\n");
+    return 0;
+  }
+  uint64_t line = (uint64_t)expiry_line;
+  int ok = 1;
+#define EXPECT(cond, ...)               \
+  do {                                  \
+    if (!(cond)) {                      \
+      printf("  not ok: " __VA_ARGS__); \
+      printf("\n");                     \
+      ok = 0;                           \
+    }                                   \
+  } while (0)
+  if (watch(line, 0) <= 0) {
+    printf("  not ok: no watchpoint armed (hardware breakpoints unavailable?)\n");
+    return 0;
+  }
+  switch_n(12);
+  EXPECT(armed() & 0xff, "off the tick, a watch ended after 12 switches");
+  write_line();
+  EXPECT(!(armed() & 0xff), "the write to the watched line did not trap");
+  EXPECT(watch(line, 1) > 0, "no watchpoint armed on the tick");
+  /* The runtime's counter opens where this one does (kernel events). */
+  struct perf_event_attr pa;
+  memset(&pa, 0, sizeof pa);
+  pa.size = sizeof pa;
+  pa.type = PERF_TYPE_SOFTWARE;
+  pa.config = PERF_COUNT_SW_CONTEXT_SWITCHES;
+  pa.disabled = 1;
+  int probe = (int)syscall(SYS_perf_event_open, &pa, 0, -1, -1, 0);
+  if (probe >= 0) close(probe);
+  EXPECT((probe >= 0) == !!(armed() & 0x100), "the context-switch counter %s",
+         probe >= 0 ? "was not opened where kernel events are allowed" : "opened unexpectedly");
+  if (!(armed() & 0x100)) {
+    /* (not root, perf_event_paranoid >= 2: the watch lasts as off the tick) */
+    printf(
+        "  (no context-switch counter: kernel events need perf_event_paranoid <= 1 or "
+        "CAP_PERFMON)\n");
+    switch_n(12);
+    EXPECT(armed() & 0xff, "without the counter, a watch ended after 12 switches");
+    return ok;
+  }
+  switch_n(4);
+  EXPECT(armed() & 0xff, "on the tick, a watch ended after 4 switches");
+  write_line();
+  EXPECT(!(armed() & 0xff), "on the tick, the write to the watched line did not trap");
+  EXPECT(watch(line, 1) > 0, "no watchpoint armed again");
+  switch_n(5); /* 9 since the first arming on the tick: the count restarted at this one */
+  EXPECT(armed() & 0xff, "a new watch ended 5 switches after its arming (the count went on)");
+  switch_n(7);
+  EXPECT(!(armed() & 0xff), "on the tick, a watch still armed after 12 switches");
+#undef EXPECT
+  return ok;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && getenv("LOCUS_DIR")) {
     const char *dir = getenv("LOCUS_DIR");
@@ -1301,6 +1380,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "samplecaller")) return check_sample_caller() ? 0 : 1;
     if (!strcmp(argv[1], "switchrate")) return check_switch_rate() ? 0 : 1;
     if (!strcmp(argv[1], "starttick")) return run_start_tick();
+    if (!strcmp(argv[1], "expiry")) return check_expiry() ? 0 : 1;
     return 2;
   }
   if (argc != 2) {
@@ -1338,6 +1418,10 @@ int main(int argc, char **argv) {
   finish(
       "soft sampler: a new thread starts on the tick, a compute thread then takes the task clock",
       child_check(self, lib, base, "starttick"));
+
+  /* (d6) The watches of a thread on the tick end after 8 of its switches. */
+  finish("comm soft: on the tick, a watch that has not trapped ends after 8 context switches",
+         child_check(self, lib, base, "expiry"));
 
   /* (a) Two threads writing the same word: communication between exactly them, mostly
    * true sharing. */

@@ -5,6 +5,7 @@ program not built with `locus cc`). Assertions on the comm report live with the 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -1865,6 +1866,16 @@ def test_threads_that_block_and_wake_often_are_sampled_at_the_tick(locus, tmp_pa
     assert c["ticked_threads"] == 2, c["notes"]  # both block on every round
     note = [n for n in c["notes"] if "at the scheduler's tick" in n]
     assert note and note[0].startswith("2 thread(s) switched context"), c["notes"]
+    # On the tick, a watch ends after 8 of its thread's switches: a perf context-switch
+    # counter, which counts in the kernel (root or perf_event_paranoid <= 1; elsewhere the
+    # note says what it needs).
+    if c["counters"]["armed"]:
+        paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+        if os.geteuid() == 0 or paranoid <= 1:
+            assert "of them ended each watch that had not trapped after 8" in note[0], note
+            assert "kept each watch" not in note[0], note
+        else:
+            assert "needs kernel.perf_event_paranoid <= 1 or CAP_PERFMON" in note[0], note
     (pdir,) = [p for p in (run / "procs").iterdir() if p.is_dir()]
     s = read_records(pdir / "comm.samples.bin", COMM_SAMPLE_DTYPE)
     s = s[s["kind"] == 1]

@@ -2154,6 +2154,7 @@ static void go_tick(uint64_t rate) {
   locus_fd_close(me_soft.fd);
   me_soft.fd = -1;
   me_soft.source = SRC_TICK;
+  locus_comm_detect_on_tick(1);
   me_soft.wp_streak = 0;
   locus_ct.st.flags |= LOCUS_CT_TICKED;
   if (rate > wp_park_high && !me_soft.parked) park(1);
@@ -2168,6 +2169,7 @@ static int go_clock(void) {
   /* A tick already queued arrives under SRC_SIGTRAP and is dropped (on_sampler_signal). */
   me_soft.fd = fd;
   me_soft.source = SRC_SIGTRAP;
+  locus_comm_detect_on_tick(0);
   if (me_soft.parked) park(0);
   return 0;
 }
@@ -2209,6 +2211,7 @@ static void decide(uint64_t rate, uint64_t dsw) {
     return;
   }
   locus_ct.st.flags |= LOCUS_CT_TICKED;
+  locus_comm_detect_on_tick(1);
   if (rate <= wp_park_high) park(0);
 }
 

@@ -14,6 +14,8 @@
 #define LOCUS_TRAP_COOKIE 0x4c4f435553000000ULL /* "LOCUS" */
 #define LOCUS_TRAP_COOKIE_MASK 0xffffffffff000000ULL
 #define LOCUS_TRAP_SAMPLER 0xffu
+/* detect.c: the context-switch counter that ends a watch (watch_expiry) */
+#define LOCUS_TRAP_EXPIRY 0xfeu
 
 /* The kernel's siginfo layout for TRAP_PERF (glibc 2.36 does not name these fields). */
 struct locus_perf_siginfo {
@@ -78,5 +80,12 @@ LOCUS_EXPORT int locus_test_soft_switch_check(int tick, uint64_t rate, uint64_t 
  * first check (rate: its switches a second of CPU time, over dsw switches; high: the
  * threshold); else it takes the task clock. */
 LOCUS_EXPORT int locus_test_soft_stays_on_tick(uint64_t rate, uint64_t dsw, uint64_t high);
+
+/* Test-only entry points (detect.c): the calling thread watches the line of addr as if
+ * another thread had just published a store there, on the tick or not (the registers
+ * armed, -1 none); the registers armed now, plus 0x100 when the thread has the
+ * context-switch counter that ends its watches on the tick. */
+LOCUS_EXPORT int locus_test_detect_watch(uint64_t addr, int on_tick);
+LOCUS_EXPORT int locus_test_detect_armed(void);
 
 #endif
