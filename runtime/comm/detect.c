@@ -440,8 +440,9 @@ static void bp_attr(struct perf_event_attr *attr, uint64_t addr, int idx, int di
  * within 4 (getrusage at arming and at trap, 3 runs). So a thread on the tick (one that
  * switches often: soft.c) counts its switches while armed with a perf software event
  * (PERF_COUNT_SW_CONTEXT_SWITCHES, sigtrap every WATCH_SWITCHES), and its watch ends at the
- * WATCH_SWITCHES-th: sysbench mutex x1.07 with the same traps (105 a run, 99 without the
- * expiry; at 4 switches 88, at 2 72; 20 rounds each, 2026-11-29). The kernel counts
+ * WATCH_SWITCHES-th: sysbench mutex's own time x1.07-1.09 against x1.14-1.18 without the
+ * expiry, with the same traps (~100 a run; ending the watch at 4 switches kept 88 of them,
+ * at 2 72; 20 rounds each, 2026-11-29). The kernel counts
  * switches in its own code, so the event must include the kernel: perf_event_paranoid <= 1
  * or CAP_PERFMON; without them the watch lasts until the next sample, as before (the
  * thread's LOCUS_CT_EXPIRY_DENIED). Threads on the task clock switch too seldom for it to
@@ -496,20 +497,21 @@ static void sw_start(void) {
   if (ioctl(dt.sw_fd1 - 1, PERF_EVENT_IOC_ENABLE, 0) == 0) dt.sw_on = 1;
 }
 
+static void sw_stop(void) {
+  if (dt.sw_on) ioctl(dt.sw_fd1 - 1, PERF_EVENT_IOC_DISABLE, 0);
+  dt.sw_on = 0;
+}
+
 static void disarm(void) {
   for (int i = 0; i < dt.armed; i++) ioctl(dt.fds[i], PERF_EVENT_IOC_DISABLE, 0);
   dt.armed = 0;
-  if (dt.sw_on) ioctl(dt.sw_fd1 - 1, PERF_EVENT_IOC_DISABLE, 0);
-  dt.sw_on = 0;
+  sw_stop();
 }
 
 void locus_comm_detect_on_tick(int on) {
   dt.on_tick = (uint8_t)(on != 0);
   if (on && dt.nwp > 0) sw_open(); /* (else when it opens its watchpoints) */
-  if (!on && dt.sw_on) {
-    ioctl(dt.sw_fd1 - 1, PERF_EVENT_IOC_DISABLE, 0);
-    dt.sw_on = 0;
-  }
+  if (!on) sw_stop();
 }
 
 /* The chunks of e's line that hold a sampled load's bytes: [*first, *first + return). */

@@ -1288,23 +1288,15 @@ static int check_expiry(void) {
   }
   uint64_t line = (uint64_t)expiry_line;
   int ok = 1;
-#define EXPECT(cond, ...)               \
-  do {                                  \
-    if (!(cond)) {                      \
-      printf("  not ok: " __VA_ARGS__); \
-      printf("\n");                     \
-      ok = 0;                           \
-    }                                   \
-  } while (0)
   if (watch(line, 0) <= 0) {
     printf("  not ok: no watchpoint armed (hardware breakpoints unavailable?)\n");
     return 0;
   }
   switch_n(12);
-  EXPECT(armed() & 0xff, "off the tick, a watch ended after 12 switches");
+  CHECK(armed() & 0xff, "off the tick, a watch ended after 12 switches");
   write_line();
-  EXPECT(!(armed() & 0xff), "the write to the watched line did not trap");
-  EXPECT(watch(line, 1) > 0, "no watchpoint armed on the tick");
+  CHECK(!(armed() & 0xff), "the write to the watched line did not trap");
+  CHECK(watch(line, 1) > 0, "no watchpoint armed on the tick");
   /* The runtime's counter opens where this one does (kernel events). */
   struct perf_event_attr pa;
   memset(&pa, 0, sizeof pa);
@@ -1314,27 +1306,26 @@ static int check_expiry(void) {
   pa.disabled = 1;
   int probe = (int)syscall(SYS_perf_event_open, &pa, 0, -1, -1, 0);
   if (probe >= 0) close(probe);
-  EXPECT((probe >= 0) == !!(armed() & 0x100), "the context-switch counter %s",
-         probe >= 0 ? "was not opened where kernel events are allowed" : "opened unexpectedly");
+  CHECK((probe >= 0) == !!(armed() & 0x100), "the context-switch counter %s",
+        probe >= 0 ? "was not opened where kernel events are allowed" : "opened unexpectedly");
   if (!(armed() & 0x100)) {
     /* (not root, perf_event_paranoid >= 2: the watch lasts as off the tick) */
     printf(
         "  (no context-switch counter: kernel events need perf_event_paranoid <= 1 or "
         "CAP_PERFMON)\n");
     switch_n(12);
-    EXPECT(armed() & 0xff, "without the counter, a watch ended after 12 switches");
+    CHECK(armed() & 0xff, "without the counter, a watch ended after 12 switches");
     return ok;
   }
   switch_n(4);
-  EXPECT(armed() & 0xff, "on the tick, a watch ended after 4 switches");
+  CHECK(armed() & 0xff, "on the tick, a watch ended after 4 switches");
   write_line();
-  EXPECT(!(armed() & 0xff), "on the tick, the write to the watched line did not trap");
-  EXPECT(watch(line, 1) > 0, "no watchpoint armed again");
+  CHECK(!(armed() & 0xff), "on the tick, the write to the watched line did not trap");
+  CHECK(watch(line, 1) > 0, "no watchpoint armed again");
   switch_n(5); /* 9 since the first arming on the tick: the count restarted at this one */
-  EXPECT(armed() & 0xff, "a new watch ended 5 switches after its arming (the count went on)");
+  CHECK(armed() & 0xff, "a new watch ended 5 switches after its arming (the count went on)");
   switch_n(7);
-  EXPECT(!(armed() & 0xff), "on the tick, a watch still armed after 12 switches");
-#undef EXPECT
+  CHECK(!(armed() & 0xff), "on the tick, a watch still armed after 12 switches");
   return ok;
 }
 
