@@ -60,6 +60,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -446,14 +447,34 @@ static void bp_attr(struct perf_event_attr *attr, uint64_t addr, int idx, int di
  * switches in its own code, so the event must include the kernel: perf_event_paranoid <= 1
  * or CAP_PERFMON; without them the watch lasts until the next sample, as before (the
  * thread's LOCUS_CT_EXPIRY_DENIED). Threads on the task clock switch too seldom for it to
- * matter and keep no counter. */
-static _Atomic int sw_denied; /* the counter could not be opened: not tried again */
+ * matter and keep no counter. Linux 6.1 or later only: the event overflows while its thread
+ * is being switched out, and before 6.1 its signal was sent from an irq_work that ran after
+ * the switch, where the kernel dropped it with a warning (WARN_ON_ONCE(event->ctx->task !=
+ * current), fixed by "perf: Fix missing SIGTRAPs", which moves it to the task's return to
+ * user space). */
+enum { SW_UNKNOWN, SW_USABLE, SW_DENIED, SW_OLD_KERNEL };
+static _Atomic int sw_state; /* SW_*: whether threads open the counter */
+
+/* The running kernel's version is below major.minor (uname's release, "6.1.0-13-amd64"). */
+static int kernel_before(unsigned major, unsigned minor) {
+  struct utsname u;
+  if (syscall(SYS_uname, &u) != 0) return 1;
+  unsigned v[2] = {0, 0};
+  const char *p = u.release;
+  for (int i = 0; i < 2; i++, p += *p == '.') /* (digits, a dot, digits) */
+    for (; *p >= '0' && *p <= '9'; p++) v[i] = v[i] * 10 + (unsigned)(*p - '0');
+  return v[0] < major || (v[0] == major && v[1] < minor);
+}
 
 static void sw_open(void) {
-  if (dt.sw_fd1 || atomic_load_explicit(&sw_denied, memory_order_relaxed)) {
-    if (!dt.sw_fd1) locus_ct.st.flags |= LOCUS_CT_EXPIRY_DENIED;
-    return;
+  if (dt.sw_fd1) return;
+  int state = atomic_load_explicit(&sw_state, memory_order_relaxed);
+  if (state == SW_UNKNOWN) {
+    state = kernel_before(6, 1) ? SW_OLD_KERNEL : SW_USABLE;
+    atomic_store_explicit(&sw_state, state, memory_order_relaxed);
   }
+  if (state == SW_DENIED) locus_ct.st.flags |= LOCUS_CT_EXPIRY_DENIED;
+  if (state != SW_USABLE) return;
   struct perf_event_attr attr;
   memset(&attr, 0, sizeof attr);
   attr.size = sizeof attr;
@@ -469,7 +490,7 @@ static void sw_open(void) {
       locus_fd_keep_high((int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
   if (fd < 0) {
     if (errno != EMFILE && errno != ENFILE) { /* (descriptors may come back; rights do not) */
-      atomic_store_explicit(&sw_denied, 1, memory_order_relaxed);
+      atomic_store_explicit(&sw_state, SW_DENIED, memory_order_relaxed);
       locus_ct.st.flags |= LOCUS_CT_EXPIRY_DENIED;
     }
     return;
