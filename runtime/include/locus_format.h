@@ -267,7 +267,8 @@ struct locus_comm_event { /* 128 bytes (64 in format version 1: no callers, no r
 #define LOCUS_CT_UNTRACKED 2u
 /* soft backend: the thread switched context so often (more than the runtime's threshold per
  * second of its CPU time) that it was sampled for a while by a POSIX CPU-time timer, at the
- * scheduler's tick, without watchpoints: perf's task clock costs at every switch */
+ * scheduler's tick (its watchpoints closed above a higher rate): perf's task clock costs at
+ * every switch */
 #define LOCUS_CT_TICKED 4u
 /* soft backend: on the tick, the thread's watches ended after 8 of its context switches
  * without a trap (a perf context-switch counter) */

@@ -1759,8 +1759,8 @@ def _ticked_note(n: int, rate: int | None = None, expiry: int = 0, denied: int =
             f". {denied} of them kept each watch until their next sample: the counter that "
             f"ends it after {WATCH_SWITCHES} context switches counts in the kernel, which "
             "needs kernel.perf_event_paranoid <= 1 or CAP_PERFMON, and an armed breakpoint "
-            "costs at every switch (sysbench mutex in a VM: x1.15 of its time, x1.07 with the "
-            "counter)"
+            "costs at every switch (sysbench mutex in a VM: x1.12-1.14 of its own time, "
+            "x1.08-1.09 with the counter)"
             if denied
             else ""
         )
