@@ -98,18 +98,21 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def overhead(progs: dict, n: int, timed, label: str) -> dict:
+def overhead(progs: dict, n: int, timed, label: str, least: dict | None = None) -> dict:
     """Wall time and peak RSS of each program (name -> argv; skipped when not installed)
-    plain and under locus, `n` interleaved runs each, medians and ratios. `timed(argv,
-    under)` returns (wall s, maxrss kB) of one run, under locus when `under` is true, or
-    (wall s, maxrss kB, the program's own time s or None): then `program_ratio` is the ratio
-    of the times the program printed, its slowdown without locus's fixed start and stop."""
+    plain and under locus, `n` interleaved runs each (at least least[name] for a program
+    whose run time is bimodal: a median of 5 then reads one mode or the other), medians and
+    ratios. `timed(argv, under)` returns (wall s, maxrss kB) of one run, under locus when
+    `under` is true, or (wall s, maxrss kB, the program's own time s or None): then
+    `program_ratio` is the ratio of the times the program printed, its slowdown without
+    locus's fixed start and stop."""
     out = {}
     for name, argv in progs.items():
         if not shutil.which(argv[0]):
             continue
         plain, tool = [], []
-        for _ in range(n):
+        rounds = max(n, (least or {}).get(name, 0))
+        for _ in range(rounds):
             plain.append(timed(argv, False))
             tool.append(timed(argv, True))
         pw, tw = median([x[0] for x in plain]), median([x[0] for x in tool])
@@ -124,6 +127,7 @@ def overhead(progs: dict, n: int, timed, label: str) -> dict:
             # What locus adds is mostly a fixed amount (its code, the decoder, tables, record
             # pages): the ratio of a small program reads it as a large share.
             "maxrss_added_kb": tr - pr,
+            "rounds": rounds,
         }
         own = ""
         pp = [x[2] for x in plain if len(x) > 2 and x[2]]
