@@ -114,6 +114,26 @@ def lock_acquisitions(report: dict, name: str) -> int:
     return sum(int(r["acquisitions"]) for r in lock_rows(report, name))
 
 
+def unprivileged() -> list[str]:
+    """The prefix that runs a command as a user without privileges: none when the tests
+    already run as one, else setpriv to user nobody (skips when that cannot be done, or when
+    nobody cannot read the checkout)."""
+    import pwd
+
+    if os.geteuid() != 0:
+        return []
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody to run as")
+    if not shutil.which("setpriv"):
+        pytest.skip("setpriv (util-linux) is not installed")
+    argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    if subprocess.run([*argv, "test", "-r", locus_argv()[0]]).returncode != 0:
+        pytest.skip("the checkout is not readable by user nobody")
+    return argv
+
+
 class Locus:
     """Runs the `locus` command and the workloads; carries the helpers for the tests (with
     pytest's importlib import mode, test modules cannot import conftest)."""
@@ -123,6 +143,7 @@ class Locus:
     lock_acquisitions = staticmethod(lock_acquisitions)
     no_traceback = staticmethod(no_traceback)
     one_error_line = staticmethod(one_error_line)
+    unprivileged = staticmethod(unprivileged)
 
     def __init__(self, tmp_path: Path):
         self.tmp = tmp_path

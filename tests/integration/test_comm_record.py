@@ -1892,6 +1892,45 @@ def test_threads_that_block_and_wake_often_are_sampled_at_the_tick(locus, tmp_pa
     assert (s["periods"][s["kind"] == 1] == 1).all()
 
 
+def test_a_user_without_kernel_events_is_told_what_ends_the_watches(locus, tmp_path):
+    """As a user without privileges, threads at the scheduler's tick cannot open the
+    context-switch counter that ends their watches after 8 switches (it counts in the
+    kernel: perf_event_paranoid <= 1 or CAP_PERFMON); their watches then last until their
+    next sample, and the note says so and what would change it. Where the machine allows
+    kernel events to everyone, the counter opens as for root."""
+    import tempfile
+
+    argv = locus.unprivileged()
+    out = Path(tempfile.mkdtemp(prefix="locus-nobody-"))
+    os.chmod(out, 0o777)
+    try:
+        # (10x the work between switches: ~10^4 switches a second of CPU, where the threads
+        # keep their watchpoints; at ~10^5 they are parked now and then, and nothing is armed)
+        exe = _gcc(out, "pp", PIPE_PING_PONG.replace("i < 4000", "i < 40000"))
+        cmd = [*argv, *locus.argv, "record", "-o", f"{out}/run", "--lens", "comm"]
+        p = subprocess.run(
+            [*cmd, "--", str(exe), "20000"],
+            capture_output=True,
+            env=locus.env,
+            cwd=out,
+            timeout=120,
+        )
+        assert p.returncode == 0, p.stderr.decode(errors="replace")[-2000:]
+        c = locus.report(out / "run", "--lens", "comm")["lenses"]["comm"]
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    note = [n for n in c["notes"] if "at the scheduler's tick" in n]
+    assert c["ticked_threads"] == 2 and note, c["notes"]
+    if not c["counters"]["armed"]:
+        pytest.skip("no watch was armed in this run")
+    paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+    if paranoid <= 1:
+        assert "of them ended each watch that had not trapped after 8" in note[0], note
+    else:
+        assert "of them kept each watch until their next sample" in note[0], note
+        assert "needs kernel.perf_event_paranoid <= 1 or CAP_PERFMON" in note[0], note
+
+
 def test_locks_inside_a_struct_are_named_by_their_fields(locus, tmp_path):
     """The locks lens named the queue's locks `q`, `q+40`, `q+88` where the comm lens, in
     the same report, said `q.lock`, `q.not_empty`, `q.not_full`; the text table showed no
