@@ -702,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _exit_now(rc: int) -> None:
-    """End `locus record` without the interpreter's teardown (freeing ~100 modules: ~4 ms
+    """End `locus record` without the interpreter's teardown (freeing ~100 modules: ~5 ms
     of every recording's wall time, which the overhead figures of a 1 s program count): its
     output is flushed and the exit handlers run first; the launcher has closed its files and
     joined its threads when `record` returns."""
