@@ -53,7 +53,8 @@ Cost: wall time and peak RSS with `--lens comm` (soft, default period) against w
 one run, interleaved, medians (the RSS also as KiB added, `maxrss_added_kb`: mostly a fixed
 amount, which a 1.5 MB program reads as a large ratio): the four microbenchmarks
 (free-running, a fixed amount of work: what their slowest thread did in ~1 s of a plain
-calibration run), `sysbench mutex` (at least 15 rounds whatever -n: its run time is bimodal),
+calibration run), `sysbench mutex` (at least 15 rounds whatever -n: its run time is bimodal;
+`rounds` in the JSON gives each row's),
 `stress-ng --memthrash` and `sysbench threads` (context switches); and the exact backend's
 slowdown (instrumented binary under locus vs plain). Where the program prints its own run
 time (the workloads, sysbench), `program_ratio` is the ratio of those: the slowdown of the

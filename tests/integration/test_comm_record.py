@@ -1850,6 +1850,19 @@ int main(int argc, char **argv) {
 """
 
 
+def _expiry_said(note: str, privileged: bool) -> None:
+    """The note on threads at the tick says their watches ended after 8 switches where the
+    recording could count switches in the kernel (privileged, or perf_event_paranoid <= 1),
+    else that they lasted until the next sample and what would change that."""
+    paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+    if privileged or paranoid <= 1:
+        assert "of them ended each watch that had not trapped after 8" in note, note
+        assert "kept each watch" not in note, note
+    else:
+        assert "of them kept each watch until their next sample" in note, note
+        assert "needs kernel.perf_event_paranoid <= 1 or CAP_PERFMON" in note, note
+
+
 def test_threads_that_block_and_wake_often_are_sampled_at_the_tick(locus, tmp_path):
     """Threads that block and wake tens of thousands of times a second (a queue under a
     mutex and condition variables, sysbench threads) ran 2-12x slower under soft sampling
@@ -1870,12 +1883,7 @@ def test_threads_that_block_and_wake_often_are_sampled_at_the_tick(locus, tmp_pa
     # counter, which counts in the kernel (root or perf_event_paranoid <= 1; elsewhere the
     # note says what it needs).
     if c["counters"]["armed"]:
-        paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
-        if os.geteuid() == 0 or paranoid <= 1:
-            assert "of them ended each watch that had not trapped after 8" in note[0], note
-            assert "kept each watch" not in note[0], note
-        else:
-            assert "needs kernel.perf_event_paranoid <= 1 or CAP_PERFMON" in note[0], note
+        _expiry_said(note[0], os.geteuid() == 0)
     (pdir,) = [p for p in (run / "procs").iterdir() if p.is_dir()]
     s = read_records(pdir / "comm.samples.bin", COMM_SAMPLE_DTYPE)
     s = s[s["kind"] == 1]
@@ -1923,12 +1931,7 @@ def test_a_user_without_kernel_events_is_told_what_ends_the_watches(locus, tmp_p
     assert c["ticked_threads"] == 2 and note, c["notes"]
     if not c["counters"]["armed"]:
         pytest.skip("no watch was armed in this run")
-    paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
-    if paranoid <= 1:
-        assert "of them ended each watch that had not trapped after 8" in note[0], note
-    else:
-        assert "of them kept each watch until their next sample" in note[0], note
-        assert "needs kernel.perf_event_paranoid <= 1 or CAP_PERFMON" in note[0], note
+    _expiry_said(note[0], privileged=False)
 
 
 def test_locks_inside_a_struct_are_named_by_their_fields(locus, tmp_path):
