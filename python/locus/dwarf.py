@@ -89,6 +89,11 @@ _QUALIFIERS = {
     "DW_TAG_restrict_type",
 }
 _RECORDS = {"DW_TAG_structure_type", "DW_TAG_class_type", "DW_TAG_union_type"}
+_RECORD_WORDS = {
+    "DW_TAG_structure_type": "struct",
+    "DW_TAG_class_type": "class",
+    "DW_TAG_union_type": "union",
+}
 
 
 @dataclass
@@ -110,6 +115,38 @@ class Layout:
         bits: list[bool] = []
         _field(self._dies, self._type, off, self.fortran, 0, bits)
         return bool(bits)
+
+    def element(self) -> tuple[str, int] | None:
+        """(the type as the source names it, its size) of the elements of an array variable
+        whose elements are structures, unions or classes (or a typedef of one): `struct
+        stats` in C, `stats` in C++, `stats_t` for a typedef; None for anything else (an array
+        of scalars, a single structure, Fortran)."""
+        a = _strip(self._dies, self._type)
+        if self.fortran or a is None or a.tag != "DW_TAG_array_type":
+            return None
+        t = _ref(a.attrs.get("DW_AT_type"))
+        size = _size(self._dies, t)
+        for _ in range(16):  # past const and volatile, to the first typedef or record
+            d = self._dies.get(t) if t is not None else None
+            if d is None or not size:
+                return None
+            name = _name(d.attrs.get("DW_AT_name"))
+            if d.tag == "DW_TAG_typedef":
+                rec = _strip(self._dies, t)
+                return (name, size) if name and rec is not None and rec.tag in _RECORDS else None
+            if d.tag in _RECORDS:
+                if not name:
+                    return None
+                cxx = any(
+                    u.tag == "DW_TAG_compile_unit"
+                    and "C_plus_plus" in u.attrs.get("DW_AT_language", "")
+                    for u in self._dies.values()
+                )
+                return (name if cxx else f"{_RECORD_WORDS[d.tag]} {name}", size)
+            if d.tag not in _QUALIFIERS:
+                return None
+            t = _ref(d.attrs.get("DW_AT_type"))
+        return None
 
 
 @dataclass

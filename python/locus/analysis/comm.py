@@ -2418,6 +2418,22 @@ def _fields_of(o: dict, names, per: dict[int, Counter]) -> str:
 FIELDS_THREADS = 4  # threads whose fields the advice lists
 
 
+def _padded_element(o: dict, names, per: dict[int, Counter], line: int) -> str:
+    """' `struct stats`': the element type of a static array of structures smaller than a
+    line (from DWARF) when each thread's fields are in elements no other thread's are in, so
+    that padding that type separates the threads; "" otherwise (the fields are what to pad)."""
+    layout = _layout_of(o, names)
+    e = layout.element() if layout is not None else None
+    if e is None or e[1] >= line:
+        return ""
+    owner: dict[int, int] = {}
+    for t, offs in per.items():
+        for idx in {off // e[1] for off in offs if off >= 0}:
+            if owner.setdefault(idx, t) != t:
+                return ""
+    return f" `{e[0]}`"
+
+
 def _element_size(acc, line: int) -> int:
     """The bytes each thread spans (first accessed byte to last), when every thread spans
     the same number and it fits a line: the size of a per-thread element such as a struct
@@ -2681,9 +2697,10 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 if elem > size
                 else f"{size}-byte fields"
             )
+            each = _padded_element(o, names, per, line)
             out.append(
                 f"threads {thr} {verb} adjacent {what} of {name} {where}; "
-                f"pad each to {line} bytes{align} or give each thread its own line"
+                f"pad each{each} to {line} bytes{align} or give each thread its own line"
             )
         elif mixed := _mixed_words(o, names, wr):
             # Per-thread fields beside a word they all write (a shared counter): padding

@@ -120,6 +120,59 @@ def test_c_fields():
     ]  # row-major
 
 
+def test_array_element_types():
+    """What padding separates in an array of structures: its element type, as the source
+    names it (C's `struct stats`, C++'s `stats`, with its size); nothing for an array of
+    scalars or a single structure, whose fields are what to pad."""
+    dies = parse(C_UNIT)
+    assert Layout("stats", "stats[4]", None, False, dies, 0x11A).element() == ("struct stats", 32)
+    assert Layout("grid", "int[2][3]", None, False, dies, 0x130).element() is None
+    assert Layout("one", "stats", None, False, dies, 0xDD).element() is None
+    cxx = parse(C_UNIT.replace("DW_LANG_C11", "DW_LANG_C_plus_plus_14"))
+    assert Layout("stats", "stats[4]", None, False, cxx, 0x11A).element() == ("stats", 32)
+
+
+ELEMENTS_SRC = """struct stats { long hits; long misses; };
+typedef struct { long n; } slot_t;
+struct stats counters[4];
+slot_t slots[4];
+const volatile struct stats fixed[2] = {{1, 2}, {3, 4}};
+long plain[4];
+struct stats single;
+int main(void) {
+  return (int)(counters[1].hits + slots[2].n + fixed[1].misses + plain[3] + single.hits);
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
+@pytest.mark.parametrize("compiler", ["cc", "c++", "clang"])
+def test_array_element_types_from_a_build(tmp_path, compiler):
+    if not shutil.which(compiler):
+        pytest.skip(f"{compiler} is not installed")
+    src = tmp_path / ("a.cc" if compiler == "c++" else "a.c")
+    src.write_text(ELEMENTS_SRC)
+    exe = tmp_path / "app"
+    subprocess.run([compiler, "-g", "-O0", "-o", str(exe), str(src)], check=True)
+    syms = subprocess.run(
+        ["nm", "--defined-only", str(exe)], capture_output=True, text=True, check=True
+    ).stdout
+    addr = {ln.split()[-1]: int(ln.split()[0], 16) for ln in syms.splitlines()}
+    got = {}
+    for name in ("counters", "slots", "fixed", "plain", "single"):
+        layout = variable_layout(str(exe), name, addr[name])
+        assert layout is not None, name
+        got[name] = layout.element()
+    stats = "stats" if compiler == "c++" else "struct stats"
+    assert got == {
+        "counters": (stats, 16),
+        "slots": ("slot_t", 8),
+        "fixed": (stats, 16),
+        "plain": None,
+        "single": None,
+    }
+
+
 def test_fortran_fields():
     dies = parse(FORTRAN_UNIT)
     hits = Layout("counters::hits", "integer(kind=8)[]", None, True, dies, 0x2B)

@@ -542,6 +542,76 @@ def test_advice_names_the_fields_from_dwarf(tmp_path):
     assert _field_note([], "stats") == ""
 
 
+PAIRS_DWARF = """
+0x0000000c: DW_TAG_compile_unit
+              DW_AT_language	(DW_LANG_C11)
+
+0x00000020:   DW_TAG_base_type
+                DW_AT_byte_size	(0x08)
+
+0x00000028:   DW_TAG_structure_type
+                DW_AT_name	("pair")
+                DW_AT_byte_size	(0x10)
+
+0x00000030:     DW_TAG_member
+                  DW_AT_name	("a")
+                  DW_AT_type	(0x00000020 "long int")
+                  DW_AT_data_member_location	(0x00)
+
+0x00000038:     DW_TAG_member
+                  DW_AT_name	("b")
+                  DW_AT_type	(0x00000020 "long int")
+                  DW_AT_data_member_location	(0x08)
+
+0x00000040:     NULL
+
+0x00000048:   DW_TAG_array_type
+                DW_AT_type	(0x00000028 "pair")
+
+0x00000050:     DW_TAG_subrange_type
+                  DW_AT_upper_bound	(0x03)
+
+0x00000058:     NULL
+"""
+
+
+class PairsSym(MidLineSym):
+    """`pairs` is `struct pair { long a, b; } pairs[4]` in the program's DWARF, 32 bytes
+    into the line at 0x603000."""
+
+    def __init__(self):
+        super().__init__("pairs", 64)
+
+    def data_layout(self, name, addr):
+        from locus.dwarf import Layout, parse
+
+        assert (name, addr) == ("pairs", 0x603020)
+        return Layout(name, "pair[4]", 64, False, parse(PAIRS_DWARF), 0x48)
+
+
+@pytest.mark.parametrize("second", [16, 8])
+def test_advice_names_the_structure_to_pad(tmp_path, second):
+    """Thread 0 writes pairs[0].a; thread 1 pairs[1].a (16 bytes on): padding each `struct
+    pair` to a line separates them, and the advice names the type (the issue's "fields of
+    `struct stats`: pad each"). When thread 1 writes pairs[0].b instead, both fields are in
+    one element: padding the structure would not separate them, and the advice says to pad
+    each field, as before."""
+    run, p, c = _run(threads=2, cpus=2)
+    for src, dst, so, do in ((10, 11, 32, 32 + second), (11, 10, 32 + second, 32)):
+        c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
+                src_ip=0x401100, dst_ip=0x401100, store=True, count=30)  # fmt: skip
+    for t in (10, 11):
+        c.counters(t, samples=100, signals=100)
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: PairsSym()))
+    (advice,) = res["advice"]
+    fields = "thread 0 pairs[0].a; thread 1 " + ("pairs[1].a" if second == 16 else "pairs[0].b")
+    each = "each `struct pair`" if second == 16 else "each"
+    assert advice == (
+        f"threads 0-1 write adjacent 8-byte fields of `pairs` at offsets 0-{second} ({fields}); "
+        f"pad {each} to 64 bytes (alignas(64)) or give each thread its own line"
+    )
+
+
 def test_advice_for_an_array_both_threads_sweep(tmp_path):
     """Two threads update the same elements of `stats` at different times and neighbouring
     ones at the same time: every detection compares two different words (false sharing),
