@@ -424,3 +424,173 @@ def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
     ty = v.attrs.get("DW_AT_type", "")
     tname = ty.split('"', 1)[1].rstrip('"') if '"' in ty else ""
     return Layout(name, tname, _size(dies, t, fortran), fortran, dies, t)
+
+
+# -- locals of a frame ------------------------------------------------------------------------
+
+
+@dataclass
+class Local:
+    """A local variable in memory, at `lo` in a recorded frame."""
+
+    name: str
+    function: str  # the function whose frame holds it
+    decl: str  # "file:line" of its declaration, or ""
+    lo: int  # the address of its first byte
+    size: int
+    layout: Layout
+
+
+_CFA_ROW = re.compile(r"^\s+0x([0-9a-f]+): CFA=(RSP|RBP)([+-]\d+):")
+_FDE = re.compile(r"\bFDE\b.*\bpc=([0-9a-f]+)\.\.\.([0-9a-f]+)")
+_FBREG = re.compile(r"^DW_OP_fbreg ([+-]?\d+)$")
+_BREG = re.compile(r"^DW_OP_breg([67]) R[SB]P([+-]\d+)$")
+_BASE = re.compile(r"^DW_OP_(?:reg([67]) R[SB]P|breg([67]) R[SB]P([+-]\d+))$")
+
+
+def _cfa_rule(path: str, pc: int) -> tuple[str, int] | None:
+    """("RSP" or "RBP", offset) of the canonical frame address at ELF address pc, from the
+    module's call frame information (.eh_frame, else .debug_frame); None where it is another
+    expression or unknown."""
+    for section in ("--eh-frame", "--debug-frame"):
+        inside, rule = False, None
+        for line in _run([section, path]).splitlines():
+            f = _FDE.search(line)
+            if f:
+                if inside:
+                    return rule
+                inside = int(f.group(1), 16) <= pc < int(f.group(2), 16)
+                continue
+            r = _CFA_ROW.match(line) if inside else None
+            if r and int(r.group(1), 16) <= pc:
+                rule = (r.group(2), int(r.group(3)))
+        if inside:
+            return rule
+    return None
+
+
+def _origin(dies: dict, d: Die) -> Die:
+    """The DIE that names `d`: its abstract origin's (an inlined or out-of-line copy)."""
+    for _ in range(4):
+        o = dies.get(_ref(d.attrs.get("DW_AT_abstract_origin")) or -1)
+        if o is None:
+            return d
+        d = o
+    return d
+
+
+_INLINED = "DW_TAG_inlined_subroutine"
+
+
+def frame_locals(path: str, pc: int, sp: int, bp: int) -> list[Local]:
+    """The local variables in memory of the frame that made a call returning to ELF address
+    pc of the module at `path`, its stack pointer sp and frame pointer bp at the call: those
+    of the function and of its lexical blocks (or inlined functions) around the call whose
+    location is one offset from the frame base (DW_OP_fbreg; the frame base being the
+    canonical frame address from the call's row of the call frame information, the stack
+    pointer or the frame pointer) or from the stack or frame pointer. [] without debug
+    information, or where a location is anything else (a register, a location list)."""
+    found = _run([f"--lookup={pc - 1:#x}", path])
+    chain = [int(m.group(1), 16) for m in re.finditer(r"^(0x[0-9a-f]+):\s+DW_TAG_", found, re.M)]
+    tags = re.findall(r"^0x[0-9a-f]+:\s+(DW_TAG_\w+)", found, re.M)
+    if len(chain) < 2 or tags[0] != "DW_TAG_compile_unit":
+        return []
+    dies = parse(_run([f"--debug-info={chain[0]:#x}", "--show-children", path]))
+    unit = dies.get(chain[0])
+    parent = {c.off: d for d in dies.values() for c in d.children}
+    # The scopes around pc, innermost first, up to its function (the lookup leaves out the
+    # function of a call inlined into it), whose frame they all are.
+    scopes, d = [], dies.get(chain[-1])
+    while d is not None and d.tag != "DW_TAG_compile_unit":
+        scopes.append(d)
+        if d.tag == "DW_TAG_subprogram":
+            break
+        d = parent.get(d.off)
+    sub = scopes[-1] if scopes and scopes[-1].tag == "DW_TAG_subprogram" else None
+    if unit is None or sub is None:
+        return []
+    fortran = "Fortran" in unit.attrs.get("DW_AT_language", "")
+    regs = {"6": bp, "7": sp}
+    base = None
+    fb = sub.attrs.get("DW_AT_frame_base", "").strip()
+    m = _BASE.match(fb)
+    if fb == "DW_OP_call_frame_cfa":
+        rule = _cfa_rule(path, pc - 1)
+        base = (sp if rule[0] == "RSP" else bp) + rule[1] if rule else None
+    elif m:
+        base = regs[m.group(1) or m.group(2)] + int(m.group(3) or 0)
+    out = []
+    for i, scope in enumerate(scopes):
+        # The function the scope is in: an inlined one's own name, with its caller's.
+        fn = next(f for f in scopes[i:] if f.tag in ("DW_TAG_subprogram", _INLINED))
+        function = _name(_origin(dies, fn).attrs.get("DW_AT_name"))
+        if fn.tag == _INLINED:
+            function += f" (inlined into {_name(_origin(dies, sub).attrs.get('DW_AT_name'))})"
+        for v in scope.children:
+            if v.tag != "DW_TAG_variable":
+                continue
+            loc = v.attrs.get("DW_AT_location", "").strip()
+            fm, bm = _FBREG.match(loc), _BREG.match(loc)
+            if fm and base is not None:
+                lo = base + int(fm.group(1))
+            elif bm:
+                lo = regs[bm.group(1)] + int(bm.group(2))
+            else:
+                continue
+            named = _origin(dies, v)
+            name = _name(named.attrs.get("DW_AT_name"))
+            t = _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type"))
+            size = _size(dies, t, fortran)
+            if not name or not size:
+                continue
+            file = _name(named.attrs.get("DW_AT_decl_file"))
+            line = _num(named.attrs.get("DW_AT_decl_line"))
+            decl = f"{file.rsplit('/', 1)[-1]}:{line}" if file and line else ""
+            ty = named.attrs.get("DW_AT_type", "")
+            tname = ty.split('"', 1)[1].rstrip('"') if '"' in ty else ""
+            layout = Layout(name, tname, size, fortran, dies, t)
+            out.append(Local(name, function, decl, lo, size, layout))
+    return out
+
+
+class StackLayout:
+    """A thread's stack as the report's object, with the locals recorded frames hold: an
+    offset into the stack (from `base`, its lowest address) is `sums[1]` inside a local, the
+    stack's own name elsewhere. Locals of different frames at the same bytes (a stack reused
+    by later calls) are left out: which one an access reached is not known."""
+
+    type = ""
+
+    def __init__(self, name: str, base: int, local_vars: list[Local]):
+        self.name = name
+        self.base = base
+        keep: dict[tuple[int, str], Local] = {}
+        for v in local_vars:
+            keep.setdefault((v.lo, v.name), v)
+        vs = sorted(keep.values(), key=lambda v: v.lo)
+        clash = {
+            i for i, a in enumerate(vs) for j, b in enumerate(vs) if i != j and _overlaps(a, b)
+        }
+        self.locals = [v for k, v in enumerate(vs) if k not in clash]
+
+    def local(self, off: int) -> Local | None:
+        a = self.base + off
+        for v in self.locals:
+            if v.lo <= a < v.lo + v.size:
+                return v
+        return None
+
+    def field(self, off: int) -> str:
+        v = self.local(off)
+        return v.layout.field(self.base + off - v.lo) if v else self.name
+
+    def bit_field(self, off: int) -> bool:
+        v = self.local(off)
+        return v.layout.bit_field(self.base + off - v.lo) if v else False
+
+    def element(self) -> tuple[str, int] | None:
+        return None
+
+
+def _overlaps(a: Local, b: Local) -> bool:
+    return a.lo < b.lo + b.size and b.lo < a.lo + a.size

@@ -503,8 +503,24 @@ class Symbolizer:
             self.layout_s += time.monotonic() - t0
         return self.layouts[key]
 
+    def frame_locals(self, site: int, sp: int, bp: int) -> list:
+        """The locals in memory (dwarf.Local) of the frame that called out at return address
+        `site` with stack pointer sp and frame pointer bp, from its module's DWARF."""
+        loc = _locate(self.mods, site)
+        if loc is None:
+            return []
+        m, v = loc
+        key = (m.path, v, sp, bp)
+        if key not in self.layouts:
+            if self.layout_s > LAYOUT_BUDGET_S:
+                return []
+            t0 = time.monotonic()
+            self.layouts[key] = dwarf.frame_locals(m.path, v, sp, bp)
+            self.layout_s += time.monotonic() - t0
+        return self.layouts[key]
 
-LAYOUT_BUDGET_S = 10.0  # seconds of DWARF lookups per process (data_layout)
+
+LAYOUT_BUDGET_S = 10.0  # seconds of DWARF lookups per process (data_layout, frame_locals)
 
 # Source files of libraries, inlined into a program's functions: system headers (the C++
 # standard library's templates), the Rust standard library, crates from the registry.

@@ -450,6 +450,32 @@ void locus_allocs_record_mapping(const void *addr, size_t size, uint64_t site, i
   errno = saved;
 }
 
+/* Frames already recorded, by a hash of (thread, site, stack pointer): a loop that opens a
+ * parallel region at each turn writes its frame once. Process-wide, not thread-local (static
+ * TLS is in every thread's stack); a race writes a record twice, which the report merges. */
+#define FRAMES_SEEN 256u
+static _Atomic uint64_t frames_seen[FRAMES_SEEN];
+
+void locus_allocs_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
+  struct locus_self *me = &locus_me;
+  if (!(__atomic_load_n(&locus_alloc_state, __ATOMIC_RELAXED) & LOCUS_ALLOC_TRACKING) ||
+      me->guard || me->state != 1 || at.closed || !locus_enabled)
+    return;
+  uint64_t key = (site * 0x9e3779b97f4a7c15ull) ^ (cfa * 0xc2b2ae3d27d4eb4full) ^ me->tid;
+  key |= 1; /* (0: an empty slot) */
+  _Atomic uint64_t *slot = &frames_seen[(key >> 32) % FRAMES_SEEN];
+  if (atomic_load_explicit(slot, memory_order_relaxed) == key) return;
+  atomic_store_explicit(slot, key, memory_order_relaxed);
+  int saved = errno;
+  me->guard++;
+  struct locus_alloc r;
+  memset(&r, 0, sizeof r);
+  r.reserved[0] = fp;
+  put_rec(&r, LOCUS_AL_FRAME, (const void *)(uintptr_t)cfa, 0, site, 0);
+  me->guard--;
+  errno = saved;
+}
+
 static void on_thread_end(void *arg) {
   (void)arg;
   locus_me.guard++;

@@ -35,6 +35,16 @@ void locus_allocs_record_mapping(const void *addr, size_t size, uint64_t site, i
  * (LOCUS_ALF_REMAP). */
 void locus_allocs_record_remap(const void *old, size_t old_n, const void *p, size_t n,
                                uint64_t site);
+/* A frame that may pass its locals' addresses to other threads (LOCUS_AL_FRAME): its stack
+ * pointer at the call (cfa: the callee's canonical frame address), its frame pointer, the
+ * call's return address; once per (thread, site, cfa). Call it through LOCUS_CALLER_FRAME. */
+void locus_allocs_frame(uint64_t cfa, uint64_t fp, uint64_t site);
+/* In an interposer: its caller's frame (the interposer keeps a frame pointer for it, which
+ * holds the caller's). */
+#define LOCUS_CALLER_FRAME()                                                      \
+  locus_allocs_frame((uint64_t)(uintptr_t)__builtin_dwarf_cfa(),                  \
+                     (uint64_t)(uintptr_t) * (void **)__builtin_frame_address(0), \
+                     (uint64_t)(uintptr_t)__builtin_return_address(0))
 /* A heap block about to be freed, or moved by realloc (exact backend, comm/exact/exact.c: its
  * lines start a new generation; nothing while the exact model is off). */
 void locus_comm_exact_freed(void *p, size_t n); /* n = 0: malloc_usable_size(p) */

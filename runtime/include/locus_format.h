@@ -303,7 +303,13 @@ enum locus_alloc_kind {
   LOCUS_AL_FREE = 2,   /* addr freed (size 0) */
   LOCUS_AL_MMAP = 3,   /* mmap: anonymous, or of a file (flags LOCUS_ALF_FILE) */
   LOCUS_AL_MUNMAP = 4,
-  LOCUS_AL_STACK = 5 /* a thread's stack: [addr, addr + size), tid = its thread */
+  LOCUS_AL_STACK = 5, /* a thread's stack: [addr, addr + size), tid = its thread */
+  /* A frame that may have passed the addresses of its locals to other threads: the caller
+   * of pthread_create or of an OpenMP parallel region (GOMP_parallel*). addr = its stack
+   * pointer at the call (the callee's canonical frame address), size = 0, site = the call's
+   * return address, reserved[0] = its frame pointer (rbp: meaningful where the function
+   * keeps one), tid = the calling thread. One record per distinct (thread, site, addr). */
+  LOCUS_AL_FRAME = 6
 };
 
 struct locus_alloc { /* 64 bytes */

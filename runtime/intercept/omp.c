@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 
+#include "../comm/allocs.h"
 #include "../core/real.h"
 #include "../locks/locks.h"
 
@@ -126,3 +127,36 @@ LOCUS_EXPORT void GOMP_barrier(void) {
   REAL(gomp_barrier, "GOMP_barrier")();
   locus_wait_end(me, LOCUS_LK_OMP_BARRIER, NULL, 0, SITE, t, 0);
 }
+
+/* OpenMP parallel regions as GCC lowers them: the region's body is outlined, and the
+ * encountering function hands the addresses of its shared locals to it (in `data`), so the
+ * region's threads reach that function's frame. The frame is recorded (comm lens:
+ * LOCUS_AL_FRAME) so that the report can name those locals; then the call goes on. */
+typedef void (*omp_fn)(void *);
+#define PARALLEL(name, params, args)                                            \
+  LOCUS_EXPORT void name params {                                               \
+    static void(*next) params;                                                  \
+    LOCUS_CALLER_FRAME();                                                       \
+    if (!next) next = (__typeof__(next))locus_real_need((void **)&next, #name); \
+    next args;                                                                  \
+  }
+#define LOOP_PARAMS \
+  (omp_fn fn, void *data, unsigned n, long start, long end, long incr, long chunk, unsigned flags)
+#define LOOP_ARGS (fn, data, n, start, end, incr, chunk, flags)
+#define RUNTIME_PARAMS \
+  (omp_fn fn, void *data, unsigned n, long start, long end, long incr, unsigned flags)
+#define RUNTIME_ARGS (fn, data, n, start, end, incr, flags)
+
+PARALLEL(GOMP_parallel, (omp_fn fn, void *data, unsigned n, unsigned flags), (fn, data, n, flags))
+PARALLEL(GOMP_parallel_start, (omp_fn fn, void *data, unsigned n), (fn, data, n))
+PARALLEL(GOMP_parallel_sections,
+         (omp_fn fn, void *data, unsigned n, unsigned count, unsigned flags),
+         (fn, data, n, count, flags))
+PARALLEL(GOMP_parallel_loop_static, LOOP_PARAMS, LOOP_ARGS)
+PARALLEL(GOMP_parallel_loop_dynamic, LOOP_PARAMS, LOOP_ARGS)
+PARALLEL(GOMP_parallel_loop_guided, LOOP_PARAMS, LOOP_ARGS)
+PARALLEL(GOMP_parallel_loop_nonmonotonic_dynamic, LOOP_PARAMS, LOOP_ARGS)
+PARALLEL(GOMP_parallel_loop_nonmonotonic_guided, LOOP_PARAMS, LOOP_ARGS)
+PARALLEL(GOMP_parallel_loop_runtime, RUNTIME_PARAMS, RUNTIME_ARGS)
+PARALLEL(GOMP_parallel_loop_nonmonotonic_runtime, RUNTIME_PARAMS, RUNTIME_ARGS)
+PARALLEL(GOMP_parallel_loop_maybe_nonmonotonic_runtime, RUNTIME_PARAMS, RUNTIME_ARGS)

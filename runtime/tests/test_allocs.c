@@ -540,7 +540,7 @@ static void test_known(const char *self, const char *lib) {
   /* realloc moved or grew the malloc(1000) block: its old address is freed. */
   CHECK(a && old_malloc && find(a, n, LOCUS_AL_FREE, old_malloc), "realloc frees the old block");
   for (size_t i = 0; a && i < n; i++)
-    CHECK(a[i].kind <= LOCUS_AL_STACK && a[i].t != 0, "record %zu: kind %u t %lu", i, a[i].kind,
+    CHECK(a[i].kind <= LOCUS_AL_FRAME && a[i].t != 0, "record %zu: kind %u t %lu", i, a[i].kind,
           (unsigned long)a[i].t);
   if (f) fclose(f);
   free(a);

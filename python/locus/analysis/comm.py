@@ -1359,6 +1359,9 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "_top_ip": top_ip,
                 "_top_caller": top_caller,
                 "_layout": (info["proc"], name, info["addr"]) if info.get("addr") else None,
+                "_stack": (info["proc"], info["tid"], info["lo"], size, name)
+                if kind == "stack"
+                else None,
                 "_stack_lo": info.get("lo"),
                 # A mapping (mmap'd: a file's, shared memory, an allocator's arena):
                 # page-aligned, not a malloc'd block.
@@ -2024,14 +2027,13 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
         e = first[g]
         o = int(dom[li])
         info = objs.info[o] if objs.info else {}
-        layout = None
-        if info.get("addr") and line_lo[li] != big:
-            layout = names.layout(info["proc"], info["name"], info["addr"])
+        label = _obj_label(objs.info[o], threads, names) if objs.info else ""
+        layout = _info_layout(info, label, names) if line_lo[li] != big else None
         out.append(
             {
                 "address": f"{int(ev.line[e]):#x}",
                 "pid": names.run.procs[int(ev.proc[e])].pid,
-                "object": _obj_label(objs.info[o], threads, names) if objs.info else "",
+                "object": label,
                 "offset": int(line_lo[li]) if line_lo[li] != big else None,
                 "all": float(S["all"][g]),
                 "true": float(S["true"][g]),
@@ -2316,8 +2318,41 @@ LOCK_CODE = re.compile(
 
 
 def _layout_of(o: dict, names):
-    """The fields of a static object from its DWARF type (dwarf.Layout), else None."""
-    return names.layout(*o["_layout"]) if names is not None and o.get("_layout") else None
+    """The fields of a static object from its DWARF type (dwarf.Layout), or of a stack from
+    the locals of the frames its thread recorded (dwarf.StackLayout), else None."""
+    if names is None:
+        return None
+    if o.get("_layout"):
+        return names.layout(*o["_layout"])
+    return names.stack_layout(*o["_stack"]) if o.get("_stack") else None
+
+
+def _locals_text(o: dict, names, offs: list[int]) -> str:
+    """What the stack offsets `offs` are: the locals the recorded frames name (`sums`, a
+    local of main at pi.c:10), else a local nobody can name."""
+    layout = _layout_of(o, names)
+    found = {}
+    for x in offs:
+        v = layout.local(x) if layout is not None else None
+        if v is not None:
+            found.setdefault((v.name, v.lo), v)
+    if not found:
+        return "a local variable other threads reach by its address"
+    parts = [
+        f"`{v.name}`, a local of {v.function}" + (f" at {v.decl}" if v.decl else "")
+        for v in list(found.values())[:2]
+    ]
+    more = ", ..." if len(found) > 2 else ""
+    return f"{'; '.join(parts)}{more}, which other threads reach by its address"
+
+
+def _info_layout(info: dict, name: str, names):
+    """_layout_of for an object's info (objs.info): a static's or a stack's fields."""
+    if info.get("addr"):
+        return names.layout(info["proc"], info["name"], info["addr"])
+    if info.get("kind") == "stack":
+        return names.stack_layout(info["proc"], info["tid"], info["lo"], info["size"], name)
+    return None
 
 
 def _same_locks(o: dict, names, per: dict[int, Counter]) -> bool:
@@ -2406,8 +2441,10 @@ def _fields_of(o: dict, names, per: dict[int, Counter]) -> str:
         weight: Counter = Counter()
         for off, w in per[t].items():
             weight[layout.field(off)] += w
-        fields = sorted(weight, key=lambda f: (-weight[f], f))
-        if fields == [layout.name]:
+        # (bytes the type says nothing of read as the variable's name: a stack's, between
+        # its named locals)
+        fields = sorted((f for f in weight if f != layout.name), key=lambda f: (-weight[f], f))
+        if not fields:
             return ""
         shown = ", ".join(fields[:2]) + (", ..." if len(fields) > 2 else "")
         parts.append(f"thread {t} {shown}")
@@ -2423,12 +2460,19 @@ def _padded_element(o: dict, names, per: dict[int, Counter], line: int) -> str:
     line (from DWARF) when each thread's fields are in elements no other thread's are in, so
     that padding that type separates the threads; "" otherwise (the fields are what to pad)."""
     layout = _layout_of(o, names)
+    shift = 0  # the variable's offset in the object: a stack's local's
+    if layout is not None and hasattr(layout, "local"):
+        found = {v.lo: v for offs in per.values() for x in offs if (v := layout.local(x))}
+        if len(found) != 1:
+            return ""
+        (v,) = found.values()
+        layout, shift = v.layout, v.lo - layout.base
     e = layout.element() if layout is not None else None
     if e is None or e[1] >= line:
         return ""
     owner: dict[int, int] = {}
     for t, offs in per.items():
-        for idx in {off // e[1] for off in offs if off >= 0}:
+        for idx in {(off - shift) // e[1] for off in offs if off >= shift}:
             if owner.setdefault(idx, t) != t:
                 return ""
     return f" `{e[0]}`"
@@ -2587,7 +2631,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             what = (
                 f"a {'Java object' if java else 'Go value'}: the code sites say which"
                 if arena
-                else "a local variable other threads reach by its address"
+                else _locals_text(o, names, offs)
             )
             where = f"at {span} ({what})"
         else:

@@ -10,6 +10,7 @@ import re
 import numpy as np
 
 from locus.rundir import (
+    AL_FRAME,
     AL_FREE,
     AL_MALLOC,
     AL_MMAP,
@@ -74,6 +75,7 @@ class Names:
         self.opts = opts
         self.syms: dict[int, object] = {}
         self.code_cache: dict[tuple[int, int], object] = {}
+        self.stack_layouts: dict[tuple[int, int, int], object] = {}
 
     def sym(self, proc: int):
         if not self.opts.symbols:
@@ -100,6 +102,27 @@ class Names:
         """The fields of the static variable `name` at `addr` (dwarf.Layout), or None."""
         s = self.sym(proc)
         return s.data_layout(name, addr) if s is not None and hasattr(s, "data_layout") else None
+
+    def stack_layout(self, proc: int, tid: int, lo: int, size: int, name: str):
+        """The locals (dwarf.StackLayout) that the frames thread `tid` recorded (LOCUS_AL_FRAME:
+        its calls to pthread_create and OpenMP parallel regions) hold in its stack [lo, lo +
+        size), or None when there is none the module's DWARF names."""
+        s = self.sym(proc)
+        if s is None or not hasattr(s, "frame_locals"):
+            return None
+        key = (proc, tid, lo)
+        if key not in self.stack_layouts:
+            from locus.dwarf import StackLayout
+
+            al = self.run.procs[proc].allocs()
+            fr = al[(al["kind"] == AL_FRAME) & (al["tid"] == tid)]
+            fr = fr[(fr["addr"] >= lo) & (fr["addr"] < lo + size)]
+            frames = {(int(r["site"]), int(r["addr"]), int(r["reserved"][0])) for r in fr}
+            found = [v for f in sorted(frames) for v in s.frame_locals(*f)]
+            inside = [v for v in found if lo <= v.lo and v.lo + v.size <= lo + size]
+            layout = StackLayout(name, lo, inside)
+            self.stack_layouts[key] = layout if layout.locals else None
+        return self.stack_layouts[key]
 
     def section(self, proc: int, addr: int):
         """(module, section, ELF virtual address) of a module address, or None."""
