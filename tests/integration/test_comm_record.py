@@ -2520,3 +2520,81 @@ def test_a_library_loaded_where_an_unloaded_one_was_is_decoded_as_itself(locus, 
     assert len(ips) > 100, len(ips)
     bad = [x for x in ips if x not in starts]
     assert len(bad) <= 0.01 * len(ips), (len(bad), len(ips), sorted({hex(x) for x in bad})[:5])
+
+
+OMP_LOCALS = r"""
+#include <omp.h>
+#include <stdio.h>
+int main(void) {
+  double sums[8] = {0};
+#pragma omp parallel num_threads(2)
+  {
+    int id = omp_get_thread_num();
+    for (long i = 0; i < 80000000; i++) {
+      sums[id] += i * 0.5;
+      __asm__ volatile("" ::: "memory");
+    }
+  }
+  printf("%f\n", sums[0] + sums[1]);
+  return 0;
+}
+"""
+
+PTHREAD_LOCALS = r"""
+#include <pthread.h>
+#include <stdio.h>
+struct slot { long count; }; /* 8 bytes: two of them on a 16-byte aligned stack share a line */
+static pthread_barrier_t go;
+static void *work(void *arg) {
+  struct slot *s = arg;
+  pthread_barrier_wait(&go); /* (both at work at once) */
+  for (long k = 0; k < 600000000; k++) {
+    s->count++;
+    __asm__ volatile("" ::: "memory");
+  }
+  return 0;
+}
+static void run(void) {
+  struct slot slots[2] = {{0}};
+  pthread_t t[2];
+  pthread_barrier_init(&go, 0, 2);
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], 0, work, &slots[i]);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+  printf("%ld\n", slots[0].count + slots[1].count);
+}
+int main(void) { run(); return 0; }
+"""
+
+
+@pytest.mark.parametrize("kind", ["openmp", "pthread"])
+def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
+    """The classic false sharing of OpenMP tutorials, `double sums[8]` local to main and
+    indexed by thread in a parallel region, and a local array of structures handed to
+    pthread_create: the runtime records the frames that make those calls (LOCUS_AL_FRAME),
+    and the report names the locals in their DWARF (the advice said "a local variable other
+    threads reach by its address"; the lines had no fields)."""
+    if kind == "openmp":
+        (tmp_path / "o.c").write_text(OMP_LOCALS)
+        exe = tmp_path / "o"
+        subprocess.run(
+            ["gcc", "-O2", "-g", "-fopenmp", "-o", str(exe), str(tmp_path / "o.c")], check=True
+        )
+    else:
+        exe = _gcc(tmp_path, "p", PTHREAD_LOCALS)
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    obj = comm["objects"][0] if comm["objects"] else None
+    assert obj and obj["kind"] == "stack" and obj["name"].startswith("stack of thread 0"), comm
+    fields = {t["thread"]: set(t["fields"]) for ln in comm["lines"] for t in ln["threads"]}
+    advice = " ".join(comm["advice"])
+    if kind == "openmp":
+        # (its samples of the loads of `sums[id] += ...` may make thread 0 a reader of the
+        # line, whose advice names the fields only)
+        assert "`sums`, a local of main at o.c:5" in advice or "`sums[0]`" in advice, advice
+        assert "sums[1]" in advice, advice
+        assert "sums[1]" in fields[1] and "sums[0]" in fields[0], fields
+    else:
+        assert "`slots`, a local of run (inlined into main) at p.c:16" in advice, advice
+        assert "(thread 1 slots[0].count; thread 2 slots[1].count)" in advice, advice
+        assert "pad each `struct slot` to 64 bytes" in advice, advice
+        assert fields[1] == {"slots[0].count"} and fields[2] == {"slots[1].count"}, fields

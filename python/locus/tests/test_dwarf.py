@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from locus.dwarf import Layout, parse, variable_layout
+from locus.dwarf import Layout, frame_locals, parse, variable_layout
 
 # llvm-dwarfdump's text for `struct stats { long hits; long misses; int flags[4]; }
 # stats[4];` (gcc 12, trimmed to what the walk reads).
@@ -275,3 +275,85 @@ def test_fortran_common_block_members(tmp_path):
     layout = variable_layout(str(exe), "cblock_", addr)
     assert layout is not None and layout.type == "COMMON /cblock/" and layout.size == 40
     assert [layout.field(o) for o in (0, 8, 31, 32)] == ["cblk(1)", "cblk(2)", "cblk(4)", "other"]
+
+
+FRAME_SRC = r"""
+#include <stdio.h>
+struct slot { long count; long spare; };
+/* What the runtime records at a call (LOCUS_CALLER_FRAME): the caller's stack pointer at
+ * the call (the callee's CFA), its frame pointer, the return address; and the local. */
+__attribute__((noinline)) void probe(void *p) {
+  void **fp = __builtin_frame_address(0);
+  printf("%lx %lx %lx %lx\n", (unsigned long)__builtin_dwarf_cfa(), (unsigned long)fp[0],
+         (unsigned long)__builtin_return_address(0), (unsigned long)p);
+  fflush(stdout);
+}
+static inline __attribute__((always_inline)) long run(void) {
+  struct slot inner[2] = {{1, 2}, {3, 4}};
+  probe(inner);
+  return inner[1].count;
+}
+int main(void) {
+  struct slot slots[4] = {{0}};
+  probe(slots);
+  return (int)(slots[1].count + run());
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_frame_locals_from_a_build(tmp_path, compiler, opt):
+    """The locals of the frame that made a call, from the call's return address and the
+    stack and frame pointers the runtime records there: a local of main (gcc's frame base
+    is the CFA, from the call's row of .eh_frame; clang's the frame or stack pointer), and
+    one of a function inlined into main, which the lookup of the address does not show
+    inside main."""
+    if not shutil.which(compiler):
+        pytest.skip(f"{compiler} is not installed")
+    (tmp_path / "f.c").write_text(FRAME_SRC)
+    exe = tmp_path / "f"
+    subprocess.run(
+        [compiler, "-g", opt, "-no-pie", "-fno-pie", "-o", str(exe), str(tmp_path / "f.c")],
+        check=True,
+    )
+    out = subprocess.run([str(exe)], capture_output=True, text=True).stdout.split("\n")
+    (cfa, fp, ret, slots), (cfa2, fp2, ret2, inner) = [
+        [int(x, 16) for x in ln.split()] for ln in out[:2]
+    ]
+    found = {v.name: v for v in frame_locals(str(exe), ret, cfa, fp)}
+    v = found["slots"]
+    assert (v.lo, v.size, v.function, v.decl) == (slots, 64, "main", "f.c:18")
+    assert v.layout.field(24) == "slots[1].spare"
+    assert v.layout.element() == ("struct slot", 16)
+    found = {v.name: v for v in frame_locals(str(exe), ret2, cfa2, fp2)}
+    v = found["inner"]
+    assert (v.lo, v.size, v.function) == (inner, 32, "run (inlined into main)")
+    assert frame_locals(str(exe), 0x10, cfa, fp) == []  # no function there
+
+
+def test_stack_layout_names_locals_and_leaves_out_clashes():
+    """A stack object's offsets read as the locals recorded frames hold; two frames whose
+    locals share bytes (a stack reused by later calls) name neither there."""
+    from locus.dwarf import Local, StackLayout
+
+    dies = parse(C_UNIT)
+    stats = Layout("stats", "stats[4]", 128, False, dies, 0x11A)
+    grid = Layout("grid", "int[2][3]", 24, False, dies, 0x130)
+    base = 0x7000
+    stack = StackLayout(
+        "stack of thread 0",
+        base,
+        [
+            Local("stats", "main", "a.c:3", base + 0x100, 128, stats),
+            Local("stats", "main", "a.c:3", base + 0x100, 128, stats),  # a second record
+            Local("grid", "work", "a.c:9", base + 0x400, 24, grid),
+            Local("other", "later", "a.c:20", base + 0x410, 8, grid),
+        ],
+    )
+    assert [v.name for v in stack.locals] == ["stats"]
+    assert stack.field(0x100 + 40) == "stats[1].misses"
+    assert stack.field(0x90) == "stack of thread 0"  # between locals
+    assert stack.field(0x404) == "stack of thread 0"  # the clash
+    assert stack.local(0x90) is None and stack.element() is None
