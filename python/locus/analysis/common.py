@@ -17,6 +17,7 @@ from locus.rundir import (
     AL_MUNMAP,
     ALF_FILE,
     ALF_REMAP,
+    ALLOC_DTYPE,
     PROC_FORKED,
     THREAD_MAIN,
     RunDir,
@@ -76,6 +77,7 @@ class Names:
         self.syms: dict[int, object] = {}
         self.code_cache: dict[tuple[int, int], object] = {}
         self.stack_layouts: dict[tuple[int, int, int], object] = {}
+        self.frames: dict[int, np.ndarray] = {}  # a process's frame records (AL_FRAME)
 
     def sym(self, proc: int):
         if not self.opts.symbols:
@@ -114,9 +116,11 @@ class Names:
         if key not in self.stack_layouts:
             from locus.dwarf import StackLayout
 
-            al = self.run.procs[proc].allocs()
-            fr = al[(al["kind"] == AL_FRAME) & (al["tid"] == tid)]
-            fr = fr[(fr["addr"] >= lo) & (fr["addr"] < lo + size)]
+            if proc not in self.frames:
+                al = self.run.procs[proc].records("allocs.bin", ALLOC_DTYPE)
+                self.frames[proc] = al[al["kind"] == AL_FRAME]
+            fr = self.frames[proc]
+            fr = fr[(fr["tid"] == tid) & (fr["addr"] >= lo) & (fr["addr"] < lo + size)]
             frames = {(int(r["site"]), int(r["addr"]), int(r["reserved"][0])) for r in fr}
             found = [v for f in sorted(frames) for v in s.frame_locals(*f)]
             inside = [v for v in found if lo <= v.lo and v.lo + v.size <= lo + size]
