@@ -11,7 +11,7 @@ LOCUS := $(VENV)/bin/locus
 
 APT_PACKAGES := build-essential python3-venv python3-pip libunwind-dev clang-format llvm clang \
 	binutils pigz zstd sysbench stress-ng libgomp1 nodejs gfortran procps libzydis-dev chromium cmake \
-	gcc-12-plugin-dev
+	gcc-12-plugin-dev libomp-14-dev
 
 # The real-NUMA VM tier (tests/vm, scripts/numavm): QEMU (TCG) + busybox initramfs. The
 # guest kernel is not an apt install: scripts/numavm setup downloads and unpacks it.

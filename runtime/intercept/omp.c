@@ -160,3 +160,69 @@ PARALLEL(GOMP_parallel_loop_nonmonotonic_guided, LOOP_PARAMS, LOOP_ARGS)
 PARALLEL(GOMP_parallel_loop_runtime, RUNTIME_PARAMS, RUNTIME_ARGS)
 PARALLEL(GOMP_parallel_loop_nonmonotonic_runtime, RUNTIME_PARAMS, RUNTIME_ARGS)
 PARALLEL(GOMP_parallel_loop_maybe_nonmonotonic_runtime, RUNTIME_PARAMS, RUNTIME_ARGS)
+
+/* LLVM's OpenMP runtime (libomp: clang, Intel's icx and ifx, AMD's AOCC; Intel's libiomp5)
+ * opens a region with __kmpc_fork_call(loc, argc, microtask, ...), the shared variables'
+ * addresses following as variable arguments, which C cannot pass on. So the interposer is
+ * a stub in assembly: it keeps the argument registers (and %al, the count of vector
+ * registers a variadic call passes, with xmm0-7), records its caller's frame as the
+ * interposers above do (locus_kmpc_frame, which also finds the real function), and jumps
+ * to the real function with the registers and the stack as the caller left them. */
+void *locus_kmpc_frame(uint64_t cfa, uint64_t fp, uint64_t site);
+void *locus_kmpc_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
+  static void *next;
+  locus_allocs_frame(cfa, fp, site);
+  return next ? next : locus_real_need(&next, "__kmpc_fork_call");
+}
+
+__asm__(".text\n"
+        ".globl __kmpc_fork_call\n"
+        ".type __kmpc_fork_call, @function\n"
+        "__kmpc_fork_call:\n"
+        ".cfi_startproc\n"
+        "  push %rbp\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset %rbp, -16\n"
+        "  mov %rsp, %rbp\n"
+        ".cfi_def_cfa_register %rbp\n"
+        "  sub $192, %rsp\n" /* (16-byte aligned for the call) */
+        "  mov %rdi, 0(%rsp)\n"
+        "  mov %rsi, 8(%rsp)\n"
+        "  mov %rdx, 16(%rsp)\n"
+        "  mov %rcx, 24(%rsp)\n"
+        "  mov %r8, 32(%rsp)\n"
+        "  mov %r9, 40(%rsp)\n"
+        "  mov %rax, 48(%rsp)\n"
+        "  movdqu %xmm0, 64(%rsp)\n"
+        "  movdqu %xmm1, 80(%rsp)\n"
+        "  movdqu %xmm2, 96(%rsp)\n"
+        "  movdqu %xmm3, 112(%rsp)\n"
+        "  movdqu %xmm4, 128(%rsp)\n"
+        "  movdqu %xmm5, 144(%rsp)\n"
+        "  movdqu %xmm6, 160(%rsp)\n"
+        "  movdqu %xmm7, 176(%rsp)\n"
+        "  lea 16(%rbp), %rdi\n" /* the caller's stack pointer at the call */
+        "  mov (%rbp), %rsi\n"   /* its frame pointer */
+        "  mov 8(%rbp), %rdx\n"  /* the return address */
+        "  call locus_kmpc_frame\n"
+        "  mov %rax, %r11\n"
+        "  mov 0(%rsp), %rdi\n"
+        "  mov 8(%rsp), %rsi\n"
+        "  mov 16(%rsp), %rdx\n"
+        "  mov 24(%rsp), %rcx\n"
+        "  mov 32(%rsp), %r8\n"
+        "  mov 40(%rsp), %r9\n"
+        "  mov 48(%rsp), %rax\n"
+        "  movdqu 64(%rsp), %xmm0\n"
+        "  movdqu 80(%rsp), %xmm1\n"
+        "  movdqu 96(%rsp), %xmm2\n"
+        "  movdqu 112(%rsp), %xmm3\n"
+        "  movdqu 128(%rsp), %xmm4\n"
+        "  movdqu 144(%rsp), %xmm5\n"
+        "  movdqu 160(%rsp), %xmm6\n"
+        "  movdqu 176(%rsp), %xmm7\n"
+        "  leave\n"
+        ".cfi_def_cfa %rsp, 8\n"
+        "  jmp *%r11\n"
+        ".cfi_endproc\n"
+        ".size __kmpc_fork_call, .-__kmpc_fork_call\n");
