@@ -175,6 +175,7 @@ void *locus_kmpc_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
   return next ? next : locus_real_need(&next, "__kmpc_fork_call");
 }
 
+/* clang-format off */
 __asm__(".text\n"
         ".globl __kmpc_fork_call\n"
         ".type __kmpc_fork_call, @function\n"
@@ -226,3 +227,4 @@ __asm__(".text\n"
         "  jmp *%r11\n"
         ".cfi_endproc\n"
         ".size __kmpc_fork_call, .-__kmpc_fork_call\n");
+/* clang-format on */
