@@ -32,6 +32,7 @@
 #define _GNU_SOURCE
 #include "allocs.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -40,6 +41,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <unwind.h>
 
 #include "../core/runtime.h"
 #include "comm.h"
@@ -456,23 +458,89 @@ void locus_allocs_record_mapping(const void *addr, size_t size, uint64_t site, i
 #define FRAMES_SEEN 256u
 static _Atomic uint64_t frames_seen[FRAMES_SEEN];
 
-void locus_allocs_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
-  struct locus_self *me = &locus_me;
-  if (!(__atomic_load_n(&locus_alloc_state, __ATOMIC_RELAXED) & LOCUS_ALLOC_TRACKING) ||
-      me->guard || me->state != 1 || at.closed || !locus_enabled)
-    return;
-  uint64_t key = (site * 0x9e3779b97f4a7c15ull) ^ (cfa * 0xc2b2ae3d27d4eb4full) ^ me->tid;
+/* A frame's record, unless written already (0 then); inside the guard. */
+static int put_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
+  uint64_t key = (site * 0x9e3779b97f4a7c15ull) ^ (cfa * 0xc2b2ae3d27d4eb4full) ^ locus_me.tid;
   key |= 1; /* (0: an empty slot) */
   _Atomic uint64_t *slot = &frames_seen[(key >> 32) % FRAMES_SEEN];
-  if (atomic_load_explicit(slot, memory_order_relaxed) == key) return;
+  if (atomic_load_explicit(slot, memory_order_relaxed) == key) return 0;
   atomic_store_explicit(slot, key, memory_order_relaxed);
-  int saved = errno;
-  me->guard++;
   struct locus_alloc r;
   memset(&r, 0, sizeof r);
   r.reserved[0] = fp;
   put_rec(&r, LOCUS_AL_FRAME, (const void *)(uintptr_t)cfa, 0, site, 0);
-  me->guard--;
+  return 1;
+}
+
+static int frames_wanted(void) {
+  struct locus_self *me = &locus_me;
+  return (__atomic_load_n(&locus_alloc_state, __ATOMIC_RELAXED) & LOCUS_ALLOC_TRACKING) &&
+         !me->guard && me->state == 1 && !at.closed && locus_enabled;
+}
+
+int locus_allocs_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
+  if (!frames_wanted()) return 0;
+  int saved = errno;
+  locus_me.guard++;
+  int put = put_frame(cfa, fp, site);
+  locus_me.guard--;
+  errno = saved;
+  return put;
+}
+
+/* The frames above the caller, through libgcc's unwinder where the process has it loaded
+ * (every C++ program: std::thread's constructor calls pthread_create from libstdc++, so the
+ * frame whose locals the new thread is given is a few calls up; a helper that starts the
+ * threads with its caller's array is one). It is not loaded for this: a C program without
+ * libgcc_s records its direct caller only. */
+#define FRAMES_UP 8
+static struct {
+  _Unwind_Reason_Code (*backtrace)(_Unwind_Trace_Fn, void *);
+  _Unwind_Ptr (*ip)(struct _Unwind_Context *);
+  _Unwind_Word (*cfa)(struct _Unwind_Context *);
+  _Unwind_Word (*gr)(struct _Unwind_Context *, int);
+} unw;
+static _Atomic int unw_state; /* 0 not looked up, 1 found, 2 not in the process */
+
+struct frames_up {
+  uint64_t from; /* the interposer's CFA: the walk records the frames above its caller */
+  int n, started;
+};
+
+/* In libgcc's callback, a frame's "CFA" is its stack pointer at its call (its callee's
+ * CFA): what a record's addr is. */
+static _Unwind_Reason_Code frame_up(struct _Unwind_Context *ctx, void *arg) {
+  struct frames_up *w = arg;
+  uint64_t sp = (uint64_t)unw.cfa(ctx);
+  if (!w->started) { /* this file's frames, the interposer's, then its caller (recorded) */
+    w->started = sp == w->from;
+    return sp > w->from ? _URC_END_OF_STACK : _URC_NO_REASON;
+  }
+  uint64_t ip = (uint64_t)unw.ip(ctx);
+  if (!ip) return _URC_END_OF_STACK;
+  put_frame(sp, (uint64_t)unw.gr(ctx, 6), ip);
+  return ++w->n >= FRAMES_UP ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site) {
+  if (!frames_wanted()) return;
+  int saved = errno;
+  locus_me.guard++; /* (dlsym's errors and the unwinder may allocate: not the program's) */
+  /* (a call already seen from this stack depth: the frames above it were walked then) */
+  if (put_frame(cfa, fp, site)) {
+    int state = atomic_load_explicit(&unw_state, memory_order_acquire);
+    if (state == 0) {
+      unw.backtrace = (__typeof__(unw.backtrace))dlsym(RTLD_DEFAULT, "_Unwind_Backtrace");
+      unw.ip = (__typeof__(unw.ip))dlsym(RTLD_DEFAULT, "_Unwind_GetIP");
+      unw.cfa = (__typeof__(unw.cfa))dlsym(RTLD_DEFAULT, "_Unwind_GetCFA");
+      unw.gr = (__typeof__(unw.gr))dlsym(RTLD_DEFAULT, "_Unwind_GetGR");
+      state = unw.backtrace && unw.ip && unw.cfa && unw.gr ? 1 : 2;
+      atomic_store_explicit(&unw_state, state, memory_order_release);
+    }
+    struct frames_up w = {cfa, 0, 0};
+    if (state == 1) unw.backtrace(frame_up, &w);
+  }
+  locus_me.guard--;
   errno = saved;
 }
 

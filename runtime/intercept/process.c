@@ -135,7 +135,7 @@ static int with_room(const pthread_attr_t *attr, pthread_attr_t *mine) {
 
 LOCUS_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
                                 void *arg) {
-  LOCUS_CALLER_FRAME(); /* (its locals may be what the new thread is given) */
+  LOCUS_CALLER_FRAMES(); /* (their locals may be what the new thread is given) */
   /* A stack the program allocated itself must be writable before the thread runs: the
    * kernel cannot deliver the first-touch fault on a stack it cannot write. */
   if (attr && atomic_load_explicit(&locus_ft_live, memory_order_relaxed)) {

@@ -2566,7 +2566,29 @@ int main(void) { run(); return 0; }
 """
 
 
-@pytest.mark.parametrize("kind", ["openmp", "openmp-clang", "pthread"])
+CXX_LOCALS = r"""
+#include <array>
+#include <cstdio>
+#include <thread>
+#include <vector>
+static void count_all(long n) {
+  std::array<long, 4> counts{};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 2; t++)
+    ts.emplace_back([&counts, t, n] {
+      for (long k = 0; k < n; k++) {
+        counts[t]++;
+        __asm__ volatile("" ::: "memory");
+      }
+    });
+  for (auto &th : ts) th.join();
+  std::printf("%ld\n", counts[0] + counts[1]);
+}
+int main() { count_all(600000000); }
+"""
+
+
+@pytest.mark.parametrize("kind", ["openmp", "openmp-clang", "pthread", "std::thread"])
 def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
     """The classic false sharing of OpenMP tutorials, `double sums[8]` local to main and
     indexed by thread in a parallel region, and a local array of structures handed to
@@ -2587,6 +2609,13 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         if built.returncode != 0 and cc == "clang":
             pytest.skip(f"clang -fopenmp: {built.stderr[-200:]} (apt-get install libomp-14-dev)")
         assert built.returncode == 0, built.stderr
+    elif kind == "std::thread":
+        # libstdc++ calls pthread_create: the frame with the locals is found by unwinding.
+        (tmp_path / "x.cc").write_text(CXX_LOCALS)
+        exe = tmp_path / "x"
+        subprocess.run(
+            ["g++", "-O2", "-g", "-pthread", "-o", str(exe), str(tmp_path / "x.cc")], check=True
+        )
     else:
         exe = _gcc(tmp_path, "p", PTHREAD_LOCALS)
     _proc, run = locus.record([str(exe)], ("--lens", "comm"))
@@ -2601,6 +2630,9 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         assert "`sums`, a local of main at o.c:5" in advice or "`sums[0]`" in advice, advice
         assert "sums[1]" in advice, advice
         assert "sums[1]" in fields[1] and "sums[0]" in fields[0], fields
+    elif kind == "std::thread":
+        assert "`counts`, a local of count_all (inlined into main) at x.cc:7" in advice, advice
+        assert "(thread 1 counts._M_elems[0]; thread 2 counts._M_elems[1])" in advice, advice
     else:
         assert "`slots`, a local of run (inlined into main) at p.c:16" in advice, advice
         assert "(thread 1 slots[0].count; thread 2 slots[1].count)" in advice, advice
