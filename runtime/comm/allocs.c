@@ -33,6 +33,7 @@
 #include "allocs.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -488,11 +489,11 @@ int locus_allocs_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
   return put;
 }
 
-/* The frames above the caller, through libgcc's unwinder where the process has it loaded
- * (every C++ program: std::thread's constructor calls pthread_create from libstdc++, so the
- * frame whose locals the new thread is given is a few calls up; a helper that starts the
- * threads with its caller's array is one). It is not loaded for this: a C program without
- * libgcc_s records its direct caller only. */
+/* The frames above the caller when the caller is a library's (std::thread's constructor
+ * calls pthread_create from libstdc++, so the frame whose locals the new thread is given is a
+ * few calls up), through libgcc's unwinder where the process has it loaded (every C++
+ * program). It is not loaded for this: a process without libgcc_s records the direct caller
+ * only. */
 #define FRAMES_UP 8
 static struct {
   _Unwind_Reason_Code (*backtrace)(_Unwind_Trace_Fn, void *);
@@ -522,12 +523,41 @@ static _Unwind_Reason_Code frame_up(struct _Unwind_Context *ctx, void *arg) {
   return ++w->n >= FRAMES_UP ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
+/* Whether pc is in the program's own code (the first object dl_iterate_phdr lists), whose
+ * range is found once. */
+static uint64_t main_lo, main_hi;
+static _Atomic int main_known;
+
+static int main_range(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  (void)arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    uint64_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (!main_lo || lo < main_lo) main_lo = lo;
+    if (hi > main_hi) main_hi = hi;
+  }
+  return 1; /* (the program is the first) */
+}
+
+static int in_program(uint64_t pc) {
+  if (!atomic_load_explicit(&main_known, memory_order_acquire)) {
+    dl_iterate_phdr(main_range, NULL);
+    atomic_store_explicit(&main_known, 1, memory_order_release);
+  }
+  return pc >= main_lo && pc < main_hi;
+}
+
 void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site) {
   if (!frames_wanted()) return;
   int saved = errno;
   locus_me.guard++; /* (dlsym's errors and the unwinder may allocate: not the program's) */
-  /* (a call already seen from this stack depth: the frames above it were walked then) */
-  if (put_frame(cfa, fp, site)) {
+  /* (a call already seen from this stack depth: the frames above it were walked then; a
+   * call from the program's own code is taken as its own: unwinding reads the .eh_frame of
+   * every object on the way, whose pages then count in the program's memory, 256 KiB more
+   * in stress-ng's) */
+  if (put_frame(cfa, fp, site) && !in_program(site)) {
     int state = atomic_load_explicit(&unw_state, memory_order_acquire);
     if (state == 0) {
       unw.backtrace = (__typeof__(unw.backtrace))dlsym(RTLD_DEFAULT, "_Unwind_Backtrace");
