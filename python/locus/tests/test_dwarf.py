@@ -293,10 +293,19 @@ static inline __attribute__((always_inline)) long run(void) {
   probe(inner);
   return inner[1].count;
 }
+/* A local aligned past the stack's 16 bytes: the function realigns its frame (gcc through
+ * a register holding the CFA, its locals then relative to the frame pointer). */
+__attribute__((noinline)) long realigned(void) {
+  _Alignas(64) long grid[2] = {5, 6};
+  probe(grid);
+  return grid[1];
+}
 int main(void) {
   struct slot slots[4] = {{0}};
   probe(slots);
-  return (int)(slots[1].count + run());
+  long r = run(); /* (in this order: the probes' lines are read in it) */
+  long g = realigned();
+  return (int)(slots[1].count + r + g);
 }
 """
 
@@ -319,17 +328,19 @@ def test_frame_locals_from_a_build(tmp_path, compiler, opt):
         check=True,
     )
     out = subprocess.run([str(exe)], capture_output=True, text=True).stdout.split("\n")
-    (cfa, fp, ret, slots), (cfa2, fp2, ret2, inner) = [
-        [int(x, 16) for x in ln.split()] for ln in out[:2]
+    (cfa, fp, ret, slots), (cfa2, fp2, ret2, inner), (cfa3, fp3, ret3, grid) = [
+        [int(x, 16) for x in ln.split()] for ln in out[:3]
     ]
     found = {v.name: v for v in frame_locals(str(exe), ret, cfa, fp)}
     v = found["slots"]
-    assert (v.lo, v.size, v.function, v.decl) == (slots, 64, "main", "f.c:18")
+    assert (v.lo, v.size, v.function, v.decl) == (slots, 64, "main", "f.c:25")
     assert v.layout.field(24) == "slots[1].spare"
     assert v.layout.element() == ("struct slot", 16)
     found = {v.name: v for v in frame_locals(str(exe), ret2, cfa2, fp2)}
     v = found["inner"]
     assert (v.lo, v.size, v.function) == (inner, 32, "run (inlined into main)")
+    v = {v.name: v for v in frame_locals(str(exe), ret3, cfa3, fp3)}["grid"]
+    assert (v.lo, v.size, v.function) == (grid, 16, "realigned")
     assert frame_locals(str(exe), 0x10, cfa, fp) == []  # no function there
 
 
