@@ -2622,6 +2622,8 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     obj = comm["objects"][0] if comm["objects"] else None
     assert obj and obj["kind"] == "stack" and obj["name"].startswith("stack of thread 0"), comm
+    want = {"openmp": "sums", "openmp-clang": "sums", "pthread": "slots", "std::thread": "counts"}
+    assert [v["name"] for v in obj["locals"]] == [want[kind]], obj["locals"]
     fields = {t["thread"]: set(t["fields"]) for ln in comm["lines"] for t in ln["threads"]}
     advice = " ".join(comm["advice"])
     if kind.startswith("openmp"):

@@ -1362,6 +1362,11 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "_stack": (info["proc"], info["tid"], info["lo"], size, name)
                 if kind == "stack"
                 else None,
+                **(
+                    {"locals": _stack_locals(names, info, size, name, obj_off[m])}
+                    if kind == "stack"
+                    else {}
+                ),
                 "_stack_lo": info.get("lo"),
                 # A mapping (mmap'd: a file's, shared memory, an allocator's arena):
                 # page-aligned, not a malloc'd block.
@@ -2344,6 +2349,32 @@ def _locals_text(o: dict, names, offs: list[int]) -> str:
     ]
     more = ", ..." if len(found) > 2 else ""
     return f"{'; '.join(parts)}{more}, which other threads reach by its address"
+
+
+def _stack_locals(names, info: dict, size: int, name: str, offs: np.ndarray) -> list[dict]:
+    """A stack object's locals that its accesses (offsets into the stack) fall in, as the
+    recorded frames name them (dwarf.StackLayout): [{name, function, decl, offset, size}]."""
+    layout = names.stack_layout(info["proc"], info["tid"], info["lo"], size, name)
+    if layout is None:
+        return []
+    found: dict[int, object] = {}
+    for x in np.unique(offs)[:LOCALS_LOOKED].tolist():
+        v = layout.local(int(x))
+        if v is not None:
+            found.setdefault(v.lo, v)
+    return [
+        {
+            "name": v.name,
+            "function": v.function,
+            "decl": v.decl,
+            "offset": v.lo - layout.base,
+            "size": v.size,
+        }  # fmt: skip
+        for _lo, v in sorted(found.items())
+    ]
+
+
+LOCALS_LOOKED = 4096  # distinct stack offsets looked up for a stack object's locals
 
 
 def _info_layout(info: dict, name: str, names):

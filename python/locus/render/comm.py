@@ -109,7 +109,10 @@ def comm_tables(report: dict) -> list[Table]:
         objects.append(
             dict(
                 r,
-                name=r["name"] + of(r),
+                # A stack's named locals (the frames that started its threads hold them).
+                name=r["name"]
+                + of(r)
+                + (": " + ", ".join(v["name"] for v in r["locals"]) if r.get("locals") else ""),
                 false_pct=_pct(r["false"], r["all"]),
                 thread_list=_ranges(r["threads"], most=TABLE_RANGES, count=False),
                 obj_size=r["size"],
