@@ -181,6 +181,7 @@ __asm__(".text\n"
         ".type __kmpc_fork_call, @function\n"
         "__kmpc_fork_call:\n"
         ".cfi_startproc\n"
+        "  endbr64\n" /* (a landing pad where indirect branches are tracked; a no-op elsewhere) */
         "  push %rbp\n"
         ".cfi_def_cfa_offset 16\n"
         ".cfi_offset %rbp, -16\n"
