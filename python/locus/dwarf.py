@@ -16,6 +16,7 @@ unit's .debug_addr table) gives None, or the deepest name known."""
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -448,25 +449,42 @@ _BREG = re.compile(r"^DW_OP_breg([67]) R[SB]P([+-]\d+)$")
 _BASE = re.compile(r"^DW_OP_(?:reg([67]) R[SB]P|breg([67]) R[SB]P([+-]\d+))$")
 
 
-def _cfa_rule(path: str, pc: int) -> tuple[str, int] | None:
-    """("RSP" or "RBP", offset) of the canonical frame address at ELF address pc, from the
-    module's call frame information (.eh_frame, else .debug_frame); None where it is another
-    expression or unknown."""
+@functools.lru_cache(maxsize=4)
+def _fdes(path: str) -> tuple:
+    """((lo, hi, rows), ...) of the module's call frame information (.eh_frame, else
+    .debug_frame): each FDE's range and its rows' (address, register, offset) of the
+    canonical frame address, where it is a register plus an offset (else None)."""
     for section in ("--eh-frame", "--debug-frame"):
-        inside, rule = False, None
+        fdes: list = []
         for line in _run([section, path]).splitlines():
             f = _FDE.search(line)
             if f:
-                if inside:
-                    return rule
-                inside = int(f.group(1), 16) <= pc < int(f.group(2), 16)
+                fdes.append((int(f.group(1), 16), int(f.group(2), 16), []))
                 continue
-            r = _CFA_ROW.match(line) if inside else None
-            if r and int(r.group(1), 16) <= pc:
-                rule = (r.group(2), int(r.group(3)))
-        if inside:
-            return rule
+            r = _CFA_ROW.match(line) if fdes else None
+            if r:
+                fdes[-1][2].append((int(r.group(1), 16), r.group(2), int(r.group(3))))
+            elif fdes and re.match(r"^\s+0x[0-9a-f]+: CFA=", line):
+                fdes[-1][2].append((int(line.split(":")[0], 16), None, 0))
+        if fdes:
+            return tuple(fdes)
+    return ()
+
+
+def _cfa_rule(path: str, pc: int) -> tuple[str, int] | None:
+    """("RSP" or "RBP", offset) of the canonical frame address at ELF address pc; None where
+    it is another expression or unknown."""
+    for lo, hi, rows in _fdes(path):
+        if lo <= pc < hi:
+            at = [r for r in rows if r[0] <= pc]
+            return (at[-1][1], at[-1][2]) if at and at[-1][1] else None
     return None
+
+
+@functools.lru_cache(maxsize=16)
+def _unit_dies(path: str, cu: int) -> dict:
+    """A compile unit's DIEs (parse), kept for the next frames of the same unit."""
+    return parse(_run([f"--debug-info={cu:#x}", "--show-children", path]))
 
 
 def _origin(dies: dict, d: Die) -> Die:
@@ -495,7 +513,7 @@ def frame_locals(path: str, pc: int, sp: int, bp: int) -> list[Local]:
     tags = re.findall(r"^0x[0-9a-f]+:\s+(DW_TAG_\w+)", found, re.M)
     if len(chain) < 2 or tags[0] != "DW_TAG_compile_unit":
         return []
-    dies = parse(_run([f"--debug-info={chain[0]:#x}", "--show-children", path]))
+    dies = _unit_dies(path, chain[0])
     unit = dies.get(chain[0])
     parent = {c.off: d for d in dies.values() for c in d.children}
     # The scopes around pc, innermost first, up to its function (the lookup leaves out the
