@@ -344,9 +344,10 @@ def add_record_parser(sub) -> None:
     r.add_argument(
         "--sample-interval",
         type=positive_float,
-        default=10.0,
+        default=None,
         metavar="MS",
-        help="service-time sampling period in milliseconds (default: 10)",
+        help="service-time sampling period in milliseconds (default: 10 with the locks lens, "
+        "else 50)",
     )
     r.add_argument(
         "--time-all",

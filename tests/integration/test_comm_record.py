@@ -2640,3 +2640,20 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         assert "(thread 1 slots[0].count; thread 2 slots[1].count)" in advice, advice
         assert "pad each `struct slot` to 64 bytes" in advice, advice
         assert fields[1] == {"slots[0].count"} and fields[2] == {"slots[1].count"}, fields
+
+
+def test_the_service_sampler_ticks_as_the_lenses_need(locus):
+    """The launcher's service-time sampler ticks every 10 ms for the locks lens (its critical
+    path reads the service times) and every 50 ms otherwise (the comm and numa lenses read
+    its samples for notes only; each tick takes a CPU from a program that keeps them busy);
+    --sample-interval still sets it."""
+    for options, want in (
+        (("--lens", "locks"), 10.0),
+        (("--lens", "comm"), 50.0),
+        (("--lens", "comm,locks"), 10.0),
+        (("--lens", "comm", "--sample-interval", "20"), 20.0),
+    ):
+        _proc, run = locus.record(["/bin/true"], options)
+        meta = json.loads((run / "meta.json").read_text())
+        assert meta["sampler"]["interval_ms"] == want, (options, meta["sampler"])
+        assert meta["options"]["sample_interval_ms"] == want
