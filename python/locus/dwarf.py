@@ -16,6 +16,7 @@ unit's .debug_addr table) gives None, or the deepest name known."""
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import shutil
@@ -586,17 +587,23 @@ class StackLayout:
         for v in local_vars:
             keep.setdefault((v.lo, v.name), v)
         vs = sorted(keep.values(), key=lambda v: v.lo)
-        clash = {
-            i for i, a in enumerate(vs) for j, b in enumerate(vs) if i != j and _overlaps(a, b)
-        }
+        # One sweep: a local that starts before the furthest end so far overlaps the local
+        # that ends there (and any other it overlaps is marked in its own turn).
+        clash: set[int] = set()
+        end, last = -1, -1
+        for i, v in enumerate(vs):
+            if v.lo < end:
+                clash |= {i, last}
+            if v.lo + v.size > end:
+                end, last = v.lo + v.size, i
         self.locals = [v for k, v in enumerate(vs) if k not in clash]
+        self._starts = [v.lo for v in self.locals]
 
     def local(self, off: int) -> Local | None:
         a = self.base + off
-        for v in self.locals:
-            if v.lo <= a < v.lo + v.size:
-                return v
-        return None
+        k = bisect.bisect_right(self._starts, a) - 1
+        v = self.locals[k] if k >= 0 else None
+        return v if v is not None and a < v.lo + v.size else None
 
     def field(self, off: int) -> str:
         v = self.local(off)
@@ -608,7 +615,3 @@ class StackLayout:
 
     def element(self) -> tuple[str, int] | None:
         return None
-
-
-def _overlaps(a: Local, b: Local) -> bool:
-    return a.lo < b.lo + b.size and b.lo < a.lo + a.size

@@ -361,9 +361,14 @@ def test_stack_layout_names_locals_and_leaves_out_clashes():
             Local("stats", "main", "a.c:3", base + 0x100, 128, stats),  # a second record
             Local("grid", "work", "a.c:9", base + 0x400, 24, grid),
             Local("other", "later", "a.c:20", base + 0x410, 8, grid),
+            Local("big", "f", "a.c:30", base + 0x600, 64, grid),  # holds the next two
+            Local("inner", "g", "a.c:31", base + 0x610, 8, grid),
+            Local("inner2", "g", "a.c:32", base + 0x620, 8, grid),
+            Local("after", "g", "a.c:33", base + 0x700, 8, grid),
         ],
     )
-    assert [v.name for v in stack.locals] == ["stats"]
+    assert [v.name for v in stack.locals] == ["stats", "after"]
+    assert stack.local(0x704).name == "after" and stack.local(0x708) is None
     assert stack.field(0x100 + 40) == "stats[1].misses"
     assert stack.field(0x90) == "stack of thread 0"  # between locals
     assert stack.field(0x404) == "stack of thread 0"  # the clash
