@@ -501,6 +501,65 @@ def _origin(dies: dict, d: Die) -> Die:
 _INLINED = "DW_TAG_inlined_subroutine"
 
 
+def _scopes(path: str, pc: int) -> tuple[dict, bool, list[Die]] | None:
+    """(the unit's DIEs, whether it is Fortran, the scopes around the call returning to pc:
+    innermost first, up to its function, whose frame they all are), or None without debug
+    information there. The lookup leaves out the function a call was inlined into: the
+    chain is followed up the unit's tree."""
+    found = _run([f"--lookup={pc - 1:#x}", path])
+    chain = [int(m.group(1), 16) for m in re.finditer(r"^(0x[0-9a-f]+):\s+DW_TAG_", found, re.M)]
+    tags = re.findall(r"^0x[0-9a-f]+:\s+(DW_TAG_\w+)", found, re.M)
+    if len(chain) < 2 or tags[0] != "DW_TAG_compile_unit":
+        return None
+    dies = _unit_dies(path, chain[0])
+    unit = dies.get(chain[0])
+    parent = {c.off: d for d in dies.values() for c in d.children}
+    scopes, d = [], dies.get(chain[-1])
+    while d is not None and d.tag != "DW_TAG_compile_unit":
+        scopes.append(d)
+        if d.tag == "DW_TAG_subprogram":
+            break
+        d = parent.get(d.off)
+    if unit is None or not scopes or scopes[-1].tag != "DW_TAG_subprogram":
+        return None
+    return dies, "Fortran" in unit.attrs.get("DW_AT_language", ""), scopes
+
+
+def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
+    """The layout of a heap block of `size` bytes that the call returning to ELF address pc
+    allocated, where that call's source line declares the one pointer in scope that takes
+    it (`struct stats *s = calloc(n, sizeof *s);`): an array of what it points to, named
+    after it (`s[1].misses`). None otherwise (assigned to a pointer declared elsewhere,
+    several pointers declared there, a pointer to void or to a type of unknown size)."""
+    found = _scopes(path, pc)
+    if found is None or not line:
+        return None
+    dies, fortran, scopes = found
+    hits = []
+    for scope in scopes:
+        for v in scope.children:
+            named = _origin(dies, v)
+            if v.tag != "DW_TAG_variable" or _num(named.attrs.get("DW_AT_decl_line")) != line:
+                continue
+            ptr = _strip(dies, _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type")))
+            if ptr is None or ptr.tag != "DW_TAG_pointer_type":
+                continue
+            t = _ref(ptr.attrs.get("DW_AT_type"))
+            esize = _size(dies, t, fortran)
+            if esize:
+                hits.append((_name(named.attrs.get("DW_AT_name")), t, esize))
+    if len(hits) != 1 or not hits[0][0]:
+        return None
+    name, t, esize = hits[0]
+    n = max(1, size // esize)
+    # The block as an array of n of them: a DIE of the walk's own, beside the unit's.
+    key = -(len(dies) + 1)
+    sub = Die(key - 1, "DW_TAG_subrange_type", {"DW_AT_count": str(n)})
+    dies[key] = Die(key, "DW_TAG_array_type", {"DW_AT_type": f"{t:#x}"}, [sub])
+    tname = dies[t].attrs.get("DW_AT_name", "").strip('"') if t in dies else ""
+    return Layout(name, f"{tname}[{n}]", n * esize, fortran, dies, key)
+
+
 def frame_locals(path: str, pc: int, sp: int, bp: int) -> list[Local]:
     """The local variables in memory of the frame that made a call returning to ELF address
     pc of the module at `path`, its stack pointer sp and frame pointer bp at the call: those
@@ -509,26 +568,11 @@ def frame_locals(path: str, pc: int, sp: int, bp: int) -> list[Local]:
     canonical frame address from the call's row of the call frame information, the stack
     pointer or the frame pointer) or from the stack or frame pointer. [] without debug
     information, or where a location is anything else (a register, a location list)."""
-    found = _run([f"--lookup={pc - 1:#x}", path])
-    chain = [int(m.group(1), 16) for m in re.finditer(r"^(0x[0-9a-f]+):\s+DW_TAG_", found, re.M)]
-    tags = re.findall(r"^0x[0-9a-f]+:\s+(DW_TAG_\w+)", found, re.M)
-    if len(chain) < 2 or tags[0] != "DW_TAG_compile_unit":
+    found = _scopes(path, pc)
+    if found is None:
         return []
-    dies = _unit_dies(path, chain[0])
-    unit = dies.get(chain[0])
-    parent = {c.off: d for d in dies.values() for c in d.children}
-    # The scopes around pc, innermost first, up to its function (the lookup leaves out the
-    # function of a call inlined into it), whose frame they all are.
-    scopes, d = [], dies.get(chain[-1])
-    while d is not None and d.tag != "DW_TAG_compile_unit":
-        scopes.append(d)
-        if d.tag == "DW_TAG_subprogram":
-            break
-        d = parent.get(d.off)
-    sub = scopes[-1] if scopes and scopes[-1].tag == "DW_TAG_subprogram" else None
-    if unit is None or sub is None:
-        return []
-    fortran = "Fortran" in unit.attrs.get("DW_AT_language", "")
+    dies, fortran, scopes = found
+    sub = scopes[-1]
     regs = {"6": bp, "7": sp}
     base = None
     fb = sub.attrs.get("DW_AT_frame_base", "").strip()

@@ -519,8 +519,25 @@ class Symbolizer:
             self.layout_s += time.monotonic() - t0
         return self.layouts[key]
 
+    def heap_layout(self, site: int, line: int, size: int):
+        """The layout of a heap block of `size` bytes allocated by the call returning to
+        `site` (source line `line`), from the pointer that line declares (dwarf.heap_layout),
+        or None."""
+        loc = _locate(self.mods, site)
+        if loc is None:
+            return None
+        m, v = loc
+        key = ("heap", m.path, v, line, size)
+        if key not in self.layouts:
+            if self.layout_s > LAYOUT_BUDGET_S:
+                return None
+            t0 = time.monotonic()
+            self.layouts[key] = dwarf.heap_layout(m.path, v, line, size)
+            self.layout_s += time.monotonic() - t0
+        return self.layouts[key]
 
-LAYOUT_BUDGET_S = 10.0  # seconds of DWARF lookups per process (data_layout, frame_locals)
+
+LAYOUT_BUDGET_S = 10.0  # seconds of DWARF lookups per process (data, heap and frame layouts)
 
 # Source files of libraries, inlined into a program's functions: system headers (the C++
 # standard library's templates), the Rust standard library, crates from the registry.

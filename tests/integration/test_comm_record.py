@@ -2588,6 +2588,52 @@ int main() { count_all(600000000); }
 """
 
 
+HEAP_STRUCTS = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+struct stats { long hits; long misses; };
+static pthread_barrier_t go;
+static void *work(void *arg) {
+  struct stats *s = arg;
+  pthread_barrier_wait(&go);
+  for (long k = 0; k < 600000000; k++) {
+    s->hits++;
+    __asm__ volatile("" ::: "memory");
+  }
+  return 0;
+}
+int main(void) {
+  struct stats *st = calloc(4, sizeof *st);
+  pthread_t t[2];
+  pthread_barrier_init(&go, 0, 2);
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], 0, work, &st[i]);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+  printf("%ld\n", st[0].hits + st[1].hits);
+  free(st);
+  return 0;
+}
+"""
+
+
+def test_a_heap_array_of_structures_is_named_by_its_pointer(locus, tmp_path):
+    """The commonest false sharing in C: `struct stats *st = calloc(n, sizeof *st)`, one
+    element per thread. The block is read as an array of what the pointer its allocating
+    line declares points to: the advice names the fields (`st[1].hits`) and the structure to
+    pad, and the lines' fields say them (they said offsets only). The two elements' `hits`
+    are 16 bytes apart: on one line whatever malloc's 16-byte alignment."""
+    exe = _gcc(tmp_path, "h", HEAP_STRUCTS)
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    obj = comm["objects"][0] if comm["objects"] else None
+    assert obj and obj["name"] == "heap block from main h.c:17", comm["objects"]
+    advice = " ".join(comm["advice"])
+    assert "(thread 1 st[0].hits; thread 2 st[1].hits)" in advice, advice
+    assert "pad each `struct stats` to 64 bytes" in advice, advice
+    fields = {t["thread"]: set(t["fields"]) for ln in comm["lines"] for t in ln["threads"]}
+    assert fields[1] == {"st[0].hits"} and fields[2] == {"st[1].hits"}, fields
+
+
 @pytest.mark.parametrize("kind", ["openmp", "openmp-clang", "pthread", "std::thread"])
 def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
     """The classic false sharing of OpenMP tutorials, `double sums[8]` local to main and

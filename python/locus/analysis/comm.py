@@ -1182,12 +1182,14 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
         site = ""
         size = None
         wrapper = ""  # the allocation wrapper that names a heap object (no call stack)
+        heap_key = None
         if kind == "heap":
             name, loc, via = _heap_name(info, names)
             site = _site_str(loc) if info["site"] else ""
             if not via and info["site"] and is_alloc_wrapper(loc["function"]):
                 wrapper = loc["function"]
             size = info["size"]
+            heap_key = _heap_key(info, loc, via, size)
         elif kind == "stack":
             k = info["thread"]
             name = (
@@ -1362,6 +1364,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "_stack": (info["proc"], info["tid"], info["lo"], size, name)
                 if kind == "stack"
                 else None,
+                "_heap": heap_key,
                 **(
                     {"locals": _stack_locals(names, info, size, name, obj_off[m])}
                     if kind == "stack"
@@ -2323,13 +2326,23 @@ LOCK_CODE = re.compile(
 
 
 def _layout_of(o: dict, names):
-    """The fields of a static object from its DWARF type (dwarf.Layout), or of a stack from
-    the locals of the frames its thread recorded (dwarf.StackLayout), else None."""
+    """The fields of a static object from its DWARF type (dwarf.Layout), of a heap block
+    from the pointer its allocating line declares, or of a stack from the locals of the
+    frames its thread recorded (dwarf.StackLayout), else None."""
     if names is None:
         return None
     if o.get("_layout"):
         return names.layout(*o["_layout"])
+    if o.get("_heap"):
+        return names.heap_layout(*o["_heap"])
     return names.stack_layout(*o["_stack"]) if o.get("_stack") else None
+
+
+def _heap_key(info: dict, loc: dict, via: list, size) -> tuple | None:
+    """names.heap_layout's arguments for a malloc'd block named by its own allocating call
+    (not through a wrapper, not a mapping), else None."""
+    plain = not via and not info.get("file") and not info.get("mmap") and info.get("site")
+    return (info["proc"], info["site"], loc.get("line") or 0, size or 0) if plain else None
 
 
 def _locals_text(o: dict, names, offs: list[int]) -> str:
@@ -2378,11 +2391,16 @@ LOCALS_LOOKED = 4096  # distinct stack offsets looked up for a stack object's lo
 
 
 def _info_layout(info: dict, name: str, names):
-    """_layout_of for an object's info (objs.info): a static's or a stack's fields."""
+    """_layout_of for an object's info (objs.info): a static's, a heap block's or a stack's
+    fields."""
     if info.get("addr"):
         return names.layout(info["proc"], info["name"], info["addr"])
     if info.get("kind") == "stack":
         return names.stack_layout(info["proc"], info["tid"], info["lo"], info["size"], name)
+    if info.get("kind") == "heap":
+        _name, loc, via = _heap_name(info, names)
+        key = _heap_key(info, loc, via, info.get("size"))
+        return names.heap_layout(*key) if key else None
     return None
 
 

@@ -128,6 +128,13 @@ class Names:
             self.stack_layouts[key] = layout if layout.locals else None
         return self.stack_layouts[key]
 
+    def heap_layout(self, proc: int, site: int, line: int, size: int):
+        """The fields of a heap block from the pointer its allocating line declares
+        (dwarf.heap_layout), or None."""
+        s = self.sym(proc)
+        ok = s is not None and hasattr(s, "heap_layout") and site and line and size
+        return s.heap_layout(site, line, size) if ok else None
+
     def section(self, proc: int, addr: int):
         """(module, section, ELF virtual address) of a module address, or None."""
         s = self.sym(proc)

@@ -373,3 +373,66 @@ def test_stack_layout_names_locals_and_leaves_out_clashes():
     assert stack.field(0x90) == "stack of thread 0"  # between locals
     assert stack.field(0x404) == "stack of thread 0"  # the clash
     assert stack.local(0x90) is None and stack.element() is None
+
+
+HEAP_SRC = r"""#include <stdlib.h>
+struct stats { long hits; long misses; };
+typedef struct stats stats_t;
+struct stats *keep[4];
+__attribute__((noinline)) void own(void) {
+  struct stats *st = calloc(4, sizeof *st);
+  keep[0] = st;
+}
+__attribute__((noinline)) void assigned(void) {
+  struct stats *later;
+  later = malloc(4 * sizeof *later);
+  keep[1] = later;
+}
+__attribute__((noinline)) void untyped(void) {
+  void *raw = malloc(64);
+  keep[2] = raw;
+}
+__attribute__((noinline)) void through_typedef(void) {
+  stats_t *td = malloc(2 * sizeof *td);
+  keep[3] = td;
+}
+int main(void) { own(); assigned(); untyped(); through_typedef(); return 0; }
+"""
+
+
+@pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, compiler):
+    """A heap block is read as an array of what the pointer declared on its allocating
+    line points to (`st[1].misses`); a pointer declared elsewhere, or to void, names
+    nothing."""
+    if not shutil.which(compiler):
+        pytest.skip(f"{compiler} is not installed")
+    from locus.dwarf import heap_layout
+
+    (tmp_path / "h.c").write_text(HEAP_SRC)
+    exe = tmp_path / "h"
+    subprocess.run(
+        [compiler, "-g", "-O1", "-no-pie", "-fno-pie", "-o", str(exe), str(tmp_path / "h.c")],
+        check=True,
+    )
+    dis = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", str(exe)], capture_output=True, text=True
+    ).stdout.splitlines()
+    # The return address of each function's allocating call: the instruction after it.
+    ret, fn = {}, None
+    for k, ln in enumerate(dis):
+        if ln.endswith(">:"):
+            fn = ln.split("<")[1].rstrip(">:")
+        elif "call" in ln and ("<calloc@plt>" in ln or "<malloc@plt>" in ln):
+            ret[fn] = int(dis[k + 1].split(":")[0], 16)
+    own = heap_layout(str(exe), ret["own"], 6, 64)
+    assert own is not None and (own.name, own.size) == ("st", 64)
+    assert [own.field(x) for x in (0, 24, 56)] == ["st[0].hits", "st[1].misses", "st[3].misses"]
+    assert own.element() == ("struct stats", 16)
+    assert heap_layout(str(exe), ret["assigned"], 11, 64) is None
+    assert heap_layout(str(exe), ret["untyped"], 15, 64) is None
+    td = heap_layout(str(exe), ret["through_typedef"], 19, 32)
+    assert td is not None and td.field(16) == "td[1].hits"
+    assert td.element() == ("stats_t", 16)
+    assert heap_layout(str(exe), ret["own"], 7, 64) is None  # another line
