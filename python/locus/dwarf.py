@@ -528,9 +528,10 @@ def _scopes(path: str, pc: int) -> tuple[dict, bool, list[Die]] | None:
 def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
     """The layout of a heap block of `size` bytes that the call returning to ELF address pc
     allocated, where that call's source line declares the one pointer in scope that takes
-    it (`struct stats *s = calloc(n, sizeof *s);`): an array of what it points to, named
-    after it (`s[1].misses`). None otherwise (assigned to a pointer declared elsewhere,
-    several pointers declared there, a pointer to void or to a type of unknown size)."""
+    it (`struct stats *s = calloc(n, sizeof *s);`), or the one std::vector constructed
+    there (`std::vector<stats> s(n);`): an array of what it points to or holds, named after
+    it (`s[1].misses`). None otherwise (assigned to a pointer declared elsewhere, several
+    declared there, a pointer to void or to a type of unknown size)."""
     found = _scopes(path, pc)
     if found is None or not line:
         return None
@@ -542,9 +543,22 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
             if v.tag != "DW_TAG_variable" or _num(named.attrs.get("DW_AT_decl_line")) != line:
                 continue
             ptr = _strip(dies, _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type")))
-            if ptr is None or ptr.tag != "DW_TAG_pointer_type":
+            if ptr is None:
                 continue
-            t = _ref(ptr.attrs.get("DW_AT_type"))
+            if ptr.tag == "DW_TAG_pointer_type":
+                t = _ref(ptr.attrs.get("DW_AT_type"))
+            elif ptr.tag in _RECORDS and _name(ptr.attrs.get("DW_AT_name")).startswith("vector<"):
+                # A std::vector constructed with its elements on that line: its storage
+                # holds its template argument (`_Tp`, libstdc++ and libc++ alike).
+                tp = [
+                    c
+                    for c in ptr.children
+                    if c.tag == "DW_TAG_template_type_parameter"
+                    and _name(c.attrs.get("DW_AT_name")) == "_Tp"
+                ]
+                t = _ref(tp[0].attrs.get("DW_AT_type")) if tp else None
+            else:
+                continue
             esize = _size(dies, t, fortran)
             if esize:
                 hits.append((_name(named.attrs.get("DW_AT_name")), t, esize))

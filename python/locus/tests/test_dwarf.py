@@ -436,3 +436,45 @@ def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, com
     assert td is not None and td.field(16) == "td[1].hits"
     assert td.element() == ("stats_t", 16)
     assert heap_layout(str(exe), ret["own"], 7, 64) is None  # another line
+
+
+VECTOR_SRC = r"""#include <vector>
+struct Counter { long n; long m; };
+std::vector<Counter> *keep;
+int main() {
+  std::vector<Counter> counts(4);
+  keep = &counts;
+  return (int)counts[1].m;
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
+@pytest.mark.parametrize("compiler", ["g++", "clang++"])
+def test_heap_layout_of_a_vector_constructed_on_its_line(tmp_path, compiler):
+    """`std::vector<Counter> counts(4);`: the block its constructor allocates (operator new,
+    inlined into main) is an array of its template argument, named after the vector."""
+    if not shutil.which(compiler):
+        pytest.skip(f"{compiler} is not installed")
+    from locus.dwarf import heap_layout
+
+    (tmp_path / "v.cc").write_text(VECTOR_SRC)
+    exe = tmp_path / "v"
+    subprocess.run(
+        [compiler, "-g", "-O2", "-no-pie", "-fno-pie", "-o", str(exe), str(tmp_path / "v.cc")],
+        check=True,
+    )
+    dis = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", "-C", str(exe)], capture_output=True, text=True
+    ).stdout.splitlines()
+    fn, ret = None, None
+    for k, ln in enumerate(dis):
+        if ln.endswith(">:"):
+            fn = ln.split("<")[1].rstrip(">:")
+        elif fn == "main" and "call" in ln and "operator new" in ln:
+            ret = int(dis[k + 1].split(":")[0], 16)
+    assert ret is not None, "no operator new call in main"
+    v = heap_layout(str(exe), ret, 5, 64)
+    assert v is not None and v.name == "counts"
+    assert [v.field(x) for x in (0, 24)] == ["counts[0].n", "counts[1].m"]
+    assert v.element() == ("Counter", 16)
