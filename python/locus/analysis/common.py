@@ -68,6 +68,9 @@ class Threads:
         return len(self.tid)
 
 
+HEAP_LAYOUTS = 24  # heap objects a report reads the allocating line's DWARF for
+
+
 class Names:
     """Code and data symbols, one symbolizer per process, batched."""
 
@@ -78,6 +81,7 @@ class Names:
         self.code_cache: dict[tuple[int, int], object] = {}
         self.stack_layouts: dict[tuple[int, int, int], object] = {}
         self.frames: dict[int, np.ndarray] = {}  # a process's frame records (AL_FRAME)
+        self.heap_keys: set[tuple] = set()  # the heap blocks heap_layout looked up
 
     def sym(self, proc: int):
         if not self.opts.symbols:
@@ -130,10 +134,16 @@ class Names:
 
     def heap_layout(self, proc: int, site: int, line: int, size: int):
         """The fields of a heap block from the pointer its allocating line declares
-        (dwarf.heap_layout), or None."""
+        (dwarf.heap_layout), or None. At most HEAP_LAYOUTS distinct blocks a report (each a
+        DWARF lookup of its module; the advice and the lines ask for the busiest first)."""
         s = self.sym(proc)
-        ok = s is not None and hasattr(s, "heap_layout") and site and line and size
-        return s.heap_layout(site, line, size) if ok else None
+        if s is None or not hasattr(s, "heap_layout") or not (site and line and size):
+            return None
+        key = (proc, site, line, size)
+        if key not in self.heap_keys and len(self.heap_keys) >= HEAP_LAYOUTS:
+            return None
+        self.heap_keys.add(key)
+        return s.heap_layout(site, line, size)
 
     def section(self, proc: int, addr: int):
         """(module, section, ELF virtual address) of a module address, or None."""
