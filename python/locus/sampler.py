@@ -46,6 +46,9 @@ def image_no(key: str) -> int:
     return int(k) if k.isdigit() else 0
 
 
+DESCENDANTS_EVERY_NS = 200_000_000  # the /proc children walk (20 ticks of 10 ms)
+RECORDED_EVERY_NS = 50_000_000  # the procs/ listing (5 ticks of 10 ms)
+
 # Keep at most this many descriptors open; beyond it, files are opened per read.
 MAX_CACHED_FDS = 512
 
@@ -120,6 +123,10 @@ class Sampler(threading.Thread):
         self.run_dir = run_dir
         self.root_pid = root_pid
         self.interval_ns = max(1, int(interval_ms * 1e6))
+        # Discovery keeps its pace in time whatever the interval: descendants (a raw clone, a
+        # static child) every ~200 ms, the runtime's new process entries every ~50 ms.
+        self.find_every = max(1, round(DESCENDANTS_EVERY_NS / self.interval_ns))
+        self.recorded_every = max(1, round(RECORDED_EVERY_NS / self.interval_ns))
         self.max_reads = max(1, max_reads_per_tick)
         self.cpu_budget = cpu_budget
         self.stride = 1  # adapted by _adapt_stride
@@ -301,9 +308,9 @@ class Sampler(threading.Thread):
             window = 0
             while not self._stopping:
                 cpu0 = time.thread_time_ns()
-                if self.ticks % (20 * self.stride) == 0:
+                if self.ticks % (self.find_every * self.stride) == 0:
                     self._pids = self._descendants() | self._recorded_pids()
-                elif self.ticks % (5 * self.stride) == 0:
+                elif self.ticks % (self.recorded_every * self.stride) == 0:
                     self._pids |= self._recorded_pids()
                 if self.ticks % self.stride == 0:
                     self._refresh_tasks()

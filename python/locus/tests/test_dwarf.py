@@ -400,32 +400,39 @@ int main(void) { own(); assigned(); untyped(); through_typedef(); return 0; }
 """
 
 
+def _allocating_calls(tmp_path, compiler: str, name: str, src: str, opt: str, calls: tuple):
+    """`src` built at fixed addresses, and the return address of each function's first call
+    whose text holds one of `calls` (the instruction after it): {function: address}."""
+    if not shutil.which(compiler):
+        pytest.skip(f"{compiler} is not installed")
+    (tmp_path / name).write_text(src)
+    exe = tmp_path / name.split(".")[0]
+    subprocess.run(
+        [compiler, "-g", opt, "-no-pie", "-fno-pie", "-o", str(exe), str(tmp_path / name)],
+        check=True,
+    )
+    dis = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", "-C", str(exe)], capture_output=True, text=True
+    ).stdout.splitlines()
+    ret: dict[str, int] = {}
+    fn = None
+    for k, ln in enumerate(dis):
+        if ln.endswith(">:"):
+            fn = ln.split("<")[1].rstrip(">:")
+        elif "call" in ln and any(c in ln for c in calls) and fn not in ret:
+            ret[fn] = int(dis[k + 1].split(":")[0], 16)
+    return exe, ret
+
+
 @pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, compiler):
     """A heap block is read as an array of what the pointer declared on its allocating
     line points to (`st[1].misses`); a pointer declared elsewhere, or to void, names
     nothing."""
-    if not shutil.which(compiler):
-        pytest.skip(f"{compiler} is not installed")
     from locus.dwarf import heap_layout
 
-    (tmp_path / "h.c").write_text(HEAP_SRC)
-    exe = tmp_path / "h"
-    subprocess.run(
-        [compiler, "-g", "-O1", "-no-pie", "-fno-pie", "-o", str(exe), str(tmp_path / "h.c")],
-        check=True,
-    )
-    dis = subprocess.run(
-        ["objdump", "-d", "--no-show-raw-insn", str(exe)], capture_output=True, text=True
-    ).stdout.splitlines()
-    # The return address of each function's allocating call: the instruction after it.
-    ret, fn = {}, None
-    for k, ln in enumerate(dis):
-        if ln.endswith(">:"):
-            fn = ln.split("<")[1].rstrip(">:")
-        elif "call" in ln and ("<calloc@plt>" in ln or "<malloc@plt>" in ln):
-            ret[fn] = int(dis[k + 1].split(":")[0], 16)
+    exe, ret = _allocating_calls(tmp_path, compiler, "h.c", HEAP_SRC, "-O1", ("alloc@plt>",))
     own = heap_layout(str(exe), ret["own"], 6, 64)
     assert own is not None and (own.name, own.size) == ("st", 64)
     assert [own.field(x) for x in (0, 24, 56)] == ["st[0].hits", "st[1].misses", "st[3].misses"]
@@ -454,25 +461,10 @@ int main() {
 def test_heap_layout_of_a_vector_constructed_on_its_line(tmp_path, compiler):
     """`std::vector<Counter> counts(4);`: the block its constructor allocates (operator new,
     inlined into main) is an array of its template argument, named after the vector."""
-    if not shutil.which(compiler):
-        pytest.skip(f"{compiler} is not installed")
     from locus.dwarf import heap_layout
 
-    (tmp_path / "v.cc").write_text(VECTOR_SRC)
-    exe = tmp_path / "v"
-    subprocess.run(
-        [compiler, "-g", "-O2", "-no-pie", "-fno-pie", "-o", str(exe), str(tmp_path / "v.cc")],
-        check=True,
-    )
-    dis = subprocess.run(
-        ["objdump", "-d", "--no-show-raw-insn", "-C", str(exe)], capture_output=True, text=True
-    ).stdout.splitlines()
-    fn, ret = None, None
-    for k, ln in enumerate(dis):
-        if ln.endswith(">:"):
-            fn = ln.split("<")[1].rstrip(">:")
-        elif fn == "main" and "call" in ln and "operator new" in ln:
-            ret = int(dis[k + 1].split(":")[0], 16)
+    exe, rets = _allocating_calls(tmp_path, compiler, "v.cc", VECTOR_SRC, "-O2", ("operator new",))
+    ret = rets.get("main")
     assert ret is not None, "no operator new call in main"
     v = heap_layout(str(exe), ret, 5, 64)
     assert v is not None and v.name == "counts"
