@@ -2616,17 +2616,27 @@ int main(void) {
 """
 
 
-def test_a_heap_array_of_structures_is_named_by_its_pointer(locus, tmp_path):
+@pytest.mark.parametrize("wrapper", [False, True])
+def test_a_heap_array_of_structures_is_named_by_its_pointer(locus, tmp_path, wrapper):
     """The commonest false sharing in C: `struct stats *st = calloc(n, sizeof *st)`, one
     element per thread. The block is read as an array of what the pointer its allocating
     line declares points to: the advice names the fields (`st[1].hits`) and the structure to
     pad, and the lines' fields say them (they said offsets only). The two elements' `hits`
-    are 16 bytes apart: on one line whatever malloc's 16-byte alignment."""
-    exe = _gcc(tmp_path, "h", HEAP_STRUCTS)
+    are 16 bytes apart: on one line whatever malloc's 16-byte alignment. Through the
+    program's allocation wrapper (`xmalloc`, inlined), the line is its caller's."""
+    src = HEAP_STRUCTS
+    if wrapper:
+        src = src.replace("calloc(4, sizeof *st)", "xmalloc(4 * sizeof *st)").replace(
+            "static pthread_barrier_t go;",
+            "static void *xmalloc(size_t n) {\n  void *p = calloc(1, n);\n  if (!p) abort();\n"
+            "  return p;\n}\nstatic pthread_barrier_t go;",
+        )
+    exe = _gcc(tmp_path, "h", src)
     _proc, run = locus.record([str(exe)], ("--lens", "comm"))
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     obj = comm["objects"][0] if comm["objects"] else None
-    assert obj and obj["name"] == "heap block from main h.c:17", comm["objects"]
+    want = "heap block from main h.c:22 (via xmalloc)" if wrapper else "heap block from main h.c:17"
+    assert obj and obj["name"] == want, comm["objects"]
     advice = " ".join(comm["advice"])
     assert "(thread 1 st[0].hits; thread 2 st[1].hits)" in advice, advice
     assert "pad each `struct stats` to 64 bytes" in advice, advice

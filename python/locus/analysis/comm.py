@@ -2339,10 +2339,11 @@ def _layout_of(o: dict, names):
 
 
 def _heap_key(info: dict, loc: dict, via: list, size) -> tuple | None:
-    """names.heap_layout's arguments for a malloc'd block named by its own allocating call
-    (not through a wrapper, not a mapping), else None."""
-    plain = not via and not info.get("file") and not info.get("mmap") and info.get("site")
-    return (info["proc"], info["site"], loc.get("line") or 0, size or 0) if plain else None
+    """names.heap_layout's arguments for a malloc'd block (not a mapping): the call that
+    names it (alloc_site: past the program's allocation wrappers, through their inlining or
+    the call stack), its return address and line, else None."""
+    plain = not info.get("file") and not info.get("mmap") and loc.get("pc")
+    return (info["proc"], loc["pc"], loc.get("line") or 0, size or 0) if plain else None
 
 
 def _locals_text(o: dict, names, offs: list[int]) -> str:

@@ -591,10 +591,10 @@ def alloc_prefetch(names: Names, items: list[tuple[int, int, tuple]]) -> None:
 
 
 def alloc_site(names: Names, proc: int, site: int, frames: tuple = ()) -> tuple[dict, list[str]]:
-    """(names.site() of the allocating code, wrappers skipped): with a call stack (frames,
-    innermost first, the site's return address first), the first frame outside the
-    allocation wrappers, whose names are kept; else the allocating call itself. The frames
-    must have been symbolized (names.code, return addresses)."""
+    """(names.site() of the allocating code, wrappers skipped, with its return address as
+    `pc`): with a call stack (frames, innermost first, the site's return address first), the
+    first frame outside the allocation wrappers, whose names are kept; else the allocating
+    call itself. The frames must have been symbolized (names.code, return addresses)."""
     pcs = list(frames[:ALLOC_NAME_DEPTH])
     if site and site in pcs:
         pcs = pcs[pcs.index(site) :]
@@ -616,11 +616,11 @@ def alloc_site(names: Names, proc: int, site: int, frames: tuple = ()) -> tuple[
             for ofn, ofile, oline in loc.inlined:
                 if ofn and not is_alloc_wrapper(ofn):
                     via.append(fn)
-                    return {"function": ofn, "file": ofile, "line": oline}, via
+                    return {"function": ofn, "file": ofile, "line": oline, "pc": pc}, via
                 if ofn and ofn not in via:
                     via.append(ofn)
-        return s, via
-    return {"function": "?", "file": "", "line": 0}, via
+        return dict(s, pc=pc), via
+    return {"function": "?", "file": "", "line": 0, "pc": 0}, via
 
 
 UNSEEN_NOTE_MIN = 0.01  # of the recorded tasks' CPU time: threads the runtime never saw
