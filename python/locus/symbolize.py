@@ -297,7 +297,7 @@ class Symbolizer:
         self._checked: set[str] = set()
         self.jit = PerfMap(perf_map) if perf_map else None
         self.sizes: dict[str, int] = {}  # data symbol -> bytes (data())
-        self.layouts: dict[tuple, object] = {}  # (module, name, vaddr) -> dwarf.Layout
+        self.layouts: dict[tuple, object] = {}  # (kind, args..., module, vaddr) -> _dwarf lookups
         self.layout_s = 0.0  # seconds spent in data_layout's lookups
         if tool is None:
             tool = "llvm-symbolizer" if shutil.which("llvm-symbolizer") else None
@@ -484,57 +484,44 @@ class Symbolizer:
         """Size in bytes of a data symbol data() named (None when the tool gave none)."""
         return self.sizes.get(name)
 
+    def _dwarf(self, addr: int, key: tuple, lookup, empty=None):
+        """lookup(module path, ELF address of addr) once per module, address and key, within
+        the process's budget of DWARF lookups; `empty` when addr is in no module or past the
+        budget (a module with gigabytes of DWARF and no index is read whole by each lookup:
+        past LAYOUT_BUDGET_S of lookups, fields go unnamed)."""
+        loc = _locate(self.mods, addr)
+        if loc is None:
+            return empty
+        m, v = loc
+        self._used(m.path)
+        k = (*key, m.path, v)
+        if k not in self.layouts:
+            if self.layout_s > LAYOUT_BUDGET_S:
+                return empty
+            t0 = time.monotonic()
+            self.layouts[k] = lookup(m.path, v)
+            self.layout_s += time.monotonic() - t0
+        return self.layouts[k]
+
     def data_layout(self, name: str, addr: int):
         """The fields of the static variable `name` (as data() named it) that starts at
         `addr`, from its module's DWARF (dwarf.Layout), or None."""
-        loc = _locate(self.mods, addr)
-        if loc is None:
-            return None
-        m, v = loc
-        self._used(m.path)
-        key = (m.path, name, v)
-        if key not in self.layouts:
-            # A module with gigabytes of DWARF and no index is read whole by each lookup:
-            # past LAYOUT_BUDGET_S of lookups, fields go unnamed.
-            if self.layout_s > LAYOUT_BUDGET_S:
-                return None
-            t0 = time.monotonic()
-            self.layouts[key] = dwarf.variable_layout(m.path, name, v)
-            self.layout_s += time.monotonic() - t0
-        return self.layouts[key]
+        return self._dwarf(addr, ("data", name), lambda p, v: dwarf.variable_layout(p, name, v))
 
     def frame_locals(self, site: int, sp: int, bp: int) -> list:
         """The locals in memory (dwarf.Local) of the frame that called out at return address
         `site` with stack pointer sp and frame pointer bp, from its module's DWARF."""
-        loc = _locate(self.mods, site)
-        if loc is None:
-            return []
-        m, v = loc
-        key = (m.path, v, sp, bp)
-        if key not in self.layouts:
-            if self.layout_s > LAYOUT_BUDGET_S:
-                return []
-            t0 = time.monotonic()
-            self.layouts[key] = dwarf.frame_locals(m.path, v, sp, bp)
-            self.layout_s += time.monotonic() - t0
-        return self.layouts[key]
+        return self._dwarf(
+            site, ("frame", sp, bp), lambda p, v: dwarf.frame_locals(p, v, sp, bp), []
+        )
 
     def heap_layout(self, site: int, line: int, size: int):
         """The layout of a heap block of `size` bytes allocated by the call returning to
         `site` (source line `line`), from the pointer that line declares (dwarf.heap_layout),
         or None."""
-        loc = _locate(self.mods, site)
-        if loc is None:
-            return None
-        m, v = loc
-        key = ("heap", m.path, v, line, size)
-        if key not in self.layouts:
-            if self.layout_s > LAYOUT_BUDGET_S:
-                return None
-            t0 = time.monotonic()
-            self.layouts[key] = dwarf.heap_layout(m.path, v, line, size)
-            self.layout_s += time.monotonic() - t0
-        return self.layouts[key]
+        return self._dwarf(
+            site, ("heap", line, size), lambda p, v: dwarf.heap_layout(p, v, line, size)
+        )
 
 
 LAYOUT_BUDGET_S = 10.0  # seconds of DWARF lookups per process (data, heap and frame layouts)

@@ -42,16 +42,14 @@ int locus_allocs_frame(uint64_t cfa, uint64_t fp, uint64_t site); /* 1: written 
 /* The same, and the frames above it that libgcc's unwinder finds where the process has it
  * (C++ programs): for pthread_create, which libstdc++'s std::thread calls. */
 void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site);
-#define LOCUS_CALLER_FRAMES()                                                      \
-  locus_allocs_frames((uint64_t)(uintptr_t)__builtin_dwarf_cfa(),                  \
-                      (uint64_t)(uintptr_t) * (void **)__builtin_frame_address(0), \
-                      (uint64_t)(uintptr_t)__builtin_return_address(0))
 /* In an interposer: its caller's frame (the interposer keeps a frame pointer for it, which
- * holds the caller's). */
-#define LOCUS_CALLER_FRAME()                                                      \
-  locus_allocs_frame((uint64_t)(uintptr_t)__builtin_dwarf_cfa(),                  \
-                     (uint64_t)(uintptr_t) * (void **)__builtin_frame_address(0), \
-                     (uint64_t)(uintptr_t)__builtin_return_address(0))
+ * holds the caller's): its stack pointer at the call, frame pointer, return address. */
+#define LOCUS_CALLER_ARGS                                          \
+  (uint64_t)(uintptr_t) __builtin_dwarf_cfa(),                     \
+      (uint64_t)(uintptr_t) * (void **)__builtin_frame_address(0), \
+      (uint64_t)(uintptr_t)__builtin_return_address(0)
+#define LOCUS_CALLER_FRAME() locus_allocs_frame(LOCUS_CALLER_ARGS)
+#define LOCUS_CALLER_FRAMES() locus_allocs_frames(LOCUS_CALLER_ARGS)
 /* A heap block about to be freed, or moved by realloc (exact backend, comm/exact/exact.c: its
  * lines start a new generation; nothing while the exact model is off). */
 void locus_comm_exact_freed(void *p, size_t n); /* n = 0: malloc_usable_size(p) */

@@ -1182,21 +1182,15 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
         site = ""
         size = None
         wrapper = ""  # the allocation wrapper that names a heap object (no call stack)
-        heap_key = None
+        loc = None
         if kind == "heap":
             name, loc, via = _heap_name(info, names)
             site = _site_str(loc) if info["site"] else ""
             if not via and info["site"] and is_alloc_wrapper(loc["function"]):
                 wrapper = loc["function"]
             size = info["size"]
-            heap_key = _heap_key(info, loc, via, size)
         elif kind == "stack":
-            k = info["thread"]
-            name = (
-                f"stack of thread {k} (tid {info['tid']})"
-                if k >= 0
-                else (f"stack of tid {info['tid']}")
-            )
+            name = _obj_label(info, threads, names)
             size = info["size"]
         elif kind == "static":
             name = info["name"]
@@ -1331,6 +1325,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
             if len(fm)
             else (0, 0)
         )
+        layout_key = _layout_key(info, name, names, loc)
         out.append(
             {
                 "name": name,
@@ -1360,13 +1355,9 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "_wrapper": wrapper,
                 "_top_ip": top_ip,
                 "_top_caller": top_caller,
-                "_layout": (info["proc"], name, info["addr"]) if info.get("addr") else None,
-                "_stack": (info["proc"], info["tid"], info["lo"], size, name)
-                if kind == "stack"
-                else None,
-                "_heap": heap_key,
+                "_layout": layout_key,
                 **(
-                    {"locals": _stack_locals(names, info, size, name, obj_off[m])}
+                    {"locals": _stack_locals(_layout_by(layout_key, names), obj_off[m])}
                     if kind == "stack"
                     else {}
                 ),
@@ -2036,7 +2027,8 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
         o = int(dom[li])
         info = objs.info[o] if objs.info else {}
         label = _obj_label(objs.info[o], threads, names) if objs.info else ""
-        layout = _info_layout(info, label, names) if line_lo[li] != big else None
+        key = _layout_key(info, label, names) if line_lo[li] != big else None
+        layout = _layout_by(key, names)
         out.append(
             {
                 "address": f"{int(ev.line[e]):#x}",
@@ -2326,24 +2318,33 @@ LOCK_CODE = re.compile(
 
 
 def _layout_of(o: dict, names):
-    """The fields of a static object from its DWARF type (dwarf.Layout), of a heap block
-    from the pointer its allocating line declares, or of a stack from the locals of the
-    frames its thread recorded (dwarf.StackLayout), else None."""
-    if names is None:
+    """The fields of an object (_layout_key), else None."""
+    return _layout_by(o.get("_layout"), names)
+
+
+def _layout_by(key: tuple | None, names):
+    """The layout _layout_key describes, from `names`."""
+    return getattr(names, key[0])(*key[1]) if key and names is not None else None
+
+
+def _layout_key(info: dict, name: str, names, loc=None) -> tuple | None:
+    """(the Names method, its arguments) that give an object's fields: a static's DWARF
+    type (dwarf.Layout), a heap block's from the pointer its allocating line declares, a
+    stack's from the locals of the frames its thread recorded (dwarf.StackLayout); else
+    None. `loc`: a heap object's allocating site (_heap_name), when known."""
+    if info.get("addr"):
+        return "layout", (info["proc"], info["name"], info["addr"])
+    if info.get("kind") == "stack":
+        return "stack_layout", (info["proc"], info["tid"], info["lo"], info["size"], name)
+    if info.get("kind") != "heap" or info.get("file") or info.get("mmap"):
         return None
-    if o.get("_layout"):
-        return names.layout(*o["_layout"])
-    if o.get("_heap"):
-        return names.heap_layout(*o["_heap"])
-    return names.stack_layout(*o["_stack"]) if o.get("_stack") else None
-
-
-def _heap_key(info: dict, loc: dict, via: list, size) -> tuple | None:
-    """names.heap_layout's arguments for a malloc'd block (not a mapping): the call that
-    names it (alloc_site: past the program's allocation wrappers, through their inlining or
-    the call stack), its return address and line, else None."""
-    plain = not info.get("file") and not info.get("mmap") and loc.get("pc")
-    return (info["proc"], loc["pc"], loc.get("line") or 0, size or 0) if plain else None
+    if loc is None:
+        loc = _heap_name(info, names)[1]
+    # The call that names the block (alloc_site: past the program's allocation wrappers,
+    # through their inlining or the call stack): its return address and line.
+    if not loc.get("pc"):
+        return None
+    return "heap_layout", (info["proc"], loc["pc"], loc.get("line") or 0, info.get("size") or 0)
 
 
 def _locals_text(o: dict, names, offs: list[int]) -> str:
@@ -2365,10 +2366,10 @@ def _locals_text(o: dict, names, offs: list[int]) -> str:
     return f"{'; '.join(parts)}{more}, which other threads reach by its address"
 
 
-def _stack_locals(names, info: dict, size: int, name: str, offs: np.ndarray) -> list[dict]:
+def _stack_locals(layout, offs: np.ndarray) -> list[dict]:
     """A stack object's locals that its accesses (offsets into the stack) fall in, as the
-    recorded frames name them (dwarf.StackLayout): [{name, function, decl, offset, size}]."""
-    layout = names.stack_layout(info["proc"], info["tid"], info["lo"], size, name)
+    recorded frames name them (its dwarf.StackLayout, or None): [{name, function, decl,
+    offset, size}]."""
     if layout is None:
         return []
     found: dict[int, object] = {}
@@ -2389,20 +2390,6 @@ def _stack_locals(names, info: dict, size: int, name: str, offs: np.ndarray) -> 
 
 
 LOCALS_LOOKED = 4096  # distinct stack offsets looked up for a stack object's locals
-
-
-def _info_layout(info: dict, name: str, names):
-    """_layout_of for an object's info (objs.info): a static's, a heap block's or a stack's
-    fields."""
-    if info.get("addr"):
-        return names.layout(info["proc"], info["name"], info["addr"])
-    if info.get("kind") == "stack":
-        return names.stack_layout(info["proc"], info["tid"], info["lo"], info["size"], name)
-    if info.get("kind") == "heap":
-        _name, loc, via = _heap_name(info, names)
-        key = _heap_key(info, loc, via, info.get("size"))
-        return names.heap_layout(*key) if key else None
-    return None
 
 
 def _same_locks(o: dict, names, per: dict[int, Counter]) -> bool:
