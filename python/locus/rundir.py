@@ -253,6 +253,7 @@ ALF_FILE = 1  # LOCUS_ALF_FILE: an mmap of a file (reserved = offset, inode; dev
 ALF_REMAP = 2  # LOCUS_ALF_REMAP: an mremap's new range (reserved[0] = the old address)
 ALF_SHARED = 4  # LOCUS_ALF_SHARED: with ALF_FILE, mapped MAP_SHARED and writable
 ALF_SYSV = 8  # LOCUS_ALF_SYSV: with ALF_SHARED, a System V segment (shmat)
+ALF_NEW = 16  # LOCUS_ALF_NEW: a heap block made by C++ operator new
 
 assert PROC_DTYPE.itemsize == 256
 assert THREAD_DTYPE.itemsize == 64
@@ -325,6 +326,8 @@ assert ALLOC_DTYPE.itemsize == 64
 HEAP_DTYPE = np.dtype([("t", "<u8"), ("addr", "<u8"), ("size_tid", "<u8"), ("site", "<u8")])
 FREE_DTYPE = np.dtype([("t", "<u8"), ("addr", "<u8")])
 HEAP_SIZE_BITS = 40
+HEAP_TID_MASK = (1 << 22) - 1  # of size_tid >> HEAP_SIZE_BITS
+HEAP_NEW = 1 << 63  # in size_tid: made by C++ operator new (ALF_NEW)
 assert HEAP_DTYPE.itemsize == 32 and FREE_DTYPE.itemsize == 16
 
 
@@ -605,7 +608,9 @@ class Proc:
             a = np.zeros(len(h), dtype=ALLOC_DTYPE)
             a["t"], a["addr"], a["site"] = h["t"], h["addr"], h["site"]
             a["size"] = h["size_tid"] & np.uint64((1 << HEAP_SIZE_BITS) - 1)
-            a["tid"] = (h["size_tid"] >> np.uint64(HEAP_SIZE_BITS)).astype(np.uint32)
+            tid = (h["size_tid"] >> np.uint64(HEAP_SIZE_BITS)) & np.uint64(HEAP_TID_MASK)
+            a["tid"] = tid.astype(np.uint32)
+            a["flags"] = np.where((h["size_tid"] & np.uint64(HEAP_NEW)) != 0, ALF_NEW, 0)
             a["kind"] = AL_MALLOC
             parts.append(a)
         f = read_records(self.file("frees.bin"), FREE_DTYPE)

@@ -375,15 +375,25 @@ def write_allocs(pdir: str, a: np.ndarray) -> None:
     """Allocation rows (ALLOC_DTYPE) in the files the runtime writes: heap blocks without a
     call stack in heap.bin, frees in frees.bin, the rest (mappings, stacks, blocks with a
     stack id) in allocs.bin."""
-    from locus.rundir import AL_FREE, AL_MALLOC, FREE_DTYPE, HEAP_DTYPE, HEAP_SIZE_BITS
+    from locus.rundir import (
+        AL_FREE,
+        AL_MALLOC,
+        ALF_NEW,
+        FREE_DTYPE,
+        HEAP_DTYPE,
+        HEAP_NEW,
+        HEAP_SIZE_BITS,
+    )
 
     heap = (a["kind"] == AL_MALLOC) & (a["stack"] == 0) & (a["site"] != 0)
     free = (a["kind"] == AL_FREE) & (a["addr"] != 0)
     a[~heap & ~free].tofile(os.path.join(pdir, "allocs.bin"))
     h = np.zeros(int(heap.sum()), dtype=HEAP_DTYPE)
     h["t"], h["addr"], h["site"] = a["t"][heap], a["addr"][heap], a["site"][heap]
-    h["size_tid"] = a["size"][heap] | (
-        a["tid"][heap].astype(np.uint64) << np.uint64(HEAP_SIZE_BITS)
+    h["size_tid"] = (
+        a["size"][heap]
+        | (a["tid"][heap].astype(np.uint64) << np.uint64(HEAP_SIZE_BITS))
+        | np.where((a["flags"][heap] & ALF_NEW) != 0, np.uint64(HEAP_NEW), np.uint64(0))
     )
     h.tofile(os.path.join(pdir, "heap.bin"))
     f = np.zeros(int(free.sum()), dtype=FREE_DTYPE)

@@ -239,11 +239,13 @@ static void nursery_put(const struct locus_heap *r) {
 }
 
 /* The hot path's small records: a heap block without a call stack, a free. */
-static void put_heap(const void *addr, size_t size, uint64_t site) {
+static void put_heap(const void *addr, size_t size, uint64_t site, uint64_t via_new) {
   const uint64_t max = (1ull << LOCUS_HEAP_SIZE_BITS) - 1;
-  struct locus_heap r = {locus_ticks(), (uint64_t)(uintptr_t)addr,
-                         (size > max ? max : size) | (uint64_t)locus_me.tid << LOCUS_HEAP_SIZE_BITS,
-                         site ? site : 1};
+  struct locus_heap r = {
+      locus_ticks(), (uint64_t)(uintptr_t)addr,
+      (size > max ? max : size) | (via_new ? LOCUS_HEAP_NEW : 0) |
+          ((uint64_t)(locus_me.tid & LOCUS_HEAP_TID_MASK) << LOCUS_HEAP_SIZE_BITS),
+      site ? site : 1};
   if (at.nursery) {
     nursery_put(&r);
     return;
@@ -342,9 +344,11 @@ static int put_rec(struct locus_alloc *rp, uint16_t kind, const void *addr, size
   return rc;
 }
 
-static int put(uint16_t kind, const void *addr, size_t size, uint64_t site, uint32_t stack) {
+static int put(uint16_t kind, const void *addr, size_t size, uint64_t site, uint32_t stack,
+               uint16_t flags) {
   struct locus_alloc r;
   memset(&r, 0, sizeof r);
+  r.flags = flags;
   return put_rec(&r, kind, addr, size, site, stack);
 }
 
@@ -355,13 +359,15 @@ void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t 
   if (me->guard || me->state != 1 || at.closed || !locus_enabled) return;
   int saved = errno;
   me->guard++;
+  uint64_t via_new = site & LOCUS_SITE_NEW;
+  site &= ~LOCUS_SITE_NEW;
   if (kind == LOCUS_AL_FREE && addr) {
     put_free(addr);
   } else if (kind == LOCUS_AL_MALLOC && addr && !locus_cfg.call_stack) {
-    put_heap(addr, size, site);
+    put_heap(addr, size, site, via_new);
   } else {
     uint32_t stack = locus_cfg.call_stack ? locus_stack_capture(site) : 0;
-    put(kind, addr, size, site, stack);
+    put(kind, addr, size, site, stack, via_new ? LOCUS_ALF_NEW : 0);
   }
   me->guard--;
   errno = saved;
@@ -374,7 +380,7 @@ void locus_allocs_record_remap(const void *old, size_t old_n, const void *p, siz
   int saved = errno;
   me->guard++;
   /* Moved: the old range ends (grown or shrunk in place, the new record ends it). */
-  if (p != old) put(LOCUS_AL_MUNMAP, old, old_n, site, 0);
+  if (p != old) put(LOCUS_AL_MUNMAP, old, old_n, site, 0, 0);
   struct locus_alloc r;
   memset(&r, 0, sizeof r);
   r.flags = LOCUS_ALF_REMAP;
@@ -633,7 +639,7 @@ static void open_stream(void) {
 /* The thread's stack as an object, so accesses to stack variables are named as such. */
 static void put_stack_range(void) {
   uintptr_t lo, hi;
-  if (locus_thread_stack(&lo, &hi) == 0) put(LOCUS_AL_STACK, (void *)lo, hi - lo, 0, 0);
+  if (locus_thread_stack(&lo, &hi) == 0) put(LOCUS_AL_STACK, (void *)lo, hi - lo, 0, 0, 0);
 }
 
 void locus_allocs_proc_fini(void) { young_flush(); }

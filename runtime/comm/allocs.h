@@ -26,6 +26,10 @@ extern int locus_alloc_state;
  * Does nothing inside the runtime (guard), before the thread is registered, after it
  * finished, or when the runtime is off. Preserves errno. */
 void locus_allocs_record(uint16_t kind, const void *addr, size_t size, uint64_t site);
+/* In a MALLOC record's site: the block was made by C++ operator new (the site is its
+ * caller's return address, whose bit 63 a user-space address never has): recorded as
+ * LOCUS_ALF_NEW, LOCUS_HEAP_NEW. */
+#define LOCUS_SITE_NEW (1ull << 63)
 /* The same for an mmap: of file descriptor fd at file offset off (LOCUS_ALF_FILE), or with
  * fd -1 of anonymous memory; flags: LOCUS_ALF_SHARED (MAP_SHARED and writable), with
  * LOCUS_ALF_SYSV for a System V segment (shmat). */

@@ -336,6 +336,9 @@ struct locus_alloc { /* 64 bytes */
 /* With LOCUS_ALF_SHARED: a System V shared memory segment attached by shmat (kind MMAP; its
  * shmdt is a kind MUNMAP record of the segment's size). */
 #define LOCUS_ALF_SYSV 8u
+/* A heap block (kind MALLOC) made by C++ operator new (new, new[], std::allocator): its
+ * site is operator new's caller. In a struct locus_heap, bit LOCUS_HEAP_NEW of size_tid. */
+#define LOCUS_ALF_NEW 16u
 
 /* The two records of the allocation hot path, small because an allocation-heavy program
  * writes one per malloc and one per free (a struct locus_alloc each cost twice the time).
@@ -345,10 +348,13 @@ struct locus_alloc { /* 64 bytes */
 struct locus_heap {  /* 32 bytes */
   uint64_t t;        /* ticks */
   uint64_t addr;     /* start of the block */
-  uint64_t size_tid; /* bytes requested (bits 0-39, saturated) | allocating tid << 40 */
+  uint64_t size_tid; /* bytes requested (bits 0-39, saturated) | allocating tid << 40
+                      * (bits 40-61: Linux's tids are below 2^22) | LOCUS_HEAP_NEW */
   uint64_t site;     /* return address of the allocating call */
 };
 #define LOCUS_HEAP_SIZE_BITS 40
+#define LOCUS_HEAP_TID_MASK ((1ull << 22) - 1) /* of size_tid >> LOCUS_HEAP_SIZE_BITS */
+#define LOCUS_HEAP_NEW (1ull << 63)            /* made by operator new (LOCUS_ALF_NEW) */
 
 struct locus_free { /* 16 bytes */
   uint64_t t;       /* ticks */

@@ -128,20 +128,22 @@ static __attribute__((noinline)) int resolve(void) {
   return state();
 }
 
-/* C++ operator new: its caller, for the allocation it makes (see the interposers below). */
+/* C++ operator new: its caller, for the allocation it makes (see the interposers below),
+ * marked LOCUS_SITE_NEW (the advice for its blocks is alignas in the type, not
+ * aligned_alloc). */
 static LOCUS_TLS uint64_t new_site;
 
 static inline uint64_t caller_site(uint64_t site) {
   uint64_t s = new_site;
   if (!s) return site;
   new_site = 0;
-  return s;
+  return s | LOCUS_SITE_NEW;
 }
 
 /* The numa lens: an mmap'd chunk is fresh memory whose first touches it tracks. */
 static inline void numa_fresh(int s, void *p, size_t n, uint64_t site) {
   if ((s & LOCUS_ALLOC_NUMA) && p && n >= 16 * 4096 && chunk_mmapped(p))
-    locus_ft_track(p, n, p, PROT_READ | PROT_WRITE, site);
+    locus_ft_track(p, n, p, PROT_READ | PROT_WRITE, site & ~LOCUS_SITE_NEW);
 }
 
 /* ---- the slow paths (tracking on, not resolved yet, or bootstrap blocks exist) ---- */

@@ -433,9 +433,10 @@ static struct locus_alloc *load_allocs(const char *run, pid_t pid, size_t *n) {
     r->t = h[i].t;
     r->addr = h[i].addr;
     r->size = h[i].size_tid & ((1ull << LOCUS_HEAP_SIZE_BITS) - 1);
-    r->tid = (uint32_t)(h[i].size_tid >> LOCUS_HEAP_SIZE_BITS);
+    r->tid = (uint32_t)(h[i].size_tid >> LOCUS_HEAP_SIZE_BITS & LOCUS_HEAP_TID_MASK);
     r->site = h[i].site;
     r->kind = LOCUS_AL_MALLOC;
+    r->flags = h[i].size_tid & LOCUS_HEAP_NEW ? LOCUS_ALF_NEW : 0;
   }
   for (size_t i = 0; i < nf; i++) {
     if (!f[i].addr) continue;

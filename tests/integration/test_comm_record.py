@@ -1526,19 +1526,36 @@ int main(void) {
 """
 
 
-def test_blocks_of_one_site_packed_on_a_line_get_their_own_advice(locus, tmp_path):
+@pytest.mark.parametrize("new", [False, True], ids=["calloc", "new"])
+def test_blocks_of_one_site_packed_on_a_line_get_their_own_advice(locus, tmp_path, new):
     """One calloc'd counter per thread, from one call: malloc puts the blocks 32 bytes
     apart, and each thread writes offset 0 of its own. The advice read the writes as another
     object's ('which shares 64-byte lines with data other threads write ... keep data that
-    is only read apart'), and said alignas, which a malloc'd block cannot get."""
-    exe = _gcc(tmp_path, "bp", BLOCK_PER_THREAD)
+    is only read apart'), and said alignas, which a malloc'd block cannot get. In C++, from
+    `new long()`, a type declared alignas(64) is the fix (operator new aligns to it)."""
+    if new:
+        (tmp_path / "bp.c").write_text(
+            BLOCK_PER_THREAD.replace("calloc(1, sizeof(long))", "new long()")
+        )
+        exe = tmp_path / "bp"
+        subprocess.run(
+            ["g++", "-x", "c++", "-O1", "-g", "-pthread", "-o", str(exe), str(tmp_path / "bp.c")],
+            check=True,
+        )
+    else:
+        exe = _gcc(tmp_path, "bp", BLOCK_PER_THREAD)
     proc, run = locus.record([str(exe)], ("--lens", "comm"))
     if not proc.stdout.startswith(b"1"):
         pytest.skip("the allocator put the blocks on different lines")
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     advice = [a for a in c["advice"] if "bp.c:16" in a]
     assert advice and "their own heap blocks from main bp.c:16" in advice[0], c["advice"]
-    assert "aligned_alloc(64" in advice[0] and "only read" not in advice[0]
+    assert "only read" not in advice[0]
+    if new:
+        assert "a type declared alignas(64): operator new" in advice[0], advice[0]
+        assert "aligned_alloc" not in advice[0], advice[0]
+    else:
+        assert "aligned_alloc(64" in advice[0], advice[0]
 
 
 FLAG_BESIDE_COUNTER = r"""
@@ -2640,8 +2657,56 @@ def test_a_heap_array_of_structures_is_named_by_its_pointer(locus, tmp_path, wra
     advice = " ".join(comm["advice"])
     assert "(thread 1 st[0].hits; thread 2 st[1].hits)" in advice, advice
     assert "pad each `struct stats` to 64 bytes" in advice, advice
+    # malloc aligns to 16: an aligned type alone would not put the block on a line.
+    assert "the block from aligned_alloc(64, ...)" in advice, advice
     fields = {t["thread"]: set(t["fields"]) for ln in comm["lines"] for t in ln["threads"]}
     assert fields[1] == {"st[0].hits"} and fields[2] == {"st[1].hits"}, fields
+
+
+CXX_HEAP = r"""
+#include <cstdio>
+#include <thread>
+#include <vector>
+struct Counter { long n; };
+int main() {
+  ALLOCATE;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 2; t++)
+    ts.emplace_back([&counts, t] {
+      for (long k = 0; k < 600000000; k++) {
+        counts[t].n++;
+        __asm__ volatile("" ::: "memory");
+      }
+    });
+  for (auto &th : ts) th.join();
+  std::printf("%ld\n", counts[0].n + counts[1].n);
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "allocate",
+    ["std::vector<Counter> counts(2)", "Counter *counts = new Counter[2]()"],
+    ids=["vector", "new[]"],
+)
+def test_advice_for_blocks_from_operator_new_aligns_the_type(locus, tmp_path, allocate):
+    """A C++ block from operator new (a std::vector's elements, new[]): the runtime marks
+    its record (LOCUS_ALF_NEW), and the advice says that alignas in the type is the fix
+    (operator new aligns over-aligned types since C++17), not aligned_alloc, which a
+    vector's or new[]'s block cannot come from."""
+    (tmp_path / "v.cc").write_text(CXX_HEAP.replace("ALLOCATE", allocate))
+    exe = tmp_path / "v"
+    subprocess.run(
+        ["g++", "-O1", "-g", "-pthread", "-o", str(exe), str(tmp_path / "v.cc")], check=True
+    )
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    obj = comm["objects"][0] if comm["objects"] else None
+    assert obj and obj["name"] == "heap block from main v.cc:7", comm["objects"]
+    advice = " ".join(comm["advice"])
+    assert "(thread 1 counts[0].n; thread 2 counts[1].n)" in advice, advice
+    assert "pad each `Counter` to 64 bytes (alignas(64) in the type: operator new" in advice
+    assert "aligned_alloc" not in advice, advice
 
 
 @pytest.mark.parametrize("kind", ["openmp", "openmp-clang", "pthread", "std::thread"])

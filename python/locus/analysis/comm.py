@@ -56,6 +56,7 @@ from locus.rundir import (
     AL_MMAP,
     AL_STACK,
     ALF_FILE,
+    ALF_NEW,
     ALF_SHARED,
     ALF_SYSV,
     ALLOC_DTYPE,
@@ -480,6 +481,7 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 )
                 info = objs.info[oid]
                 info["mmap"] = info.get("mmap", True) and int(r["kind"]) == AL_MMAP
+                info["new"] = info.get("new", True) and bool(int(r["flags"]) & ALF_NEW)
                 info["size"] = max(info["size"], int(r["size"]))
                 info["blocks"] += 1
                 info.setdefault("lo", int(r["addr"]))
@@ -1365,6 +1367,8 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 # A mapping (mmap'd: a file's, shared memory, an allocator's arena):
                 # page-aligned, not a malloc'd block.
                 "_mapped": bool(info.get("file") or info.get("mmap")),
+                # Made by C++ operator new: alignas in the type aligns its blocks (C++17).
+                "_new": bool(info.get("new")),
             }
         )
     return out
@@ -2278,11 +2282,12 @@ def _top_caller(o: dict, names) -> dict | None:
     return names.site(*o["_top_caller"])
 
 
-def _align(site: dict | None, line: int, size: int = 8, heap: bool = False) -> str:
+def _align(site: dict | None, line: int, size: int = 8, heap: str | None = None) -> str:
     """How the source's language aligns data to a line, in parentheses: C and C++
-    alignas (for heap data, with the block from aligned_alloc: malloc aligns to 16, and an
-    aligned type in a malloc'd block is not on a line), Rust's repr(align), Go's padding
-    field ("" for Fortran, which has none)."""
+    alignas (for a malloc'd block, `heap` "malloc", with the block from aligned_alloc:
+    malloc aligns to 16, and an aligned type in a malloc'd block is not on a line; C++'s
+    operator new, "new", aligns to an over-aligned type since C++17), Rust's repr(align),
+    Go's padding field ("" for Fortran, which has none)."""
     ext = os.path.splitext(site["file"])[1].lower() if site is not None else ""
     if ext in FORTRAN_SOURCES:
         return ""
@@ -2291,14 +2296,20 @@ def _align(site: dict | None, line: int, size: int = 8, heap: bool = False) -> s
     if ext == ".go":
         pad = max(line - size, 8)
         return f" (a `_ [{pad}]byte` field after each, or golang.org/x/sys/cpu.CacheLinePad)"
+    if heap == "new":
+        return f" (alignas({line}) in the type: operator new aligns its blocks to it, C++17)"
     if heap:
         return f" (alignas({line}) in the type, the block from aligned_alloc({line}, ...))"
     return f" (alignas({line}))"
 
 
-def _malloced(o: dict) -> bool:
-    """A heap object from malloc and friends (aligned to 16 only), not a mapping."""
-    return o["kind"] == "heap" and not o.get("_mapped")
+def _malloced(o: dict) -> str | None:
+    """How a heap object's blocks were made, when not a mapping: "new" (C++ operator new,
+    which aligns to the type's alignment), "malloc" (malloc and friends, aligned to 16
+    only); else None."""
+    if o["kind"] != "heap" or o.get("_mapped"):
+        return None
+    return "new" if o.get("_new") else "malloc"
 
 
 def _is_fortran(site: dict | None) -> bool:
@@ -2921,9 +2932,13 @@ def _sibling_advice(o: dict, thr: str, line: int) -> str:
         f"({what}{gap} bytes apart: the allocator packs small blocks on shared {line}-byte "
         f"lines; false sharing, {100 * o['false'] / o['all']:.0f} % of its volume, "
         f"{100 * share:.0f} % of it between blocks); allocate each thread's block on a "
-        f"{line}-byte line of its own (aligned_alloc({line}, size rounded up to {line}), "
-        f"posix_memalign), or keep the threads' data in one array with each element padded "
-        f"to {line} bytes"
+        f"{line}-byte line of its own ("
+        + (
+            f"a type declared alignas({line}): operator new aligns its blocks to it, C++17"
+            if o.get("_new")
+            else f"aligned_alloc({line}, size rounded up to {line}), posix_memalign"
+        )
+        + f"), or keep the threads' data in one array with each element padded to {line} bytes"
     )
 
 
@@ -2997,7 +3012,8 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
             else ""
         )
         fortran = _is_fortran(_top_site(members[0][0], names))
-        heap = any(_malloced(o) for o, _t in members)
+        made = {_malloced(o) for o, _t in members}
+        heap = "malloc" if "malloc" in made else "new" if "new" in made else None
         fix = (
             "put them in different common blocks or modules, or pad between them"
             if fortran
