@@ -42,7 +42,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <unwind.h>
+#include "unwind.h"
 
 #include "../core/runtime.h"
 #include "comm.h"
@@ -459,24 +459,32 @@ void locus_allocs_record_mapping(const void *addr, size_t size, uint64_t site, i
   errno = saved;
 }
 
-/* Frames already recorded, by a hash of (thread, site, stack pointer): a loop that opens a
- * parallel region at each turn writes its frame once. Process-wide, not thread-local (static
- * TLS is in every thread's stack); a race writes a record twice, which the report merges. */
-#define FRAMES_SEEN 256u
+/* Calls whose frames are recorded, by a hash of (thread, site, stack pointer): a loop that
+ * opens a parallel region at each turn writes its frames once. Process-wide, not
+ * thread-local (static TLS is in every thread's stack); a race writes records twice, which
+ * the report merges. Only the calls are kept, not the frames above them, which would evict
+ * them: a call from a recursion walked at every depth, again and again. */
+#define FRAMES_SEEN 256u /* (the slot: 8 bits) */
 static _Atomic uint64_t frames_seen[FRAMES_SEEN];
 
-/* A frame's record, unless written already (0 then); inside the guard. */
-static int put_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
+/* Whether the call was seen before (it is from now on). */
+static int seen_call(uint64_t cfa, uint64_t site) {
   uint64_t key = (site * 0x9e3779b97f4a7c15ull) ^ (cfa * 0xc2b2ae3d27d4eb4full) ^ locus_me.tid;
   key |= 1; /* (0: an empty slot) */
-  _Atomic uint64_t *slot = &frames_seen[(key >> 32) % FRAMES_SEEN];
-  if (atomic_load_explicit(slot, memory_order_relaxed) == key) return 0;
+  /* (the top bits of a product: the key's bits 32-39 put 200 stack depths 80 bytes apart
+   * in 15 slots) */
+  _Atomic uint64_t *slot = &frames_seen[(key * 0x9e3779b97f4a7c15ull) >> 56];
+  if (atomic_load_explicit(slot, memory_order_relaxed) == key) return 1;
   atomic_store_explicit(slot, key, memory_order_relaxed);
+  return 0;
+}
+
+/* A frame's record; inside the guard. */
+static void put_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
   struct locus_alloc r;
   memset(&r, 0, sizeof r);
   r.reserved[0] = fp;
   put_rec(&r, LOCUS_AL_FRAME, (const void *)(uintptr_t)cfa, 0, site, 0);
-  return 1;
 }
 
 static int frames_wanted(void) {
@@ -485,96 +493,50 @@ static int frames_wanted(void) {
          !me->guard && me->state == 1 && !at.closed && locus_enabled;
 }
 
-int locus_allocs_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
-  if (!frames_wanted()) return 0;
-  int saved = errno;
-  locus_me.guard++;
-  int put = put_frame(cfa, fp, site);
-  locus_me.guard--;
-  errno = saved;
-  return put;
-}
-
-/* The frames above the caller when the caller is a library's (std::thread's constructor
- * calls pthread_create from libstdc++, so the frame whose locals the new thread is given is a
- * few calls up), through libgcc's unwinder where the process has it loaded (every C++
- * program). It is not loaded for this: a process without libgcc_s records the direct caller
- * only. */
+/* The frames above the caller, up to FRAMES_UP of them (std::thread's constructor calls
+ * pthread_create from libstdc++, a program's helper may start threads on its caller's array:
+ * the frame whose locals the new thread is given is a few calls up), by the runtime's own
+ * unwinder, which reads the objects' call frame information from their files (comm/unwind.c:
+ * libgcc's, which this used, read it where it is mapped, and its pages then counted in the
+ * program's memory). Walked once per call site and stack depth (seen_call); the frames in
+ * system libraries (libc's start of main, libstdc++'s thread code) are passed through, not
+ * recorded: their locals are not the program's. */
 #define FRAMES_UP 8
-static struct {
-  _Unwind_Reason_Code (*backtrace)(_Unwind_Trace_Fn, void *);
-  _Unwind_Ptr (*ip)(struct _Unwind_Context *);
-  _Unwind_Word (*cfa)(struct _Unwind_Context *);
-  _Unwind_Word (*gr)(struct _Unwind_Context *, int);
-} unw;
-static _Atomic int unw_state; /* 0 not looked up, 1 found, 2 not in the process */
 
-struct frames_up {
-  uint64_t from; /* the interposer's CFA: the walk records the frames above its caller */
-  int n, started;
+struct in_system {
+  uint64_t pc;
+  int sys;
 };
 
-/* In libgcc's callback, a frame's "CFA" is its stack pointer at its call (its callee's
- * CFA): what a record's addr is. */
-static _Unwind_Reason_Code frame_up(struct _Unwind_Context *ctx, void *arg) {
-  struct frames_up *w = arg;
-  uint64_t sp = (uint64_t)unw.cfa(ctx);
-  if (!w->started) { /* this file's frames, the interposer's, then its caller (recorded) */
-    w->started = sp == w->from;
-    return sp > w->from ? _URC_END_OF_STACK : _URC_NO_REASON;
-  }
-  uint64_t ip = (uint64_t)unw.ip(ctx);
-  if (!ip) return _URC_END_OF_STACK;
-  put_frame(sp, (uint64_t)unw.gr(ctx, 6), ip);
-  return ++w->n >= FRAMES_UP ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
-
-/* Whether pc is in the program's own code (the first object dl_iterate_phdr lists), whose
- * range is found once. */
-static uint64_t main_lo, main_hi;
-static _Atomic int main_known;
-
-static int main_range(struct dl_phdr_info *info, size_t size, void *arg) {
+static int system_cb(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
-  (void)arg;
+  struct in_system *q = arg;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-    uint64_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-    if (!main_lo || lo < main_lo) main_lo = lo;
-    if (hi > main_hi) main_hi = hi;
+    uint64_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && q->pc >= lo && q->pc < lo + ph->p_memsz) {
+      q->sys = locus_system_object(info);
+      return 1;
+    }
   }
-  return 1; /* (the program is the first) */
-}
-
-static int in_program(uint64_t pc) {
-  if (!atomic_load_explicit(&main_known, memory_order_acquire)) {
-    dl_iterate_phdr(main_range, NULL);
-    atomic_store_explicit(&main_known, 1, memory_order_release);
-  }
-  return pc >= main_lo && pc < main_hi;
+  return 0;
 }
 
 void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site) {
   if (!frames_wanted()) return;
   int saved = errno;
-  locus_me.guard++; /* (dlsym's errors and the unwinder may allocate: not the program's) */
-  /* (a call already seen from this stack depth: the frames above it were walked then; a
-   * call from the program's own code is taken as its own: unwinding reads the .eh_frame of
-   * every object on the way, whose pages then count in the program's memory, 256 KiB more
-   * in stress-ng's) */
-  if (put_frame(cfa, fp, site) && !in_program(site)) {
-    int state = atomic_load_explicit(&unw_state, memory_order_acquire);
-    if (state == 0) {
-      unw.backtrace = (__typeof__(unw.backtrace))dlsym(RTLD_DEFAULT, "_Unwind_Backtrace");
-      unw.ip = (__typeof__(unw.ip))dlsym(RTLD_DEFAULT, "_Unwind_GetIP");
-      unw.cfa = (__typeof__(unw.cfa))dlsym(RTLD_DEFAULT, "_Unwind_GetCFA");
-      unw.gr = (__typeof__(unw.gr))dlsym(RTLD_DEFAULT, "_Unwind_GetGR");
-      state = unw.backtrace && unw.ip && unw.cfa && unw.gr ? 1 : 2;
-      atomic_store_explicit(&unw_state, state, memory_order_release);
+  locus_me.guard++;
+  uintptr_t lo, hi;
+  /* (a call already seen from this stack depth: the frames above it were walked then) */
+  if (!seen_call(cfa, site)) {
+    put_frame(cfa, fp, site);
+    struct locus_uframe f[FRAMES_UP + 1] = {{cfa, fp, site}};
+    int n = locus_thread_stack(&lo, &hi) == 0 ? locus_unwind(f, FRAMES_UP + 1, hi) : 1;
+    for (int i = 1; i < n; i++) {
+      struct in_system q = {f[i].pc - 1, 1};
+      dl_iterate_phdr(system_cb, &q);
+      if (!q.sys) put_frame(f[i].sp, f[i].fp, f[i].pc);
     }
-    struct frames_up w = {cfa, 0, 0};
-    if (state == 1) unw.backtrace(frame_up, &w);
   }
   locus_me.guard--;
   errno = saved;

@@ -41,10 +41,8 @@ void locus_allocs_record_remap(const void *old, size_t old_n, const void *p, siz
                                uint64_t site);
 /* A frame that may pass its locals' addresses to other threads (LOCUS_AL_FRAME): its stack
  * pointer at the call (cfa: the callee's canonical frame address), its frame pointer, the
- * call's return address; once per (thread, site, cfa). Call it through LOCUS_CALLER_FRAME. */
-int locus_allocs_frame(uint64_t cfa, uint64_t fp, uint64_t site); /* 1: written */
-/* The same, and the frames above it that libgcc's unwinder finds where the process has it
- * (C++ programs): for pthread_create, which libstdc++'s std::thread calls. */
+ * call's return address; and the frames above it in the program's code (comm/unwind.c);
+ * once per (thread, site, cfa). Call it through LOCUS_CALLER_FRAMES. */
 void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site);
 /* In an interposer: its caller's frame (the interposer keeps a frame pointer for it, which
  * holds the caller's): its stack pointer at the call, frame pointer, return address. */
@@ -52,7 +50,6 @@ void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site);
   (uint64_t)(uintptr_t) __builtin_dwarf_cfa(),                     \
       (uint64_t)(uintptr_t) * (void **)__builtin_frame_address(0), \
       (uint64_t)(uintptr_t)__builtin_return_address(0)
-#define LOCUS_CALLER_FRAME() locus_allocs_frame(LOCUS_CALLER_ARGS)
 #define LOCUS_CALLER_FRAMES() locus_allocs_frames(LOCUS_CALLER_ARGS)
 /* A heap block about to be freed, or moved by realloc (exact backend, comm/exact/exact.c: its
  * lines start a new generation; nothing while the exact model is off). */

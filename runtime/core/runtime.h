@@ -260,6 +260,10 @@ void locus_threads_after_fork(void);
 uint32_t locus_thread_count(void);
 /* The calling thread's stack [lo, hi); 0 on success. */
 int locus_thread_stack(uintptr_t *lo, uintptr_t *hi);
+/* Whether a loaded object is the system's (under /lib, /usr/lib; the vdso; liblocus.so
+ * itself) rather than the program's or a library of its own (core/objects.c). */
+struct dl_phdr_info;
+int locus_system_object(const struct dl_phdr_info *info);
 void locus_join_map_put(unsigned long pthread, uint32_t tid);
 uint32_t locus_join_map_take(unsigned long pthread);
 /* The tid of a live pthread_t (0 if unknown), without removing it. */

@@ -130,13 +130,14 @@ LOCUS_EXPORT void GOMP_barrier(void) {
 
 /* OpenMP parallel regions as GCC lowers them: the region's body is outlined, and the
  * encountering function hands the addresses of its shared locals to it (in `data`), so the
- * region's threads reach that function's frame. The frame is recorded (comm lens:
- * LOCUS_AL_FRAME) so that the report can name those locals; then the call goes on. */
+ * region's threads reach that function's frame, and its callers' where it was given their
+ * arrays. The frames are recorded (comm lens: LOCUS_AL_FRAME) so that the report can name
+ * those locals; then the call goes on. */
 typedef void (*omp_fn)(void *);
 #define PARALLEL(name, params, args)                                            \
   LOCUS_EXPORT void name params {                                               \
     static void(*next) params;                                                  \
-    LOCUS_CALLER_FRAME();                                                       \
+    LOCUS_CALLER_FRAMES();                                                      \
     if (!next) next = (__typeof__(next))locus_real_need((void **)&next, #name); \
     next args;                                                                  \
   }
@@ -171,7 +172,7 @@ PARALLEL(GOMP_parallel_loop_maybe_nonmonotonic_runtime, RUNTIME_PARAMS, RUNTIME_
 void *locus_kmpc_frame(uint64_t cfa, uint64_t fp, uint64_t site);
 void *locus_kmpc_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
   static void *next;
-  locus_allocs_frame(cfa, fp, site);
+  locus_allocs_frames(cfa, fp, site);
   return next ? next : locus_real_need(&next, "__kmpc_fork_call");
 }
 

@@ -2709,18 +2709,50 @@ def test_advice_for_blocks_from_operator_new_aligns_the_type(locus, tmp_path, al
     assert "aligned_alloc" not in advice, advice
 
 
-@pytest.mark.parametrize("kind", ["openmp", "openmp-clang", "pthread", "std::thread"])
+# The locals a caller of the function that starts the threads owns: the runtime's unwinder
+# (runtime/comm/unwind.c) records the frames above it. The pthread helper's frame is realigned
+# with stack arguments at -O0 (gcc's DRAP: its CFA is DW_CFA_def_cfa_expression [rbp - n]).
+PTHREAD_HELPER = PTHREAD_LOCALS.replace(
+    "static void run(void) {",
+    "static __attribute__((noinline)) void start(struct slot *slots, pthread_t *t,\n"
+    "                                            long a, long b, long c, long d, long e,\n"
+    "                                            long f) {\n"
+    "  _Alignas(64) volatile char pad[64];\n"
+    "  volatile long vla[f];\n"
+    "  pad[0] = (char)(a + b + c + d + e), vla[0] = 1;\n"
+    "  for (long i = 0; i < 2; i++) pthread_create(&t[i], 0, work, &slots[i]);\n"
+    "}\n"
+    "static void run(void) {",
+).replace(
+    "for (long i = 0; i < 2; i++) pthread_create(&t[i], 0, work, &slots[i]);\n  for (int",
+    "start(slots, t, 1, 2, 3, 4, 5, 6);\n  for (int",
+)
+
+OMP_HELPER = OMP_LOCALS.replace(
+    "int main(void) {\n  double sums[8] = {0};\n#pragma omp",
+    "static __attribute__((noinline)) void accumulate(double *sums) {\n#pragma omp",
+).replace(
+    "  printf(",
+    "}\nint main(void) {\n  double sums[8] = {0};\n  accumulate(sums);\n  printf(",
+)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["openmp", "openmp-clang", "openmp-helper", "pthread", "pthread-helper", "std::thread"],
+)
 def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
     """The classic false sharing of OpenMP tutorials, `double sums[8]` local to main and
     indexed by thread in a parallel region, and a local array of structures handed to
     pthread_create: the runtime records the frames that make those calls (LOCUS_AL_FRAME),
     and the report names the locals in their DWARF (the advice said "a local variable other
-    threads reach by its address"; the lines had no fields)."""
+    threads reach by its address"; the lines had no fields). Also where the array is given to
+    a helper that starts the threads (the frames above it: the runtime's unwinder)."""
     if kind.startswith("openmp"):
         # GCC's regions start in libgomp's GOMP_parallel, clang's in libomp's
         # __kmpc_fork_call (variadic: the runtime's stub in assembly).
         cc = "clang" if kind == "openmp-clang" else "gcc"
-        (tmp_path / "o.c").write_text(OMP_LOCALS)
+        (tmp_path / "o.c").write_text(OMP_HELPER if kind == "openmp-helper" else OMP_LOCALS)
         exe = tmp_path / "o"
         built = subprocess.run(
             [cc, "-O2", "-g", "-fopenmp", "-o", str(exe), str(tmp_path / "o.c")],
@@ -2737,25 +2769,35 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         subprocess.run(
             ["g++", "-O2", "-g", "-pthread", "-o", str(exe), str(tmp_path / "x.cc")], check=True
         )
+    elif kind == "pthread-helper":
+        (tmp_path / "p.c").write_text(PTHREAD_HELPER)
+        exe = tmp_path / "p"
+        subprocess.run(
+            ["gcc", "-O0", "-g", "-pthread", "-o", str(exe), str(tmp_path / "p.c")], check=True
+        )
     else:
         exe = _gcc(tmp_path, "p", PTHREAD_LOCALS)
     _proc, run = locus.record([str(exe)], ("--lens", "comm"))
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     obj = comm["objects"][0] if comm["objects"] else None
     assert obj and obj["kind"] == "stack" and obj["name"].startswith("stack of thread 0"), comm
-    want = {"openmp": "sums", "openmp-clang": "sums", "pthread": "slots", "std::thread": "counts"}
-    assert [v["name"] for v in obj["locals"]] == [want[kind]], obj["locals"]
+    want = "counts" if kind == "std::thread" else "slots" if kind.startswith("pthread") else "sums"
+    assert [v["name"] for v in obj["locals"]] == [want], obj["locals"]
     fields = {t["thread"]: set(t["fields"]) for ln in comm["lines"] for t in ln["threads"]}
     advice = " ".join(comm["advice"])
     if kind.startswith("openmp"):
         # (its samples of the loads of `sums[id] += ...` may make thread 0 a reader of the
         # line, whose advice names the fields only)
-        assert "`sums`, a local of main at o.c:5" in advice or "`sums[0]`" in advice, advice
+        line = 15 if kind == "openmp-helper" else 5
+        assert f"`sums`, a local of main at o.c:{line}" in advice or "`sums[0]`" in advice, advice
         assert "sums[1]" in advice, advice
         assert "sums[1]" in fields[1] and "sums[0]" in fields[0], fields
     elif kind == "std::thread":
         assert "`counts`, a local of count_all (inlined into main) at x.cc:7" in advice, advice
         assert "(thread 1 counts._M_elems[0]; thread 2 counts._M_elems[1])" in advice, advice
+    elif kind == "pthread-helper":
+        assert "`slots`, a local of run at p.c:24" in advice, advice
+        assert "(thread 1 slots[0].count; thread 2 slots[1].count)" in advice, advice
     else:
         assert "`slots`, a local of run (inlined into main) at p.c:16" in advice, advice
         assert "(thread 1 slots[0].count; thread 2 slots[1].count)" in advice, advice

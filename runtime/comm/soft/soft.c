@@ -106,7 +106,7 @@ struct module {
   uint64_t lo, hi;
   uint64_t hdr; /* address of .eh_frame_hdr, 0 when the object has none */
   _Atomic int dead;
-  int sys; /* a system library (is_system): its samples get the program's call into it */
+  int sys; /* a system library (locus_system_object): its samples get the program's call into it */
 };
 static struct module mods[MAX_MODS];
 static _Atomic int nmods;
@@ -287,23 +287,8 @@ struct seen {
 /* Code the program did not write: the C library and the other objects installed in the
  * system's library directories, the vDSO, the dynamic loader, and this runtime. Samples in
  * it get the program's call into it (caller_of). */
-static int is_system(const struct dl_phdr_info *info) {
-  const char *n = info->dlpi_name;
-  static const char *const dirs[] = {"/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/"};
-  if (!n || !n[0]) return 0;     /* the program */
-  if (!strchr(n, '/')) return 1; /* linux-vdso.so.1 */
-  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
-    if (strncmp(n, dirs[i], strlen(dirs[i])) == 0) return 1;
-  for (int i = 0; i < info->dlpi_phnum; i++) { /* liblocus.so, wherever it is */
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    uint64_t lo = info->dlpi_addr + ph->p_vaddr, self = (uint64_t)(uintptr_t)&is_system;
-    if (ph->p_type == PT_LOAD && self >= lo && self < lo + ph->p_memsz) return 1;
-  }
-  return 0;
-}
-
-/* The span of the program's own code (objects not is_system): a stack word outside it is no
- * return address into it. Only grows. */
+/* The span of the program's own code (objects not locus_system_object): a stack word
+ * outside it is no return address into it. Only grows. */
 static _Atomic uint64_t user_lo = UINT64_MAX, user_hi;
 
 /* The pages of [lo, hi) get mappings of their own (at most two pages each), without
@@ -328,7 +313,7 @@ static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
   struct seen *seen = arg;
   uint64_t hdr = 0, hdr_end = 0;
-  int sys = is_system(info);
+  int sys = locus_system_object(info);
   for (int i = 0; i < info->dlpi_phnum; i++)
     if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) {
       hdr = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
