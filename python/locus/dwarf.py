@@ -152,6 +152,17 @@ class Layout:
 
 
 @dataclass
+class PointeeLayout(Layout):
+    """A heap block that holds one of what its pointer points to: `p->misses`, `*p`."""
+
+    def field(self, off: int) -> str:
+        rest = _field(self._dies, self._type, off, self.fortran, 0)
+        if rest.startswith("."):
+            return f"{self.name}->{rest[1:]}"
+        return f"(*{self.name}){rest}" if rest else f"*{self.name}"
+
+
+@dataclass
 class CommonLayout(Layout):
     """A Fortran COMMON block (`common /cblock/ cblk`: the symbol `cblock_`): its members
     by their own addresses, (offset in the block, size, name, type)."""
@@ -501,12 +512,19 @@ def _origin(dies: dict, d: Die) -> Die:
 _INLINED = "DW_TAG_inlined_subroutine"
 
 
+@functools.lru_cache(maxsize=64)
+def _lookup(path: str, pc: int) -> str:
+    """llvm-dwarfdump's lookup of the call returning to pc: its unit, function and blocks,
+    and its line."""
+    return _run([f"--lookup={pc - 1:#x}", path])
+
+
 def _scopes(path: str, pc: int) -> tuple[dict, bool, list[Die]] | None:
     """(the unit's DIEs, whether it is Fortran, the scopes around the call returning to pc:
     innermost first, up to its function, whose frame they all are), or None without debug
     information there. The lookup leaves out the function a call was inlined into: the
     chain is followed up the unit's tree."""
-    found = _run([f"--lookup={pc - 1:#x}", path])
+    found = _lookup(path, pc)
     chain = [int(m.group(1), 16) for m in re.finditer(r"^(0x[0-9a-f]+):\s+DW_TAG_", found, re.M)]
     tags = re.findall(r"^0x[0-9a-f]+:\s+(DW_TAG_\w+)", found, re.M)
     if len(chain) < 2 or tags[0] != "DW_TAG_compile_unit":
@@ -529,9 +547,12 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
     """The layout of a heap block of `size` bytes that the call returning to ELF address pc
     allocated, where that call's source line declares the one pointer in scope that takes
     it (`struct stats *s = calloc(n, sizeof *s);`), or the one std::vector constructed
-    there (`std::vector<stats> s(n);`): an array of what it points to or holds, named after
-    it (`s[1].misses`). None otherwise (assigned to a pointer declared elsewhere, several
-    declared there, a pointer to void or to a type of unknown size)."""
+    there (`std::vector<stats> s(n);`), or, declaring none, assigns one pointer variable
+    declared elsewhere (`s = calloc(n, sizeof *s);`, read in the source file where it can
+    be: a local or parameter of the function, or a global of the unit): an array of what
+    it points to or holds, named after it (`s[1].misses`). None otherwise (several declared
+    or assigned there, a member or element assigned, a pointer to void or to a type of
+    unknown size, the source not found)."""
     found = _scopes(path, pc)
     if found is None or not line:
         return None
@@ -562,16 +583,77 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
             esize = _size(dies, t, fortran)
             if esize:
                 hits.append((_name(named.attrs.get("DW_AT_name")), t, esize))
+    if not hits:
+        hits = _assigned(path, pc, line, dies, fortran, scopes)
     if len(hits) != 1 or not hits[0][0]:
         return None
     name, t, esize = hits[0]
     n = max(1, size // esize)
+    tname = dies[t].attrs.get("DW_AT_name", "").strip('"') if t in dies else ""
+    if n == 1:
+        return PointeeLayout(name, tname, esize, fortran, dies, t)
     # The block as an array of n of them: a DIE of the walk's own, beside the unit's.
     key = -(len(dies) + 1)
     sub = Die(key - 1, "DW_TAG_subrange_type", {"DW_AT_count": str(n)})
     dies[key] = Die(key, "DW_TAG_array_type", {"DW_AT_type": f"{t:#x}"}, [sub])
-    tname = dies[t].attrs.get("DW_AT_name", "").strip('"') if t in dies else ""
     return Layout(name, f"{tname}[{n}]", n * esize, fortran, dies, key)
+
+
+# The one plain variable a source line assigns (`st = calloc(n, sizeof *st);`, `if (!(p =
+# malloc(n)))`): not a member (`s->p =`, `s.p =`), an element (`p[i] =`), what a pointer
+# points to (`*pp =`), a comparison.
+_ASSIGNS = re.compile(r"(?<![\w.>\]*])\s*([A-Za-z_]\w*)\s*=(?!=)")
+
+
+def _source_line(path: str, pc: int, line: int) -> str:
+    """The text of the source line of the call returning to pc, if it is `line` and its
+    file can be read: the line table names it without its directory, which the unit's or a
+    function's file of that name says (relative to the unit's directory)."""
+    found = _lookup(path, pc)
+    m = re.search(r"^Line info: file '([^']*)', line (\d+)", found, re.M)
+    if not m or int(m.group(2)) != line:
+        return ""
+    base = m.group(1).rsplit("/", 1)[-1]
+    names = re.findall(r"DW_AT_(?:name|decl_file)\s+\(\"([^\"]+)\"\)", found)
+    name = next((n for n in names if n.rsplit("/", 1)[-1] == base), "")
+    d = re.search(r"DW_AT_comp_dir\s+\(\"([^\"]*)\"\)", found)
+    if name and not name.startswith("/") and d:
+        name = f"{d.group(1)}/{name}"
+    if not name:
+        return ""
+    try:
+        with open(name, encoding="utf-8", errors="replace") as f:
+            for k, text in enumerate(f, 1):
+                if k == line:
+                    return text
+    except OSError:
+        pass
+    return ""
+
+
+def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: list[Die]):
+    """[(name, pointee type, its size)] for the pointer that the allocating line assigns
+    the block to, when it assigns one plain variable (a local or parameter of the scopes
+    around the call, else the unit's global) of pointer type; [] otherwise."""
+    names = {m.group(1) for m in _ASSIGNS.finditer(_source_line(path, pc, line).split("//")[0])}
+    if fortran or len(names) != 1:
+        return []
+    (want,) = names
+    unit = next((d for d in dies.values() if d.tag == "DW_TAG_compile_unit"), None)
+    for scope in [*scopes, *([unit] if unit is not None else [])]:
+        for v in scope.children:
+            if v.tag not in ("DW_TAG_variable", "DW_TAG_formal_parameter"):
+                continue
+            named = _origin(dies, v)
+            if _name(named.attrs.get("DW_AT_name")) != want:
+                continue
+            ptr = _strip(dies, _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type")))
+            if ptr is None or ptr.tag != "DW_TAG_pointer_type":
+                return []
+            t = _ref(ptr.attrs.get("DW_AT_type"))
+            esize = _size(dies, t, fortran)
+            return [(want, t, esize)] if esize else []
+    return []
 
 
 def frame_locals(path: str, pc: int, sp: int, bp: int) -> list[Local]:

@@ -2633,16 +2633,22 @@ int main(void) {
 """
 
 
-@pytest.mark.parametrize("wrapper", [False, True])
+@pytest.mark.parametrize("wrapper", [False, True, "assigned"])
 def test_a_heap_array_of_structures_is_named_by_its_pointer(locus, tmp_path, wrapper):
     """The commonest false sharing in C: `struct stats *st = calloc(n, sizeof *st)`, one
     element per thread. The block is read as an array of what the pointer its allocating
     line declares points to: the advice names the fields (`st[1].hits`) and the structure to
     pad, and the lines' fields say them (they said offsets only). The two elements' `hits`
     are 16 bytes apart: on one line whatever malloc's 16-byte alignment. Through the
-    program's allocation wrapper (`xmalloc`, inlined), the line is its caller's."""
+    program's allocation wrapper (`xmalloc`, inlined), the line is its caller's. Declared
+    on another line and assigned on the allocating one, the pointer is read in the source."""
     src = HEAP_STRUCTS
-    if wrapper:
+    if wrapper == "assigned":
+        src = src.replace(
+            "  struct stats *st = calloc(4, sizeof *st);\n  pthread_t t[2];",
+            "  struct stats *st;\n  pthread_t t[2];\n  st = calloc(4, sizeof *st);",
+        )
+    elif wrapper:
         src = src.replace("calloc(4, sizeof *st)", "xmalloc(4 * sizeof *st)").replace(
             "static pthread_barrier_t go;",
             "static void *xmalloc(size_t n) {\n  void *p = calloc(1, n);\n  if (!p) abort();\n"
@@ -2652,7 +2658,10 @@ def test_a_heap_array_of_structures_is_named_by_its_pointer(locus, tmp_path, wra
     _proc, run = locus.record([str(exe)], ("--lens", "comm"))
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     obj = comm["objects"][0] if comm["objects"] else None
-    want = "heap block from main h.c:22 (via xmalloc)" if wrapper else "heap block from main h.c:17"
+    want = {
+        True: "heap block from main h.c:22 (via xmalloc)",
+        "assigned": "heap block from main h.c:19",
+    }.get(wrapper, "heap block from main h.c:17")
     assert obj and obj["name"] == want, comm["objects"]
     advice = " ".join(comm["advice"])
     assert "(thread 1 st[0].hits; thread 2 st[1].hits)" in advice, advice

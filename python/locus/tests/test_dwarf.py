@@ -396,7 +396,21 @@ __attribute__((noinline)) void through_typedef(void) {
   stats_t *td = malloc(2 * sizeof *td);
   keep[3] = td;
 }
-int main(void) { own(); assigned(); untyped(); through_typedef(); return 0; }
+struct stats *gp;
+struct holder { struct stats *p; } hold;
+__attribute__((noinline)) void global_one(void) {
+  gp = malloc(sizeof *gp);
+}
+__attribute__((noinline)) void member(void) {
+  hold.p = malloc(sizeof *hold.p);
+}
+__attribute__((noinline)) void element(void) {
+  keep[2] = malloc(sizeof *keep[2]);
+}
+int main(void) {
+  own(); assigned(); untyped(); through_typedef(); global_one(); member(); element();
+  return 0;
+}
 """
 
 
@@ -428,8 +442,9 @@ def _allocating_calls(tmp_path, compiler: str, name: str, src: str, opt: str, ca
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, compiler):
     """A heap block is read as an array of what the pointer declared on its allocating
-    line points to (`st[1].misses`); a pointer declared elsewhere, or to void, names
-    nothing."""
+    line points to (`st[1].misses`), or, declaring none, the one pointer variable it
+    assigns (a local declared before, a global; a block of one: `gp->misses`); a pointer to
+    void, a member or an element assigned name nothing."""
     from locus.dwarf import heap_layout
 
     exe, ret = _allocating_calls(tmp_path, compiler, "h.c", HEAP_SRC, "-O1", ("alloc@plt>",))
@@ -437,7 +452,13 @@ def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, com
     assert own is not None and (own.name, own.size) == ("st", 64)
     assert [own.field(x) for x in (0, 24, 56)] == ["st[0].hits", "st[1].misses", "st[3].misses"]
     assert own.element() == ("struct stats", 16)
-    assert heap_layout(str(exe), ret["assigned"], 11, 64) is None
+    later = heap_layout(str(exe), ret["assigned"], 11, 64)
+    assert later is not None and later.field(24) == "later[1].misses"
+    assert later.element() == ("struct stats", 16)
+    one = heap_layout(str(exe), ret["global_one"], 25, 16)
+    assert one is not None and [one.field(x) for x in (0, 8)] == ["gp->hits", "gp->misses"]
+    assert heap_layout(str(exe), ret["member"], 28, 16) is None
+    assert heap_layout(str(exe), ret["element"], 31, 16) is None
     assert heap_layout(str(exe), ret["untyped"], 15, 64) is None
     td = heap_layout(str(exe), ret["through_typedef"], 19, 32)
     assert td is not None and td.field(16) == "td[1].hits"
