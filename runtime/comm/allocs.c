@@ -531,7 +531,11 @@ void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site) {
   if (!seen_call(cfa, site)) {
     put_frame(cfa, fp, site);
     struct locus_uframe f[FRAMES_UP + 1] = {{cfa, fp, site}};
-    int n = locus_thread_stack(&lo, &hi) == 0 ? locus_unwind(f, FRAMES_UP + 1, hi) : 1;
+    /* (only on the thread's own stack, all of it mapped above the caller's frame: not on a
+     * signal stack or a coroutine's) */
+    int n = locus_thread_stack(&lo, &hi) == 0 && cfa >= lo && cfa < hi
+                ? locus_unwind(f, FRAMES_UP + 1, hi)
+                : 1;
     for (int i = 1; i < n; i++) {
       struct in_system q = {f[i].pc - 1, 1};
       dl_iterate_phdr(system_cb, &q);
