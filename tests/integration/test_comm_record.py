@@ -2814,6 +2814,40 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         assert fields[1] == {"slots[0].count"} and fields[2] == {"slots[1].count"}, fields
 
 
+OFF_STACK_THREADS = r"""#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <ucontext.h>
+static void *nop(void *a) { return a; }
+static ucontext_t mainctx, coctx;
+static void co(void) { pthread_t t; pthread_create(&t, 0, nop, 0); pthread_join(t, 0); puts("co ok"); }
+static void on_sig(int s) { (void)s; pthread_t t; pthread_create(&t, 0, nop, 0); pthread_join(t, 0); }
+int main(void) {
+  char *stk = malloc(1 << 16);
+  getcontext(&coctx); coctx.uc_stack.ss_sp = stk; coctx.uc_stack.ss_size = 1 << 16; coctx.uc_link = &mainctx;
+  makecontext(&coctx, co, 0); swapcontext(&mainctx, &coctx);
+  stack_t ss = {.ss_sp = malloc(1 << 16), .ss_size = 1 << 16};
+  sigaltstack(&ss, 0);
+  struct sigaction sa = {.sa_handler = on_sig, .sa_flags = SA_ONSTACK};
+  sigaction(SIGUSR1, &sa, 0); raise(SIGUSR1); puts("sig ok");
+  return 0;
+}
+"""
+
+
+def test_threads_started_off_the_thread_stack(locus, tmp_path):
+    """pthread_create called on a coroutine's stack (makecontext) and in a signal handler on
+    the alternate signal stack, where the runtime's frame walk must not read the stack as if
+    it were the thread's own: the program runs to its end, its threads recorded."""
+    exe = _gcc(tmp_path, "co", OFF_STACK_THREADS)
+    proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    assert proc.stdout.decode().split() == ["co", "ok", "sig", "ok"], proc.stdout
+    comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert comm["threads_total"] == 3, comm["threads"]
+
+
 def test_the_service_sampler_ticks_as_the_lenses_need(locus):
     """The launcher's service-time sampler ticks every 10 ms for the locks lens (its critical
     path reads the service times) and every 50 ms otherwise (the comm and numa lenses read
