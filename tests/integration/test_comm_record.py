@@ -2822,11 +2822,25 @@ OFF_STACK_THREADS = r"""#define _GNU_SOURCE
 #include <ucontext.h>
 static void *nop(void *a) { return a; }
 static ucontext_t mainctx, coctx;
-static void co(void) { pthread_t t; pthread_create(&t, 0, nop, 0); pthread_join(t, 0); puts("co ok"); }
-static void on_sig(int s) { (void)s; pthread_t t; pthread_create(&t, 0, nop, 0); pthread_join(t, 0); }
+static void start(void) {
+  pthread_t t;
+  pthread_create(&t, 0, nop, 0);
+  pthread_join(t, 0);
+}
+static void co(void) {
+  start();
+  puts("co ok");
+}
+static void on_sig(int s) {
+  (void)s;
+  start();
+}
 int main(void) {
   char *stk = malloc(1 << 16);
-  getcontext(&coctx); coctx.uc_stack.ss_sp = stk; coctx.uc_stack.ss_size = 1 << 16; coctx.uc_link = &mainctx;
+  getcontext(&coctx);
+  coctx.uc_stack.ss_sp = stk;
+  coctx.uc_stack.ss_size = 1 << 16;
+  coctx.uc_link = &mainctx;
   makecontext(&coctx, co, 0); swapcontext(&mainctx, &coctx);
   stack_t ss = {.ss_sp = malloc(1 << 16), .ss_size = 1 << 16};
   sigaltstack(&ss, 0);
