@@ -26,7 +26,6 @@
 
 #define REG_RBP 6
 #define REG_RSP 7
-#define REG_RA 16
 #define MAX_LOADS 8
 #define FDE_BYTES 2048 /* an FDE read at once; a longer one ends the walk */
 #define CIE_BYTES 512
