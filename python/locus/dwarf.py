@@ -599,10 +599,41 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
     return Layout(name, f"{tname}[{n}]", n * esize, fortran, dies, key)
 
 
-# The one plain variable a source line assigns (`st = calloc(n, sizeof *st);`, `if (!(p =
-# malloc(n)))`): not a member (`s->p =`, `s.p =`), an element (`p[i] =`), what a pointer
-# points to (`*pp =`), a comparison.
-_ASSIGNS = re.compile(r"(?<![\w.>\]*])\s*([A-Za-z_]\w*)\s*=(?!=)")
+# What a source line assigns: a variable (`st = calloc(n, sizeof *st);`, `if (!(p =
+# malloc(n)))`) or a member of one (`pool.st =`, `ctx->stats =`, `this->buf =`); not an
+# element (`p[i] =`), what a pointer points to (`*pp =`), a comparison.
+_ASSIGNS = re.compile(r"(?<![\w.>\]*])\s*([A-Za-z_]\w*(?:\s*(?:\.|->)\s*[A-Za-z_]\w*)*)\s*=(?!=)")
+_MEMBER = re.compile(r"\s*(\.|->)\s*")
+
+
+def _member(dies: dict, rec: Die, name: str) -> int | None:
+    """The type of the member `name` of a structure, union or class (its definition in the
+    unit where `rec` only declares it)."""
+    if not rec.children and rec.attrs.get("DW_AT_declaration"):
+        tname = _name(rec.attrs.get("DW_AT_name"))
+        rec = next(
+            (d for d in dies.values() if d.tag == rec.tag and d.children
+             and _name(d.attrs.get("DW_AT_name")) == tname),
+            rec,
+        )  # fmt: skip
+    for m in rec.children:
+        if m.tag == "DW_TAG_member" and _name(m.attrs.get("DW_AT_name")) == name:
+            return _ref(m.attrs.get("DW_AT_type"))
+    return None
+
+
+def _chain_type(dies: dict, t: int | None, chain: list[str]) -> int | None:
+    """The type reached from type t by `.m` and `->m` steps ([sep, member, sep, member...])."""
+    for sep, name in zip(chain[0::2], chain[1::2]):
+        d = _strip(dies, t)
+        if sep == "->":
+            if d is None or d.tag != "DW_TAG_pointer_type":
+                return None
+            d = _strip(dies, _ref(d.attrs.get("DW_AT_type")))
+        if d is None or d.tag not in _RECORDS:
+            return None
+        t = _member(dies, d, name)
+    return t
 
 
 def _source_line(path: str, pc: int, line: int) -> str:
@@ -633,21 +664,24 @@ def _source_line(path: str, pc: int, line: int) -> str:
 
 def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: list[Die]):
     """[(name, pointee type, its size)] for the pointer that the allocating line assigns
-    the block to, when it assigns one plain variable (a local or parameter of the scopes
-    around the call, else the unit's global) of pointer type; [] otherwise."""
-    names = {m.group(1) for m in _ASSIGNS.finditer(_source_line(path, pc, line).split("//")[0])}
-    if fortran or len(names) != 1:
+    the block to, when it assigns one variable (a local or parameter of the scopes around
+    the call, else the unit's global), or a member of one, of pointer type; [] otherwise."""
+    text = _source_line(path, pc, line).split("//")[0]
+    found = {_MEMBER.sub(lambda m: m.group(1), m.group(1)) for m in _ASSIGNS.finditer(text)}
+    if fortran or len(found) != 1:
         return []
-    (want,) = names
+    (want,) = found
+    chain = _MEMBER.split(want)  # [variable, sep, member, sep, member...]
     unit = next((d for d in dies.values() if d.tag == "DW_TAG_compile_unit"), None)
     for scope in [*scopes, *([unit] if unit is not None else [])]:
         for v in scope.children:
             if v.tag not in ("DW_TAG_variable", "DW_TAG_formal_parameter"):
                 continue
             named = _origin(dies, v)
-            if _name(named.attrs.get("DW_AT_name")) != want:
+            if _name(named.attrs.get("DW_AT_name")) != chain[0]:
                 continue
-            ptr = _strip(dies, _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type")))
+            t = _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type"))
+            ptr = _strip(dies, _chain_type(dies, t, chain[1:]))
             if ptr is None or ptr.tag != "DW_TAG_pointer_type":
                 return []
             t = _ref(ptr.attrs.get("DW_AT_type"))

@@ -407,8 +407,12 @@ __attribute__((noinline)) void member(void) {
 __attribute__((noinline)) void element(void) {
   keep[2] = malloc(sizeof *keep[2]);
 }
+__attribute__((noinline)) void through_pointer(struct holder *h) {
+  h->p = calloc(2, sizeof *h->p);
+}
 int main(void) {
   own(); assigned(); untyped(); through_typedef(); global_one(); member(); element();
+  through_pointer(&hold);
   return 0;
 }
 """
@@ -443,8 +447,8 @@ def _allocating_calls(tmp_path, compiler: str, name: str, src: str, opt: str, ca
 def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, compiler):
     """A heap block is read as an array of what the pointer declared on its allocating
     line points to (`st[1].misses`), or, declaring none, the one pointer variable it
-    assigns (a local declared before, a global; a block of one: `gp->misses`); a pointer to
-    void, a member or an element assigned name nothing."""
+    assigns (a local declared before, a global; a block of one: `gp->misses`), or the
+    member (`hold.p`, `h->p`); a pointer to void or an element assigned name nothing."""
     from locus.dwarf import heap_layout
 
     exe, ret = _allocating_calls(tmp_path, compiler, "h.c", HEAP_SRC, "-O1", ("alloc@plt>",))
@@ -457,7 +461,10 @@ def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, com
     assert later.element() == ("struct stats", 16)
     one = heap_layout(str(exe), ret["global_one"], 25, 16)
     assert one is not None and [one.field(x) for x in (0, 8)] == ["gp->hits", "gp->misses"]
-    assert heap_layout(str(exe), ret["member"], 28, 16) is None
+    member = heap_layout(str(exe), ret["member"], 28, 16)
+    assert member is not None and member.field(8) == "hold.p->misses"
+    arrow = heap_layout(str(exe), ret["through_pointer"], 34, 32)
+    assert arrow is not None and arrow.field(24) == "h->p[1].misses"
     assert heap_layout(str(exe), ret["element"], 31, 16) is None
     assert heap_layout(str(exe), ret["untyped"], 15, 64) is None
     td = heap_layout(str(exe), ret["through_typedef"], 19, 32)
