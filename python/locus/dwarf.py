@@ -673,20 +673,22 @@ def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: 
     (want,) = found
     chain = _MEMBER.split(want)  # [variable, sep, member, sep, member...]
     unit = next((d for d in dies.values() if d.tag == "DW_TAG_compile_unit"), None)
-    for scope in [*scopes, *([unit] if unit is not None else [])]:
-        for v in scope.children:
-            if v.tag not in ("DW_TAG_variable", "DW_TAG_formal_parameter"):
-                continue
-            named = _origin(dies, v)
-            if _name(named.attrs.get("DW_AT_name")) != chain[0]:
-                continue
-            t = _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type"))
-            ptr = _strip(dies, _chain_type(dies, t, chain[1:]))
-            if ptr is None or ptr.tag != "DW_TAG_pointer_type":
-                return []
-            t = _ref(ptr.attrs.get("DW_AT_type"))
-            esize = _size(dies, t, fortran)
-            return [(want, t, esize)] if esize else []
+    # (a C++ member function's own member, `counts = new ...`: this->counts)
+    for names in (chain, ["this", "->", *chain]):
+        for scope in [*scopes, *([unit] if unit is not None else [])]:
+            for v in scope.children:
+                if v.tag not in ("DW_TAG_variable", "DW_TAG_formal_parameter"):
+                    continue
+                named = _origin(dies, v)
+                if _name(named.attrs.get("DW_AT_name")) != names[0]:
+                    continue
+                t = _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type"))
+                ptr = _strip(dies, _chain_type(dies, t, names[1:]))
+                if ptr is None or ptr.tag != "DW_TAG_pointer_type":
+                    return []
+                t = _ref(ptr.attrs.get("DW_AT_type"))
+                esize = _size(dies, t, fortran)
+                return [(want, t, esize)] if esize else []
     return []
 
 

@@ -473,6 +473,44 @@ def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, com
     assert heap_layout(str(exe), ret["own"], 7, 64) is None  # another line
 
 
+MEMBER_SRC = r"""struct Counter { long n; long m; };
+struct Pool {
+  Counter *counts;
+  Counter *spare;
+  __attribute__((noinline)) void make(int k);
+  __attribute__((noinline)) void again(int k);
+};
+void Pool::make(int k) { counts = new Counter[k](); }
+void Pool::again(int k) { this->spare = new Counter[k](); }
+Pool *keep;
+int main() {
+  static Pool p;
+  p.make(4);
+  p.again(2);
+  keep = &p;
+  return (int)p.counts[1].m;
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
+@pytest.mark.parametrize("compiler", ["g++", "clang++"])
+def test_heap_layout_of_a_member_a_method_assigns(tmp_path, compiler):
+    """`counts = new Counter[k]();` in a member function: the block is named by the member
+    (this->counts), written with `this->` or without."""
+    from locus.dwarf import heap_layout
+
+    exe, rets = _allocating_calls(tmp_path, compiler, "m.cc", MEMBER_SRC, "-O1", ("operator new",))
+    make = next((a for f, a in rets.items() if "make" in f), None)
+    again = next((a for f, a in rets.items() if "again" in f), None)
+    assert make and again, rets
+    counts = heap_layout(str(exe), make, 8, 64)
+    assert counts is not None and counts.field(24) == "counts[1].m"
+    assert counts.element() == ("Counter", 16)
+    spare = heap_layout(str(exe), again, 9, 32)
+    assert spare is not None and spare.field(16) == "this->spare[1].n"
+
+
 VECTOR_SRC = r"""#include <vector>
 struct Counter { long n; long m; };
 std::vector<Counter> *keep;
