@@ -692,6 +692,37 @@ def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: 
     return []
 
 
+def _frame_base(expr: str, path: str, pc: int, regs: dict) -> int | None:
+    """A function's frame base (DW_AT_frame_base) at the call returning to pc, its stack and
+    frame pointers in regs: the stack or frame pointer (DW_OP_reg7, DW_OP_breg6 n), or the
+    canonical frame address from the call's row of the call frame information, with an
+    offset added where the expression says so (`DW_OP_call_frame_cfa, DW_OP_consts -176,
+    DW_OP_plus`: rustc's, LLVM's realigned frames); None for anything else."""
+    stack: list[int] = []
+    for op in [x.strip() for x in expr.strip().split(",") if x.strip()]:
+        m = _BASE.match(op)
+        word, _, arg = op.partition(" ")
+        if m:
+            stack.append(regs[m.group(1) or m.group(2)] + int(m.group(3) or 0))
+        elif op == "DW_OP_call_frame_cfa":
+            rule = _cfa_rule(path, pc - 1)
+            if not rule:
+                return None
+            stack.append((regs["7"] if rule[0] == "RSP" else regs["6"]) + rule[1])
+        elif word in ("DW_OP_consts", "DW_OP_constu") and re.fullmatch(r"[+-]?\d+", arg):
+            stack.append(int(arg))
+        elif re.fullmatch(r"DW_OP_lit\d+", op):
+            stack.append(int(op[len("DW_OP_lit") :]))
+        elif word == "DW_OP_plus_uconst" and arg.isdigit() and stack:
+            stack[-1] += int(arg)
+        elif op in ("DW_OP_plus", "DW_OP_minus") and len(stack) >= 2:
+            b, a = stack.pop(), stack.pop()
+            stack.append(a + b if op == "DW_OP_plus" else a - b)
+        else:
+            return None
+    return stack[-1] if len(stack) == 1 else None
+
+
 def frame_locals(path: str, pc: int, sp: int, bp: int) -> list[Local]:
     """The local variables in memory of the frame that made a call returning to ELF address
     pc of the module at `path`, its stack pointer sp and frame pointer bp at the call: those
@@ -706,14 +737,7 @@ def frame_locals(path: str, pc: int, sp: int, bp: int) -> list[Local]:
     dies, fortran, scopes = found
     sub = scopes[-1]
     regs = {"6": bp, "7": sp}
-    base = None
-    fb = sub.attrs.get("DW_AT_frame_base", "").strip()
-    m = _BASE.match(fb)
-    if fb == "DW_OP_call_frame_cfa":
-        rule = _cfa_rule(path, pc - 1)
-        base = (sp if rule[0] == "RSP" else bp) + rule[1] if rule else None
-    elif m:
-        base = regs[m.group(1) or m.group(2)] + int(m.group(3) or 0)
+    base = _frame_base(sub.attrs.get("DW_AT_frame_base", ""), path, pc, regs)
     out = []
     for i, scope in enumerate(scopes):
         # The function the scope is in: an inlined one's own name, with its caller's.

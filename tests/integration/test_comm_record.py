@@ -2737,6 +2737,28 @@ PTHREAD_HELPER = PTHREAD_LOCALS.replace(
     "start(slots, t, 1, 2, 3, 4, 5, 6);\n  for (int",
 )
 
+RUST_LOCALS = r"""use std::sync::atomic::{compiler_fence, Ordering};
+fn run() {
+    let mut counts = [0u64; 2];
+    let (a, b) = counts.split_at_mut(1);
+    std::thread::scope(|s| {
+        for c in [a, b] {
+            s.spawn(move || {
+                for _ in 0..300_000_000u64 {
+                    c[0] += 1;
+                    compiler_fence(Ordering::SeqCst);
+                    unsafe { std::ptr::read_volatile(&c[0]) };
+                }
+            });
+        }
+    });
+    println!("{}", counts[0] + counts[1]);
+}
+fn main() {
+    run();
+}
+"""
+
 OMP_HELPER = OMP_LOCALS.replace(
     "int main(void) {\n  double sums[8] = {0};\n#pragma omp",
     "static __attribute__((noinline)) void accumulate(double *sums) {\n#pragma omp",
@@ -2748,7 +2770,7 @@ OMP_HELPER = OMP_LOCALS.replace(
 
 @pytest.mark.parametrize(
     "kind",
-    ["openmp", "openmp-clang", "openmp-helper", "pthread", "pthread-helper", "std::thread"],
+    ["openmp", "openmp-clang", "openmp-helper", "pthread", "pthread-helper", "std::thread", "rust"],
 )
 def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
     """The classic false sharing of OpenMP tutorials, `double sums[8]` local to main and
@@ -2778,6 +2800,14 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         subprocess.run(
             ["g++", "-O2", "-g", "-pthread", "-o", str(exe), str(tmp_path / "x.cc")], check=True
         )
+    elif kind == "rust":
+        # Scoped threads: std's spawn (linked into the program) calls pthread_create a few
+        # frames below the function whose array the closures borrow.
+        if not shutil.which("rustc"):
+            pytest.skip("rustc is not installed")
+        (tmp_path / "r.rs").write_text(RUST_LOCALS)
+        exe = tmp_path / "r"
+        subprocess.run(["rustc", "-g", "-O", "-o", str(exe), str(tmp_path / "r.rs")], check=True)
     elif kind == "pthread-helper":
         (tmp_path / "p.c").write_text(PTHREAD_HELPER)
         exe = tmp_path / "p"
@@ -2790,7 +2820,9 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     obj = comm["objects"][0] if comm["objects"] else None
     assert obj and obj["kind"] == "stack" and obj["name"].startswith("stack of thread 0"), comm
-    want = "counts" if kind == "std::thread" else "slots" if kind.startswith("pthread") else "sums"
+    want = {"std::thread": "counts", "rust": "counts"}.get(
+        kind, "slots" if kind.startswith("pthread") else "sums"
+    )
     assert [v["name"] for v in obj["locals"]] == [want], obj["locals"]
     fields = {t["thread"]: set(t["fields"]) for ln in comm["lines"] for t in ln["threads"]}
     advice = " ".join(comm["advice"])
@@ -2804,6 +2836,9 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
     elif kind == "std::thread":
         assert "`counts`, a local of count_all (inlined into main) at x.cc:7" in advice, advice
         assert "(thread 1 counts._M_elems[0]; thread 2 counts._M_elems[1])" in advice, advice
+    elif kind == "rust":
+        assert "`counts`, a local of run (inlined into main) at r.rs:3" in advice, advice
+        assert "(thread 1 counts[0]; thread 2 counts[1])" in advice, advice
     elif kind == "pthread-helper":
         assert "`slots`, a local of run at p.c:24" in advice, advice
         assert "(thread 1 slots[0].count; thread 2 slots[1].count)" in advice, advice

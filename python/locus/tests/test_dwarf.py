@@ -536,3 +536,22 @@ def test_heap_layout_of_a_vector_constructed_on_its_line(tmp_path, compiler):
     assert v is not None and v.name == "counts"
     assert [v.field(x) for x in (0, 24)] == ["counts[0].n", "counts[1].m"]
     assert v.element() == ("Counter", 16)
+
+
+def test_frame_base_expressions(monkeypatch):
+    """DW_AT_frame_base: a register, a register plus an offset, the CFA, and the CFA with an
+    offset added (rustc's and LLVM's realigned frames: its locals were not named)."""
+    from locus import dwarf
+
+    monkeypatch.setattr(dwarf, "_cfa_rule", lambda path, pc: ("RSP", 192))
+    regs = {"6": 0x9000, "7": 0x8000}
+    assert dwarf._frame_base("DW_OP_reg7 RSP", "m", 1, regs) == 0x8000
+    assert dwarf._frame_base("DW_OP_breg6 RBP+16", "m", 1, regs) == 0x9010
+    assert dwarf._frame_base("DW_OP_call_frame_cfa", "m", 1, regs) == 0x8000 + 192
+    cfa_less = "DW_OP_call_frame_cfa, DW_OP_consts -176, DW_OP_plus"
+    assert dwarf._frame_base(cfa_less, "m", 1, regs) == 0x8000 + 16
+    assert dwarf._frame_base("DW_OP_call_frame_cfa, DW_OP_plus_uconst 8", "m", 1, regs) == 0x80C8
+    assert dwarf._frame_base("DW_OP_reg3 RBX", "m", 1, regs) is None
+    assert dwarf._frame_base("", "m", 1, regs) is None
+    monkeypatch.setattr(dwarf, "_cfa_rule", lambda path, pc: None)
+    assert dwarf._frame_base(cfa_less, "m", 1, regs) is None
