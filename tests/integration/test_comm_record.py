@@ -2737,6 +2737,31 @@ PTHREAD_HELPER = PTHREAD_LOCALS.replace(
     "start(slots, t, 1, 2, 3, 4, 5, 6);\n  for (int",
 )
 
+FORTRAN_LOCALS = r"""subroutine work(n)
+  use omp_lib
+  implicit none
+  integer(8), intent(in) :: n
+  real(8), volatile :: s(8)
+  integer(8) :: i
+  integer :: id
+  s = 0
+  !$omp parallel private(id, i) num_threads(2)
+  id = omp_get_thread_num()
+  do i = 1, n
+    s(id + 1) = s(id + 1) + 1.0d0
+    call sync_memory()
+  end do
+  !$omp end parallel
+  print *, s(1) + s(2)
+contains
+  subroutine sync_memory()
+  end subroutine
+end subroutine
+program main
+  call work(200000000_8)
+end program
+"""
+
 RUST_LOCALS = r"""use std::sync::atomic::{compiler_fence, Ordering};
 fn run() {
     let mut counts = [0u64; 2];
@@ -2770,7 +2795,16 @@ OMP_HELPER = OMP_LOCALS.replace(
 
 @pytest.mark.parametrize(
     "kind",
-    ["openmp", "openmp-clang", "openmp-helper", "pthread", "pthread-helper", "std::thread", "rust"],
+    [
+        "openmp",
+        "openmp-clang",
+        "openmp-helper",
+        "fortran",
+        "pthread",
+        "pthread-helper",
+        "std::thread",
+        "rust",
+    ],
 )
 def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
     """The classic false sharing of OpenMP tutorials, `double sums[8]` local to main and
@@ -2800,6 +2834,13 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         subprocess.run(
             ["g++", "-O2", "-g", "-pthread", "-o", str(exe), str(tmp_path / "x.cc")], check=True
         )
+    elif kind == "fortran":
+        (tmp_path / "f.f90").write_text(FORTRAN_LOCALS)
+        exe = tmp_path / "f"
+        subprocess.run(
+            ["gfortran", "-O1", "-g", "-fopenmp", "-o", str(exe), str(tmp_path / "f.f90")],
+            check=True,
+        )
     elif kind == "rust":
         # Scoped threads: std's spawn (linked into the program) calls pthread_create a few
         # frames below the function whose array the closures borrow.
@@ -2820,7 +2861,7 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     obj = comm["objects"][0] if comm["objects"] else None
     assert obj and obj["kind"] == "stack" and obj["name"].startswith("stack of thread 0"), comm
-    want = {"std::thread": "counts", "rust": "counts"}.get(
+    want = {"std::thread": "counts", "rust": "counts", "fortran": "s"}.get(
         kind, "slots" if kind.startswith("pthread") else "sums"
     )
     assert [v["name"] for v in obj["locals"]] == [want], obj["locals"]
@@ -2836,6 +2877,11 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
     elif kind == "std::thread":
         assert "`counts`, a local of count_all (inlined into main) at x.cc:7" in advice, advice
         assert "(thread 1 counts._M_elems[0]; thread 2 counts._M_elems[1])" in advice, advice
+    elif kind == "fortran":
+        # Fortran's own means: no alignas; the array's own name in the fix.
+        assert "`s`, a local of work at f.f90:5" in advice, advice
+        assert "declare 8 per thread, s(8, nthreads), and use s(1, t)" in advice, advice
+        assert "s(2)" in fields[1], fields
     elif kind == "rust":
         assert "`counts`, a local of run (inlined into main) at r.rs:3" in advice, advice
         assert "(thread 1 counts[0]; thread 2 counts[1])" in advice, advice

@@ -1312,8 +1312,15 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 wname = _heap_name(objs.writer_blocks[k], names)[0]
                 if wname != name and wname not in writers:
                     writers.append(wname)
-        # The busiest false-sharing access, whose source file tells the advice's language.
-        top = int(fm[np.argmax(wk["false"][fm])]) if len(fm) else -1
+        # The busiest false-sharing access, whose source file tells the advice's language:
+        # the instruction with the most false volume (not the one heaviest event: a trap
+        # weighs more than a lookup, and one in an exit handler reusing the stack named C).
+        top = -1
+        if len(fm):
+            key = ev.dst_ip[fm].astype(np.uint64) | (ev.dst_proc[fm].astype(np.uint64) << 48)
+            uk, kinv = np.unique(key, return_inverse=True)
+            vol = np.bincount(kinv.reshape(-1), weights=wk["false"][fm], minlength=len(uk))
+            top = int(fm[np.flatnonzero(key == uk[int(np.argmax(vol))])[0]])
         top_ip = (int(ev.dst_proc[top]), int(ev.dst_ip[top])) if top >= 0 else None
         # ... and its program's call into the system library it is in (a lock function).
         fc = fm[(ev.dst_caller[fm] != 0) & (ev.dst_ip[fm] == ev.dst_ip[top])] if len(fm) else fm
@@ -2457,7 +2464,14 @@ def _lock_code(site: dict | None) -> str | None:
 def _fortran_padding(o: dict, line: int, size: int, names=None) -> str:
     """How to give each thread's element its own line, in Fortran (no alignas)."""
     n = max(line // max(size, 1), 1)
-    var = o["name"].rsplit("::", 1)[-1] if o["kind"] == "static" else "a"
+    local = o.get("locals") or []
+    var = (
+        o["name"].rsplit("::", 1)[-1]
+        if o["kind"] == "static"
+        else local[0]["name"]
+        if len(local) == 1
+        else "a"
+    )
     layout = _layout_of(o, names)
     if layout is not None and layout.type.startswith("COMMON /"):
         # A COMMON block's symbol (`cblock_`) is not a name in the source: its member is.
