@@ -547,12 +547,12 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
     """The layout of a heap block of `size` bytes that the call returning to ELF address pc
     allocated, where that call's source line declares the one pointer in scope that takes
     it (`struct stats *s = calloc(n, sizeof *s);`), or the one std::vector constructed
-    there (`std::vector<stats> s(n);`), or, declaring none, assigns one pointer variable
-    declared elsewhere (`s = calloc(n, sizeof *s);`, read in the source file where it can
-    be: a local or parameter of the function, or a global of the unit): an array of what
-    it points to or holds, named after it (`s[1].misses`). None otherwise (several declared
-    or assigned there, a member or element assigned, a pointer to void or to a type of
-    unknown size, the source not found)."""
+    there (`std::vector<stats> s(n);`), or, declaring none, assigns one pointer declared
+    elsewhere (`s = calloc(n, sizeof *s);`, `c->stats = ...`, read in the source file where
+    it can be: a local or parameter of the function, a global of the unit, a member of one):
+    an array of what it points to or holds, named after it (`s[1].misses`; a pointer's block
+    of one: `s->misses`). None otherwise (several declared or assigned there, an element
+    assigned, a pointer to void or to a type of unknown size, the source not found)."""
     found = _scopes(path, pc)
     if found is None or not line:
         return None
@@ -582,15 +582,16 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
                 continue
             esize = _size(dies, t, fortran)
             if esize:
-                hits.append((_name(named.attrs.get("DW_AT_name")), t, esize))
+                pointer = ptr.tag == "DW_TAG_pointer_type"
+                hits.append((_name(named.attrs.get("DW_AT_name")), t, esize, pointer))
     if not hits:
         hits = _assigned(path, pc, line, dies, fortran, scopes)
     if len(hits) != 1 or not hits[0][0]:
         return None
-    name, t, esize = hits[0]
+    name, t, esize, pointer = hits[0]
     n = max(1, size // esize)
     tname = dies[t].attrs.get("DW_AT_name", "").strip('"') if t in dies else ""
-    if n == 1:
+    if n == 1 and pointer:  # (a vector of one is still indexed: counts[0].n)
         return PointeeLayout(name, tname, esize, fortran, dies, t)
     # The block as an array of n of them: a DIE of the walk's own, beside the unit's.
     key = -(len(dies) + 1)
@@ -663,7 +664,7 @@ def _source_line(path: str, pc: int, line: int) -> str:
 
 
 def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: list[Die]):
-    """[(name, pointee type, its size)] for the pointer that the allocating line assigns
+    """[(name, pointee type, its size, True)] for the pointer that the allocating line assigns
     the block to, when it assigns one variable (a local or parameter of the scopes around
     the call, else the unit's global), or a member of one, of pointer type; [] otherwise."""
     text = _source_line(path, pc, line).split("//")[0]
@@ -688,7 +689,7 @@ def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: 
                     return []
                 t = _ref(ptr.attrs.get("DW_AT_type"))
                 esize = _size(dies, t, fortran)
-                return [(want, t, esize)] if esize else []
+                return [(want, t, esize, True)] if esize else []
     return []
 
 
