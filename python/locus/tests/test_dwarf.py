@@ -536,6 +536,8 @@ def test_heap_layout_of_a_vector_constructed_on_its_line(tmp_path, compiler):
     assert v is not None and v.name == "counts"
     assert [v.field(x) for x in (0, 24)] == ["counts[0].n", "counts[1].m"]
     assert v.element() == ("Counter", 16)
+    one = heap_layout(str(exe), ret, 5, 16)  # (a vector of one is still indexed)
+    assert one is not None and one.field(8) == "counts[0].m"
 
 
 def test_frame_base_expressions(monkeypatch):
