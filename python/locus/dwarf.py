@@ -601,10 +601,13 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
 
 
 # What a source line assigns: a variable (`st = calloc(n, sizeof *st);`, `if (!(p =
-# malloc(n)))`) or a member of one (`pool.st =`, `ctx->stats =`, `this->buf =`); not an
-# element (`p[i] =`), what a pointer points to (`*pp =`), a comparison.
-_ASSIGNS = re.compile(r"(?<![\w.>\]*])\s*([A-Za-z_]\w*(?:\s*(?:\.|->)\s*[A-Za-z_]\w*)*)\s*=(?!=)")
-_MEMBER = re.compile(r"\s*(\.|->)\s*")
+# malloc(n)))`), a member of one (`pool.st =`, `ctx->stats =`, `this->buf =`), an element
+# (`ctr[t] =`, `ctx->bufs[i] =`); not what a pointer points to (`*pp =`), a comparison.
+_ASSIGNS = re.compile(
+    r"(?<![\w.>\]*])\s*([A-Za-z_]\w*(?:\s*(?:\[[^\[\]=]*\]|(?:\.|->)\s*[A-Za-z_]\w*))*)\s*=(?!=)"
+)
+# Its steps: the variable, then `[...]`, `.`, `->` and the members' names.
+_STEPS = re.compile(r"\[[^\[\]]*\]|->|\.|[A-Za-z_]\w*")
 
 
 def _member(dies: dict, rec: Die, name: str) -> int | None:
@@ -623,17 +626,25 @@ def _member(dies: dict, rec: Die, name: str) -> int | None:
     return None
 
 
-def _chain_type(dies: dict, t: int | None, chain: list[str]) -> int | None:
-    """The type reached from type t by `.m` and `->m` steps ([sep, member, sep, member...])."""
-    for sep, name in zip(chain[0::2], chain[1::2]):
+def _chain_type(dies: dict, t: int | None, steps: list[str]) -> int | None:
+    """The type reached from type t by `[i]`, `.m` and `->m` steps (["[i]", ".", "m", ...])."""
+    k = 0
+    while k < len(steps):
         d = _strip(dies, t)
-        if sep == "->":
-            if d is None or d.tag != "DW_TAG_pointer_type":
+        if d is None:
+            return None
+        if steps[k].startswith("["):  # an element of an array, or what a pointer points to
+            if d.tag not in ("DW_TAG_array_type", "DW_TAG_pointer_type"):
+                return None
+            t, k = _ref(d.attrs.get("DW_AT_type")), k + 1
+            continue
+        if steps[k] == "->":
+            if d.tag != "DW_TAG_pointer_type":
                 return None
             d = _strip(dies, _ref(d.attrs.get("DW_AT_type")))
-        if d is None or d.tag not in _RECORDS:
+        if d is None or d.tag not in _RECORDS or k + 1 >= len(steps):
             return None
-        t = _member(dies, d, name)
+        t, k = _member(dies, d, steps[k + 1]), k + 2
     return t
 
 
@@ -668,11 +679,16 @@ def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: 
     the block to, when it assigns one variable (a local or parameter of the scopes around
     the call, else the unit's global), or a member of one, of pointer type; [] otherwise."""
     text = _source_line(path, pc, line).split("//")[0]
-    found = {_MEMBER.sub(lambda m: m.group(1), m.group(1)) for m in _ASSIGNS.finditer(text)}
+    # (the assignments of a call's or a new's result: not `i = 0` in `for (i = 0; ...)`)
+    found = {
+        "".join(_STEPS.findall(m.group(1)))
+        for m in _ASSIGNS.finditer(text)
+        if re.search(r"\w\s*\(|\bnew\b", text[m.end() :].split(";")[0])
+    }
     if fortran or len(found) != 1:
         return []
     (want,) = found
-    chain = _MEMBER.split(want)  # [variable, sep, member, sep, member...]
+    chain = _STEPS.findall(want)  # [variable, "[i]" or sep, member, ...]
     unit = next((d for d in dies.values() if d.tag == "DW_TAG_compile_unit"), None)
     # (a C++ member function's own member, `counts = new ...`: this->counts)
     for names in (chain, ["this", "->", *chain]):

@@ -405,7 +405,7 @@ __attribute__((noinline)) void member(void) {
   hold.p = malloc(sizeof *hold.p);
 }
 __attribute__((noinline)) void element(void) {
-  keep[2] = malloc(sizeof *keep[2]);
+  for (int i = 2; i < 4; i++) keep[i] = malloc(sizeof *keep[i]);
 }
 __attribute__((noinline)) void through_pointer(struct holder *h) {
   h->p = calloc(2, sizeof *h->p);
@@ -448,7 +448,8 @@ def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, com
     """A heap block is read as an array of what the pointer declared on its allocating
     line points to (`st[1].misses`), or, declaring none, the one pointer variable it
     assigns (a local declared before, a global; a block of one: `gp->misses`), or the
-    member (`hold.p`, `h->p`); a pointer to void or an element assigned name nothing."""
+    member (`hold.p`, `h->p`) or element (`keep[i]` in a loop); a pointer to void names
+    nothing."""
     from locus.dwarf import heap_layout
 
     exe, ret = _allocating_calls(tmp_path, compiler, "h.c", HEAP_SRC, "-O1", ("alloc@plt>",))
@@ -465,7 +466,9 @@ def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, com
     assert member is not None and member.field(8) == "hold.p->misses"
     arrow = heap_layout(str(exe), ret["through_pointer"], 34, 32)
     assert arrow is not None and arrow.field(24) == "h->p[1].misses"
-    assert heap_layout(str(exe), ret["element"], 31, 16) is None
+    each = heap_layout(str(exe), ret["element"], 31, 16)
+    assert each is not None and each.field(8) == "keep[i]->misses"
+    assert heap_layout(str(exe), ret["untyped"], 15, 64) is None
     assert heap_layout(str(exe), ret["untyped"], 15, 64) is None
     td = heap_layout(str(exe), ret["through_typedef"], 19, 32)
     assert td is not None and td.field(16) == "td[1].hits"
