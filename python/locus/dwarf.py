@@ -683,7 +683,7 @@ def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: 
     found = {
         "".join(_STEPS.findall(m.group(1)))
         for m in _ASSIGNS.finditer(text)
-        if re.search(r"\w\s*\(|\bnew\b", text[m.end() :].split(";")[0])
+        if re.search(r"[\w>]\s*\(|\bnew\b", text[m.end() :].split(";")[0])
     }
     if fortran or len(found) != 1:
         return []
