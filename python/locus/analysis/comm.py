@@ -2310,7 +2310,7 @@ def _align(site: dict | None, line: int, size: int = 8, heap: str | None = None)
     return f" (alignas({line}))"
 
 
-def _malloced(o: dict) -> str | None:
+def _allocator(o: dict) -> str | None:
     """How a heap object's blocks were made, when not a mapping: "new" (C++ operator new,
     which aligns to the type's alignment), "malloc" (malloc and friends, aligned to 16
     only); else None."""
@@ -2713,7 +2713,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         caller = _top_caller(o, names)
         # The program's language from its own call when the access is in a library.
         fortran = _is_fortran(caller or site)
-        align = JAVA_ALIGN if java else _align(caller or site, line, size, heap=_malloced(o))
+        align = JAVA_ALIGN if java else _align(caller or site, line, size, heap=_allocator(o))
         lock = _lock_code(site)
         if lock is not None and caller is not None:
             lock += f", called from {_site_str(caller)}"
@@ -2981,7 +2981,7 @@ def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int,
         "keep it apart from data that is written (another module or common block)"
         if _is_fortran(_top_site(o, names))
         else f"give it a {line}-byte line of its own"
-        f"{_align(_top_site(o, names), line, heap=_malloced(o))}, or "
+        f"{_align(_top_site(o, names), line, heap=_allocator(o))}, or "
         "keep data that is only read apart from data that is written"
     )
     one = thr.isdigit()
@@ -3026,7 +3026,7 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
             else ""
         )
         fortran = _is_fortran(_top_site(members[0][0], names))
-        made = {_malloced(o) for o, _t in members}
+        made = {_allocator(o) for o, _t in members}
         heap = "malloc" if "malloc" in made else "new" if "new" in made else None
         fix = (
             "put them in different common blocks or modules, or pad between them"
