@@ -500,9 +500,13 @@ def _unit_dies(path: str, cu: int) -> dict:
 
 
 def _origin(dies: dict, d: Die) -> Die:
-    """The DIE that names `d`: its abstract origin's (an inlined or out-of-line copy)."""
+    """The DIE that names `d`: its abstract origin's (an inlined or out-of-line copy), and
+    that one's specification (a C++ member function or a Rust function defined outside its
+    declaration, whose name is the declaration's)."""
     for _ in range(4):
-        o = dies.get(_ref(d.attrs.get("DW_AT_abstract_origin")) or -1)
+        o = dies.get(
+            _ref(d.attrs.get("DW_AT_abstract_origin") or d.attrs.get("DW_AT_specification")) or -1
+        )
         if o is None:
             return d
         d = o
@@ -709,6 +713,24 @@ def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: 
     return []
 
 
+_PARENTS: list = [None, {}]  # (the unit's DIEs, each DIE's parent): the last unit asked
+
+
+def _function_name(dies: dict, fn: Die) -> str:
+    """A function's name as the source says it, with its class's (`Pool::run`, a C++ member
+    function defined outside its class: its name is the declaration's, in the class)."""
+    d = _origin(dies, fn)
+    if _PARENTS[0] is not dies:
+        _PARENTS[:] = [dies, {c.off: p for p in dies.values() for c in p.children}]
+    parents = _PARENTS[1]
+    name = _name(d.attrs.get("DW_AT_name"))
+    p = parents.get(d.off)
+    while name and p is not None and p.tag in _RECORDS and p.attrs.get("DW_AT_name"):
+        name = f"{_name(p.attrs.get('DW_AT_name'))}::{name}"
+        p = parents.get(p.off)
+    return name
+
+
 def _frame_base(expr: str, path: str, pc: int, regs: dict) -> int | None:
     """A function's frame base (DW_AT_frame_base) at the call returning to pc, its stack and
     frame pointers in regs: the stack or frame pointer (DW_OP_reg7, DW_OP_breg6 n), or the
@@ -759,9 +781,9 @@ def frame_locals(path: str, pc: int, sp: int, bp: int) -> list[Local]:
     for i, scope in enumerate(scopes):
         # The function the scope is in: an inlined one's own name, with its caller's.
         fn = next(f for f in scopes[i:] if f.tag in ("DW_TAG_subprogram", _INLINED))
-        function = _name(_origin(dies, fn).attrs.get("DW_AT_name"))
+        function = _function_name(dies, fn)
         if fn.tag == _INLINED:
-            function += f" (inlined into {_name(_origin(dies, sub).attrs.get('DW_AT_name'))})"
+            function += f" (inlined into {_function_name(dies, sub)})"
         for v in scope.children:
             if v.tag != "DW_TAG_variable":
                 continue

@@ -2605,6 +2605,27 @@ int main() { count_all(600000000); }
 """
 
 
+CXX_METHOD = r"""#include <cstdio>
+#include <thread>
+struct Pool {
+  void run();
+};
+static void count(long *c) {
+  for (long i = 0; i < 300000000; i++) {
+    (*c)++;
+    __asm__ volatile("" ::: "memory");
+  }
+}
+void Pool::run() {
+  long counts[2] = {0, 0};
+  std::thread a(count, &counts[0]), b(count, &counts[1]);
+  a.join();
+  b.join();
+  std::printf("%ld\n", counts[0] + counts[1]);
+}
+int main() { Pool().run(); }
+"""
+
 HEAP_STRUCTS = r"""
 #include <pthread.h>
 #include <stdio.h>
@@ -2803,6 +2824,7 @@ OMP_HELPER = OMP_LOCALS.replace(
         "pthread",
         "pthread-helper",
         "std::thread",
+        "method",
         "rust",
     ],
 )
@@ -2827,9 +2849,10 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         if built.returncode != 0 and cc == "clang":
             pytest.skip(f"clang -fopenmp: {built.stderr[-200:]} (apt-get install libomp-14-dev)")
         assert built.returncode == 0, built.stderr
-    elif kind == "std::thread":
+    elif kind in ("std::thread", "method"):
         # libstdc++ calls pthread_create: the frame with the locals is found by unwinding.
-        (tmp_path / "x.cc").write_text(CXX_LOCALS)
+        # A member function defined outside its class is named by its declaration's DIE.
+        (tmp_path / "x.cc").write_text(CXX_METHOD if kind == "method" else CXX_LOCALS)
         exe = tmp_path / "x"
         subprocess.run(
             ["g++", "-O2", "-g", "-pthread", "-o", str(exe), str(tmp_path / "x.cc")], check=True
@@ -2861,7 +2884,7 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     obj = comm["objects"][0] if comm["objects"] else None
     assert obj and obj["kind"] == "stack" and obj["name"].startswith("stack of thread 0"), comm
-    want = {"std::thread": "counts", "rust": "counts", "fortran": "s"}.get(
+    want = {"std::thread": "counts", "method": "counts", "rust": "counts", "fortran": "s"}.get(
         kind, "slots" if kind.startswith("pthread") else "sums"
     )
     assert [v["name"] for v in obj["locals"]] == [want], obj["locals"]
@@ -2880,6 +2903,10 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
             "std::thread": (
                 "`counts`, a local of count_all (inlined into main) at x.cc:7",
                 "(thread 1 counts._M_elems[0]; thread 2 counts._M_elems[1])",
+            ),
+            "method": (
+                "`counts`, a local of Pool::run at x.cc:13",
+                "(thread 1 counts[0]; thread 2 counts[1])",
             ),
             # Fortran's own means: no alignas; the array's own name in the fix.
             "fortran": (
