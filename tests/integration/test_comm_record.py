@@ -1551,6 +1551,10 @@ def test_blocks_of_one_site_packed_on_a_line_get_their_own_advice(locus, tmp_pat
     advice = [a for a in c["advice"] if "bp.c:16" in a]
     assert advice and "their own heap blocks from main bp.c:16" in advice[0], c["advice"]
     assert "only read" not in advice[0]
+    # Each thread's bytes at their offset in its own block: both are the element `b[t]`
+    # points to (the line's one offset named the first block's thread's only).
+    fields = {t["thread"]: set(t["fields"]) for ln in c["lines"] for t in ln["threads"]}
+    assert fields.get(1) == {"*b[t]"} and fields.get(2) == {"*b[t]"}, fields
     if new:
         assert "a type declared alignas(64): operator new" in advice[0], advice[0]
         assert "aligned_alloc" not in advice[0], advice[0]

@@ -392,16 +392,19 @@ def _end_after(ends, t0: int) -> int:
 
 
 def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Objects):
-    """Object id and offset (of the detecting access) of each event, and the distance to
-    the writer's block when the writer's bytes lie in another block of the same heap object
-    (else 0). Order: the threads' stacks, heap blocks alive at the event's time, static data
-    symbols, cache lines of a module's data without a symbol, else unknown."""
+    """Object id and offset (of the detecting access) of each event, the distance to the
+    writer's block when the writer's bytes lie in another block of the same heap object
+    (else 0), and the writer's offset in its block of the object. Order: the threads'
+    stacks, heap blocks alive at the event's time, static data symbols, cache lines of a
+    module's data without a symbol, else unknown."""
     n = len(ev.proc)
     obj = np.full(n, -1, dtype=np.int64)
     off = np.zeros(n, dtype=np.int64)
     # The writer's bytes in another block of the same allocation site (small blocks that
     # malloc packs on one line, one per thread): the block distance, else 0.
     sib = np.zeros(n, dtype=np.int64)
+    # The writer's offset in its own block (sibling blocks), else set below from the line.
+    src_obj_off = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     objs.writer_block = np.full(n, -1, dtype=np.int64)
     addr = ev.line.astype(np.uint64) + ev.dst_off.astype(np.uint64)
     src_addr = ev.line.astype(np.uint64) + ev.src_off.astype(np.uint64)
@@ -443,6 +446,9 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
             )
             sib[m[todo[two]]] = np.abs(
                 b["addr"][sbidx[two]].astype(np.int64) - b["addr"][bidx[two]].astype(np.int64)
+            )
+            src_obj_off[m[todo[two]]] = (src_addr[m][todo[two]] - b["addr"][sbidx[two]]).astype(
+                np.int64
             )
             stacks = stack_table(run.procs[pi]) if (b["stack"] != 0).any() else {}
 
@@ -532,7 +538,12 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
             oid = objs.get(("unknown", pi), kind="unknown", proc=pi)
             obj[m[unk]] = oid
             off[m[unk]] = -1
-    return obj, off, sib
+    # Elsewhere the writer's bytes are in the reader's object, at their distance in the line.
+    same = src_obj_off == np.iinfo(np.int64).min
+    src_obj_off[same] = (
+        off[same] + ev.src_off[same].astype(np.int64) - ev.dst_off[same].astype(np.int64)
+    )
+    return obj, off, sib, src_obj_off
 
 
 # how heap objects read
@@ -913,7 +924,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
 
     names = _Names(run, opts)
     objs = _Objects()
-    obj, obj_off, sib = _attribute(run, ev, th, names, objs)
+    obj, obj_off, sib, src_obj_off = _attribute(run, ev, th, names, objs)
 
     threads = thread_rows(run, th, names)
     # `created`: the thread's place in creation order among all threads; `index` is its
@@ -932,7 +943,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     objects = _object_rows(
         ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, opts, uses
     )
-    lines = _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts)
+    lines = _line_rows(ev, wk, obj, (obj_off, src_obj_off), objs, threads, names, opts)
     sites, unnamed, unnamed_pids = _site_rows(ev, wk, names, opts)
     if unnamed >= JIT_NOTE_MIN:
         notes.append(
@@ -1965,9 +1976,11 @@ def _shared_words(
     return int(len(shared)), int(len(np.unique(ub // WORD)))
 
 
-def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
+def _line_rows(ev, wk, obj, offsets, objs, threads, names, opts) -> list:
+    """The hottest lines. offsets: each event's (reader's, writer's) offset in its object."""
     if len(ev.line) == 0:
         return []
+    obj_off, src_obj_off = offsets
     inv, first = group(ev.proc, ev.line)
     n = len(first)
     S = _sums(inv, n, wk)
@@ -1983,10 +1996,12 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
     src = np.stack([r, ev.src[keep], ev.src_off[keep], np.maximum(ev.src_len[keep], 1)], 1)
     dst = np.stack([r, ev.dst[keep], ev.dst_off[keep], np.maximum(ev.dst_len[keep], 1)], 1)
     hull = (ev.flags[keep] & CE_EXACT) != 0
+    hull_all = None
     if hull.any():
         width = int(max(ev.src.max(initial=0), ev.dst.max(initial=0))) + 1
         hull &= np.isin(r * width + ev.src[keep], r * width + ev.dst[keep])
         src = src[~hull]
+        hull_all = hull
     acc = np.concatenate([src, dst])
     acc = unique_rows(acc)
     spans: dict[int, dict[int, list]] = {}
@@ -2031,6 +2046,21 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
     big = np.iinfo(np.int64).max
     line_lo = np.full(len(order), big, dtype=np.int64)
     np.minimum.at(line_lo, r[ok], lo_all[ok])
+    # The fields: each access's bytes at its own offset in the line's object (the blocks
+    # of one allocation site that the allocator packs on a line each have theirs).
+    mine = obj[keep] == dom[r]
+    wrote = mine & ~hull_all if hull_all is not None else mine
+    at = np.concatenate(
+        [
+            np.stack([r, ev.dst[keep], obj_off[keep], np.maximum(ev.dst_len[keep], 1)], 1)[mine],
+            np.stack([r, ev.src[keep], src_obj_off[keep], np.maximum(ev.src_len[keep], 1)], 1)[
+                wrote
+            ],
+        ]
+    )
+    obj_spans: dict[tuple[int, int], list] = {}
+    for li, t, o, ln in unique_rows(at).tolist():
+        obj_spans.setdefault((li, t), []).append((o, o + ln - 1))
     n_det = np.bincount(inv, minlength=n)
     out = []
     for li, g in enumerate(order.tolist()):
@@ -2055,7 +2085,7 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
                     {
                         "thread": t,
                         "bytes": _union(sp),
-                        "fields": _fields_at(layout, int(line_lo[li]), _union(sp)),
+                        "fields": _fields_at(layout, obj_spans.get((li, t), [])),
                     }
                     for t, sp in sorted(spans.get(li, {}).items())
                 ],
@@ -2065,14 +2095,14 @@ def _line_rows(ev, wk, obj, obj_off, objs, threads, names, opts) -> list:
     return out
 
 
-def _fields_at(layout, line_lo: int, ranges: list) -> list[str]:
-    """The fields of a static variable (dwarf.Layout) that byte ranges [a, b] of a line
-    starting at object offset line_lo cover; [] without a layout."""
+def _fields_at(layout, ranges: list) -> list[str]:
+    """The fields of a variable (dwarf.Layout) that byte ranges [a, b] of it cover; []
+    without a layout."""
     if layout is None:
         return []
     out: list[str] = []
     for a, b in ranges:
-        for off in range(line_lo + a, line_lo + b + 1):
+        for off in range(a, b + 1):
             f = layout.field(off) if off >= 0 else ""
             if f and f != layout.name and f not in out:
                 out.append(f)
