@@ -2687,7 +2687,7 @@ def test_a_heap_array_of_structures_is_named_by_its_pointer(locus, tmp_path, wra
         True: "heap block from main h.c:22 (via xmalloc)",
         "assigned": "heap block from main h.c:19",
     }.get(wrapper, "heap block from main h.c:17")
-    assert obj and obj["name"] == want, comm["objects"]
+    assert obj and obj["name"] == want and obj.get("pointer") == "st", comm["objects"]
     advice = " ".join(comm["advice"])
     assert "(thread 1 st[0].hits; thread 2 st[1].hits)" in advice, advice
     assert "pad each `struct stats` to 64 bytes" in advice, advice
@@ -2737,6 +2737,7 @@ def test_advice_for_blocks_from_operator_new_aligns_the_type(locus, tmp_path, al
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     obj = comm["objects"][0] if comm["objects"] else None
     assert obj and obj["name"] == "heap block from main v.cc:7", comm["objects"]
+    assert obj.get("pointer") == "counts", comm["objects"]
     advice = " ".join(comm["advice"])
     assert "(thread 1 counts[0].n; thread 2 counts[1].n)" in advice, advice
     assert "pad each `Counter` to 64 bytes (alignas(64) in the type: operator new" in advice

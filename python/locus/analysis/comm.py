@@ -1379,6 +1379,8 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 **(
                     {"locals": _stack_locals(_layout_by(layout_key, names), obj_off[m])}
                     if kind == "stack"
+                    else _pointer(_layout_by(layout_key, names))
+                    if kind == "heap" and layout_key is not None
                     else {}
                 ),
                 "_stack_lo": info.get("lo"),
@@ -2393,6 +2395,12 @@ def _layout_key(info: dict, name: str, names, loc=None) -> tuple | None:
     if not loc.get("pc"):
         return None
     return "heap_layout", (info["proc"], loc["pc"], loc.get("line") or 0, info.get("size") or 0)
+
+
+def _pointer(layout) -> dict:
+    """A heap object's `pointer`: what its allocating line declares or assigns its block to
+    (`st`, `c->stats`, `ctr[i]`), where that names its fields."""
+    return {"pointer": layout.name} if layout is not None and layout.name else {}
 
 
 def _locals_text(o: dict, names, offs: list[int]) -> str:

@@ -109,10 +109,12 @@ def comm_tables(report: dict) -> list[Table]:
         objects.append(
             dict(
                 r,
-                # A stack's named locals (the frames that started its threads hold them).
+                # A stack's named locals (the frames that started its threads hold them), a
+                # heap block's pointer (what its allocating line assigns it to).
                 name=r["name"]
                 + of(r)
-                + (": " + ", ".join(v["name"] for v in r["locals"]) if r.get("locals") else ""),
+                + (": " + ", ".join(v["name"] for v in r["locals"]) if r.get("locals") else "")
+                + (f": {r['pointer']}" if r.get("pointer") else ""),
                 false_pct=_pct(r["false"], r["all"]),
                 thread_list=_ranges(r["threads"], most=TABLE_RANGES, count=False),
                 obj_size=r["size"],
