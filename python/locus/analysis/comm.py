@@ -2321,12 +2321,15 @@ def _top_caller(o: dict, names) -> dict | None:
     return names.site(*o["_top_caller"])
 
 
-def _align(site: dict | None, line: int, size: int = 8, heap: str | None = None) -> str:
+def _align(
+    site: dict | None, line: int, size: int = 8, heap: str | None = None, fields: bool = False
+) -> str:
     """How the source's language aligns data to a line, in parentheses: C and C++
     alignas (for a malloc'd block, `heap` "malloc", with the block from aligned_alloc:
     malloc aligns to 16, and an aligned type in a malloc'd block is not on a line; C++'s
     operator new, "new", aligns to an over-aligned type since C++17), Rust's repr(align),
-    Go's padding field ("" for Fortran, which has none)."""
+    Go's padding field ("" for Fortran, which has none). `fields`: what to pad is each
+    field of a structure (alignas on the fields)."""
     ext = os.path.splitext(site["file"])[1].lower() if site is not None else ""
     if ext in FORTRAN_SOURCES:
         return ""
@@ -2335,11 +2338,12 @@ def _align(site: dict | None, line: int, size: int = 8, heap: str | None = None)
     if ext == ".go":
         pad = max(line - size, 8)
         return f" (a `_ [{pad}]byte` field after each, or golang.org/x/sys/cpu.CacheLinePad)"
+    where = "on each field" if fields else "in the type"
     if heap == "new":
-        return f" (alignas({line}) in the type: operator new aligns its blocks to it, C++17)"
+        return f" (alignas({line}) {where}: operator new aligns its blocks to it, C++17)"
     if heap:
-        return f" (alignas({line}) in the type, the block from aligned_alloc({line}, ...))"
-    return f" (alignas({line}))"
+        return f" (alignas({line}) {where}, the block from aligned_alloc({line}, ...))"
+    return f" (alignas({line}) on each field)" if fields else f" (alignas({line}))"
 
 
 def _allocator(o: dict) -> str | None:
@@ -2576,6 +2580,24 @@ def _padded_element(o: dict, names, per: dict[int, Counter], line: int) -> str:
             if owner.setdefault(idx, t) != t:
                 return ""
     return f" `{e[0]}`"
+
+
+def _member_fields(o: dict, names, per: dict[int, Counter]) -> bool:
+    """Whether the threads' bytes are fields of a structure (`pp->a`, `s.b`, `st[0].misses`
+    where two threads share an element) by the object's DWARF layout: then each field is
+    what to pad, not the structure."""
+    layout = _layout_of(o, names)
+    if layout is None:
+        return False
+    fields = set()
+    for offs in per.values():
+        for x in offs:
+            if hasattr(layout, "local"):  # a stack: the local holding the byte
+                v = layout.local(x)
+                fields.add(v.layout.field(x - (v.lo - layout.base)) if v else "")
+            else:
+                fields.add(layout.field(x) if x >= 0 else "")
+    return bool(fields) and all("." in f or "->" in f for f in fields)
 
 
 def _element_size(acc, line: int) -> int:
@@ -2842,6 +2864,10 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 else f"{size}-byte fields"
             )
             each = _padded_element(o, names, per, line)
+            if not each and not java and _member_fields(o, names, per):
+                # Fields of one structure: alignas on each field, not on the type.
+                each = " field"
+                align = _align(caller or site, line, size, heap=_allocator(o), fields=True)
             out.append(
                 f"threads {thr} {verb} adjacent {what} of {name} {where}; "
                 f"pad each{each} to {line} bytes{align} or give each thread its own line"

@@ -595,7 +595,7 @@ def test_advice_names_the_structure_to_pad(tmp_path, second):
     pair` to a line separates them, and the advice names the type (the issue's "fields of
     `struct stats`: pad each"). When thread 1 writes pairs[0].b instead, both fields are in
     one element: padding the structure would not separate them, and the advice says to pad
-    each field, as before."""
+    each field, with alignas on each field (it said "pad each to 64 bytes (alignas(64))")."""
     run, p, c = _run(threads=2, cpus=2)
     for src, dst, so, do in ((10, 11, 32, 32 + second), (11, 10, 32 + second, 32)):
         c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
@@ -605,10 +605,11 @@ def test_advice_names_the_structure_to_pad(tmp_path, second):
     res = _res(tmp_path, run, Options(symbolizer=lambda proc: PairsSym()))
     (advice,) = res["advice"]
     fields = "thread 0 pairs[0].a; thread 1 " + ("pairs[1].a" if second == 16 else "pairs[0].b")
-    each = "each `struct pair`" if second == 16 else "each"
+    each = "each `struct pair`" if second == 16 else "each field"
+    align = "alignas(64)" if second == 16 else "alignas(64) on each field"
     assert advice == (
         f"threads 0-1 write adjacent 8-byte fields of `pairs` at offsets 0-{second} ({fields}); "
-        f"pad {each} to 64 bytes (alignas(64)) or give each thread its own line"
+        f"pad {each} to 64 bytes ({align}) or give each thread its own line"
     )
 
 
