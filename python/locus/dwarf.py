@@ -516,6 +516,30 @@ def _origin(dies: dict, d: Die) -> Die:
 _INLINED = "DW_TAG_inlined_subroutine"
 
 
+_PARENTS: list = [None, {}]  # (the unit's DIEs, each DIE's parent): the last unit asked
+
+
+def _parents(dies: dict) -> dict[int, Die]:
+    """Each DIE's parent in a unit (_unit_dies), made once for the unit asked last."""
+    if _PARENTS[0] is not dies:
+        _PARENTS[:] = [dies, {c.off: p for p in dies.values() for c in p.children}]
+    return _PARENTS[1]
+
+
+_VARIABLES = ("DW_TAG_variable", "DW_TAG_formal_parameter")
+
+
+def _scope_vars(dies: dict, scopes: list[Die], tags=("DW_TAG_variable",)):
+    """(DIE, the DIE that names it, its name, its type) of each variable (or parameter, by
+    `tags`) of the scopes, innermost first."""
+    for scope in scopes:
+        for v in scope.children:
+            if v.tag in tags:
+                named = _origin(dies, v)
+                t = _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type"))
+                yield v, named, _name(named.attrs.get("DW_AT_name")), t
+
+
 @functools.lru_cache(maxsize=64)
 def _lookup(path: str, pc: int) -> str:
     """llvm-dwarfdump's lookup of the call returning to pc: its unit, function and blocks,
@@ -535,7 +559,7 @@ def _scopes(path: str, pc: int) -> tuple[dict, bool, list[Die]] | None:
         return None
     dies = _unit_dies(path, chain[0])
     unit = dies.get(chain[0])
-    parent = {c.off: d for d in dies.values() for c in d.children}
+    parent = _parents(dies)
     scopes, d = [], dies.get(chain[-1])
     while d is not None and d.tag != "DW_TAG_compile_unit":
         scopes.append(d)
@@ -562,32 +586,27 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
         return None
     dies, fortran, scopes = found
     hits = []
-    for scope in scopes:
-        for v in scope.children:
-            named = _origin(dies, v)
-            if v.tag != "DW_TAG_variable" or _num(named.attrs.get("DW_AT_decl_line")) != line:
-                continue
-            ptr = _strip(dies, _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type")))
-            if ptr is None:
-                continue
-            if ptr.tag == "DW_TAG_pointer_type":
-                t = _ref(ptr.attrs.get("DW_AT_type"))
-            elif ptr.tag in _RECORDS and _name(ptr.attrs.get("DW_AT_name")).startswith("vector<"):
-                # A std::vector constructed with its elements on that line: its storage
-                # holds its template argument (`_Tp`, libstdc++ and libc++ alike).
-                tp = [
-                    c
-                    for c in ptr.children
-                    if c.tag == "DW_TAG_template_type_parameter"
-                    and _name(c.attrs.get("DW_AT_name")) == "_Tp"
-                ]
-                t = _ref(tp[0].attrs.get("DW_AT_type")) if tp else None
-            else:
-                continue
-            esize = _size(dies, t, fortran)
-            if esize:
-                pointer = ptr.tag == "DW_TAG_pointer_type"
-                hits.append((_name(named.attrs.get("DW_AT_name")), t, esize, pointer))
+    for _v, named, vname, vt in _scope_vars(dies, scopes):
+        ptr = _strip(dies, vt)
+        if ptr is None or _num(named.attrs.get("DW_AT_decl_line")) != line:
+            continue
+        if ptr.tag == "DW_TAG_pointer_type":
+            t = _ref(ptr.attrs.get("DW_AT_type"))
+        elif ptr.tag in _RECORDS and _name(ptr.attrs.get("DW_AT_name")).startswith("vector<"):
+            # A std::vector constructed with its elements on that line: its storage holds
+            # its template argument (`_Tp`, libstdc++ and libc++ alike).
+            tp = [
+                c
+                for c in ptr.children
+                if c.tag == "DW_TAG_template_type_parameter"
+                and _name(c.attrs.get("DW_AT_name")) == "_Tp"
+            ]
+            t = _ref(tp[0].attrs.get("DW_AT_type")) if tp else None
+        else:
+            continue
+        esize = _size(dies, t, fortran)
+        if esize:
+            hits.append((vname, t, esize, ptr.tag == "DW_TAG_pointer_type"))
     if not hits:
         hits = _assigned(path, pc, line, dies, fortran, scopes)
     if len(hits) != 1 or not hits[0][0]:
@@ -695,34 +714,25 @@ def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: 
     chain = _STEPS.findall(want)  # [variable, "[i]" or sep, member, ...]
     unit = next((d for d in dies.values() if d.tag == "DW_TAG_compile_unit"), None)
     # (a C++ member function's own member, `counts = new ...`: this->counts)
+    around = [*scopes, *([unit] if unit is not None else [])]
     for names in (chain, ["this", "->", *chain]):
-        for scope in [*scopes, *([unit] if unit is not None else [])]:
-            for v in scope.children:
-                if v.tag not in ("DW_TAG_variable", "DW_TAG_formal_parameter"):
-                    continue
-                named = _origin(dies, v)
-                if _name(named.attrs.get("DW_AT_name")) != names[0]:
-                    continue
-                t = _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type"))
-                ptr = _strip(dies, _chain_type(dies, t, names[1:]))
-                if ptr is None or ptr.tag != "DW_TAG_pointer_type":
-                    return []
-                t = _ref(ptr.attrs.get("DW_AT_type"))
-                esize = _size(dies, t, fortran)
-                return [(want, t, esize, True)] if esize else []
+        for _v, _named, vname, vt in _scope_vars(dies, around, _VARIABLES):
+            if vname != names[0]:
+                continue
+            ptr = _strip(dies, _chain_type(dies, vt, names[1:]))
+            if ptr is None or ptr.tag != "DW_TAG_pointer_type":
+                return []
+            t = _ref(ptr.attrs.get("DW_AT_type"))
+            esize = _size(dies, t, fortran)
+            return [(want, t, esize, True)] if esize else []
     return []
-
-
-_PARENTS: list = [None, {}]  # (the unit's DIEs, each DIE's parent): the last unit asked
 
 
 def _function_name(dies: dict, fn: Die) -> str:
     """A function's name as the source says it, with its class's (`Pool::run`, a C++ member
     function defined outside its class: its name is the declaration's, in the class)."""
     d = _origin(dies, fn)
-    if _PARENTS[0] is not dies:
-        _PARENTS[:] = [dies, {c.off: p for p in dies.values() for c in p.children}]
-    parents = _PARENTS[1]
+    parents = _parents(dies)
     name = _name(d.attrs.get("DW_AT_name"))
     p = parents.get(d.off)
     while name and p is not None and p.tag in _RECORDS and p.attrs.get("DW_AT_name"):
@@ -784,9 +794,7 @@ def frame_locals(path: str, pc: int, sp: int, bp: int) -> list[Local]:
         function = _function_name(dies, fn)
         if fn.tag == _INLINED:
             function += f" (inlined into {_function_name(dies, sub)})"
-        for v in scope.children:
-            if v.tag != "DW_TAG_variable":
-                continue
+        for v, named, name, t in _scope_vars(dies, [scope]):
             loc = v.attrs.get("DW_AT_location", "").strip()
             fm, bm = _FBREG.match(loc), _BREG.match(loc)
             if fm and base is not None:
@@ -795,9 +803,6 @@ def frame_locals(path: str, pc: int, sp: int, bp: int) -> list[Local]:
                 lo = regs[bm.group(1)] + int(bm.group(2))
             else:
                 continue
-            named = _origin(dies, v)
-            name = _name(named.attrs.get("DW_AT_name"))
-            t = _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type"))
             size = _size(dies, t, fortran)
             if not name or not size:
                 continue

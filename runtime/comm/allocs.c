@@ -32,8 +32,6 @@
 #define _GNU_SOURCE
 #include "allocs.h"
 
-#include <dlfcn.h>
-#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -503,25 +501,6 @@ static int frames_wanted(void) {
  * recorded: their locals are not the program's. */
 #define FRAMES_UP 8
 
-struct in_system {
-  uint64_t pc;
-  int sys;
-};
-
-static int system_cb(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
-  struct in_system *q = arg;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    uint64_t lo = info->dlpi_addr + ph->p_vaddr;
-    if (ph->p_type == PT_LOAD && q->pc >= lo && q->pc < lo + ph->p_memsz) {
-      q->sys = locus_system_object(info);
-      return 1;
-    }
-  }
-  return 0;
-}
-
 void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site) {
   if (!frames_wanted()) return;
   int saved = errno;
@@ -530,17 +509,14 @@ void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site) {
   /* (a call already seen from this stack depth: the frames above it were walked then) */
   if (!seen_call(cfa, site)) {
     put_frame(cfa, fp, site);
-    struct locus_uframe f[FRAMES_UP + 1] = {{cfa, fp, site}};
+    struct locus_uframe f[FRAMES_UP + 1] = {{cfa, fp, site, 0}};
     /* (only on the thread's own stack, all of it mapped above the caller's frame: not on a
      * signal stack or a coroutine's) */
     int n = locus_thread_stack(&lo, &hi) == 0 && cfa >= lo && cfa < hi
                 ? locus_unwind(f, FRAMES_UP + 1, hi)
                 : 1;
-    for (int i = 1; i < n; i++) {
-      struct in_system q = {f[i].pc - 1, 1};
-      dl_iterate_phdr(system_cb, &q);
-      if (!q.sys) put_frame(f[i].sp, f[i].fp, f[i].pc);
-    }
+    for (int i = 1; i < n; i++)
+      if (!f[i].sys) put_frame(f[i].sp, f[i].fp, f[i].pc);
   }
   locus_me.guard--;
   errno = saved;

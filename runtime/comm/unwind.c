@@ -18,14 +18,17 @@
 #define _GNU_SOURCE
 #include "unwind.h"
 
+#include "ehframe.h"
+#include "../core/runtime.h"
+
 #include <fcntl.h>
 #include <link.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define REG_RBP 6
-#define REG_RSP 7
+#define DW_RBP 6
+#define DW_RSP 7
 #define MAX_LOADS 8
 #define FDE_BYTES 2048 /* an FDE read at once; a longer one ends the walk */
 #define CIE_BYTES 512
@@ -37,6 +40,7 @@ struct uobj {
   uint64_t text_lo, text_hi; /* the executable segment holding the pc (run time) */
   uint64_t hdr;              /* vaddr of .eh_frame_hdr, 0: none */
   const char *name;          /* dlpi_name ("" for the program) */
+  int sys;                   /* locus_system_object */
   int nload;
   uint64_t vaddr[MAX_LOADS], off[MAX_LOADS], filesz[MAX_LOADS];
   int fd;
@@ -64,6 +68,7 @@ static int find_cb(struct dl_phdr_info *info, size_t size, void *arg) {
   o->text_hi = o->text_lo + info->dlpi_phdr[at].p_memsz;
   o->hdr = 0;
   o->name = info->dlpi_name;
+  o->sys = locus_system_object(info);
   o->nload = 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -84,16 +89,18 @@ static void obj_close(struct uobj *o) {
   o->text_lo = o->text_hi = 0;
 }
 
-/* The object holding pc, its file open: 0, else -1. The last one is kept for the next. */
+/* The object holding pc, its file open: 0; -1 when no object holds it; -2 when its call
+ * frame information cannot be read (o->sys still says what it is). The last one is kept
+ * for the next. */
 static int obj_at(struct uobj *o, uint64_t pc) {
   if (o->fd >= 0 && pc >= o->text_lo && pc < o->text_hi) return 0;
   obj_close(o);
   struct find f = {pc, o};
-  if (!dl_iterate_phdr(find_cb, &f) || !o->hdr) return -1;
+  if (!dl_iterate_phdr(find_cb, &f)) return -1;
   const char *path = o->name && o->name[0] ? o->name : "/proc/self/exe";
-  if (!strchr(path, '/')) return -1; /* the vdso: no file */
+  if (!o->hdr || !strchr(path, '/')) return -2; /* (the vdso: no file) */
   long fd = syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
+  if (fd < 0) return -2;
   o->fd = (int)fd;
   return 0;
 }
@@ -131,80 +138,22 @@ static uint64_t fixed(struct cur *c, int n) {
 
 static uint64_t uleb(struct cur *c) {
   uint64_t v = 0;
-  for (int s = 0; c->p < c->end && s < 64; s += 7) {
-    uint8_t b = *c->p++;
-    v |= (uint64_t)(b & 0x7f) << s;
-    if (!(b & 0x80)) return v;
-  }
-  c->bad = 1;
-  return 0;
+  if (locus_leb(&c->p, c->end, 0, &v) != 0) c->bad = 1;
+  return v;
 }
 
 static int64_t sleb(struct cur *c) {
   uint64_t v = 0;
-  int s = 0;
-  for (; c->p < c->end && s < 64;) {
-    uint8_t b = *c->p++;
-    v |= (uint64_t)(b & 0x7f) << s;
-    s += 7;
-    if (!(b & 0x80)) {
-      if (s < 64 && (b & 0x40)) v |= ~0ull << s;
-      return (int64_t)v;
-    }
-  }
-  c->bad = 1;
-  return 0;
+  if (locus_leb(&c->p, c->end, 1, &v) != 0) c->bad = 1;
+  return (int64_t)v;
 }
 
 /* A pointer in DWARF's exception-header encoding (DW_EH_PE_*), as a vaddr; datarel from
  * `data`. */
 static uint64_t enc_ptr(struct cur *c, uint8_t enc, uint64_t data) {
-  uint64_t here = c->at + (uint64_t)(c->p - c->buf), v;
-  switch (enc & 0x0f) {
-    case 0x00:
-      v = fixed(c, 8);
-      break; /* absptr */
-    case 0x01:
-      v = uleb(c);
-      break;
-    case 0x02:
-      v = fixed(c, 2);
-      break;
-    case 0x03:
-      v = fixed(c, 4);
-      break;
-    case 0x04:
-      v = fixed(c, 8);
-      break;
-    case 0x09:
-      v = (uint64_t)sleb(c);
-      break;
-    case 0x0a:
-      v = (uint64_t)(int64_t)(int16_t)fixed(c, 2);
-      break;
-    case 0x0b:
-      v = (uint64_t)(int64_t)(int32_t)fixed(c, 4);
-      break;
-    case 0x0c:
-      v = fixed(c, 8);
-      break;
-    default:
-      c->bad = 1;
-      return 0;
-  }
-  switch (enc & 0x70) {
-    case 0x00:
-      break;
-    case 0x10:
-      v += here;
-      break; /* pcrel */
-    case 0x30:
-      v += data;
-      break; /* datarel */
-    default:
-      c->bad = 1;
-  }
-  if (enc & 0x80) c->bad = 1; /* indirect */
+  uint64_t v = 0;
+  int64_t bias = (int64_t)(c->at - (uint64_t)(uintptr_t)c->buf);
+  if (locus_eh_ptr(&c->p, c->end, bias, enc, data, &v) != 0) c->bad = 1;
   return v;
 }
 
@@ -212,13 +161,10 @@ static uint64_t enc_ptr(struct cur *c, uint8_t enc, uint64_t data) {
 static uint64_t fde_of(const struct uobj *o, uint64_t pc) {
   uint8_t h[32];
   size_t n = read_v(o, o->hdr, h, sizeof h);
-  struct cur c = {h, h + n, h, o->hdr, 0};
-  uint64_t head = fixed(&c, 4); /* version, eh_frame_ptr_enc, fde_count_enc, table_enc */
-  if (c.bad || (head & 0xff) != 1 || (head >> 24) != 0x3b) return 0; /* datarel sdata4 pairs */
-  enc_ptr(&c, (uint8_t)(head >> 8), o->hdr);
-  uint64_t count = enc_ptr(&c, (uint8_t)(head >> 16), o->hdr);
-  if (c.bad || !count) return 0;
-  uint64_t table = o->hdr + (uint64_t)(c.p - h), lo = 0, hi = count;
+  uint32_t off, count;
+  if (locus_eh_hdr(h, h + n, (int64_t)(o->hdr - (uint64_t)(uintptr_t)h), &off, &count) != 0)
+    return 0;
+  uint64_t table = o->hdr + off, lo = 0, hi = count;
   int32_t e[2];
   while (hi - lo > 1) { /* the last entry whose start is <= pc */
     uint64_t mid = lo + (hi - lo) / 2;
@@ -240,7 +186,7 @@ struct rule {
   int64_t off;
 };
 struct row {
-  uint8_t cfa_reg; /* REG_RSP, REG_RBP; anything else: not known */
+  uint8_t cfa_reg; /* DW_RSP, DW_RBP; anything else: not known */
   uint8_t cfa_deref;
   int64_t cfa_off;
   struct rule fp, ra;
@@ -256,12 +202,12 @@ struct cie {
 };
 
 static struct rule *rule_of(struct row *r, uint64_t reg, uint64_t ra_reg) {
-  return reg == REG_RBP ? &r->fp : reg == ra_reg ? &r->ra : NULL;
+  return reg == DW_RBP ? &r->fp : reg == ra_reg ? &r->ra : NULL;
 }
 
 /* DW_CFA_restore: the rule the CIE's instructions left. */
 static struct rule init_rule(const struct cie *ci, uint64_t reg) {
-  return reg == REG_RBP ? ci->init.fp : ci->init.ra;
+  return reg == DW_RBP ? ci->init.fp : ci->init.ra;
 }
 
 /* Runs CFA instructions up to the row for vaddr `target` (all of them for a CIE's: target
@@ -357,7 +303,7 @@ static int run_cfa(struct cur *c, const struct cie *ci, struct row *r, uint64_t 
           struct cur e = {c->p + 1, end, c->buf, c->at, 0};
           int64_t off = sleb(&e);
           if (!e.bad && e.p + 1 == end && *e.p == 0x06)
-            r->cfa_reg = REG_RBP, r->cfa_off = off, r->cfa_deref = 1;
+            r->cfa_reg = DW_RBP, r->cfa_off = off, r->cfa_deref = 1;
         }
         c->p = end;
         continue;
@@ -370,7 +316,7 @@ static int run_cfa(struct cur *c, const struct cie *ci, struct row *r, uint64_t 
         if ((ru = rule_of(r, reg, ci->ra_reg))) {
           ru->how = NONE;
           struct cur e = {c->p + 1, end, c->buf, c->at, 0};
-          if (reg == REG_RBP && len >= 2 && c->p[0] == 0x76) {
+          if (reg == DW_RBP && len >= 2 && c->p[0] == 0x76) {
             int64_t off = sleb(&e);
             if (!e.bad && e.p == end) *ru = (struct rule){AT_FP, off};
           }
@@ -500,18 +446,19 @@ int locus_unwind(struct locus_uframe *f, int max, uint64_t stack_hi) {
   struct uobj o = {.fd = -1};
   uint64_t lo = f[0].sp;
   int n = 1;
-  for (; n < max; n++) {
-    const struct locus_uframe *in = &f[n - 1];
+  for (; n <= max; n++) {
+    struct locus_uframe *in = &f[n - 1];
     struct row r;
     /* (a return address: the call is the instruction before it) */
-    if (in->pc < 2 || obj_at(&o, in->pc - 1) != 0 || row_of(&o, in->pc - 1 - o.base, &r) != 0)
-      break;
+    int found = in->pc < 2 ? -1 : obj_at(&o, in->pc - 1);
+    if (found != -1) in->sys = o.sys;
+    if (n == max || found != 0 || row_of(&o, in->pc - 1 - o.base, &r) != 0) break;
     uint64_t cfa;
-    if (r.cfa_reg == REG_RSP && !r.cfa_deref)
+    if (r.cfa_reg == DW_RSP && !r.cfa_deref)
       cfa = in->sp + (uint64_t)r.cfa_off;
-    else if (r.cfa_reg == REG_RBP && !r.cfa_deref)
+    else if (r.cfa_reg == DW_RBP && !r.cfa_deref)
       cfa = in->fp + (uint64_t)r.cfa_off;
-    else if (r.cfa_reg != REG_RBP || load(in->fp + (uint64_t)r.cfa_off, lo, stack_hi, &cfa) != 0)
+    else if (r.cfa_reg != DW_RBP || load(in->fp + (uint64_t)r.cfa_off, lo, stack_hi, &cfa) != 0)
       break;
     struct locus_uframe *up = &f[n];
     if (cfa <= in->sp || cfa > stack_hi || r.ra.how != AT_CFA ||
@@ -519,6 +466,7 @@ int locus_unwind(struct locus_uframe *f, int max, uint64_t stack_hi) {
       break;
     up->sp = cfa;
     up->fp = in->fp;
+    up->sys = 1; /* (until its object is found) */
     if ((r.fp.how == AT_CFA && load(cfa + (uint64_t)r.fp.off, lo, stack_hi, &up->fp) != 0) ||
         (r.fp.how == AT_FP && load(in->fp + (uint64_t)r.fp.off, lo, stack_hi, &up->fp) != 0) ||
         r.fp.how == NONE)

@@ -403,8 +403,8 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
     # The writer's bytes in another block of the same allocation site (small blocks that
     # malloc packs on one line, one per thread): the block distance, else 0.
     sib = np.zeros(n, dtype=np.int64)
-    # The writer's offset in its own block (sibling blocks), else set below from the line.
-    src_obj_off = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    # The writer's offset in its own block where sib is set, else set below from the line.
+    src_obj_off = np.zeros(n, dtype=np.int64)
     objs.writer_block = np.full(n, -1, dtype=np.int64)
     addr = ev.line.astype(np.uint64) + ev.dst_off.astype(np.uint64)
     src_addr = ev.line.astype(np.uint64) + ev.src_off.astype(np.uint64)
@@ -539,7 +539,7 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
             obj[m[unk]] = oid
             off[m[unk]] = -1
     # Elsewhere the writer's bytes are in the reader's object, at their distance in the line.
-    same = src_obj_off == np.iinfo(np.int64).min
+    same = sib == 0
     src_obj_off[same] = (
         off[same] + ev.src_off[same].astype(np.int64) - ev.dst_off[same].astype(np.int64)
     )
@@ -1998,12 +1998,10 @@ def _line_rows(ev, wk, obj, offsets, objs, threads, names, opts) -> list:
     src = np.stack([r, ev.src[keep], ev.src_off[keep], np.maximum(ev.src_len[keep], 1)], 1)
     dst = np.stack([r, ev.dst[keep], ev.dst_off[keep], np.maximum(ev.dst_len[keep], 1)], 1)
     hull = (ev.flags[keep] & CE_EXACT) != 0
-    hull_all = None
     if hull.any():
         width = int(max(ev.src.max(initial=0), ev.dst.max(initial=0))) + 1
         hull &= np.isin(r * width + ev.src[keep], r * width + ev.dst[keep])
         src = src[~hull]
-        hull_all = hull
     acc = np.concatenate([src, dst])
     acc = unique_rows(acc)
     spans: dict[int, dict[int, list]] = {}
@@ -2051,7 +2049,7 @@ def _line_rows(ev, wk, obj, offsets, objs, threads, names, opts) -> list:
     # The fields: each access's bytes at its own offset in the line's object (the blocks
     # of one allocation site that the allocator packs on a line each have theirs).
     mine = obj[keep] == dom[r]
-    wrote = mine & ~hull_all if hull_all is not None else mine
+    wrote = mine & ~hull
     at = np.concatenate(
         [
             np.stack([r, ev.dst[keep], obj_off[keep], np.maximum(ev.dst_len[keep], 1)], 1)[mine],
@@ -2589,14 +2587,7 @@ def _member_fields(o: dict, names, per: dict[int, Counter]) -> bool:
     layout = _layout_of(o, names)
     if layout is None:
         return False
-    fields = set()
-    for offs in per.values():
-        for x in offs:
-            if hasattr(layout, "local"):  # a stack: the local holding the byte
-                v = layout.local(x)
-                fields.add(v.layout.field(x - (v.lo - layout.base)) if v else "")
-            else:
-                fields.add(layout.field(x) if x >= 0 else "")
+    fields = {layout.field(x) if x >= 0 else "" for offs in per.values() for x in offs}
     return bool(fields) and all("." in f or "->" in f for f in fields)
 
 

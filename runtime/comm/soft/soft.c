@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include "soft.h"
 #include "../allocs.h"
+#include "../ehframe.h"
 #ifdef LOCUS_LAYOUT_PROFILE
 void __gcov_reset(void);
 #endif
@@ -193,83 +194,13 @@ static void step_measured(uint64_t now) {
 }
 
 /* ---- loaded objects and their function tables ---- */
-#define DW_EH_PE_omit 0xff
-#define DW_EH_PE_datarel 0x30
-
-/* Read one DWARF EH pointer of encoding enc at *pp; `data` is the datarel base. */
-static int read_enc(const uint8_t **pp, uint8_t enc, uint64_t data, uint64_t *out) {
-  const uint8_t *p = *pp;
-  uint64_t v = 0;
-  if (enc == DW_EH_PE_omit) return -1;
-  switch (enc & 0x0f) {
-    case 0x00: /* absptr */
-    case 0x04: /* udata8 */
-    case 0x0c: /* sdata8 */
-      memcpy(&v, p, 8);
-      p += 8;
-      break;
-    case 0x03: { /* udata4 */
-      uint32_t u;
-      memcpy(&u, p, 4);
-      v = u;
-      p += 4;
-      break;
-    }
-    case 0x0b: { /* sdata4 */
-      int32_t i;
-      memcpy(&i, p, 4);
-      v = (uint64_t)(int64_t)i;
-      p += 4;
-      break;
-    }
-    case 0x02: { /* udata2 */
-      uint16_t u;
-      memcpy(&u, p, 2);
-      v = u;
-      p += 2;
-      break;
-    }
-    case 0x0a: { /* sdata2 */
-      int16_t i;
-      memcpy(&i, p, 2);
-      v = (uint64_t)(int64_t)i;
-      p += 2;
-      break;
-    }
-    default:
-      return -1;
-  }
-  switch (enc & 0x70) {
-    case 0x00:
-      break;
-    case 0x10: /* pcrel */
-      v += (uint64_t)*pp;
-      break;
-    case DW_EH_PE_datarel:
-      v += data;
-      break;
-    default:
-      return -1;
-  }
-  if (enc & 0x80) return -1; /* indirect: never used for code addresses */
-  *pp = p;
-  *out = v;
-  return 0;
-}
-
+/* The object's function table (.eh_frame_hdr's, where it is mapped): 0, else -1. */
 static int hdr_table(uint64_t hdr, const int32_t **table, uint32_t *nfde) {
   const uint8_t *p = (const uint8_t *)hdr;
-  if (p[0] != 1) return -1;
-  uint8_t ptr_enc = p[1], cnt_enc = p[2], tab_enc = p[3];
-  p += 4;
-  uint64_t v, n;
-  if (read_enc(&p, ptr_enc, hdr, &v) != 0) return -1;
-  if (read_enc(&p, cnt_enc, hdr, &n) != 0) return -1;
-  /* The table binary search needs fixed-size entries: gcc, clang and lld all write
-   * datarel|sdata4. Anything else: no table, samples there are skipped. */
-  if (tab_enc != (DW_EH_PE_datarel | 0x0b) || n == 0 || n > 0x7fffffff) return -1;
-  *table = (const int32_t *)p;
-  *nfde = (uint32_t)n;
+  uint32_t off;
+  /* (the header is at most 20 bytes: version, 3 encodings, 2 pointers of up to 8) */
+  if (locus_eh_hdr(p, p + 20, 0, &off, nfde) != 0) return -1;
+  *table = (const int32_t *)(const void *)(p + off);
   return 0;
 }
 
