@@ -2976,12 +2976,19 @@ int main(void) {
 def test_threads_started_off_the_thread_stack(locus, tmp_path):
     """pthread_create called on a coroutine's stack (makecontext) and in a signal handler on
     the alternate signal stack, where the runtime's frame walk must not read the stack as if
-    it were the thread's own: the program runs to its end, its threads recorded."""
+    it were the thread's own: the program runs to its end, its threads recorded, and each
+    call records its caller's frame only (`start`'s, on each of the two stacks; a walk from
+    the coroutine's stack also recorded `co`'s)."""
+    from locus.rundir import AL_FRAME, RunDir
+
     exe = _gcc(tmp_path, "co", OFF_STACK_THREADS)
     proc, run = locus.record([str(exe)], ("--lens", "comm"))
     assert proc.stdout.decode().split() == ["co", "ok", "sig", "ok"], proc.stdout
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     assert comm["threads_total"] == 3, comm["threads"]
+    a = RunDir.open(str(run)).procs[0].allocs()
+    frames = {(int(x["site"]), int(x["addr"])) for x in a[a["kind"] == AL_FRAME]}
+    assert len(frames) == 2 and len({site for site, _sp in frames}) == 1, frames
 
 
 def test_the_service_sampler_ticks_as_the_lenses_need(locus):
