@@ -2320,14 +2320,21 @@ def _top_caller(o: dict, names) -> dict | None:
 
 
 def _align(
-    site: dict | None, line: int, size: int = 8, heap: str | None = None, fields: bool = False
+    site: dict | None,
+    line: int,
+    size: int = 8,
+    heap: str | None = None,
+    fields: bool = False,
+    elements: bool = False,
 ) -> str:
     """How the source's language aligns data to a line, in parentheses: C and C++
     alignas (for a malloc'd block, `heap` "malloc", with the block from aligned_alloc:
     malloc aligns to 16, and an aligned type in a malloc'd block is not on a line; C++'s
     operator new, "new", aligns to an over-aligned type since C++17), Rust's repr(align),
     Go's padding field ("" for Fortran, which has none). `fields`: what to pad is each
-    field of a structure (alignas on the fields)."""
+    field of a structure (alignas on the fields); `elements`: each element of an array
+    inside a structure (`s.v[0]` beside `s.v[1]`), which only a type wrapped around it can
+    pad."""
     ext = os.path.splitext(site["file"])[1].lower() if site is not None else ""
     if ext in FORTRAN_SOURCES:
         return ""
@@ -2337,11 +2344,14 @@ def _align(
         pad = max(line - size, 8)
         return f" (a `_ [{pad}]byte` field after each, or golang.org/x/sys/cpu.CacheLinePad)"
     where = "on each field" if fields else "in the type"
+    lead = ""
+    if elements:  # an element of a member array cannot take alignas: wrap each in a type
+        lead, where = "an array of one-element structures, ", "in their type"
     if heap == "new":
-        return f" (alignas({line}) {where}: operator new aligns its blocks to it, C++17)"
+        return f" ({lead}alignas({line}) {where}: operator new aligns its blocks to it, C++17)"
     if heap:
-        return f" (alignas({line}) {where}, the block from aligned_alloc({line}, ...))"
-    return f" (alignas({line}) on each field)" if fields else f" (alignas({line}))"
+        return f" ({lead}alignas({line}) {where}, the block from aligned_alloc({line}, ...))"
+    return f" ({lead}alignas({line}) {where})" if fields or elements else f" (alignas({line}))"
 
 
 def _allocator(o: dict) -> str | None:
@@ -2580,15 +2590,25 @@ def _padded_element(o: dict, names, per: dict[int, Counter], line: int) -> str:
     return f" `{e[0]}`"
 
 
-def _member_fields(o: dict, names, per: dict[int, Counter]) -> bool:
-    """Whether the threads' bytes are fields of a structure (`pp->a`, `s.b`, `st[0].misses`
-    where two threads share an element) by the object's DWARF layout: then each field is
-    what to pad, not the structure."""
+# A field that is an element of an array member: `s.v[1]`, `p->m[0][3]` (the member `v`, `m`).
+MEMBER_ELEMENT = re.compile(r"(?:\.|->)([A-Za-z_]\w*)(?:\[\d+\])+$")
+
+
+def _member_fields(o: dict, names, per: dict[int, Counter]) -> str:
+    """What to pad when the threads' bytes are fields of a structure (`pp->a`, `s.b`,
+    `st[0].misses` where two threads share an element) by the object's DWARF layout: each
+    field (" field"), not the structure; each element of one array member (" element of
+    `v`": `s.v[0]` beside `s.v[1]`); "" when they are not fields of a structure."""
     layout = _layout_of(o, names)
     if layout is None:
-        return False
+        return ""
     fields = {layout.field(x) if x >= 0 else "" for offs in per.values() for x in offs}
-    return bool(fields) and all("." in f or "->" in f for f in fields)
+    if not fields or not all("." in f or "->" in f for f in fields):
+        return ""
+    arrays = {m.group(1) if (m := MEMBER_ELEMENT.search(f)) else None for f in fields}
+    if len(arrays) == 1 and None not in arrays:
+        return f" element of `{arrays.pop()}`"
+    return " field"
 
 
 def _element_size(acc, line: int) -> int:
@@ -2855,10 +2875,19 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 else f"{size}-byte fields"
             )
             each = _padded_element(o, names, per, line)
-            if not each and not java and _member_fields(o, names, per):
-                # Fields of one structure: alignas on each field, not on the type.
-                each = " field"
-                align = _align(caller or site, line, size, heap=_allocator(o), fields=True)
+            if not each and not java and (each := _member_fields(o, names, per)):
+                # Fields of one structure: alignas on each field, not on the type (on a
+                # type around each element of an array member).
+                align = _align(
+                    caller or site,
+                    line,
+                    size,
+                    heap=_allocator(o),
+                    fields=each == " field",
+                    elements=each != " field",
+                )
+                if each != " field" and elem <= size:
+                    what = f"{size}-byte elements"
             out.append(
                 f"threads {thr} {verb} adjacent {what} of {name} {where}; "
                 f"pad each{each} to {line} bytes{align} or give each thread its own line"

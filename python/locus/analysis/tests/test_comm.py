@@ -575,35 +575,86 @@ PAIRS_DWARF = """
 """
 
 
-class PairsSym(MidLineSym):
-    """`pairs` is `struct pair { long a, b; } pairs[4]` in the program's DWARF, 32 bytes
-    into the line at 0x603000."""
+# `struct pair { long v[2]; } pairs[4]`: the fields are the elements of the member `v`.
+PAIRS_ARRAY_DWARF = """
+0x0000000c: DW_TAG_compile_unit
+              DW_AT_language	(DW_LANG_C11)
 
-    def __init__(self):
+0x00000020:   DW_TAG_base_type
+                DW_AT_byte_size	(0x08)
+
+0x00000024:   DW_TAG_array_type
+                DW_AT_type	(0x00000020 "long int")
+
+0x00000026:     DW_TAG_subrange_type
+                  DW_AT_upper_bound	(0x01)
+
+0x00000027:     NULL
+
+0x00000028:   DW_TAG_structure_type
+                DW_AT_name	("pair")
+                DW_AT_byte_size	(0x10)
+
+0x00000030:     DW_TAG_member
+                  DW_AT_name	("v")
+                  DW_AT_type	(0x00000024 "long int[2]")
+                  DW_AT_data_member_location	(0x00)
+
+0x00000040:     NULL
+
+0x00000048:   DW_TAG_array_type
+                DW_AT_type	(0x00000028 "pair")
+
+0x00000050:     DW_TAG_subrange_type
+                  DW_AT_upper_bound	(0x03)
+
+0x00000058:     NULL
+"""
+
+
+class PairsSym(MidLineSym):
+    """`pairs` is `struct pair { long a, b; } pairs[4]` in the program's DWARF (or, with
+    `arrays`, `struct pair { long v[2]; }`), 32 bytes into the line at 0x603000."""
+
+    def __init__(self, arrays: bool = False):
         super().__init__("pairs", 64)
+        self.dwarf = PAIRS_ARRAY_DWARF if arrays else PAIRS_DWARF
 
     def data_layout(self, name, addr):
         from locus.dwarf import Layout, parse
 
         assert (name, addr) == ("pairs", 0x603020)
-        return Layout(name, "pair[4]", 64, False, parse(PAIRS_DWARF), 0x48)
+        return Layout(name, "pair[4]", 64, False, parse(self.dwarf), 0x48)
 
 
-@pytest.mark.parametrize("second", [16, 8])
+@pytest.mark.parametrize("second", [16, 8, "v"])
 def test_advice_names_the_structure_to_pad(tmp_path, second):
     """Thread 0 writes pairs[0].a; thread 1 pairs[1].a (16 bytes on): padding each `struct
     pair` to a line separates them, and the advice names the type (the issue's "fields of
     `struct stats`: pad each"). When thread 1 writes pairs[0].b instead, both fields are in
     one element: padding the structure would not separate them, and the advice says to pad
-    each field, with alignas on each field (it said "pad each to 64 bytes (alignas(64))")."""
+    each field, with alignas on each field (it said "pad each to 64 bytes (alignas(64))").
+    When the two are elements of one array member (`pairs[0].v[0]`, `pairs[0].v[1]`),
+    alignas on a field cannot part them: each element goes in a structure of its own (it
+    said "pad each field ... (alignas(64) on each field)")."""
+    arrays = second == "v"
+    off = 8 if arrays else second
     run, p, c = _run(threads=2, cpus=2)
-    for src, dst, so, do in ((10, 11, 32, 32 + second), (11, 10, 32 + second, 32)):
+    for src, dst, so, do in ((10, 11, 32, 32 + off), (11, 10, 32 + off, 32)):
         c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
                 src_ip=0x401100, dst_ip=0x401100, store=True, count=30)  # fmt: skip
     for t in (10, 11):
         c.counters(t, samples=100, signals=100)
-    res = _res(tmp_path, run, Options(symbolizer=lambda proc: PairsSym()))
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: PairsSym(arrays)))
     (advice,) = res["advice"]
+    if arrays:
+        assert advice == (
+            "threads 0-1 write adjacent 8-byte elements of `pairs` at offsets 0-8 (thread 0 "
+            "pairs[0].v[0]; thread 1 pairs[0].v[1]); pad each element of `v` to 64 bytes (an "
+            "array of one-element structures, alignas(64) in their type) or give each thread "
+            "its own line"
+        )
+        return
     fields = "thread 0 pairs[0].a; thread 1 " + ("pairs[1].a" if second == 16 else "pairs[0].b")
     each = "each `struct pair`" if second == 16 else "each field"
     align = "alignas(64)" if second == 16 else "alignas(64) on each field"
