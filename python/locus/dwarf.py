@@ -772,21 +772,23 @@ def _frame_base(expr: str, path: str, pc: int, regs: dict) -> int | None:
     return stack[-1] if len(stack) == 1 else None
 
 
-def frame_locals(path: str, pc: int, sp: int, bp: int) -> list[Local]:
+def frame_locals(path: str, pc: int, sp: int, bp: int, cfi: str | None = None) -> list[Local]:
     """The local variables in memory of the frame that made a call returning to ELF address
     pc of the module at `path`, its stack pointer sp and frame pointer bp at the call: those
     of the function and of its lexical blocks (or inlined functions) around the call whose
     location is one offset from the frame base (DW_OP_fbreg; the frame base being the
     canonical frame address from the call's row of the call frame information, the stack
     pointer or the frame pointer) or from the stack or frame pointer. [] without debug
-    information, or where a location is anything else (a register, a location list)."""
+    information, or where a location is anything else (a register, a location list).
+    `cfi`: the module whose call frame information to read, when `path` is its separate
+    debug file (which has none)."""
     found = _scopes(path, pc)
     if found is None:
         return []
     dies, fortran, scopes = found
     sub = scopes[-1]
     regs = {"6": bp, "7": sp}
-    base = _frame_base(sub.attrs.get("DW_AT_frame_base", ""), path, pc, regs)
+    base = _frame_base(sub.attrs.get("DW_AT_frame_base", ""), cfi or path, pc, regs)
     out = []
     for i, scope in enumerate(scopes):
         # The function the scope is in: an inlined one's own name, with its caller's.

@@ -111,6 +111,107 @@ def _sections(f, eh: bytes) -> list[tuple[int, int, str]]:
     return sorted(out)
 
 
+# Where separate debug files are looked for, as gdb does (its debug-file-directory): by
+# build ID (DIR/.build-id/ab/cdef....debug: Debian's -dbgsym packages, Fedora's debuginfo),
+# and by .gnu_debuglink name (DIR/<the module's directory>/NAME). $LOCUS_DEBUG_DIRS (a
+# colon-separated list) replaces them.
+DEBUG_DIRS = ("/usr/lib/debug",)
+
+
+def _debug_dirs() -> list[str]:
+    env = os.environ.get("LOCUS_DEBUG_DIRS")
+    return [d for d in env.split(":") if d] if env is not None else list(DEBUG_DIRS)
+
+
+def _elf_notes(path: str) -> tuple[bool, str | None, str | None]:
+    """(whether the ELF file has a symbol table or DWARF (.symtab, .debug_info), its GNU
+    build ID in hex, its .gnu_debuglink file name); (False, None, None) if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            eh = f.read(64)
+            if len(eh) < 64 or eh[:4] != b"\x7fELF" or eh[4] != 2 or eh[5] != 1:
+                return False, None, None
+            shoff = struct.unpack_from("<Q", eh, 0x28)[0]
+            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", eh, 0x3A)
+            if not (shoff and shentsize >= 64 and 0 < shnum < 65280 and shstrndx < shnum):
+                return False, None, None
+            f.seek(shoff)
+            sh = f.read(shentsize * shnum)
+            rows = [
+                struct.unpack_from("<IIQQQQ", sh, i * shentsize)
+                for i in range(len(sh) // shentsize)
+            ]
+            _n, _t, _fl, _a, stroff, strsize = rows[shstrndx]
+            f.seek(stroff)
+            strtab = f.read(min(strsize, 1 << 20))
+            symbols, build_id, link = False, None, None
+            for name, typ, _flags, _addr, off, size in rows:
+                end = strtab.find(b"\0", name)
+                sec = strtab[name : end if end >= 0 else None]
+                if typ == 8:  # SHT_NOBITS: a debug file's copy of the module's code
+                    continue
+                if sec in (b".symtab", b".debug_info") and size:
+                    symbols = True
+                elif sec == b".note.gnu.build-id" and 16 < size < 1024:
+                    f.seek(off)
+                    note = f.read(size)
+                    namesz, descsz, ntype = struct.unpack_from("<III", note)
+                    at = 12 + (namesz + 3) // 4 * 4
+                    if ntype == 3 and note[12:15] == b"GNU" and at + descsz <= len(note):
+                        build_id = note[at : at + descsz].hex()
+                elif sec == b".gnu_debuglink" and 4 < size < 4096:
+                    f.seek(off)
+                    data = f.read(size)
+                    link = data[: data.find(b"\0")].decode("utf-8", "replace") or None
+            return symbols, build_id, link
+    except (OSError, struct.error, IndexError, ValueError):
+        return False, None, None
+
+
+_DEBUG_CACHE: dict[tuple[str, float], str] = {}
+
+
+def debug_file(path: str) -> str:
+    """The file with the module's symbol table and DWARF: the module itself when it has
+    them, else its separate debug file where gdb would find it (its build ID under each
+    debug directory's .build-id, debuginfod's client cache, then its .gnu_debuglink name
+    beside it, in its .debug, or under each debug directory) when that file has them and
+    the same build ID; else the module. Cached by path and mtime."""
+    try:
+        key = (path, os.path.getmtime(path))
+    except OSError:
+        return path
+    if key in _DEBUG_CACHE:
+        return _DEBUG_CACHE[key]
+    symbols, build_id, link = _elf_notes(path)
+    found = path
+    if not symbols and (build_id or link):
+        tries = []
+        dirs = _debug_dirs()
+        if build_id and len(build_id) > 2:
+            tries += [
+                os.path.join(d, ".build-id", build_id[:2], build_id[2:] + ".debug") for d in dirs
+            ]
+            cache = os.environ.get("DEBUGINFOD_CACHE_PATH") or os.path.join(
+                os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                "debuginfod_client",
+            )
+            tries.append(os.path.join(cache, build_id, "debuginfo"))
+        if link and "/" not in link:
+            here = os.path.dirname(os.path.realpath(path))
+            tries += [os.path.join(here, link), os.path.join(here, ".debug", link)]
+            tries += [os.path.join(d, here.lstrip("/"), link) for d in dirs]
+        for t in tries:
+            if os.path.realpath(t) == os.path.realpath(path) or not os.path.isfile(t):
+                continue
+            has, bid, _link = _elf_notes(t)
+            if has and (bid == build_id or not (bid and build_id)):
+                found = t
+                break
+    _DEBUG_CACHE[key] = found
+    return found
+
+
 def _elf_loads(path: str):
     """(e_type, [(p_offset, p_vaddr, p_filesz, p_memsz)]) of an ELF64 LE file, or None."""
     e = _elf(path)
@@ -358,6 +459,7 @@ class Symbolizer:
         )
         if self.tool is None:
             return empty
+        path = debug_file(path)  # a stripped module's separate debug file, if installed
         try:
             if self.tool == "addr2line":
                 return self._run_addr2line(kind, path, vaddrs, empty)
@@ -485,7 +587,8 @@ class Symbolizer:
         return self.sizes.get(name)
 
     def _dwarf(self, addr: int, key: tuple, lookup, empty=None):
-        """lookup(module path, ELF address of addr) once per module, address and key, within
+        """lookup(the path of the module's DWARF (debug_file), ELF address of addr, the module's
+        path) once per module, address and key, within
         the process's budget of DWARF lookups; `empty` when addr is in no module or past the
         budget (a module with gigabytes of DWARF and no index is read whole by each lookup:
         past LAYOUT_BUDGET_S of lookups, fields go unnamed)."""
@@ -499,20 +602,20 @@ class Symbolizer:
             if self.layout_s > LAYOUT_BUDGET_S:
                 return empty
             t0 = time.monotonic()
-            self.layouts[k] = lookup(m.path, v)
+            self.layouts[k] = lookup(debug_file(m.path), v, m.path)
             self.layout_s += time.monotonic() - t0
         return self.layouts[k]
 
     def data_layout(self, name: str, addr: int):
         """The fields of the static variable `name` (as data() named it) that starts at
         `addr`, from its module's DWARF (dwarf.Layout), or None."""
-        return self._dwarf(addr, ("data", name), lambda p, v: dwarf.variable_layout(p, name, v))
+        return self._dwarf(addr, ("data", name), lambda p, v, _m: dwarf.variable_layout(p, name, v))
 
     def frame_locals(self, site: int, sp: int, bp: int) -> list:
         """The locals in memory (dwarf.Local) of the frame that called out at return address
         `site` with stack pointer sp and frame pointer bp, from its module's DWARF."""
         return self._dwarf(
-            site, ("frame", sp, bp), lambda p, v: dwarf.frame_locals(p, v, sp, bp), []
+            site, ("frame", sp, bp), lambda p, v, m: dwarf.frame_locals(p, v, sp, bp, m), []
         )
 
     def heap_layout(self, site: int, line: int, size: int):
@@ -520,7 +623,7 @@ class Symbolizer:
         `site` (source line `line`), from the pointer that line declares (dwarf.heap_layout),
         or None."""
         return self._dwarf(
-            site, ("heap", line, size), lambda p, v: dwarf.heap_layout(p, v, line, size)
+            site, ("heap", line, size), lambda p, v, _m: dwarf.heap_layout(p, v, line, size)
         )
 
 

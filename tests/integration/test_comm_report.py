@@ -584,6 +584,26 @@ def test_stripped_static_data_named_by_line_and_section(locus, tmp_path):
     assert any(top["name"] in a for a in c["advice"]), c["advice"]
     assert any("without symbols (stripped: comm_falseshare)" in n for n in c["notes"])
 
+    # The same run once the program's separate debug file is installed where a Debian
+    # -dbgsym package puts it (by build ID under the debug directory): the line is `data`
+    # again, with its fields (it stayed "line ... (no symbol)" though the report knew
+    # where debug files are: only the code sites looked there, through llvm-symbolizer).
+    notes = subprocess.run(["readelf", "-n", str(exe)], capture_output=True, text=True)
+    build_id = notes.stdout.split("Build ID:")[1].split()[0]
+    where = tmp_path / "debug" / ".build-id" / build_id[:2]
+    where.mkdir(parents=True)
+    debug = where / f"{build_id[2:]}.debug"
+    subprocess.run(["objcopy", "--only-keep-debug", str(exe), str(debug)], check=True)
+    locus.env = {**locus.env, "LOCUS_DEBUG_DIRS": str(tmp_path / "debug")}
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    top = c["objects"][0]
+    assert top["name"] == "data" and top["kind"] == "static", c["objects"][:3]
+    assert any(
+        a.startswith("threads 1-2 ") and "`data`" in a and "data.false_line.c[1]" in a
+        for a in c["advice"]
+    ), c["advice"]
+    assert not any("without symbols" in n for n in c["notes"]), c["notes"]
+
 
 SHARED_BETWEEN_PROCESSES = r"""
 #include <sys/mman.h>

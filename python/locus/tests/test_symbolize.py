@@ -100,6 +100,67 @@ def test_section_of_static_data(prog, tmp_path):
     assert s.section(counter) == ("p", ".bss", sym["counter"])
 
 
+@pytest.mark.parametrize("how", ["debuglink", "build-id", "other-build"])
+def test_a_stripped_modules_separate_debug_file(prog, tmp_path, monkeypatch, how):
+    """A stripped program with its debug information in a separate file (a Debian -dbgsym
+    package's, under /usr/lib/debug/.build-id; or beside it, named by .gnu_debuglink), as
+    gdb finds it: its static data and code are named from that file, and its DWARF is read
+    there (the report named `counter` "line 0x4040 of p .bss (no symbol)"). A debug file of
+    another build (another build ID) is not taken."""
+    from locus import symbolize
+
+    maps, lock, counter, ret = prog
+    exe = next(ln.split()[-1] for ln in maps.splitlines() if ln.endswith("/p"))
+    d = tmp_path / "bin"
+    d.mkdir()
+    stripped, debug = d / "p", tmp_path / "p.debug"
+    subprocess.run(["objcopy", "--only-keep-debug", exe, str(debug)], check=True)
+    subprocess.run(["strip", "-o", str(stripped), exe], check=True)
+    notes = subprocess.run(["readelf", "-n", exe], capture_output=True, text=True).stdout
+    build_id = notes.split("Build ID:")[1].split()[0]
+    root = tmp_path / "debugroot"
+    monkeypatch.setenv("LOCUS_DEBUG_DIRS", str(root))
+    monkeypatch.setenv("DEBUGINFOD_CACHE_PATH", str(tmp_path / "nocache"))
+    assert symbolize.debug_file(str(stripped)) == str(stripped)  # none installed
+    if how == "debuglink":
+        link = d / "p.linked"
+        subprocess.run(
+            ["objcopy", f"--add-gnu-debuglink={debug}", str(stripped), str(link)], check=True
+        )
+        os.replace(debug, d / "p.debug")
+        stripped = link
+    else:
+        where = root / ".build-id" / build_id[:2]
+        where.mkdir(parents=True)
+        if how == "other-build":
+            # The same program built again, with another build ID.
+            other = tmp_path / "other"
+            src = os.path.join(os.path.dirname(exe), "p.c")
+            subprocess.run(
+                ["cc", "-g", "-O0", "-Wl,--build-id=0x1234", src, "-o", str(other), "-lpthread"],
+                check=True,
+            )
+            subprocess.run(["objcopy", "--only-keep-debug", str(other), str(debug)], check=True)
+        os.replace(debug, where / f"{build_id[2:]}.debug")
+    symbolize._DEBUG_CACHE.clear()  # (its first answer: none installed)
+    found = symbolize.debug_file(str(stripped))
+    s = Symbolizer(maps.replace(exe, str(stripped)), tool="llvm-symbolizer")
+    if not shutil.which("llvm-symbolizer"):
+        pytest.skip("llvm-symbolizer missing")
+    names = s.data([lock, counter + 2])
+    if how == "other-build":
+        assert found == str(stripped)
+        assert names[lock] is None
+        return
+    assert found != str(stripped) and os.path.isfile(found)
+    assert names[lock] == "queue_lock" and names[counter + 2] == "counter+2"
+    assert s.data_size("queue_lock") == 40
+    loc = s.code([ret])[ret]
+    assert loc.function == "main" and loc.line == 18 and loc.module == stripped.name
+    layout = s.data_layout("queue_lock", lock)
+    assert layout is not None and layout.size == 40
+
+
 def test_user_frame_and_rust_names():
     """An inline chain (innermost first) is named by its innermost frame in the program's
     own source; all-library chains keep the outermost function with the innermost line;
