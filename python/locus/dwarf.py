@@ -741,6 +741,22 @@ def _function_name(dies: dict, fn: Die) -> str:
     return name
 
 
+# The functions a compiler outlines an OpenMP region's (or task's) body into: GCC's
+# `main._omp_fn.0`, clang's `.omp_outlined.`, `.omp_outlined._debug__`, `.omp_outlined..1`
+# (and `main.omp_outlined` from clang 16 on).
+_OUTLINED = re.compile(r"(?:(.+?)\._omp_fn\.\d+|(?:(.+?)\.)?\.?omp_outlined(?:\.|_debug__|\d)*)")
+_REGION = "an OpenMP region"
+
+
+def _region(name: str) -> str:
+    """A function's name, or "an OpenMP region in main" for the body of a region."""
+    m = _OUTLINED.fullmatch(name)
+    if m is None:
+        return name
+    parent = m.group(1) or m.group(2)
+    return f"{_REGION} in {parent}" if parent else _REGION
+
+
 def _frame_base(expr: str, path: str, pc: int, regs: dict) -> int | None:
     """A function's frame base (DW_AT_frame_base) at the call returning to pc, its stack and
     frame pointers in regs: the stack or frame pointer (DW_OP_reg7, DW_OP_breg6 n), or the
@@ -793,9 +809,9 @@ def frame_locals(path: str, pc: int, sp: int, bp: int, cfi: str | None = None) -
     for i, scope in enumerate(scopes):
         # The function the scope is in: an inlined one's own name, with its caller's.
         fn = next(f for f in scopes[i:] if f.tag in ("DW_TAG_subprogram", _INLINED))
-        function = _function_name(dies, fn)
-        if fn.tag == _INLINED:
-            function += f" (inlined into {_function_name(dies, sub)})"
+        function = _region(_function_name(dies, fn))
+        if fn.tag == _INLINED and not function.startswith(_REGION):
+            function += f" (inlined into {_region(_function_name(dies, sub))})"
         for v, named, name, t in _scope_vars(dies, [scope]):
             loc = v.attrs.get("DW_AT_location", "").strip()
             fm, bm = _FBREG.match(loc), _BREG.match(loc)

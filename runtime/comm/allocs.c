@@ -464,14 +464,17 @@ void locus_allocs_record_mapping(const void *addr, size_t size, uint64_t site, i
  * them: a call from a recursion walked at every depth, again and again. */
 #define FRAMES_SEEN 256u /* (the slot: 8 bits) */
 static _Atomic uint64_t frames_seen[FRAMES_SEEN];
+/* The same for the calls that start OpenMP tasks (locus_allocs_task_frame): a table of their
+ * own, as a task-heavy program's would evict the regions' calls. */
+static _Atomic uint64_t tasks_seen[FRAMES_SEEN];
 
-/* Whether the call was seen before (it is from now on). */
-static int seen_call(uint64_t cfa, uint64_t site) {
+/* Whether the call was seen before in `seen` (it is from now on). */
+static int seen_call(_Atomic uint64_t *seen, uint64_t cfa, uint64_t site) {
   uint64_t key = (site * 0x9e3779b97f4a7c15ull) ^ (cfa * 0xc2b2ae3d27d4eb4full) ^ locus_me.tid;
   key |= 1; /* (0: an empty slot) */
   /* (the top bits of a product: the key's bits 32-39 put 200 stack depths 80 bytes apart
    * in 15 slots) */
-  _Atomic uint64_t *slot = &frames_seen[(key * 0x9e3779b97f4a7c15ull) >> 56];
+  _Atomic uint64_t *slot = &seen[(key * 0x9e3779b97f4a7c15ull) >> 56];
   if (atomic_load_explicit(slot, memory_order_relaxed) == key) return 1;
   atomic_store_explicit(slot, key, memory_order_relaxed);
   return 0;
@@ -507,7 +510,7 @@ void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site) {
   locus_me.guard++;
   uintptr_t lo, hi;
   /* (a call already seen from this stack depth: the frames above it were walked then) */
-  if (!seen_call(cfa, site)) {
+  if (!seen_call(frames_seen, cfa, site)) {
     put_frame(cfa, fp, site);
     struct locus_uframe f[FRAMES_UP + 1] = {{cfa, fp, site, 0}};
     /* (only on the thread's own stack, all of it mapped above the caller's frame: not on a
@@ -518,6 +521,40 @@ void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site) {
     for (int i = 1; i < n; i++)
       if (!f[i].sys) put_frame(f[i].sp, f[i].fp, f[i].pc);
   }
+  locus_me.guard--;
+  errno = saved;
+}
+
+/* The frame of a call that starts an OpenMP task (GOMP_task, __kmpc_omp_task): the task gets
+ * the addresses of its creator's shared locals, which the thread that runs it reaches. The
+ * caller's frame alone, not the frames above it: a task-heavy program starts millions of
+ * tasks, from every depth of a recursion, on every thread. Once per (thread, site, depth)
+ * while its slot holds, and at most TASK_FRAMES records a process (a recursion's depths
+ * evict each other's slots); the check before it is a load and a hash. */
+#define TASK_FRAMES 256u
+static _Atomic uint32_t task_frames;
+/* Set once no task frame will be recorded any more (the budget spent, or a runtime that
+ * does not track allocations: no comm lens): the task stubs (intercept/omp.c) then jump
+ * straight to the real function. */
+LOCUS_HIDDEN uint8_t locus_allocs_task_frames_done;
+
+void locus_allocs_task_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
+  if (atomic_load_explicit(&task_frames, memory_order_relaxed) >= TASK_FRAMES) {
+    __atomic_store_n(&locus_allocs_task_frames_done, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  if (!frames_wanted()) {
+    /* (a started thread of a run without allocation tracking: none will be recorded) */
+    if (locus_me.state == 1 && !locus_me.guard &&
+        !(__atomic_load_n(&locus_alloc_state, __ATOMIC_RELAXED) & LOCUS_ALLOC_TRACKING))
+      __atomic_store_n(&locus_allocs_task_frames_done, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  int saved = errno;
+  locus_me.guard++;
+  if (!seen_call(tasks_seen, cfa, site) &&
+      atomic_fetch_add_explicit(&task_frames, 1, memory_order_relaxed) < TASK_FRAMES)
+    put_frame(cfa, fp, site);
   locus_me.guard--;
   errno = saved;
 }
@@ -539,6 +576,8 @@ static void on_thread_end(void *arg) {
  * child's own thread_init reopens allocs.bin in the child's directory. */
 static void child_after_fork(void) {
   __atomic_fetch_and(&locus_alloc_state, ~LOCUS_ALLOC_TRACKING, __ATOMIC_RELEASE);
+  atomic_store_explicit(&task_frames, 0, memory_order_relaxed); /* (its own allocs.bin) */
+  __atomic_store_n(&locus_allocs_task_frames_done, 0, __ATOMIC_RELAXED);
   locus_me.guard++;
   at.young = 0;     /* the parent's to count */
   nursery_close(0); /* the parent's */

@@ -44,6 +44,9 @@ void locus_allocs_record_remap(const void *old, size_t old_n, const void *p, siz
  * call's return address; and the frames above it in the program's code (comm/unwind.c);
  * once per (thread, site, cfa). Call it through LOCUS_CALLER_FRAMES. */
 void locus_allocs_frames(uint64_t cfa, uint64_t fp, uint64_t site);
+/* The frame of a call that starts an OpenMP task: the caller's only, and at most a fixed
+ * number a process (see allocs.c). */
+void locus_allocs_task_frame(uint64_t cfa, uint64_t fp, uint64_t site);
 /* In an interposer: its caller's frame (the interposer keeps a frame pointer for it, which
  * holds the caller's): its stack pointer at the call, frame pointer, return address. */
 #define LOCUS_CALLER_ARGS                                          \

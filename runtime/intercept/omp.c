@@ -165,68 +165,103 @@ PARALLEL(GOMP_parallel_loop_maybe_nonmonotonic_runtime, RUNTIME_PARAMS, RUNTIME_
 /* LLVM's OpenMP runtime (libomp: clang, Intel's icx and ifx, AMD's AOCC; Intel's libiomp5)
  * opens a region with __kmpc_fork_call(loc, argc, microtask, ...), the shared variables'
  * addresses following as variable arguments, which C cannot pass on. So the interposer is
- * a stub in assembly: it keeps the argument registers (and %al, the count of vector
+ * a stub in assembly (STUB): it keeps the argument registers (and %al, the count of vector
  * registers a variadic call passes, with xmm0-7), records its caller's frame as the
- * interposers above do (locus_kmpc_frame, which also finds the real function), and jumps
- * to the real function with the registers and the stack as the caller left them. */
-void *locus_kmpc_frame(uint64_t cfa, uint64_t fp, uint64_t site);
-void *locus_kmpc_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
-  static void *next;
-  locus_allocs_frames(cfa, fp, site);
-  return next ? next : locus_real_need(&next, "__kmpc_fork_call");
-}
+ * interposers above do (FRAME's function, which also finds the real function), and jumps
+ * to the real function with the registers and the stack as the caller left them.
+ *
+ * The calls that start tasks take the same stub: GOMP_task's parameters changed between
+ * GCC's versions (priority, detach), and a jump passes on whatever its caller passed. A
+ * task is given the addresses of its creator's shared locals (`#pragma omp task
+ * shared(sums)`), which the thread that runs it reaches: its caller's frame is recorded,
+ * alone (locus_allocs_task_frame). */
+#define FRAME(fn, record, real)                                                \
+  LOCUS_HIDDEN void *fn##_next; /* the real function (read by the stub too) */ \
+  void *fn(uint64_t cfa, uint64_t fp, uint64_t site);                          \
+  void *fn(uint64_t cfa, uint64_t fp, uint64_t site) {                         \
+    record(cfa, fp, site);                                                     \
+    return fn##_next ? fn##_next : locus_real_need(&fn##_next, real);          \
+  }
+
+/* A task stub's way around the frame function once no more task frames are recorded
+ * (locus_allocs_task_frames_done): a jump to the real function, which the frame function
+ * found at the first call. A task of a few nanoseconds (a recursion's undeferred `if(0)`
+ * tasks) would otherwise pay for the registers' save and restore at each call. */
+#define TASK_FAST(fn)                                \
+  "  cmpb $0, locus_allocs_task_frames_done(%rip)\n" \
+  "  je 1f\n"                                        \
+  "  mov " #fn                                       \
+  "_next(%rip), %r11\n"                              \
+  "  test %r11, %r11\n"                              \
+  "  jz 1f\n"                                        \
+  "  jmp *%r11\n"                                    \
+  "1:\n"
 
 /* clang-format off */
-__asm__(".text\n"
-        ".globl __kmpc_fork_call\n"
-        ".type __kmpc_fork_call, @function\n"
-        "__kmpc_fork_call:\n"
-        ".cfi_startproc\n"
-        "  endbr64\n" /* (a landing pad where indirect branches are tracked; a no-op elsewhere) */
-        "  push %rbp\n"
-        ".cfi_def_cfa_offset 16\n"
-        ".cfi_offset %rbp, -16\n"
-        "  mov %rsp, %rbp\n"
-        ".cfi_def_cfa_register %rbp\n"
-        "  sub $192, %rsp\n" /* (16-byte aligned for the call) */
-        "  mov %rdi, 0(%rsp)\n"
-        "  mov %rsi, 8(%rsp)\n"
-        "  mov %rdx, 16(%rsp)\n"
-        "  mov %rcx, 24(%rsp)\n"
-        "  mov %r8, 32(%rsp)\n"
-        "  mov %r9, 40(%rsp)\n"
-        "  mov %rax, 48(%rsp)\n"
-        "  movdqu %xmm0, 64(%rsp)\n"
-        "  movdqu %xmm1, 80(%rsp)\n"
-        "  movdqu %xmm2, 96(%rsp)\n"
-        "  movdqu %xmm3, 112(%rsp)\n"
-        "  movdqu %xmm4, 128(%rsp)\n"
-        "  movdqu %xmm5, 144(%rsp)\n"
-        "  movdqu %xmm6, 160(%rsp)\n"
-        "  movdqu %xmm7, 176(%rsp)\n"
-        "  lea 16(%rbp), %rdi\n" /* the caller's stack pointer at the call */
-        "  mov (%rbp), %rsi\n"   /* its frame pointer */
-        "  mov 8(%rbp), %rdx\n"  /* the return address */
-        "  call locus_kmpc_frame\n"
-        "  mov %rax, %r11\n"
-        "  mov 0(%rsp), %rdi\n"
-        "  mov 8(%rsp), %rsi\n"
-        "  mov 16(%rsp), %rdx\n"
-        "  mov 24(%rsp), %rcx\n"
-        "  mov 32(%rsp), %r8\n"
-        "  mov 40(%rsp), %r9\n"
-        "  mov 48(%rsp), %rax\n"
-        "  movdqu 64(%rsp), %xmm0\n"
-        "  movdqu 80(%rsp), %xmm1\n"
-        "  movdqu 96(%rsp), %xmm2\n"
-        "  movdqu 112(%rsp), %xmm3\n"
-        "  movdqu 128(%rsp), %xmm4\n"
-        "  movdqu 144(%rsp), %xmm5\n"
-        "  movdqu 160(%rsp), %xmm6\n"
-        "  movdqu 176(%rsp), %xmm7\n"
-        "  leave\n"
-        ".cfi_def_cfa %rsp, 8\n"
-        "  jmp *%r11\n"
-        ".cfi_endproc\n"
-        ".size __kmpc_fork_call, .-__kmpc_fork_call\n");
+#define STUB(name, fn, fast)                                                                 \
+  __asm__(".text\n"                                                                          \
+          ".globl " #name "\n"                                                               \
+          ".type " #name ", @function\n"                                                     \
+          #name ":\n"                                                                        \
+          ".cfi_startproc\n"                                                                \
+          "  endbr64\n" /* (a landing pad where indirect branches are tracked; a no-op elsewhere) */ \
+          fast                                                                               \
+          "  push %rbp\n"                                                                    \
+          ".cfi_def_cfa_offset 16\n"                                                         \
+          ".cfi_offset %rbp, -16\n"                                                          \
+          "  mov %rsp, %rbp\n"                                                               \
+          ".cfi_def_cfa_register %rbp\n"                                                     \
+          "  sub $192, %rsp\n" /* (16-byte aligned for the call) */                          \
+          "  mov %rdi, 0(%rsp)\n"                                                            \
+          "  mov %rsi, 8(%rsp)\n"                                                            \
+          "  mov %rdx, 16(%rsp)\n"                                                           \
+          "  mov %rcx, 24(%rsp)\n"                                                           \
+          "  mov %r8, 32(%rsp)\n"                                                            \
+          "  mov %r9, 40(%rsp)\n"                                                            \
+          "  mov %rax, 48(%rsp)\n"                                                           \
+          "  movdqu %xmm0, 64(%rsp)\n"                                                       \
+          "  movdqu %xmm1, 80(%rsp)\n"                                                       \
+          "  movdqu %xmm2, 96(%rsp)\n"                                                       \
+          "  movdqu %xmm3, 112(%rsp)\n"                                                      \
+          "  movdqu %xmm4, 128(%rsp)\n"                                                      \
+          "  movdqu %xmm5, 144(%rsp)\n"                                                      \
+          "  movdqu %xmm6, 160(%rsp)\n"                                                      \
+          "  movdqu %xmm7, 176(%rsp)\n"                                                      \
+          "  lea 16(%rbp), %rdi\n" /* the caller's stack pointer at the call */              \
+          "  mov (%rbp), %rsi\n"   /* its frame pointer */                                   \
+          "  mov 8(%rbp), %rdx\n"  /* the return address */                                  \
+          "  call " #fn "\n"                                                                 \
+          "  mov %rax, %r11\n"                                                               \
+          "  mov 0(%rsp), %rdi\n"                                                            \
+          "  mov 8(%rsp), %rsi\n"                                                            \
+          "  mov 16(%rsp), %rdx\n"                                                           \
+          "  mov 24(%rsp), %rcx\n"                                                           \
+          "  mov 32(%rsp), %r8\n"                                                            \
+          "  mov 40(%rsp), %r9\n"                                                            \
+          "  mov 48(%rsp), %rax\n"                                                           \
+          "  movdqu 64(%rsp), %xmm0\n"                                                       \
+          "  movdqu 80(%rsp), %xmm1\n"                                                       \
+          "  movdqu 96(%rsp), %xmm2\n"                                                       \
+          "  movdqu 112(%rsp), %xmm3\n"                                                      \
+          "  movdqu 128(%rsp), %xmm4\n"                                                      \
+          "  movdqu 144(%rsp), %xmm5\n"                                                      \
+          "  movdqu 160(%rsp), %xmm6\n"                                                      \
+          "  movdqu 176(%rsp), %xmm7\n"                                                      \
+          "  leave\n"                                                                        \
+          ".cfi_def_cfa %rsp, 8\n"                                                           \
+          "  jmp *%r11\n"                                                                    \
+          ".cfi_endproc\n"                                                                   \
+          ".size " #name ", .-" #name "\n")
 /* clang-format on */
+
+FRAME(locus_kmpc_frame, locus_allocs_frames, "__kmpc_fork_call")
+STUB(__kmpc_fork_call, locus_kmpc_frame, "");
+#define TASK(name, fn)                      \
+  FRAME(fn, locus_allocs_task_frame, #name) \
+  STUB(name, fn, TASK_FAST(fn));
+TASK(GOMP_task, locus_gomp_task_frame)
+TASK(GOMP_taskloop, locus_gomp_taskloop_frame)
+TASK(GOMP_taskloop_ull, locus_gomp_taskloop_ull_frame)
+TASK(__kmpc_omp_task, locus_kmpc_task_frame)
+TASK(__kmpc_omp_task_with_deps, locus_kmpc_task_deps_frame)
+TASK(__kmpc_taskloop, locus_kmpc_taskloop_frame)

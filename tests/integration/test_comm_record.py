@@ -2936,6 +2936,62 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         assert fields[1] == {"slots[0].count"} and fields[2] == {"slots[1].count"}, fields
 
 
+OMP_TASKS = r"""
+#include <stdio.h>
+static void work(volatile long *slot) {
+  for (long k = 0; k < 100000000; k++) *slot += 1;
+}
+int main(void) {
+  long total = 0;
+#pragma omp parallel num_threads(2)
+#pragma omp single
+  {
+    volatile long sums[4] = {0};
+    for (int i = 0; i < 2; i++) {
+#pragma omp task shared(sums) firstprivate(i)
+      work(&sums[i]);
+    }
+#pragma omp taskwait
+    total = sums[0] + sums[1];
+  }
+  printf("%ld\n", total);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_locals_a_task_is_given_are_named(locus, tmp_path, cc):
+    """Tasks given a local of the region that creates them (`#pragma omp task shared(sums)`):
+    the local lives in the frame of the function the compiler outlined the region into, on
+    the thread that runs the `single`, below the frames the region's start records. The
+    runtime records the frame of each call that starts a task (GOMP_task, libomp's
+    __kmpc_omp_task: stubs that jump on with the caller's registers, since GOMP_task's
+    parameters differ between GCC's versions), and the report names `sums` (it said "a local
+    variable other threads reach by its address")."""
+    (tmp_path / "t.c").write_text(OMP_TASKS)
+    exe = tmp_path / "t"
+    built = subprocess.run(
+        [cc, "-O2", "-g", "-fopenmp", "-o", str(exe), str(tmp_path / "t.c")],
+        capture_output=True,
+        text=True,
+    )
+    if built.returncode != 0 and cc == "clang":
+        pytest.skip(f"clang -fopenmp: {built.stderr[-200:]} (apt-get install libomp-14-dev)")
+    assert built.returncode == 0, built.stderr
+    proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    assert proc.stdout.strip() == b"200000000"
+    comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    obj = comm["objects"][0] if comm["objects"] else None
+    assert obj and obj["kind"] == "stack", comm["objects"]
+    assert [v["name"] for v in obj["locals"]] == ["sums"], obj["locals"]
+    advice = " ".join(comm["advice"])
+    region = "an OpenMP region in main" if cc == "gcc" else "an OpenMP region"
+    assert f"`sums`, a local of {region} at t.c:11" in advice, advice
+    fields = {f for ln in comm["lines"] for t in ln["threads"] for f in t["fields"]}
+    assert {"sums[0]", "sums[1]"} <= fields, fields
+
+
 OFF_STACK_THREADS = r"""#define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
