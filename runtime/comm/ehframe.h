@@ -82,4 +82,28 @@ static inline int locus_eh_hdr(const uint8_t *p, const uint8_t *end, int64_t bia
   return 0;
 }
 
+/* The binary search of .eh_frame_hdr's table (nfde pairs of sdata4, datarel from the
+ * header): the last entry whose function start is at or before `rel` (an address minus the
+ * header's). `entry(arg, k, e)` reads pair k into e[0] (the start) and e[1] (the FDE), 0 on
+ * success: the soft backend reads the table where it is mapped, the frame walk with pread
+ * (keeping its pages out of the program's memory). 0 and *at, *e the entry's pair; -1 when
+ * rel is before the first entry or a read failed. */
+static inline int locus_eh_search(uint32_t nfde, int64_t rel,
+                                  int (*entry)(const void *arg, uint32_t k, int32_t e[2]),
+                                  const void *arg, uint32_t *at, int32_t e[2]) {
+  uint32_t lo = 0, hi = nfde;
+  if (!nfde || entry(arg, 0, e) != 0 || e[0] > rel) return -1;
+  while (hi - lo > 1) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (entry(arg, mid, e) != 0) return -1;
+    if (e[0] <= rel)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  if (entry(arg, lo, e) != 0) return -1;
+  *at = lo;
+  return 0;
+}
+
 #endif

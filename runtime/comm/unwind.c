@@ -157,24 +157,26 @@ static uint64_t enc_ptr(struct cur *c, uint8_t enc, uint64_t data) {
   return v;
 }
 
+/* Entry k of an object's .eh_frame_hdr table, by pread (locus_eh_search). */
+struct table_at {
+  const struct uobj *o;
+  uint64_t table;
+};
+static int table_entry(const void *arg, uint32_t k, int32_t e[2]) {
+  const struct table_at *t = arg;
+  return read_v(t->o, t->table + (uint64_t)k * 8, e, 8) == 8 ? 0 : -1;
+}
+
 /* The FDE's vaddr for vaddr pc, from .eh_frame_hdr's sorted table; 0 if none. */
 static uint64_t fde_of(const struct uobj *o, uint64_t pc) {
   uint8_t h[32];
   size_t n = read_v(o, o->hdr, h, sizeof h);
-  uint32_t off, count;
+  uint32_t off, count, at;
   if (locus_eh_hdr(h, h + n, (int64_t)(o->hdr - (uint64_t)(uintptr_t)h), &off, &count) != 0)
     return 0;
-  uint64_t table = o->hdr + off, lo = 0, hi = count;
+  struct table_at t = {o, o->hdr + off};
   int32_t e[2];
-  while (hi - lo > 1) { /* the last entry whose start is <= pc */
-    uint64_t mid = lo + (hi - lo) / 2;
-    if (read_v(o, table + mid * 8, e, 8) != 8) return 0;
-    if (o->hdr + (int64_t)e[0] <= pc)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  if (read_v(o, table + lo * 8, e, 8) != 8 || o->hdr + (int64_t)e[0] > pc) return 0;
+  if (locus_eh_search(count, (int64_t)(pc - o->hdr), table_entry, &t, &at, e) != 0) return 0;
   return o->hdr + (int64_t)e[1];
 }
 

@@ -440,21 +440,19 @@ static const struct module *module_of(uint64_t pc) {
  * uses — 68 KiB of libc's for a program that samples a few libc functions. pc in the gap
  * after a function's FDE range (alignment padding, code without CFI) is then decoded from
  * that function's start, through the padding (valid instructions), instead of by resync. */
+static int table_entry(const void *table, uint32_t k, int32_t e[2]) {
+  memcpy(e, (const int32_t *)table + 2 * k, 8);
+  return 0;
+}
+
 static int function_of(const struct module *m, uint64_t pc, uint64_t *start, uint64_t *end) {
   const int32_t *t;
-  uint32_t nfde;
-  if (!m->hdr || hdr_table(m->hdr, &t, &nfde) != 0 || !nfde) return -1;
-  int64_t rel = (int64_t)(pc - m->hdr);
-  uint32_t lo = 0, hi = nfde; /* last entry with start <= pc */
-  if (t[0] > rel) return -1;
-  while (hi - lo > 1) {
-    uint32_t mid = lo + (hi - lo) / 2;
-    if (t[2 * mid] <= rel)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  *start = m->hdr + (uint64_t)(int64_t)t[2 * lo];
+  uint32_t nfde, lo;
+  int32_t e[2];
+  if (!m->hdr || hdr_table(m->hdr, &t, &nfde) != 0 ||
+      locus_eh_search(nfde, (int64_t)(pc - m->hdr), table_entry, t, &lo, e) != 0)
+    return -1;
+  *start = m->hdr + (uint64_t)(int64_t)e[0];
   *end = lo + 1 < nfde ? m->hdr + (uint64_t)(int64_t)t[2 * (lo + 1)] : m->hi;
   if (*end > m->hi) *end = m->hi;
   return pc < *end ? 0 : -1;
