@@ -476,11 +476,14 @@ def overhead(n: int) -> dict:
 
 EXACT_BUILDS = (
     # (name, plain build, exact build): gcc with the hit test inlined into its assembly
-    # (locus cc's default), gcc calling the hooks in liblocus.so (LOCUS_CC_INLINE=0), and clang
-    # with LOCUS_CC_LTO=1 inlining it at link time (each against its own compiler's plain build).
+    # (locus cc's default), gcc calling the hooks in liblocus.so (LOCUS_CC_INLINE=0), clang
+    # with LOCUS_CC_LTO=1 inlining it at link time, and clang with locus cc's default (each
+    # against its own compiler's plain build).
     ("gcc", "", "exact"),
     ("gcc-calls", "", "exact-calls"),
     ("clang-lto", "clang", "exact-lto"),
+    # clang with locus cc's default (the hit test inlined into the assembly, as for gcc).
+    ("clang", "clang", "exact-clang"),
 )
 
 
@@ -541,7 +544,8 @@ def main() -> int:
     )
     if shutil.which("clang"):
         subprocess.run(
-            ["make", "-s", "-C", str(common.REPO / "workloads"), "exact-lto"], check=True
+            ["make", "-s", "-C", str(common.REPO / "workloads"), "exact-lto", "exact-clang"],
+            check=True,
         )
     data = {**common.stamp(), "n": args.n}
     if args.only in (None, "accuracy"):
