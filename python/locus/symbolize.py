@@ -84,13 +84,13 @@ def _elf(path: str):
     return res
 
 
-def _sections(f, eh: bytes) -> list[tuple[int, int, str]]:
-    """The allocated sections of the open ELF file f (header eh), sorted; [] if unreadable."""
-    out: list[tuple[int, int, str]] = []
+def _section_headers(f, eh: bytes) -> list[tuple[bytes, int, int, int, int, int]]:
+    """(name, sh_type, sh_flags, sh_addr, sh_offset, sh_size) of each section of the open
+    ELF64 file f (header eh); [] if unreadable."""
     shoff = struct.unpack_from("<Q", eh, 0x28)[0]
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", eh, 0x3A)
     if not (shoff and shentsize >= 64 and 0 < shnum < 65280 and shstrndx < shnum):
-        return out
+        return []
     try:
         f.seek(shoff)
         sh = f.read(shentsize * shnum)
@@ -101,14 +101,21 @@ def _sections(f, eh: bytes) -> list[tuple[int, int, str]]:
         f.seek(stroff)
         strtab = f.read(min(strsize, 1 << 20))
     except (OSError, struct.error, IndexError):
-        return out
-    for name, _typ, flags, addr, _off, size in rows:
-        if flags & 2 and addr and size:  # SHF_ALLOC
-            end = strtab.find(b"\0", name)
-            out.append(
-                (addr, size, strtab[name : end if end >= 0 else None].decode("ascii", "replace"))
-            )
-    return sorted(out)
+        return []
+    out = []
+    for name, typ, flags, addr, off, size in rows:
+        end = strtab.find(b"\0", name)
+        out.append((strtab[name : end if end >= 0 else None], typ, flags, addr, off, size))
+    return out
+
+
+def _sections(f, eh: bytes) -> list[tuple[int, int, str]]:
+    """The allocated sections of the open ELF file f (header eh), sorted; [] if unreadable."""
+    return sorted(
+        (addr, size, name.decode("ascii", "replace"))
+        for name, _typ, flags, addr, _off, size in _section_headers(f, eh)
+        if flags & 2 and addr and size  # SHF_ALLOC
+    )
 
 
 # Where separate debug files are looked for, as gdb does (its debug-file-directory): by
@@ -126,28 +133,13 @@ def _debug_dirs() -> list[str]:
 def _elf_notes(path: str) -> tuple[bool, str | None, str | None]:
     """(whether the ELF file has a symbol table or DWARF (.symtab, .debug_info), its GNU
     build ID in hex, its .gnu_debuglink file name); (False, None, None) if unreadable."""
+    symbols, build_id, link = False, None, None
     try:
         with open(path, "rb") as f:
             eh = f.read(64)
             if len(eh) < 64 or eh[:4] != b"\x7fELF" or eh[4] != 2 or eh[5] != 1:
                 return False, None, None
-            shoff = struct.unpack_from("<Q", eh, 0x28)[0]
-            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", eh, 0x3A)
-            if not (shoff and shentsize >= 64 and 0 < shnum < 65280 and shstrndx < shnum):
-                return False, None, None
-            f.seek(shoff)
-            sh = f.read(shentsize * shnum)
-            rows = [
-                struct.unpack_from("<IIQQQQ", sh, i * shentsize)
-                for i in range(len(sh) // shentsize)
-            ]
-            _n, _t, _fl, _a, stroff, strsize = rows[shstrndx]
-            f.seek(stroff)
-            strtab = f.read(min(strsize, 1 << 20))
-            symbols, build_id, link = False, None, None
-            for name, typ, _flags, _addr, off, size in rows:
-                end = strtab.find(b"\0", name)
-                sec = strtab[name : end if end >= 0 else None]
+            for sec, typ, _flags, _addr, off, size in _section_headers(f, eh):
                 if typ == 8:  # SHT_NOBITS: a debug file's copy of the module's code
                     continue
                 if sec in (b".symtab", b".debug_info") and size:
@@ -163,9 +155,9 @@ def _elf_notes(path: str) -> tuple[bool, str | None, str | None]:
                     f.seek(off)
                     data = f.read(size)
                     link = data[: data.find(b"\0")].decode("utf-8", "replace") or None
-            return symbols, build_id, link
-    except (OSError, struct.error, IndexError, ValueError):
+    except (OSError, struct.error, ValueError):
         return False, None, None
+    return symbols, build_id, link
 
 
 _DEBUG_CACHE: dict[tuple[str, float], str] = {}

@@ -2819,6 +2819,22 @@ OMP_HELPER = OMP_LOCALS.replace(
 )
 
 
+def _openmp(tmp_path, cc: str, name: str, source: str) -> Path:
+    """`source` built with `cc -O2 -g -fopenmp` as tmp_path/name (skipped where clang has no
+    OpenMP runtime)."""
+    (tmp_path / f"{name}.c").write_text(source)
+    exe = tmp_path / name
+    built = subprocess.run(
+        [cc, "-O2", "-g", "-fopenmp", "-o", str(exe), str(tmp_path / f"{name}.c")],
+        capture_output=True,
+        text=True,
+    )
+    if built.returncode != 0 and cc == "clang":
+        pytest.skip(f"clang -fopenmp: {built.stderr[-200:]} (apt-get install libomp-14-dev)")
+    assert built.returncode == 0, built.stderr
+    return exe
+
+
 @pytest.mark.parametrize(
     "kind",
     [
@@ -2844,16 +2860,7 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         # GCC's regions start in libgomp's GOMP_parallel, clang's in libomp's
         # __kmpc_fork_call (variadic: the runtime's stub in assembly).
         cc = "clang" if kind == "openmp-clang" else "gcc"
-        (tmp_path / "o.c").write_text(OMP_HELPER if kind == "openmp-helper" else OMP_LOCALS)
-        exe = tmp_path / "o"
-        built = subprocess.run(
-            [cc, "-O2", "-g", "-fopenmp", "-o", str(exe), str(tmp_path / "o.c")],
-            capture_output=True,
-            text=True,
-        )
-        if built.returncode != 0 and cc == "clang":
-            pytest.skip(f"clang -fopenmp: {built.stderr[-200:]} (apt-get install libomp-14-dev)")
-        assert built.returncode == 0, built.stderr
+        exe = _openmp(tmp_path, cc, "o", OMP_HELPER if kind == "openmp-helper" else OMP_LOCALS)
     elif kind in ("std::thread", "method"):
         # libstdc++ calls pthread_create: the frame with the locals is found by unwinding.
         # A member function defined outside its class is named by its declaration's DIE.
@@ -2969,16 +2976,7 @@ def test_locals_a_task_is_given_are_named(locus, tmp_path, cc):
     __kmpc_omp_task: stubs that jump on with the caller's registers, since GOMP_task's
     parameters differ between GCC's versions), and the report names `sums` (it said "a local
     variable other threads reach by its address")."""
-    (tmp_path / "t.c").write_text(OMP_TASKS)
-    exe = tmp_path / "t"
-    built = subprocess.run(
-        [cc, "-O2", "-g", "-fopenmp", "-o", str(exe), str(tmp_path / "t.c")],
-        capture_output=True,
-        text=True,
-    )
-    if built.returncode != 0 and cc == "clang":
-        pytest.skip(f"clang -fopenmp: {built.stderr[-200:]} (apt-get install libomp-14-dev)")
-    assert built.returncode == 0, built.stderr
+    exe = _openmp(tmp_path, cc, "t", OMP_TASKS)
     proc, run = locus.record([str(exe)], ("--lens", "comm"))
     assert proc.stdout.strip() == b"200000000"
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]

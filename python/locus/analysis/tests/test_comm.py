@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -575,15 +576,21 @@ PAIRS_DWARF = """
 """
 
 
-# `struct pair { long v[2]; } pairs[4]`: the fields are the elements of the member `v`.
-PAIRS_ARRAY_DWARF = """
-0x0000000c: DW_TAG_compile_unit
-              DW_AT_language	(DW_LANG_C11)
+# `struct pair { long v[2]; } pairs[4]`: the fields are the elements of the member `v` (the
+# members of PAIRS_DWARF's `pair` replaced by that array).
+PAIRS_ARRAY_DWARF = re.sub(
+    r"0x00000030:.*?(?=0x00000040:)",
+    """0x00000030:     DW_TAG_member
+                  DW_AT_name	("v")
+                  DW_AT_type	(0x00000024 "long int[2]")
+                  DW_AT_data_member_location	(0x00)
 
-0x00000020:   DW_TAG_base_type
-                DW_AT_byte_size	(0x08)
-
-0x00000024:   DW_TAG_array_type
+""",
+    PAIRS_DWARF,
+    flags=re.S,
+).replace(
+    "0x00000028:   DW_TAG_structure_type",
+    """0x00000024:   DW_TAG_array_type
                 DW_AT_type	(0x00000020 "long int")
 
 0x00000026:     DW_TAG_subrange_type
@@ -591,25 +598,8 @@ PAIRS_ARRAY_DWARF = """
 
 0x00000027:     NULL
 
-0x00000028:   DW_TAG_structure_type
-                DW_AT_name	("pair")
-                DW_AT_byte_size	(0x10)
-
-0x00000030:     DW_TAG_member
-                  DW_AT_name	("v")
-                  DW_AT_type	(0x00000024 "long int[2]")
-                  DW_AT_data_member_location	(0x00)
-
-0x00000040:     NULL
-
-0x00000048:   DW_TAG_array_type
-                DW_AT_type	(0x00000028 "pair")
-
-0x00000050:     DW_TAG_subrange_type
-                  DW_AT_upper_bound	(0x03)
-
-0x00000058:     NULL
-"""
+0x00000028:   DW_TAG_structure_type""",
+)
 
 
 class PairsSym(MidLineSym):
