@@ -50,16 +50,26 @@ _ELF_CACHE: dict[tuple[str, float], tuple | None] = {}
 _SYM_CACHE: dict[tuple, object] = {}
 
 
+def _by_mtime(cache: dict, path: str, compute, missing):
+    """compute(path), kept in `cache` by path and modification time; `missing` when the
+    file cannot be stat'ed."""
+    try:
+        key = (path, os.path.getmtime(path))
+    except OSError:
+        return missing
+    if key not in cache:
+        cache[key] = compute(path)
+    return cache[key]
+
+
 def _elf(path: str):
     """(e_type, [(p_offset, p_vaddr, p_filesz, p_memsz)] of the PT_LOAD segments,
     [(sh_addr, sh_size, name)] of the allocated sections, sorted) of an ELF64 LE file, or
     None; cached by path and mtime. Stripping keeps the section headers."""
-    try:
-        key = (path, os.path.getmtime(path))
-    except OSError:
-        return None
-    if key in _ELF_CACHE:
-        return _ELF_CACHE[key]
+    return _by_mtime(_ELF_CACHE, path, _read_elf, None)
+
+
+def _read_elf(path: str):
     res = None
     try:
         with open(path, "rb") as f:
@@ -80,7 +90,6 @@ def _elf(path: str):
                 res = (e_type, loads, _sections(f, eh))
     except (OSError, struct.error):
         res = None
-    _ELF_CACHE[key] = res
     return res
 
 
@@ -169,12 +178,10 @@ def debug_file(path: str) -> str:
     debug directory's .build-id, debuginfod's client cache, then its .gnu_debuglink name
     beside it, in its .debug, or under each debug directory) when that file has them and
     the same build ID; else the module. Cached by path and mtime."""
-    try:
-        key = (path, os.path.getmtime(path))
-    except OSError:
-        return path
-    if key in _DEBUG_CACHE:
-        return _DEBUG_CACHE[key]
+    return _by_mtime(_DEBUG_CACHE, path, _find_debug_file, path)
+
+
+def _find_debug_file(path: str) -> str:
     symbols, build_id, link = _elf_notes(path)
     found = path
     if not symbols and (build_id or link):
@@ -200,7 +207,6 @@ def debug_file(path: str) -> str:
             if has and (bid == build_id or not (bid and build_id)):
                 found = t
                 break
-    _DEBUG_CACHE[key] = found
     return found
 
 
