@@ -106,6 +106,7 @@ class Layout:
     fortran: bool
     _dies: dict
     _type: int | None
+    decl: str = ""  # "file:line" of the variable's declaration (a global's), or ""
 
     def field(self, off: int) -> str:
         """The innermost field holding byte `off` of the variable: `stats[1].misses`,
@@ -213,7 +214,7 @@ def _common_layout(path: str, name: str, vaddr: int) -> CommonLayout | None:
     members.sort()
     last = members[-1]
     size = last[0] + last[1] if last[1] is not None else None
-    return CommonLayout(name, f"COMMON /{name[:-1]}/", size, True, dies, None, members)
+    return CommonLayout(name, f"COMMON /{name[:-1]}/", size, True, dies, None, _members=members)
 
 
 def _strip(dies: dict, t: int | None) -> Die | None:
@@ -436,7 +437,21 @@ def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
         t = _ref(spec.attrs.get("DW_AT_type")) if spec is not None else None
     ty = v.attrs.get("DW_AT_type", "")
     tname = ty.split('"', 1)[1].rstrip('"') if '"' in ty else ""
-    return Layout(name, tname, _size(dies, t, fortran), fortran, dies, t)
+    return Layout(name, tname, _size(dies, t, fortran), fortran, dies, t, _decl(dies, v))
+
+
+def _decl(dies: dict, d: Die) -> str:
+    """ "file:line" (the file's base name) of a DIE's declaration, through the declaration
+    it completes (DW_AT_specification: a C++ static member's definition); "" if unknown."""
+    spec = dies.get(_ref(d.attrs.get("DW_AT_specification")) or -1)
+    for x in (d, spec):
+        if x is None:
+            continue
+        file = _name(x.attrs.get("DW_AT_decl_file"))
+        line = _num(x.attrs.get("DW_AT_decl_line"))
+        if file and line:
+            return f"{file.rsplit('/', 1)[-1]}:{line}"
+    return ""
 
 
 # -- locals of a frame ------------------------------------------------------------------------
@@ -824,12 +839,10 @@ def frame_locals(path: str, pc: int, sp: int, bp: int, cfi: str | None = None) -
             size = _size(dies, t, fortran)
             if not name or not size:
                 continue
-            file = _name(named.attrs.get("DW_AT_decl_file"))
-            line = _num(named.attrs.get("DW_AT_decl_line"))
-            decl = f"{file.rsplit('/', 1)[-1]}:{line}" if file and line else ""
+            decl = _decl(dies, named)
             ty = named.attrs.get("DW_AT_type", "")
             tname = ty.split('"', 1)[1].rstrip('"') if '"' in ty else ""
-            layout = Layout(name, tname, size, fortran, dies, t)
+            layout = Layout(name, tname, size, fortran, dies, t, decl)
             out.append(Local(name, function, decl, lo, size, layout))
     return out
 

@@ -599,7 +599,9 @@ def test_stripped_static_data_named_by_line_and_section(locus, tmp_path):
     top = c["objects"][0]
     assert top["name"] == "data" and top["kind"] == "static", c["objects"][:3]
     assert any(
-        a.startswith("threads 1-2 ") and "`data`" in a and "data.false_line.c[1]" in a
+        a.startswith("threads 1-2 ")
+        and "`data` (declared at comm_falseshare.c:29)" in a
+        and "data.false_line.c[1]" in a
         for a in c["advice"]
     ), c["advice"]
     assert not any("without symbols" in n for n in c["notes"]), c["notes"]

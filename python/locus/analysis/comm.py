@@ -2712,7 +2712,8 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             per = big
         if len(per) < 2 and o.get("_victim") and o.get("_victim_reads"):
             # One thread only reads it, and writes beside it move its line.
-            out.append(_victim_advice(o, objects, _ranges(list(per)), _quoted(o), line, names))
+            victim = _quoted(o) + _declared(o, names)
+            out.append(_victim_advice(o, objects, _ranges(list(per)), victim, line, names))
             continue
         if len(per) < 2:
             # One thread's variable: its false sharing is with a neighbour on its line
@@ -2748,7 +2749,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         offs = sorted({r[1] for r in acc})
         size = sizes.most_common(1)[0][0]
         verb = "write" if o["_false_stores"] else "access"
-        name = _quoted(o)
+        name = _quoted(o) + _declared(o, names)
         if o.get("_victim") and not own:
             out.append(_victim_advice(o, objects, thr, name, line, names))
             continue
@@ -2897,7 +2898,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             # the per-thread fields is not enough, and the shared word is true sharing.
             mine, common, who = mixed
             out.append(
-                f"threads {thr} write their own fields of {name} ({mine}) on the line of "
+                f"threads {thr} write their own fields of {_quoted(o)} ({mine}) on the line of "
                 f"{common}, which {who} write: the own fields share the line falsely "
                 f"({share}), {common} truly; give each thread's field its own {line}-byte "
                 f"line{align}, and {common} a line of its own (it still moves between the "
@@ -2966,6 +2967,14 @@ def _quoted(o: dict) -> str:
     """An object as the advice names it: a static variable in backquotes (`stats`), a heap
     block or stack by its description."""
     return f"`{o['name']}`" if o["kind"] == "static" else o["name"]
+
+
+def _declared(o: dict, names) -> str:
+    """ " (declared at s.c:5)" for a static variable whose DWARF says where (where to put
+    the padding); "" otherwise."""
+    layout = _layout_of(o, names) if o["kind"] == "static" else None
+    decl = getattr(layout, "decl", "")
+    return f" (declared at {decl})" if decl else ""
 
 
 VICTIM_WRITERS_LOOKED = 16  # distinct write addresses looked up for a victim's writers

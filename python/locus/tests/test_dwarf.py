@@ -212,8 +212,11 @@ def test_variable_layout_from_a_build(tmp_path, compiler):
         layout = variable_layout(str(exe), "slot", a)
         assert layout is not None
         got[layout.size] = [layout.field(o) for o in (0, 4, 8, 12)]
+        got[layout.size, "decl"] = layout.decl
     assert got[16] == ["slot[0].a", "slot[0].b", "slot[1].a", "slot[1].b"]
     assert got[24] == ["slot[0]", "slot[0]", "slot[1]", "slot[1]"]
+    # Where each is declared (the advice says it: "`slot` (declared at b.c:2)").
+    assert (got[16, "decl"], got[24, "decl"]) == ("a.c:1", "b.c:2")
     assert variable_layout(str(exe), "slot", 0x1) is None  # no variable there
 
 
