@@ -169,6 +169,17 @@ def _elf_notes(path: str) -> tuple[bool, str | None, str | None]:
     return symbols, build_id, link
 
 
+def _debuginfod_cache() -> str:
+    """debuginfod's client cache (as debuginfod-find and gdb fill it)."""
+    return os.environ.get("DEBUGINFOD_CACHE_PATH") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "debuginfod_client"
+    )
+
+
+def _in_debuginfod_cache(path: str) -> bool:
+    return path.startswith(_debuginfod_cache().rstrip("/") + "/")
+
+
 _DEBUG_CACHE: dict[tuple[str, float], str] = {}
 
 
@@ -191,11 +202,7 @@ def _find_debug_file(path: str) -> str:
             tries += [
                 os.path.join(d, ".build-id", build_id[:2], build_id[2:] + ".debug") for d in dirs
             ]
-            cache = os.environ.get("DEBUGINFOD_CACHE_PATH") or os.path.join(
-                os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                "debuginfod_client",
-            )
-            tries.append(os.path.join(cache, build_id, "debuginfo"))
+            tries.append(os.path.join(_debuginfod_cache(), build_id, "debuginfo"))
         if link and "/" not in link:
             here = os.path.dirname(os.path.realpath(path))
             tries += [os.path.join(here, link), os.path.join(here, ".debug", link)]
@@ -457,7 +464,14 @@ class Symbolizer:
         )
         if self.tool is None:
             return empty
-        path = debug_file(path)  # a stripped module's separate debug file, if installed
+        # A stripped module's separate debug file, if installed: data symbols are read from
+        # it. For code llvm-symbolizer finds it itself (its build ID and debug link, in the
+        # directories given), and names a function by its DWARF name (`__pthread_mutex_lock`,
+        # where the debug file's symbol table says `pthread_mutex_lock@@GLIBC_2.2.5`); given
+        # only where it cannot look (debuginfod's cache), or to addr2line.
+        debug = debug_file(path)
+        if kind == "data" or self.tool == "addr2line" or _in_debuginfod_cache(debug):
+            path = debug
         try:
             if self.tool == "addr2line":
                 return self._run_addr2line(kind, path, vaddrs, empty)
@@ -504,6 +518,8 @@ class Symbolizer:
     def _run_code_json(self, path: str, vaddrs: list[int], empty: list) -> list:
         """Code addresses with their inline chains (llvm-symbolizer JSON): see user_frame."""
         cmd = [self.tool or "", f"--obj={path}", "--demangle", "--output-style=JSON"]
+        if "LOCUS_DEBUG_DIRS" in os.environ:
+            cmd += [f"--debug-file-directory={d}" for d in _debug_dirs()]
         inp = "".join(f"CODE {v:#x}\n" for v in vaddrs)
         p = subprocess.run(
             cmd, input=inp, capture_output=True, text=True, errors="surrogateescape", timeout=120
