@@ -19,7 +19,7 @@ VM_APT_PACKAGES := qemu-system-x86 busybox-static kmod xz-utils
 
 SUDO := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo sudo; fi)
 
-C_SOURCES = $(shell find runtime workloads python \( -name '*.[ch]' -o -name '*.cc' \) -not -path '*/build/*' 2>/dev/null)
+C_SOURCES = $(shell find runtime workloads python bench \( -name '*.[ch]' -o -name '*.cc' \) -not -path '*/build/*' 2>/dev/null)
 
 # In the checkout: a fixed /tmp path was another user's run, which `record -o` cannot replace.
 DEMO_DIR ?= build/demo
