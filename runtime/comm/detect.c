@@ -789,11 +789,13 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
   locus_ct.st.traps++;
   int m = dt.armed;
   uint64_t chunk = (int)idx < m ? dt.on.line + (uint64_t)dt.chunk[idx] * WP_BYTES : dt.on.line;
-  /* The trap's pc is after the access: decode the instruction before it when we can. */
+  /* The trap's pc is after the access: decode the instruction before it when we can (or
+   * the rep string instruction it is still on). */
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
   uint64_t pc = (uint64_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
-  if (locus_comm_soft_access_before(pc, uc, &a) != 0 || !overlap(a.addr, a.len, chunk, WP_BYTES)) {
+  if (locus_comm_soft_access_before(pc, uc, chunk, WP_BYTES, &a) != 0 ||
+      !overlap(a.addr, a.len, chunk, WP_BYTES)) {
     a.addr = chunk;
     a.len = WP_BYTES;
     a.ip = pc;

@@ -21,6 +21,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "../comm/comm.h"
 #include "../include/locus_format.h"
 #include "harness.h"
 #include "token_turn.h"
@@ -652,6 +653,88 @@ static int check_access_size(void) {
     if (rc != want[i].rc || (rc == 0 && (len != want[i].len || flags != want[i].flags))) {
       printf("  not ok: access size of %s: rc %d len %u flags %u (want %d %u %u)\n", want[i].what,
              rc, len, flags, want[i].rc, want[i].len, want[i].flags);
+      ok = 0;
+    }
+  }
+  return ok;
+}
+
+/* Watchpoint traps in a rep string instruction (glibc's memset and memcpy on large sizes:
+ * rep stosb, rep movsb): the CPU stops it between two iterations with pc still on it, and
+ * the access is its own element just passed, not the instruction before it, which was
+ * decoded as for any trap: the stores of a memset read as loads ("thread 3 writes ...,
+ * which thread 4 only reads", stress-ng's memthrash). */
+__asm__(
+    ".text\n"
+    ".globl mr_fill\n"
+    ".type mr_fill, @function\n"
+    "mr_fill:\n"
+    " .cfi_startproc\n"
+    " mov %rsi, %rcx\n"
+    " mov %edx, %eax\n"
+    "mr_stos: rep stosb\n"
+    " mov %rdi, %rax\n"
+    "mr_movs: rep movsb\n"
+    "mr_hdr: movq %rax, -8(%rdi)\n"
+    "mr_stos2: rep stosb\n"
+    " ret\n"
+    " .cfi_endproc\n"
+    ".size mr_fill, .-mr_fill\n");
+extern const char mr_fill[], mr_stos[], mr_movs[], mr_hdr[], mr_stos2[];
+
+static int check_mid_rep(void) {
+  typedef int (*before_fn)(uint64_t, void *, uint64_t, uint64_t, struct locus_comm_access *);
+  before_fn before = (before_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_access_before");
+  if (!before) {
+    printf("  not ok: no locus_test_soft_access_before preloaded\n");
+    return 0;
+  }
+  static char dst[8192], src[8192];
+  const uint64_t d = (uint64_t)(uintptr_t)dst, s = (uint64_t)(uintptr_t)src;
+  /* The watched chunk is 8 bytes at dst + 64 (src + 64 for the movs read); the pointers are
+   * where the CPU left them: just past it, a line on (fast strings store whole lines before
+   * the trap is taken), before it when counting down. */
+  static const struct {
+    const char *what, *pc;
+    uint64_t rcx, efl, rdi, rsi; /* offsets into dst and src */
+    int src_chunk, rc;
+    uint32_t flags;
+    const char *ip; /* the accessing instruction, when not pc */
+  } want[] = {
+      {"rep stosb, just past the chunk", mr_stos, 5, 0x202, 65, 0, 0, 0, LOCUS_AC_STORE},
+      {"rep stosb, a line past it (fast strings)", mr_stos, 5, 0x202, 136, 0, 0, 0, LOCUS_AC_STORE},
+      {"rep stosb counting down", mr_stos, 5, 0x602, 63, 0, 0, 0, LOCUS_AC_STORE},
+      {"rep movsb: its store", mr_movs, 3, 0x202, 80, 4000, 0, 0, LOCUS_AC_STORE},
+      {"rep movsb: its load", mr_movs, 3, 0x202, 4000, 80, 1, 0, 0},
+      /* A store on the chunk right before a rep not yet started: the store's. */
+      {"a store before the rep", mr_stos2, 5, 0x202, 72, 0, 0, 0, LOCUS_AC_STORE, mr_hdr},
+      /* The pointer nowhere near the chunk: not this instruction's access. */
+      {"rep stosb elsewhere", mr_stos, 5, 0x202, 6000, 0, 0, -1, 0},
+      /* Done (rcx 0: a stop after the last iteration reports the next pc): the instruction
+       * before the one at pc made the access, a register move here. */
+      {"rep stosb done", mr_movs, 0, 0x202, 65, 0, 0, -1, 0},
+  };
+  int ok = 1;
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    ucontext_t uc;
+    memset(&uc, 0, sizeof uc);
+    greg_t *g = uc.uc_mcontext.gregs;
+    g[REG_RIP] = (greg_t)(uintptr_t)want[i].pc;
+    g[REG_RCX] = (greg_t)want[i].rcx;
+    g[REG_EFL] = (greg_t)want[i].efl;
+    g[REG_RDI] = (greg_t)(d + want[i].rdi);
+    g[REG_RSI] = (greg_t)(s + want[i].rsi);
+    g[REG_RSP] = (greg_t)(uintptr_t)&uc;
+    uint64_t chunk = (want[i].src_chunk ? s : d) + 64;
+    struct locus_comm_access a;
+    memset(&a, 0, sizeof a);
+    int rc = before((uint64_t)(uintptr_t)want[i].pc, &uc, chunk, 8, &a);
+    if (rc != want[i].rc ||
+        (rc == 0 && (a.addr != chunk || a.len != 8 || (a.flags & LOCUS_AC_STORE) != want[i].flags ||
+                     a.ip != (uint64_t)(uintptr_t)(want[i].ip ? want[i].ip : want[i].pc)))) {
+      printf("  not ok: %s: rc %d addr chunk%+lld len %u flags %#x (want %d, the chunk, 8, %#x)\n",
+             want[i].what, rc, (long long)(a.addr - chunk), a.len, a.flags, want[i].rc,
+             want[i].flags);
       ok = 0;
     }
   }
@@ -1378,6 +1461,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "switchrate")) return check_switch_rate() ? 0 : 1;
     if (!strcmp(argv[1], "starttick")) return run_start_tick();
     if (!strcmp(argv[1], "expiry")) return check_expiry() ? 0 : 1;
+    if (!strcmp(argv[1], "midrep")) return check_mid_rep() ? 0 : 1;
     return 2;
   }
   if (argc != 2) {
@@ -1415,6 +1499,10 @@ int main(int argc, char **argv) {
   finish(
       "soft sampler: a new thread starts on the tick, a compute thread then takes the task clock",
       child_check(self, lib, base, "starttick"));
+
+  /* (d5b) A watchpoint's trap in the middle of a rep string instruction. */
+  finish("comm soft: a trap inside rep stosb or rep movsb is that instruction's store",
+         child_check(self, lib, base, "midrep"));
 
   /* (d6) The watches of a thread on the tick end after 8 of its switches. */
   finish("comm soft: on the tick, a watch that has not trapped ends after 8 context switches",

@@ -2943,6 +2943,53 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         assert fields[1] == {"slots[0].count"} and fields[2] == {"slots[1].count"}, fields
 
 
+MEMSET_SHARED = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static char *buf;
+static void *w(void *a) {
+  for (long k = 0; k < 15000; k++) {
+    memset(buf, (int)(long)a + (int)k, 1 << 20); /* glibc: rep stosb from 2 KiB on */
+    __asm__ volatile("" ::: "memory");
+  }
+  return 0;
+}
+int main(void) {
+  buf = aligned_alloc(4096, 1 << 20);
+  pthread_t t[2];
+  for (long i = 0; i < 2; i++) pthread_create(&t[i], 0, w, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+  printf("%d\n", buf[0] != 0);
+  return 0;
+}
+"""
+
+
+def test_traps_inside_a_memset_are_its_stores(locus, tmp_path):
+    """Two threads memset the same 1 MiB: glibc does it with `rep stosb`, which a watchpoint
+    stops between two iterations with its pc still on the instruction (and, with fast
+    strings, some iterations on). The trap was decoded as the instruction before it (a
+    register move), which failed, and recorded as an 8-byte load: 0 of 2,153 trap events
+    were stores, and stress-ng's memthrash read "thread 3 writes ..., which thread 4 only
+    reads". Every access here is a store."""
+    from locus.rundir import COMM_EVENT_DTYPE, RunDir
+
+    exe = _gcc(tmp_path, "ms", MEMSET_SHARED)
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    traps = stores = 0
+    for p in RunDir.open(str(run)).procs:
+        ev = p.records("comm.events.bin", COMM_EVENT_DTYPE)
+        t = ev[(ev["flags"] & 2) != 0]  # LOCUS_CE_TRAP
+        traps += len(t)
+        stores += int(((t["dst_flags"] & 1) != 0).sum())  # LOCUS_AC_STORE
+    assert traps >= 20, traps
+    assert stores >= 0.9 * traps, (stores, traps)
+    comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert not any("only reads" in a for a in comm["advice"]), comm["advice"]
+
+
 OMP_TASKS = r"""
 #include <stdio.h>
 static void work(volatile long *slot) {

@@ -1841,15 +1841,60 @@ void locus_comm_soft_thread_stack(void) {
 }
 
 /* A watchpoint trap's pc follows the access that ran (a branch target or not). */
-int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a) {
+/* A rep string instruction at pc (glibc's memset and memcpy on large sizes: rep stosb, rep
+ * movsb) that a watchpoint on [chunk, chunk + n) stopped with iterations left (rcx not 0,
+ * pc still on it): the access was its own, on the chunk, behind the pointer that has moved
+ * past it. By how much is not fixed: with fast strings (ERMS) the CPU stores whole lines
+ * and takes the trap some iterations later, so the pointer is up to REP_AHEAD bytes on.
+ * movs reads at rsi and writes at rdi: the one behind which the chunk lies is the access.
+ * Decoded here rather than through the function's walk (skid_at), which stops short of pc
+ * in glibc's long memset and memcpy. (The instruction before pc, decoded as for any trap,
+ * made a memset's stores read as loads.) */
+#define REP_AHEAD 4096u
+static int passed(uint64_t p, uint64_t chunk, uint64_t n, int down) {
+  return down ? p < chunk + n && chunk + n - p <= REP_AHEAD : p > chunk && p - chunk <= REP_AHEAD;
+}
+
+static int rep_string_at(uint64_t pc, const greg_t *g, uint64_t chunk, uint64_t n,
+                         struct locus_comm_access *a) {
+  struct code c;
+  code_at(pc, &c);
+  ZydisDecodedInstruction in;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  if (!c.avail || !ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, c.p, c.avail, &in, ops)) ||
+      !(in.attributes & (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE | ZYDIS_ATTRIB_HAS_REPNE)))
+    return DEC_NOMEM;
+  int rc = access_decoded(&in, ops, pc, g, 0, a); /* (movs: the write, at rdi) */
+  if (rc != DEC_OK) return rc;
+  int down = (g[REG_EFL] & 0x400) != 0; /* the direction flag */
+  if (!passed(a->addr, chunk, n, down)) {
+    int two = in.mnemonic == ZYDIS_MNEMONIC_MOVSB || in.mnemonic == ZYDIS_MNEMONIC_MOVSW ||
+              in.mnemonic == ZYDIS_MNEMONIC_MOVSD || in.mnemonic == ZYDIS_MNEMONIC_MOVSQ;
+    if (!two || !passed((uint64_t)g[REG_RSI], chunk, n, down)) return DEC_NOMEM;
+    a->flags &= ~LOCUS_AC_STORE; /* movs's read */
+  }
+  a->addr = chunk;
+  a->len = (uint32_t)n;
+  return DEC_OK;
+}
+
+int locus_comm_soft_access_before(uint64_t pc, void *uc, uint64_t chunk, uint64_t n,
+                                  struct locus_comm_access *a) {
   if (pc >= 0x800000000000ull || pc < 4096) return -1;
+  const greg_t *g = ((ucontext_t *)uc)->uc_mcontext.gregs;
   const struct module *m = module_of(pc);
   struct around b;
   uint64_t w = skid_at(m, pc, &b);
   uint64_t prevlen = (w >> 48) & 0xf;
-  if ((w & PC_NONE) || !prevlen || access_before(m, &b, pc, prevlen, uc, a) != DEC_OK) return -1;
-  a->caller = caller_of(a->ip, ((ucontext_t *)uc)->uc_mcontext.gregs);
-  return 0;
+  /* The instruction before pc, when its access is on the chunk (a store just before a
+   * memset's rep stosb is its own, though pc is on the rep); else the rep string at pc. */
+  if ((!(w & PC_NONE) && prevlen && access_before(m, &b, pc, prevlen, uc, a) == DEC_OK &&
+       a->addr < chunk + n && chunk < a->addr + a->len) ||
+      (g[REG_RCX] != 0 && rep_string_at(pc, g, chunk, n, a) == DEC_OK)) {
+    a->caller = caller_of(a->ip, g);
+    return 0;
+  }
+  return -1;
 }
 
 /* ---- sizes of hardware address samples ---- */
@@ -1890,6 +1935,12 @@ int locus_comm_access_size(uint64_t ip, int store, uint32_t *len, uint32_t *flag
   if ((in.attributes & ZYDIS_ATTRIB_HAS_LOCK) || in.mnemonic == ZYDIS_MNEMONIC_XCHG)
     *flags |= LOCUS_AC_ATOMIC;
   return 0;
+}
+
+int locus_test_soft_access_before(uint64_t pc, void *uc, uint64_t chunk, uint64_t n,
+                                  struct locus_comm_access *a) {
+  if (locus_comm_decoder_open() != 0) return -2;
+  return locus_comm_soft_access_before(pc, uc, chunk, n, a);
 }
 
 int locus_test_soft_resync(const uint8_t *code, uint64_t n, uint64_t at, int *target) {

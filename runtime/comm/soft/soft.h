@@ -34,8 +34,11 @@ extern int (*locus_comm_trap_sampler)(siginfo_t *si, void *uc);
 void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc);
 
 /* Decoding for the detector's traps (soft.c): the access made by the instruction that ends
- * right before `pc` (a watchpoint trap reports the pc after the access). 0 when found. */
-int locus_comm_soft_access_before(uint64_t pc, void *uc, struct locus_comm_access *a);
+ * right before `pc` (a watchpoint trap reports the pc after the access), or, a rep string
+ * instruction at pc stopped with iterations left, its own on the watched [chunk, chunk + n).
+ * 0 when found. */
+int locus_comm_soft_access_before(uint64_t pc, void *uc, uint64_t chunk, uint64_t n,
+                                  struct locus_comm_access *a);
 
 /* Sizes of hardware address samples (hw backend): the PMU gives the address and the
  * instruction of an access, not its size. locus_comm_decoder_open (normal context, once)
@@ -58,6 +61,9 @@ LOCUS_EXPORT void locus_comm_soft_thread_stack(void);
  * pc at code + at: the length of the instruction before it (0: none usable), -1 when there
  * is no answer; *target: pc is a branch target in the bytes. */
 LOCUS_EXPORT int locus_test_soft_resync(const uint8_t *code, uint64_t n, uint64_t at, int *target);
+/* Tests: locus_comm_soft_access_before, with the decoder opened first (-2: none). */
+LOCUS_EXPORT int locus_test_soft_access_before(uint64_t pc, void *uc, uint64_t chunk, uint64_t n,
+                                               struct locus_comm_access *a);
 
 /* Test-only entry point: decode the instruction at `ip` with the given registers
  * (ucontext_t), no skid correction. 0 when it has a usable memory access. */
