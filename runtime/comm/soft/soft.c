@@ -1847,9 +1847,8 @@ void locus_comm_soft_thread_stack(void) {
  * past it. By how much is not fixed: with fast strings (ERMS) the CPU stores whole lines
  * and takes the trap some iterations later, so the pointer is up to REP_AHEAD bytes on.
  * movs reads at rsi and writes at rdi: the one behind which the chunk lies is the access.
- * Decoded here rather than through the function's walk (skid_at), which stops short of pc
- * in glibc's long memset and memcpy. (The instruction before pc, decoded as for any trap,
- * made a memset's stores read as loads.) */
+ * Decoded here, at pc, whatever the function's walk (skid_at) found. (The instruction
+ * before pc, decoded as for any trap, made a memset's stores read as loads.) */
 #define REP_AHEAD 4096u
 static int passed(uint64_t p, uint64_t chunk, uint64_t n, int down) {
   return down ? p < chunk + n && chunk + n - p <= REP_AHEAD : p > chunk && p - chunk <= REP_AHEAD;
