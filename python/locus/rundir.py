@@ -247,7 +247,7 @@ ALLOC_DTYPE = np.dtype(
 # enum locus_comm_backend, LOCUS_AC_*, LOCUS_CE_*, enum locus_alloc_kind
 BK_NONE, BK_HW, BK_SOFT, BK_EXACT = 0, 1, 2, 3
 AC_STORE, AC_SKID, AC_ATOMIC, AC_STACK = 1, 2, 4, 8
-CE_TRUE, CE_TRAP, CE_EXACT, CE_LOADED, CE_PROCS = 1, 2, 4, 8, 16
+CE_TRUE, CE_TRAP, CE_EXACT, CE_LOADED, CE_PROCS, CE_GUESSED = 1, 2, 4, 8, 16, 32
 AL_MALLOC, AL_FREE, AL_MMAP, AL_MUNMAP, AL_STACK, AL_FRAME = 1, 2, 3, 4, 5, 6
 ALF_FILE = 1  # LOCUS_ALF_FILE: an mmap of a file (reserved = offset, inode; dev)
 ALF_REMAP = 2  # LOCUS_ALF_REMAP: an mremap's new range (reserved[0] = the old address)

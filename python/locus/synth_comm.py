@@ -34,6 +34,7 @@ from locus.rundir import (
     BK_HW,
     BK_SOFT,
     CE_EXACT,
+    CE_GUESSED,
     CE_LOADED,
     CE_PROCS,
     CE_TRAP,
@@ -87,6 +88,7 @@ class SynthComm:
         store: bool = False,
         count: int = 1,
         procs: tuple[int, int, int] | None = None,
+        guessed: bool = False,
     ):
         """`count` identical detections; `true` defaults to whether the byte ranges
         overlap; the exact backend's events carry LOCUS_CE_EXACT; `loaded`: a trap on a store
@@ -95,6 +97,8 @@ class SynthComm:
             true = src_off < dst_off + dst_len and dst_off < src_off + src_len
         flags = (CE_TRUE if true else 0) | (CE_TRAP if trap or loaded else 0)
         flags |= CE_LOADED if loaded else 0
+        # guessed: a trap whose access was not decoded (LOCUS_CE_GUESSED).
+        flags |= CE_GUESSED if guessed else 0
         # procs: (inode, the line's offset in it, device) of the shared memory: src is a
         # thread of another process (LOCUS_CE_PROCS, the key in reserved[0..2]).
         flags |= CE_PROCS if procs else 0

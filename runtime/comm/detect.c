@@ -794,12 +794,14 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
   uint64_t pc = (uint64_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+  uint16_t guessed = 0;
   if (locus_comm_soft_access_before(pc, uc, chunk, WP_BYTES, &a) != 0 ||
       !overlap(a.addr, a.len, chunk, WP_BYTES)) {
     a.addr = chunk;
     a.len = WP_BYTES;
     a.ip = pc;
     a.flags = 0;
+    guessed = LOCUS_CE_GUESSED;
   }
   disarm();
   /* A load's trap resolves the reader's sample (its periods); a store's is scaled as the
@@ -810,7 +812,7 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
   if (!dt.on.loaded) {
     dt.hits[dt.on_near]++;
     write_event(&dt.on, t0, locus_me.tid, a.addr, a.len, a.ip, a.caller, a.flags, sched_getcpu(),
-                LOCUS_CE_TRAP, volume);
+                LOCUS_CE_TRAP | guessed, volume);
   } else if (confirm(&dt.on)) { /* else another thread's store resolved that load first */
     /* This thread stored to a chunk of a line dt.on's thread was sampled loading: the
      * communication goes from this thread (the writer) to the reader. */
@@ -822,7 +824,7 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
     w.caller = a.caller;
     w.cpu = (int16_t)sched_getcpu();
     write_event(&w, t0, dt.on.tid, dt.on.addr, dt.on.len, dt.on.ip, dt.on.caller, 0, dt.on.cpu,
-                LOCUS_CE_TRAP | LOCUS_CE_LOADED, volume);
+                LOCUS_CE_TRAP | LOCUS_CE_LOADED | guessed, volume);
   }
   if (dt.on.t > dt.t_trap) dt.t_trap = dt.on.t;
   if (t0 > dt.t_prev) dt.t_prev = t0;

@@ -236,6 +236,10 @@ struct locus_comm_sample { /* 64 bytes */
  * object's inode, reserved[1] the line's offset in it, reserved[2] its device (low 32 bits):
  * the line's name in every process. */
 #define LOCUS_CE_PROCS 16u
+/* A trap whose access could not be decoded (soft: no instruction before the trap's pc with
+ * an access on the watched bytes, nor a rep string instruction at pc): the trapping side is
+ * the 8 watched bytes, taken as a load, at the trap's pc. */
+#define LOCUS_CE_GUESSED 32u
 
 struct locus_comm_event { /* 128 bytes (64 in format version 1: no callers, no reserved) */
   uint64_t t;             /* ticks of the detection */

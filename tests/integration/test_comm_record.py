@@ -2988,6 +2988,8 @@ def test_traps_inside_a_memset_are_its_stores(locus, tmp_path):
     assert stores >= 0.9 * traps, (stores, traps)
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     assert not any("only reads" in a for a in comm["advice"]), comm["advice"]
+    # (decoded, not the fallback that marks a trap LOCUS_CE_GUESSED)
+    assert comm["totals"]["traps_undecoded"] <= 0.1 * traps, comm["totals"]
 
 
 OMP_TASKS = r"""

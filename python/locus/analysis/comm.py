@@ -64,6 +64,7 @@ from locus.rundir import (
     BK_HW,
     BK_SOFT,
     CE_EXACT,
+    CE_GUESSED,
     CE_LOADED,
     CE_PROCS,
     CE_TRAP,
@@ -135,7 +136,7 @@ def recorded(run: RunDir) -> bool:
 
 
 # The flag bits the runtime defines (records with others are damage).
-CE_KNOWN = 31  # LOCUS_CE_TRUE | TRAP | EXACT | LOADED | PROCS
+CE_KNOWN = 63  # LOCUS_CE_TRUE | TRAP | EXACT | LOADED | PROCS | GUESSED
 AC_KNOWN = 63  # LOCUS_AC_STORE .. LOCUS_AC_RMW
 
 
@@ -863,6 +864,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     totals["detections_lookup"] = int((sampled & ~trap).sum())
     totals["detections_trap"] = int((trap & ~loaded).sum())
     totals["detections_loaded"] = int(loaded.sum())
+    # Traps whose access the decoder did not find: the watched bytes, taken as a load.
+    totals["traps_undecoded"] = int(((ev.flags & CE_GUESSED) != 0).sum())
     # ... of which between processes: by the runtime's board between them, or (runs before
     # it) by step 1 at report time (between_processes).
     between = (ev.flags & CE_PROCS) != 0
@@ -908,6 +911,14 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         )
     if counters["dropped"]:
         notes.append(f"{counters['dropped']} comm record(s) could not be written (dropped)")
+    traps_all = totals["detections_trap"] + totals["detections_loaded"]
+    if traps_all >= 10 and totals["traps_undecoded"] > GUESSED_NOTE * traps_all:
+        notes.append(
+            f"{totals['traps_undecoded']} of {traps_all} watchpoint traps took an access the "
+            "decoder did not find (traps_undecoded): their side is the 8 watched bytes, taken "
+            "as a load, at the trap's pc; their true/false verdicts and byte ranges are a "
+            "guess"
+        )
     seen = counters["samples"] + counters["skipped"]
     if cfg["backend"] != "exact" and seen and counters["skipped"] > SKIPPED_NOTE * seen:
         k, u = counters["kernel"], counters["undecoded"]
@@ -2262,6 +2273,8 @@ def _site_rows(ev, wk, names, opts) -> tuple[list, float, list[str]]:
 JIT_NOTE_MIN = 0.1
 
 ADVICE_MIN_DETECTIONS = 10
+# The share of the traps whose access was not decoded from which a note says so.
+GUESSED_NOTE = 0.1
 # An object in lock code no larger than this is one lock, not an array of them (glibc's
 # pthread_mutex_t: 40 bytes; rwlock 56; a C++ std::mutex wraps the former).
 LOCK_MAX = 64

@@ -121,6 +121,22 @@ def test_node_map_missing_from_an_older_run_is_said(tmp_path):
     assert any("does not record which NUMA node" in n for n in res["notes"]), res["notes"]
 
 
+@pytest.mark.parametrize("guessed", [1, 3])
+def test_traps_whose_access_was_not_decoded_are_counted(tmp_path, guessed):
+    """Traps marked LOCUS_CE_GUESSED (the decoder found no access on the watched bytes: the
+    8 bytes, taken as a load) are counted in totals.traps_undecoded, and a note gives their
+    share when it is over 10 % of at least 10 traps (3 of 20: a note; 1 of 20: none)."""
+    run, _p, c = _run(backend="soft")
+    c.event(src=10, dst=11, line=COUNTER, volume=2.0, trap=True, count=20 - guessed)
+    c.event(src=10, dst=11, line=COUNTER, volume=2.0, trap=True, guessed=True, count=guessed)
+    res = _res(tmp_path, run, name=f"g{guessed}")
+    assert res["totals"]["traps_undecoded"] == guessed
+    said = [n for n in res["notes"] if "watchpoint traps took an access" in n]
+    assert len(said) == (guessed == 3), res["notes"]
+    if said:
+        assert said[0].startswith("3 of 20 watchpoint traps"), said
+
+
 def test_scaling_soft_hw_exact(tmp_path):
     run, _p, c = _run(backend="soft", period_ns=2_000_000)
     c.event(src=10, dst=11, line=COUNTER, count=4)
