@@ -2,6 +2,7 @@
 #include "real.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -58,8 +59,42 @@ void locus_real_resolve(void) {
    * (768 bytes before main), which moves every block the program allocates after it. */
 }
 
+/* A definition of `name` in the local scope of a loaded object: a library the program
+ * loaded with dlopen(RTLD_LOCAL) (Python loads its extension modules so) brings its
+ * dependencies in its own scope only, out of RTLD_NEXT's reach: an OpenMP extension's
+ * libgomp. Its calls to GOMP_parallel still bind to the runtime's interposer, which must
+ * then find libgomp's there. dlsym on each object's handle searches the object and its
+ * dependencies; the runtime's own definitions are skipped. */
+struct local_find {
+  const char *name;
+  const void *self;
+  void *found;
+};
+
+static int local_cb(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  struct local_find *f = data;
+  if (!info->dlpi_name || !info->dlpi_name[0]) return 0; /* the program: RTLD_NEXT's scope */
+  void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+  if (!h) return 0;
+  void *p = dlsym(h, f->name);
+  Dl_info di;
+  if (p && dladdr(p, &di) && di.dli_fbase != f->self) f->found = p;
+  dlclose(h);
+  return f->found != NULL;
+}
+
+static void *local_definition(const char *name) {
+  Dl_info self;
+  if (!dladdr((void *)local_definition, &self)) return NULL;
+  struct local_find f = {name, self.dli_fbase, NULL};
+  dl_iterate_phdr(local_cb, &f);
+  return f.found;
+}
+
 void *locus_real_need(void **slot, const char *name) {
   void *p = dlsym(RTLD_NEXT, name);
+  if (!p) p = local_definition(name);
   if (!p) {
     locus_warn("an interposed function has no implementation to forward to; aborting:");
     locus_warn(name);

@@ -2943,6 +2943,45 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         assert fields[1] == {"slots[0].count"} and fields[2] == {"slots[1].count"}, fields
 
 
+OMP_LIBRARY = r"""
+long work(void) {
+  long s = 0;
+#pragma omp parallel reduction(+ : s) num_threads(2)
+  {
+#pragma omp single
+    {
+#pragma omp task shared(s)
+      s += 1;
+    }
+    s += 1;
+  }
+  return s;
+}
+"""
+
+
+@pytest.mark.parametrize("lens", ["comm", "locks"])
+def test_an_openmp_library_loaded_local_is_not_aborted(locus, tmp_path, lens):
+    """Python loads a library (an extension module; here through ctypes) with
+    dlopen(RTLD_LOCAL): its libgomp is in its own scope, out of RTLD_NEXT's reach, while its
+    calls to GOMP_parallel bind to the runtime's interposer. The interposer found nothing to
+    forward to and aborted the program ("an interposed function has no implementation to
+    forward to; aborting: GOMP_parallel", exit 134). It now finds libgomp's in the loaded
+    objects' own scopes."""
+    (tmp_path / "w.c").write_text(OMP_LIBRARY)
+    lib = tmp_path / "libw.so"
+    subprocess.run(
+        ["gcc", "-O2", "-fPIC", "-shared", "-fopenmp", "-o", str(lib), str(tmp_path / "w.c")],
+        check=True,
+    )
+    script = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).work())"
+    proc, run = locus.record(["python3", "-c", script, str(lib)], ("--lens", lens), check=False)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-400:]
+    assert proc.stdout.strip() == b"3"
+    rep = locus.report(run, "--lens", lens)["lenses"][lens]
+    assert rep is not None
+
+
 MEMSET_SHARED = r"""
 #include <pthread.h>
 #include <stdio.h>
