@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -2975,7 +2976,8 @@ def test_an_openmp_library_loaded_local_is_not_aborted(locus, tmp_path, lens):
         check=True,
     )
     script = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).work())"
-    proc, run = locus.record(["python3", "-c", script, str(lib)], ("--lens", lens), check=False)
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    proc, run = locus.record([python, "-c", script, str(lib)], ("--lens", lens), check=False)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-400:]
     assert proc.stdout.strip() == b"3"
     rep = locus.report(run, "--lens", lens)["lenses"][lens]
