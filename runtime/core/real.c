@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "runtime.h"
@@ -64,32 +66,46 @@ void locus_real_resolve(void) {
  * dependencies in its own scope only, out of RTLD_NEXT's reach: an OpenMP extension's
  * libgomp. Its calls to GOMP_parallel still bind to the runtime's interposer, which must
  * then find libgomp's there. dlsym on each object's handle searches the object and its
- * dependencies; the runtime's own definitions are skipped. */
-struct local_find {
-  const char *name;
-  const void *self;
-  void *found;
+ * dependencies; the runtime's own definitions are skipped. The objects' names are copied
+ * first, then opened: dlopen inside dl_iterate_phdr's callback would take the loader's
+ * load lock under its write lock, the reverse of a concurrent dlopen's order. */
+#define NAMES_BYTES (64u << 10)
+struct names {
+  char *buf;
+  size_t used;
 };
 
-static int local_cb(struct dl_phdr_info *info, size_t size, void *data) {
+static int name_cb(struct dl_phdr_info *info, size_t size, void *data) {
   (void)size;
-  struct local_find *f = data;
+  struct names *n = data;
   if (!info->dlpi_name || !info->dlpi_name[0]) return 0; /* the program: RTLD_NEXT's scope */
-  void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
-  if (!h) return 0;
-  void *p = dlsym(h, f->name);
-  Dl_info di;
-  if (p && dladdr(p, &di) && di.dli_fbase != f->self) f->found = p;
-  dlclose(h);
-  return f->found != NULL;
+  size_t len = strlen(info->dlpi_name) + 1;
+  if (n->used + len > NAMES_BYTES) return 1;
+  memcpy(n->buf + n->used, info->dlpi_name, len);
+  n->used += len;
+  return 0;
 }
 
 static void *local_definition(const char *name) {
   Dl_info self;
   if (!dladdr((void *)local_definition, &self)) return NULL;
-  struct local_find f = {name, self.dli_fbase, NULL};
-  dl_iterate_phdr(local_cb, &f);
-  return f.found;
+  /* (the runtime's own mapping: not one the program's mmap records would show) */
+  struct names n = {
+      locus_sys_mmap(NULL, NAMES_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+      0};
+  if (n.buf == MAP_FAILED) return NULL;
+  dl_iterate_phdr(name_cb, &n);
+  void *found = NULL;
+  for (size_t at = 0; at < n.used && !found; at += strlen(n.buf + at) + 1) {
+    void *h = dlopen(n.buf + at, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) continue;
+    void *p = dlsym(h, name);
+    Dl_info di;
+    if (p && dladdr(p, &di) && di.dli_fbase != self.dli_fbase) found = p;
+    dlclose(h);
+  }
+  locus_sys_munmap(n.buf, NAMES_BYTES);
+  return found;
 }
 
 void *locus_real_need(void **slot, const char *name) {
