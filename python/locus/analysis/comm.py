@@ -2290,6 +2290,10 @@ HOT_LINE_SHARE = 0.75
 # Lines of an object with false sharing, further apart than this many lines per line on
 # average: unrelated places of one large object (not one array), advised one at a time.
 SCATTERED_LINES = 4
+# ... and from this many such lines, none with this share of the object's false sharing:
+# the same memory swept by the threads at once, not places of their own.
+DIFFUSE_LINES = 32
+DIFFUSE_SHARE = 0.1
 # The false share of an object's volume from which it gets advice: a lock array or a queue
 # whose head and tail share a line is half true sharing (the lock, the index itself), and
 # padding still removes the other half (sysbench mutex: 47 % false).
@@ -2640,6 +2644,20 @@ def _element_size(acc, line: int) -> int:
     return span if 0 < span <= line else 0
 
 
+def _cyclic(acc, line: int) -> bool:
+    """Whether the false-sharing accesses `acc` ((thread, offset, size, line index, weight))
+    are each thread's own elements of one array in turn (_interleave): a cyclic
+    distribution, advised as such, not as a sweep by every thread."""
+    per: dict[int, Counter] = {}
+    sizes: Counter = Counter()
+    for t, off, ln, _li, w in acc:
+        per.setdefault(t, Counter())[off] += w
+        sizes[ln] += 1
+    if len(per) < 2 or not sizes:
+        return False
+    return bool(_interleave(per, sizes.most_common(1)[0][0], sorted({r[1] for r in acc}), line))
+
+
 def _interleave(per: dict, size: int, offs: list[int], line: int) -> int:
     """k when k threads each access elements of `size` bytes k apart (thread offsets all
     congruent modulo k x size, a different residue each) across more than two lines: a
@@ -2704,9 +2722,41 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         at = {off // line for _t, off, _ln, _li, _w in acc}
         spread = max(at) - min(at) + 1 if at else 0
         scattered = len(by_line) > 1 and spread > SCATTERED_LINES * len(by_line)
-        focus = len(by_line) > 1 and (
-            hot_w >= HOT_LINE_SHARE * sum(by_line.values()) > 0 or scattered
+        # (each thread's own elements in turn over a large block: the cyclic advice, on
+        # all of its lines, not one line's)
+        cyclic = scattered and _cyclic(acc, line)
+        focus = (
+            len(by_line) > 1
+            and not cyclic
+            and (hot_w >= HOT_LINE_SHARE * sum(by_line.values()) > 0 or scattered)
         )
+        total_w = sum(by_line.values())
+        if (
+            scattered
+            and not cyclic
+            and len(by_line) >= DIFFUSE_LINES
+            and hot_w < DIFFUSE_SHARE * total_w
+        ):
+            # Many lines far apart, none standing out: the threads sweep the same memory at
+            # once (each memsets or copies it, or loops over the whole array), which
+            # padding one line does not part (stress-ng memthrash read "pad each to 64
+            # bytes" for the busiest of 171 lines with 1 % of it).
+            weight: Counter = Counter()
+            for t, _off, _ln, _li, w in acc:
+                weight[t] += w
+            who = sorted(t for t, w in weight.items() if w >= ADVICE_THREAD_MIN * total_w)
+            verb = "write" if o["_false_stores"] else "access"
+            most = 100 * hot_w / total_w
+            most_text = f"more than {most:.0f} %" if most >= 1 else "even 1 %"
+            out.append(
+                f"threads {_ranges(who)} {verb} {len(by_line)} lines of {_quoted(o)}"
+                f"{_declared(o, names)} spread over {nbytes(spread * line)} of it, none with "
+                f"{most_text} of its false sharing: they work "
+                "over the same memory at the same time (each sweeps or copies it: the code "
+                "sites say where), which padding cannot part; give each thread its own part "
+                f"of it, in whole {line}-byte lines, or let one thread do that work"
+            )
+            continue
         if focus:
             acc = [r for r in acc if r[3] == hot]
         per: dict[int, Counter] = {}

@@ -1042,6 +1042,40 @@ def test_advice_lists_each_threads_busiest_field_first(tmp_path):
     assert "(thread 0 hits[0], hits[1]; thread 1 hits[1], hits[0])" in advice, advice
 
 
+@pytest.mark.parametrize("cyclic", [False, True], ids=["sweep", "cyclic"])
+def test_advice_for_false_sharing_spread_over_a_large_block(tmp_path, cyclic):
+    """Two threads writing over the same 1 MiB block at once (each memsets it): 40 lines
+    far apart, none with more than 1/40 of the false sharing. The advice padded the busiest
+    ("pad each to 64 bytes ... (the busiest of 171 such lines, spread over 253.1 MiB of it:
+    each is a case of its own)", stress-ng memthrash); it now says that the threads sweep
+    the same memory. A cyclic distribution over such a block (each thread its own elements
+    in turn) keeps its own advice."""
+    heap = 0x7000_0000
+    run, p, c = _run(threads=2, cpus=2)
+    c.malloc(heap, 1 << 20, site=0x401234, t=0.1)
+    for j in range(40):
+        line = heap + 64 * 400 * j
+        for src, dst in ((10, 11), (11, 10)):
+            if cyclic:  # thread 10 the even words, 11 the odd ones
+                so, do = (0, 8) if src == 10 else (8, 0)
+            else:  # both the whole line, two words of it apart
+                so, do = (8 * (j % 8), 8 * ((j + 3) % 8))
+            c.event(src=src, dst=dst, line=line, src_off=so, src_len=8, dst_off=do,
+                    dst_len=8, store=True, t=0.5)  # fmt: skip
+    res = _res(tmp_path, run, name=str(cyclic))
+    (advice,) = res["advice"]
+    if cyclic:
+        assert "write interleaved 8-byte elements" in advice, advice
+        return
+    assert advice == (
+        "threads 0-1 write 40 lines of heap block from worker fs.c:564 spread over 975.1 KiB "
+        "of it, none with more than 2 % of its false sharing: they work over the same memory "
+        "at the same time (each sweeps or copies it: the code sites say where), which padding "
+        "cannot part; give each thread its own part of it, in whole 64-byte lines, or let one "
+        "thread do that work"
+    ), advice
+
+
 def test_advice_for_a_cyclic_distribution(tmp_path):
     """Two threads updating the even and the odd elements of one heap array (OpenMP
     schedule(static,1)): every line is shared, and padding each element (the advice before)
