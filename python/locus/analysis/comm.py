@@ -2646,14 +2646,19 @@ def _element_size(acc, line: int) -> int:
 
 def _cyclic(acc, line: int) -> bool:
     """Whether the false-sharing accesses `acc` ((thread, offset, size, line index, weight))
-    are each thread's own elements of one array in turn (_interleave): a cyclic
-    distribution, advised as such, not as a sweep by every thread."""
+    are each thread's own elements of one array in turn (_interleave), each thread at more
+    than one place in the lines: a cyclic distribution, advised as such, not as a sweep by
+    every thread."""
     per: dict[int, Counter] = {}
     sizes: Counter = Counter()
     for t, off, ln, _li, w in acc:
         per.setdefault(t, Counter())[off] += w
         sizes[ln] += 1
     if len(per) < 2 or not sizes:
+        return False
+    # (each thread at several places in the lines: the same two fields in many objects, a
+    # database's locks each beside another, are not an array dealt out)
+    if any(len({off % line for off in c}) < 2 for c in per.values()):
         return False
     return bool(_interleave(per, sizes.most_common(1)[0][0], sorted({r[1] for r in acc}), line))
 

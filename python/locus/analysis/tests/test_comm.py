@@ -1056,8 +1056,9 @@ def test_advice_for_false_sharing_spread_over_a_large_block(tmp_path, cyclic):
     for j in range(40):
         line = heap + 64 * 400 * j
         for src, dst in ((10, 11), (11, 10)):
-            if cyclic:  # thread 10 the even words, 11 the odd ones
-                so, do = (0, 8) if src == 10 else (8, 0)
+            if cyclic:  # thread 10 the even words, 11 the odd ones, two in each line
+                even = 16 * (j % 4)
+                so, do = (even, even + 8) if src == 10 else (even + 8, even)
             else:  # both the whole line, two words of it apart
                 so, do = (8 * (j % 8), 8 * ((j + 3) % 8))
             c.event(src=src, dst=dst, line=line, src_off=so, src_len=8, dst_off=do,
