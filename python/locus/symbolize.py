@@ -62,6 +62,11 @@ def _by_mtime(cache: dict, path: str, compute, missing):
     return cache[key]
 
 
+def _elf64le(eh: bytes) -> bool:
+    """Whether the 64 bytes read at a file's start are an ELF64 little-endian header."""
+    return len(eh) == 64 and eh[:4] == b"\x7fELF" and eh[4] == 2 and eh[5] == 1
+
+
 def _elf(path: str):
     """(e_type, [(p_offset, p_vaddr, p_filesz, p_memsz)] of the PT_LOAD segments,
     [(sh_addr, sh_size, name)] of the allocated sections, sorted) of an ELF64 LE file, or
@@ -74,7 +79,7 @@ def _read_elf(path: str):
     try:
         with open(path, "rb") as f:
             eh = f.read(64)
-            if len(eh) == 64 and eh[:4] == b"\x7fELF" and eh[4] == 2 and eh[5] == 1:
+            if _elf64le(eh):
                 e_type = struct.unpack_from("<H", eh, 16)[0]
                 phoff = struct.unpack_from("<Q", eh, 32)[0]
                 phentsize, phnum = struct.unpack_from("<HH", eh, 54)
@@ -146,7 +151,7 @@ def _elf_notes(path: str) -> tuple[bool, str | None, str | None]:
     try:
         with open(path, "rb") as f:
             eh = f.read(64)
-            if len(eh) < 64 or eh[:4] != b"\x7fELF" or eh[4] != 2 or eh[5] != 1:
+            if not _elf64le(eh):
                 return False, None, None
             for sec, typ, _flags, _addr, off, size in _section_headers(f, eh):
                 if typ == 8:  # SHT_NOBITS: a debug file's copy of the module's code

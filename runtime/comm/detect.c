@@ -795,8 +795,8 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
   memset(&a, 0, sizeof a);
   uint64_t pc = (uint64_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
   uint16_t guessed = 0;
-  if (locus_comm_soft_access_before(pc, uc, chunk, WP_BYTES, &a) != 0 ||
-      !overlap(a.addr, a.len, chunk, WP_BYTES)) {
+  /* (an access it finds is on the chunk) */
+  if (locus_comm_soft_access_before(pc, uc, chunk, WP_BYTES, &a) != 0) {
     a.addr = chunk;
     a.len = WP_BYTES;
     a.ip = pc;

@@ -2644,16 +2644,31 @@ def _element_size(acc, line: int) -> int:
     return span if 0 < span <= line else 0
 
 
-def _cyclic(acc, line: int) -> bool:
-    """Whether the false-sharing accesses `acc` ((thread, offset, size, line index, weight))
-    are each thread's own elements of one array in turn (_interleave), each thread at more
-    than one place in the lines: a cyclic distribution, advised as such, not as a sweep by
-    every thread."""
+def _per_thread(acc) -> tuple[dict[int, Counter], Counter]:
+    """Of the false-sharing accesses `acc` ((thread, offset, size, line index, weight)):
+    each thread's weight by offset, and how many accesses had each size."""
     per: dict[int, Counter] = {}
     sizes: Counter = Counter()
     for t, off, ln, _li, w in acc:
         per.setdefault(t, Counter())[off] += w
         sizes[ln] += 1
+    return per, sizes
+
+
+def _main_threads(per: dict[int, Counter]) -> dict[int, Counter]:
+    """The threads with at least ADVICE_THREAD_MIN of the weight: a thread with a sliver of
+    it (the main thread reading the results once after the joins) is not one the advice is
+    about."""
+    weight = {t: sum(c.values()) for t, c in per.items()}
+    total = sum(weight.values())
+    return {t: c for t, c in per.items() if weight[t] >= ADVICE_THREAD_MIN * total}
+
+
+def _cyclic(per: dict[int, Counter], sizes: Counter, acc, line: int) -> bool:
+    """Whether the false-sharing accesses `acc` (per thread and sizes: _per_thread) are
+    each thread's own elements of one array in turn (_interleave), each thread at more than
+    one place in the lines: a cyclic distribution, advised as such, not as a sweep by every
+    thread."""
     if len(per) < 2 or not sizes:
         return False
     # (each thread at several places in the lines: the same two fields in many objects, a
@@ -2729,7 +2744,8 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         scattered = len(by_line) > 1 and spread > SCATTERED_LINES * len(by_line)
         # (each thread's own elements in turn over a large block: the cyclic advice, on
         # all of its lines, not one line's)
-        cyclic = scattered and _cyclic(acc, line)
+        per, sizes = _per_thread(acc)
+        cyclic = scattered and _cyclic(per, sizes, acc, line)
         focus = (
             len(by_line) > 1
             and not cyclic
@@ -2746,10 +2762,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             # once (each memsets or copies it, or loops over the whole array), which
             # padding one line does not part (stress-ng memthrash read "pad each to 64
             # bytes" for the busiest of 171 lines with 1 % of it).
-            weight: Counter = Counter()
-            for t, _off, _ln, _li, w in acc:
-                weight[t] += w
-            who = sorted(t for t, w in weight.items() if w >= ADVICE_THREAD_MIN * total_w)
+            who = sorted(_main_threads(per))
             verb = "write" if o["_false_stores"] else "access"
             most = 100 * hot_w / total_w
             most_text = f"more than {most:.0f} %" if most >= 1 else "even 1 %"
@@ -2764,17 +2777,8 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             continue
         if focus:
             acc = [r for r in acc if r[3] == hot]
-        per: dict[int, Counter] = {}
-        sizes = Counter()
-        for t, off, ln, _li, w in acc:
-            per.setdefault(t, Counter())[off] += w
-            sizes[ln] += 1
-        # A thread with a sliver of the volume (the main thread reading the results once
-        # after the joins) is not one of the threads the advice is about.
-        weight = {t: sum(c.values()) for t, c in per.items()}
-        big = {
-            t: c for t, c in per.items() if weight[t] >= ADVICE_THREAD_MIN * sum(weight.values())
-        }
+            per, sizes = _per_thread(acc)
+        big = _main_threads(per)
         if len(big) >= 2:
             acc = [r for r in acc if r[0] in big]
             per = big

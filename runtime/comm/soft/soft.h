@@ -36,7 +36,7 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc);
 /* Decoding for the detector's traps (soft.c): the access made by the instruction that ends
  * right before `pc` (a watchpoint trap reports the pc after the access), or, a rep string
  * instruction at pc stopped with iterations left, its own on the watched [chunk, chunk + n).
- * 0 when found. */
+ * 0 when found, and then on the chunk. */
 int locus_comm_soft_access_before(uint64_t pc, void *uc, uint64_t chunk, uint64_t n,
                                   struct locus_comm_access *a);
 
