@@ -659,6 +659,130 @@ static int check_access_size(void) {
   return ok;
 }
 
+/* Loads of unoptimised code (-O0), whose sample was lost or read as a plain load:
+ * - the load and its store apart, the store's pointer and index reloaded from the frame in
+ *   between (`sum[id] += x`): the load is the store too, unless a store on the way wrote
+ *   the frame slot the pointer is reloaded from;
+ * - the load and its store 11 instructions apart;
+ * - `lea counter(%rip),%rax; mov (%rdx,%rax,1),%rax` sampled after the load, which
+ *   overwrote its own address register: its address is found from the lea, not when the
+ *   register came from another register or the load is a branch target. */
+long rl_arr[4], rl_arr2[4];
+__asm__(
+    ".text\n"
+    ".globl rl_fn\n"
+    ".type rl_fn, @function\n"
+    "rl_fn:\n"
+    " .cfi_startproc\n"
+    "rl_o0: movsd (%rax,%rcx,8),%xmm1\n"
+    " addsd %xmm0,%xmm1\n"
+    " mov -16(%rbp),%rax\n"
+    " mov -8(%rbp),%ecx\n"
+    " movslq %ecx,%rcx\n"
+    " movsd %xmm1,(%rax,%rcx,8)\n"
+    " ret\n"
+    "rl_over: mov (%rax,%rcx,8),%rdx\n"
+    " mov %rsi,-16(%rbp)\n"
+    " mov -16(%rbp),%rax\n"
+    " mov %rdx,(%rax,%rcx,8)\n"
+    " ret\n"
+    "rl_far: mov (%rax),%rdx\n"
+    " add $1,%rdx\n add $1,%rdx\n add $1,%rdx\n add $1,%rdx\n add $1,%rdx\n"
+    " add $1,%rdx\n add $1,%rdx\n add $1,%rdx\n add $1,%rdx\n add $1,%rdx\n"
+    " mov %rdx,(%rax)\n"
+    " ret\n"
+    " lea rl_arr(%rip),%rax\n"
+    "rl_load: mov (%rdx,%rax,1),%rax\n"
+    "rl_after: add $1,%rax\n"
+    " ret\n"
+    " mov %rsi,%rax\n"
+    "rl_load2: mov (%rdx,%rax,1),%rax\n"
+    "rl_after2: add $1,%rax\n"
+    " ret\n"
+    " jmp rl_load3\n"
+    " lea rl_arr(%rip),%rax\n"
+    "rl_load3: mov (%rdx,%rax,1),%rax\n"
+    "rl_after3: add $1,%rax\n"
+    " ret\n"
+    " .cfi_endproc\n"
+    ".size rl_fn, .-rl_fn\n");
+extern const char rl_o0[], rl_over[], rl_far[], rl_load[], rl_after[], rl_load2[], rl_after2[],
+    rl_load3[], rl_after3[];
+
+static int check_reloads(void) {
+  decode_fn dec = (decode_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_decode");
+  typedef int (*sampled_fn)(uint64_t, void *, struct locus_comm_access *, uint64_t *);
+  sampled_fn sampled = (sampled_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_sampled");
+  if (!dec || !sampled) {
+    printf("  not ok: no locus_test_soft_decode or locus_test_soft_sampled preloaded\n");
+    return 0;
+  }
+  static long frame[4];
+  const uint64_t arr = (uint64_t)(uintptr_t)rl_arr, arr2 = (uint64_t)(uintptr_t)rl_arr2;
+  static const struct {
+    const char *what, *ip;
+    uint32_t flags;
+  } rmw[] = {
+      {"the pointer and index reloaded from the frame", rl_o0, LOCUS_AC_STORE | LOCUS_AC_RMW},
+      {"a store on the way wrote the reloaded pointer's slot", rl_over, 0},
+      {"the store 11 instructions on", rl_far, LOCUS_AC_STORE | LOCUS_AC_RMW},
+  };
+  int ok = 1;
+  for (size_t i = 0; i < sizeof rmw / sizeof rmw[0]; i++) {
+    frame[0] = (long)arr; /* -16(%rbp) */
+    frame[1] = 1;         /* -8(%rbp) */
+    ucontext_t uc;
+    memset(&uc, 0, sizeof uc);
+    greg_t *g = uc.uc_mcontext.gregs;
+    g[REG_RAX] = (greg_t)arr;
+    g[REG_RCX] = 1;
+    g[REG_RSI] = (greg_t)arr2;
+    g[REG_RBP] = (greg_t)(uintptr_t)&frame[2];
+    g[REG_RSP] = (greg_t)(uintptr_t)&uc;
+    uint64_t addr = 0;
+    uint32_t len = 0, flags = 0;
+    int rc = dec((uint64_t)(uintptr_t)rmw[i].ip, &uc, &addr, &len, &flags);
+    uint64_t want = rmw[i].ip == rl_far ? arr : arr + 8;
+    if (rc != 0 || addr != want || len != 8 || flags != rmw[i].flags) {
+      printf("  not ok: %s: rc %d addr %#lx len %u flags %#x (want %#lx 8 %#x)\n", rmw[i].what, rc,
+             (unsigned long)addr, len, flags, (unsigned long)want, rmw[i].flags);
+      ok = 0;
+    }
+  }
+  static const struct {
+    const char *what, *pc, *load;
+    int found;
+  } clob[] = {
+      {"the address register set by a rip-relative lea", rl_after, rl_load, 1},
+      {"the address register copied from another", rl_after2, rl_load2, 0},
+      {"the load a branch target", rl_after3, rl_load3, 0},
+  };
+  for (size_t i = 0; i < sizeof clob / sizeof clob[0]; i++) {
+    ucontext_t uc;
+    memset(&uc, 0, sizeof uc);
+    greg_t *g = uc.uc_mcontext.gregs;
+    g[REG_RIP] = (greg_t)(uintptr_t)clob[i].pc;
+    g[REG_RAX] = 0x1234; /* what the load loaded */
+    g[REG_RDX] = 8;
+    g[REG_RSI] = (greg_t)arr2;
+    g[REG_RSP] = (greg_t)(uintptr_t)&uc;
+    struct locus_comm_access a;
+    uint64_t clobbered = 0;
+    int rc = sampled((uint64_t)(uintptr_t)clob[i].pc, &uc, &a, &clobbered);
+    int good = clob[i].found
+                   ? rc == 0 && a.addr == arr + 8 && a.len == 8 &&
+                         a.ip == (uint64_t)(uintptr_t)clob[i].load && (a.flags & LOCUS_AC_SKID)
+                   : rc != 0 && clobbered == (uint64_t)(uintptr_t)clob[i].load;
+    if (!good) {
+      printf("  not ok: %s: rc %d addr %#lx ip %#lx clobbered %#lx (want %s)\n", clob[i].what, rc,
+             (unsigned long)a.addr, (unsigned long)a.ip, (unsigned long)clobbered,
+             clob[i].found ? "rl_arr + 8 at the load" : "the load, clobbered");
+      ok = 0;
+    }
+  }
+  return ok;
+}
+
 /* Watchpoint traps in a rep string instruction (glibc's memset and memcpy on large sizes:
  * rep stosb, rep movsb): the CPU stops it between two iterations with pc still on it, and
  * the access is its own element just passed, not the instruction before it, which was
@@ -1462,6 +1586,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "starttick")) return run_start_tick();
     if (!strcmp(argv[1], "expiry")) return check_expiry() ? 0 : 1;
     if (!strcmp(argv[1], "midrep")) return check_mid_rep() ? 0 : 1;
+    if (!strcmp(argv[1], "reloads")) return check_reloads() ? 0 : 1;
     return 2;
   }
   if (argc != 2) {
@@ -1503,6 +1628,11 @@ int main(int argc, char **argv) {
   /* (d5b) A watchpoint's trap in the middle of a rep string instruction. */
   finish("comm soft: a trap inside rep stosb or rep movsb is that instruction's store",
          child_check(self, lib, base, "midrep"));
+
+  /* (d5c) Unoptimised code's loads: their stores found past reloads, clobbered addresses
+   * found from a constant. */
+  finish("comm soft: -O0 loads are the stores after them and get their address back",
+         child_check(self, lib, base, "reloads"));
 
   /* (d6) The watches of a thread on the tick end after 8 of its switches. */
   finish("comm soft: on the tick, a watch that has not trapped ends after 8 context switches",

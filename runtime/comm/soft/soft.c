@@ -911,6 +911,65 @@ static int access_before(const struct module *m, const struct around *b, uint64_
   return access_of(code, avail, prev, uc->uc_mcontext.gregs, 1, a);
 }
 
+/* ---- a load that overwrote its own address register ----
+ * `lea counter(%rip),%rax; mov (%rdx,%rax,1),%rax`, an array of globals at -O0: once the
+ * load ran, its address register holds what it loaded, and its address cannot be computed
+ * from the registers at pc. When straight-line code just before the load set that register
+ * to a constant (a rip-relative lea, a mov of an immediate), the constant was its value at
+ * the load, and the address is computed with it. In an object's own code only (its function
+ * table says which instruction falls through to which). The instruction between the load
+ * and pc in a skid of two must not write the load's other address register. */
+#define RECOVER_BACK 4 /* instructions looked back at from the load */
+static uint32_t written_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
+static uint32_t addr_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
+static int writes_rip(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
+
+static int decode_in(const struct module *m, uint64_t ip, ZydisDecodedInstruction *in,
+                     ZydisDecodedOperand *ops) {
+  return ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, (const void *)ip, avail_in(m, ip), in, ops))
+             ? 0
+             : -1;
+}
+
+static int recover_clobbered(const struct module *m, uint64_t at, uint64_t pc, const greg_t *g,
+                             struct locus_comm_access *a) {
+  ZydisDecodedInstruction in, p;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT], pops[ZYDIS_MAX_OPERAND_COUNT];
+  if (!m || decode_in(m, at, &in, ops) != 0) return DEC_CLOBBERED;
+  uint32_t lost = written_regs(&in, ops), used = addr_regs(&in, ops), since = 0;
+  if (at + in.length < pc) { /* (the instruction between: it ends at pc, see sampled_access) */
+    if (decode_in(m, at + in.length, &p, pops) != 0) return DEC_CLOBBERED;
+    since = written_regs(&p, pops);
+  }
+  /* One register lost, the load's destination, and none of its others written since. */
+  if (!(lost & used) || (lost & (lost - 1)) || (since & used & ~lost)) return DEC_CLOBBERED;
+  uint64_t cur = at;
+  for (int k = 0; k < RECOVER_BACK; k++) {
+    uint64_t w = lookup(m, cur), len = (w >> 48) & 0xf;
+    if ((w & (PC_NONE | PC_TARGET)) || !len) return DEC_CLOBBERED; /* not straight-line */
+    cur -= len;
+    if (decode_in(m, cur, &p, pops) != 0 || writes_rip(&p, pops)) return DEC_CLOBBERED;
+    if (!(written_regs(&p, pops) & lost)) continue;
+    if (p.operand_count_visible != 2 || pops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
+        pops[0].size < 32)
+      return DEC_CLOBBERED;
+    uint64_t v;
+    if (p.mnemonic == ZYDIS_MNEMONIC_LEA && pops[1].mem.base == ZYDIS_REGISTER_RIP &&
+        pops[1].mem.index == ZYDIS_REGISTER_NONE)
+      v = cur + p.length + (uint64_t)pops[1].mem.disp.value;
+    else if (p.mnemonic == ZYDIS_MNEMONIC_MOV && pops[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE)
+      v = pops[1].imm.is_signed ? (uint64_t)pops[1].imm.value.s : pops[1].imm.value.u;
+    else
+      return DEC_CLOBBERED; /* set from something else: not known */
+    greg_t regs[NGREG];
+    memcpy(regs, g, sizeof regs);
+    regs[gpr_slot[ZYDIS_REGISTER_RAX + __builtin_ctz(lost)]] =
+        (greg_t)(v & size_mask(pops[0].size));
+    return access_decoded(&in, ops, at, regs, 0, a); /* as before the load ran */
+  }
+  return DEC_CLOBBERED;
+}
+
 /* The sampled access at pc, skid-corrected: the instruction before pc (skid_at). *clobbered:
  * that instruction's address when it was a load that overwrote its own address register
  * (`mov (%rax),%rax`), whose access cannot be computed any more, or the one before it when
@@ -937,9 +996,16 @@ static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *u
       struct locus_comm_access t;
       uint64_t prev = pc - prevlen, w2 = skid_at(c->m, prev, &b2), len2 = (w2 >> 48) & 0xf;
       if (!(w2 & (PC_NONE | PC_TARGET)) && len2 &&
-          access_before(c->m, &b2, prev, len2, uc, &t) == DEC_CLOBBERED)
-        *clobbered = prev - len2;
+          access_before(c->m, &b2, prev, len2, uc, &t) == DEC_CLOBBERED) {
+        if (recover_clobbered(c->m, prev - len2, pc, uc->uc_mcontext.gregs, a) == DEC_OK)
+          rc = DEC_OK;
+        else
+          *clobbered = prev - len2;
+      }
     }
+    if (rc == DEC_CLOBBERED &&
+        recover_clobbered(c->m, pc - prevlen, pc, uc->uc_mcontext.gregs, a) == DEC_OK)
+      rc = DEC_OK;
     if (rc != DEC_CLOBBERED) {
       a->flags |= LOCUS_AC_SKID;
       return rc;
@@ -1624,10 +1690,16 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
  * RMW_MAX instructions of straight-line code (no branch but a direct jmp, no call): when
  * one stores to bytes the load read, with an address from registers whose values are
  * known, the sample is that store too (LOCUS_AC_STORE | LOCUS_AC_RMW), as `addq $1,(%rcx)`
- * is. A register loaded from memory meanwhile, or computed from one, is unknown; an address
- * made of one ends the search. `executed`: g holds the registers after the load ran
+ * is. A register loaded from memory meanwhile is read as the load will (ahead_load, up to
+ * RMW_LOADS of them) from memory no store on the way writes: unoptimised code reloads the
+ * store's pointer and index from the frame (`mov -0x28(%rbp),%rax; mov (%rax),%rax; mov
+ * -0x1c(%rbp),%ecx; movsd %xmm0,(%rax,%rcx,8)`: the textbook OpenMP `sum[id] += x` at -O0,
+ * 12 instructions after its load). A register computed from a value not known is unknown; an
+ * address made of one ends the search. `executed`: g holds the registers after the load ran
  * (skid-corrected), else before it. */
-#define RMW_MAX 8
+#define RMW_MAX 16
+#define RMW_LOADS 3  /* loads read on the way: two system calls each */
+#define RMW_STORES 4 /* stores on the way whose bytes a later load must not read */
 
 static uint32_t reg_bit(ZydisRegister r) {
   r = wide(r);
@@ -1696,6 +1768,10 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
     return;
   if (!executed) unknown = written_regs(&in, ops);
   s.g[REG_RIP] = (greg_t)(a->ip + in.length);
+  struct {
+    uint64_t lo, hi;
+  } stored[RMW_STORES];
+  int nstored = 0, loads = 0;
   for (int k = 0; k < RMW_MAX; k++) {
     uint64_t at = (uint64_t)s.g[REG_RIP];
     code_at(at, &here);
@@ -1719,6 +1795,20 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
       if ((b.flags & LOCUS_AC_STORE) && a->addr < b.addr + b.len && b.addr < a->addr + a->len) {
         a->flags |= LOCUS_AC_STORE | LOCUS_AC_RMW;
         return;
+      }
+      int fresh = loads < RMW_LOADS && !(b.flags & LOCUS_AC_STORE); /* no store wrote it yet */
+      for (int j = 0; fresh && j < nstored; j++)
+        fresh = !(b.addr < stored[j].hi && stored[j].lo < b.addr + b.len);
+      if (b.flags & LOCUS_AC_STORE) {
+        if (nstored < RMW_STORES)
+          stored[nstored++] = (__typeof__(stored[0])){b.addr, b.addr + b.len};
+        else
+          loads = RMW_LOADS; /* too many to check a load against */
+      }
+      if (fresh && ahead_load(&s, &in, ops, &b) == 0) { /* (moves rip on) */
+        loads++;
+        if (ops[0].size >= 32) unknown &= ~writes; /* (a narrower one merges its old bits) */
+        continue;
       }
       unknown |= writes; /* a load's value, or a push's rsp: not followed */
       s.known = 0;       /* nor the flags it may set */
@@ -1962,6 +2052,15 @@ int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,
   *len = a.len;
   *flags = a.flags;
   return rc;
+}
+
+int locus_test_soft_sampled(uint64_t pc, void *uc, struct locus_comm_access *a,
+                            uint64_t *clobbered) {
+  if (locus_comm_decoder_open() != 0) return -2;
+  struct code c;
+  code_at(pc, &c);
+  memset(a, 0, sizeof *a);
+  return sampled_access(pc, &c, (const ucontext_t *)uc, a, clobbered);
 }
 
 int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, uint32_t *len,

@@ -69,6 +69,11 @@ LOCUS_EXPORT int locus_test_soft_access_before(uint64_t pc, void *uc, uint64_t c
  * (ucontext_t), no skid correction. 0 when it has a usable memory access. */
 LOCUS_EXPORT int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, uint32_t *len,
                                         uint32_t *flags);
+/* Test-only entry point: the sampled access at pc as the sampler decodes it first
+ * (skid-corrected, no run ahead, no split read-modify-write): 0 with *a; else the decoder's
+ * code, and *clobbered the load that overwrote its own address register, if that was why. */
+LOCUS_EXPORT int locus_test_soft_sampled(uint64_t pc, void *uc, struct locus_comm_access *a,
+                                         uint64_t *clobbered);
 /* Test-only entry point: the next access from `ip` on, found by interpreting the code
  * without running it (the run ahead of the sampler): 0 with its instruction's address in
  * *at, -1 when the run ahead gives up (the sampler would single-step). */
