@@ -668,6 +668,7 @@ static int check_access_size(void) {
  *   overwrote its own address register: its address is found from the lea, not when the
  *   register came from another register or the load is a branch target. */
 long rl_arr[4], rl_arr2[4];
+long *rl_ptr = &rl_arr[1];
 __asm__(
     ".text\n"
     ".globl rl_fn\n"
@@ -704,10 +705,14 @@ __asm__(
     "rl_load3: mov (%rdx,%rax,1),%rax\n"
     "rl_after3: add $1,%rax\n"
     " ret\n"
+    " mov rl_ptr(%rip),%rax\n"
+    "rl_load4: mov (%rax),%rax\n"
+    "rl_after4: cmp %rcx,%rax\n"
+    " ret\n"
     " .cfi_endproc\n"
     ".size rl_fn, .-rl_fn\n");
 extern const char rl_o0[], rl_over[], rl_far[], rl_load[], rl_after[], rl_load2[], rl_after2[],
-    rl_load3[], rl_after3[];
+    rl_load3[], rl_after3[], rl_load4[], rl_after4[];
 
 static int check_reloads(void) {
   decode_fn dec = (decode_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_decode");
@@ -756,6 +761,8 @@ static int check_reloads(void) {
       {"the address register set by a rip-relative lea", rl_after, rl_load, 1},
       {"the address register copied from another", rl_after2, rl_load2, 0},
       {"the load a branch target", rl_after3, rl_load3, 0},
+      /* (a spin on `*p` for a global p: the run ahead's, see access_ahead) */
+      {"the address register loaded from a global", rl_after4, rl_load4, 0},
   };
   for (size_t i = 0; i < sizeof clob / sizeof clob[0]; i++) {
     ucontext_t uc;

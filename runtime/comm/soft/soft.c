@@ -916,10 +916,7 @@ static int access_before(const struct module *m, const struct around *b, uint64_
  * load ran, its address register holds what it loaded, and its address cannot be computed
  * from the registers at pc. When straight-line code just before the load set that register
  * to a constant (a rip-relative lea, a mov of an immediate), the constant was its value at
- * the load, and the address is computed with it. So too when it loaded the register from
- * memory (`mov -0x8(%rbp),%rax; mov (%rax),%rax`: -O0's `d->n++`; `mov p(%rip),%rax; mov
- * (%rax),%rax`: a spin on `*p`) through registers unchanged since, with no store in
- * between: that memory is read again (process_vm_readv). In an object's own code only (its function
+ * the load, and the address is computed with it. In an object's own code only (its function
  * table says which instruction falls through to which). The instruction between the load
  * and pc in a skid of two must not write the load's other address register. */
 #define RECOVER_BACK 4 /* instructions looked back at from the load */
@@ -947,37 +944,21 @@ static int recover_clobbered(const struct module *m, uint64_t at, uint64_t pc, c
   /* One register lost, the load's destination, and none of its others written since. */
   if (!(lost & used) || (lost & (lost - 1)) || (since & used & ~lost)) return DEC_CLOBBERED;
   uint64_t cur = at;
-  uint32_t passed = 0; /* registers the instructions between the setter and the load write */
-  int stored = 0;      /* and whether one of them writes memory */
   for (int k = 0; k < RECOVER_BACK; k++) {
     uint64_t w = lookup(m, cur), len = (w >> 48) & 0xf;
     if ((w & (PC_NONE | PC_TARGET)) || !len) return DEC_CLOBBERED; /* not straight-line */
     cur -= len;
     if (decode_in(m, cur, &p, pops) != 0 || writes_rip(&p, pops)) return DEC_CLOBBERED;
-    if (!(written_regs(&p, pops) & lost)) {
-      passed |= written_regs(&p, pops);
-      for (int i = 0; i < p.operand_count; i++)
-        stored |= pops[i].type == ZYDIS_OPERAND_TYPE_MEMORY &&
-                  (pops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE);
-      continue;
-    }
+    if (!(written_regs(&p, pops) & lost)) continue;
     if (p.operand_count_visible != 2 || pops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
         pops[0].size < 32)
       return DEC_CLOBBERED;
-    uint64_t v = 0;
-    struct locus_comm_access from;
+    uint64_t v;
     if (p.mnemonic == ZYDIS_MNEMONIC_LEA && pops[1].mem.base == ZYDIS_REGISTER_RIP &&
         pops[1].mem.index == ZYDIS_REGISTER_NONE)
       v = cur + p.length + (uint64_t)pops[1].mem.disp.value;
     else if (p.mnemonic == ZYDIS_MNEMONIC_MOV && pops[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE)
       v = pops[1].imm.is_signed ? (uint64_t)pops[1].imm.value.s : pops[1].imm.value.u;
-    else if (p.mnemonic == ZYDIS_MNEMONIC_MOV && pops[1].type == ZYDIS_OPERAND_TYPE_MEMORY &&
-             pops[1].mem.segment != ZYDIS_REGISTER_FS && pops[1].mem.segment != ZYDIS_REGISTER_GS &&
-             !stored && !(addr_regs(&p, pops) & (passed | lost | since)) &&
-             access_decoded(&p, pops, cur, g, 0, &from) == DEC_OK && from.len <= 8 &&
-             copy_self(syscall(SYS_getpid), from.addr, &v, from.len) == from.len)
-      ; /* a pointer loaded from memory nothing wrote since (-O0's `p->n++`, `*p` for a
-         * global p): read again, as the load read it */
     else
       return DEC_CLOBBERED; /* set from something else: not known */
     greg_t regs[NGREG];
