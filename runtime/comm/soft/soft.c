@@ -1593,10 +1593,11 @@ static uint32_t addr_regs(const ZydisDecodedInstruction *in, const ZydisDecodedO
 /* A plain load into a general-purpose register (mov, movzx, movsx, movsxd from memory
  * other than fs/gs), interpreted: the value is read from the process's memory with
  * process_vm_readv (an address the interpretation got wrong fails cleanly), and rip moves
- * past it. 0 when done. */
+ * past it. 0 when done. *pid: the process's, asked for at the first load (0: not yet). */
 #define AHEAD_LOADS 4 /* loads interpreted per run ahead: a system call each */
 static int ahead_load(struct ahead *s, const ZydisDecodedInstruction *in,
-                      const ZydisDecodedOperand *ops, const struct locus_comm_access *m) {
+                      const ZydisDecodedOperand *ops, const struct locus_comm_access *m,
+                      long *pid) {
   ZydisMnemonic mn = in->mnemonic;
   if ((mn != ZYDIS_MNEMONIC_MOV && mn != ZYDIS_MNEMONIC_MOVZX && mn != ZYDIS_MNEMONIC_MOVSX &&
        mn != ZYDIS_MNEMONIC_MOVSXD) ||
@@ -1606,7 +1607,8 @@ static int ahead_load(struct ahead *s, const ZydisDecodedInstruction *in,
       (m->flags & LOCUS_AC_STORE))
     return -1;
   uint64_t v = 0;
-  if (copy_self(syscall(SYS_getpid), m->addr, &v, m->len) != m->len) return -1;
+  if (!*pid) *pid = syscall(SYS_getpid);
+  if (copy_self(*pid, m->addr, &v, m->len) != m->len) return -1;
   uint32_t bits = 8u * m->len;
   if (mn == ZYDIS_MNEMONIC_MOVSX || mn == ZYDIS_MNEMONIC_MOVSXD) v = (uint64_t)sext(v, bits);
   if (ahead_write(s, &ops[0], v) != 0) return -1;
@@ -1637,6 +1639,7 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
   struct locus_comm_access first;
   greg_t first_regs[NGREG];
   int found = 0, loads = 0;
+  long pid = 0;
   uint32_t reloaded = 0; /* registers the interpreted loads set */
   for (int k = 0; k < AHEAD_MAX; k++) {
     uint64_t at = (uint64_t)s.g[REG_RIP];
@@ -1667,7 +1670,7 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
         memcpy(first_regs, s.g, sizeof s.g);
         found = through ? 2 : 1;
       }
-      if (loads++ >= AHEAD_LOADS || ahead_load(&s, &in, ops, &m) != 0) break;
+      if (loads++ >= AHEAD_LOADS || ahead_load(&s, &in, ops, &m, &pid) != 0) break;
       reloaded |= written_regs(&in, ops);
       continue;
     }
@@ -1698,7 +1701,7 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
  * address made of one ends the search. `executed`: g holds the registers after the load ran
  * (skid-corrected), else before it. */
 #define RMW_MAX 16
-#define RMW_LOADS 3  /* loads read on the way: two system calls each */
+#define RMW_LOADS 3  /* loads read on the way: a system call each */
 #define RMW_STORES 4 /* stores on the way whose bytes a later load must not read */
 
 static uint32_t reg_bit(ZydisRegister r) {
@@ -1772,6 +1775,7 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
     uint64_t lo, hi;
   } stored[RMW_STORES];
   int nstored = 0, loads = 0;
+  long pid = 0;
   for (int k = 0; k < RMW_MAX; k++) {
     uint64_t at = (uint64_t)s.g[REG_RIP];
     code_at(at, &here);
@@ -1805,7 +1809,7 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
         else
           loads = RMW_LOADS; /* too many to check a load against */
       }
-      if (fresh && ahead_load(&s, &in, ops, &b) == 0) { /* (moves rip on) */
+      if (fresh && ahead_load(&s, &in, ops, &b, &pid) == 0) { /* (moves rip on) */
         loads++;
         if (ops[0].size >= 32) unknown &= ~writes; /* (a narrower one merges its old bits) */
         continue;
