@@ -851,11 +851,14 @@ class StackLayout:
     """A thread's stack as the report's object, with the locals recorded frames hold: an
     offset into the stack (from `base`, its lowest address) is `sums[1]` inside a local, the
     stack's own name elsewhere. Locals of different frames at the same bytes (a stack reused
-    by later calls) are left out: which one an access reached is not known."""
+    by later calls: a driver calling one function with a parallel region after another) are
+    left out of `local(off)`: which one an access reached is not known from its offset. With
+    the times the frames were recorded (`times`, one per local), `at(off, t)` tells: the
+    local of the frame recorded last before the access."""
 
     type = ""
 
-    def __init__(self, name: str, base: int, local_vars: list[Local]):
+    def __init__(self, name: str, base: int, local_vars: list[Local], times: list | None = None):
         self.name = name
         self.base = base
         keep: dict[tuple[int, str], Local] = {}
@@ -873,12 +876,48 @@ class StackLayout:
                 end, last = v.lo + v.size, i
         self.locals = [v for k, v in enumerate(vs) if k not in clash]
         self._starts = [v.lo for v in self.locals]
+        # Every record of a clashing local, by the time its frame was recorded, with its
+        # cluster (the clashing locals that overlap, directly or through others).
+        lost = {(vs[k].lo, vs[k].name) for k in clash}
+        timed = [(int(t), v) for t, v in zip(times or [], local_vars) if (v.lo, v.name) in lost]
+        self.timed = sorted(timed, key=lambda tv: tv[0])
+        self._cluster: list[tuple[int, int]] = []  # [lo, hi) of each cluster, by address
+        for _t, v in sorted(timed, key=lambda tv: tv[1].lo):
+            if self._cluster and v.lo < self._cluster[-1][1]:
+                lo, hi = self._cluster[-1]
+                self._cluster[-1] = (lo, max(hi, v.lo + v.size))
+            else:
+                self._cluster.append((v.lo, v.lo + v.size))
 
     def local(self, off: int) -> Local | None:
         a = self.base + off
         k = bisect.bisect_right(self._starts, a) - 1
         v = self.locals[k] if k >= 0 else None
         return v if v is not None and a < v.lo + v.size else None
+
+    def at(self, off: int, times) -> list[Local]:
+        """The locals at offset `off` accessed at `times` (the runtime's ticks, as the
+        frames' records): local(off), else, where locals clash, for each time the local there
+        of the frame recorded last at or before it among those whose locals clash with it
+        (none where that frame has no local at `off`, or before the first)."""
+        v = self.local(off)
+        if v is not None or not self.timed:
+            return [v] if v is not None else []
+        a = self.base + off
+        k = bisect.bisect_right(self._cluster, (a, float("inf"))) - 1
+        if k < 0 or a >= self._cluster[k][1]:
+            return []
+        lo, hi = self._cluster[k]
+        # The records of the cluster's frames (their times), and each one's local at a.
+        t0s = sorted({t0 for t0, w in self.timed if lo <= w.lo < hi})
+        there = {t0: w for t0, w in self.timed if w.lo <= a < w.lo + w.size}
+        found: dict[tuple, Local] = {}
+        for t in sorted({int(t) for t in times}):
+            j = bisect.bisect_right(t0s, t) - 1
+            w = there.get(t0s[j]) if j >= 0 else None  # the frame recorded last by then
+            if w is not None:
+                found.setdefault((w.lo, w.name, w.function), w)
+        return list(found.values())
 
     def field(self, off: int) -> str:
         v = self.local(off)

@@ -254,6 +254,7 @@ ALF_REMAP = 2  # LOCUS_ALF_REMAP: an mremap's new range (reserved[0] = the old a
 ALF_SHARED = 4  # LOCUS_ALF_SHARED: with ALF_FILE, mapped MAP_SHARED and writable
 ALF_SYSV = 8  # LOCUS_ALF_SYSV: with ALF_SHARED, a System V segment (shmat)
 ALF_NEW = 16  # LOCUS_ALF_NEW: a heap block made by C++ operator new
+ALF_TIMED = 32  # LOCUS_ALF_TIMED: a frame recorded again when its call comes back to a depth
 
 assert PROC_DTYPE.itemsize == 256
 assert THREAD_DTYPE.itemsize == 64

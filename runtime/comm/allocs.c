@@ -457,25 +457,38 @@ void locus_allocs_record_mapping(const void *addr, size_t size, uint64_t site, i
   errno = saved;
 }
 
-/* Calls whose frames are recorded, by a hash of (thread, site, stack pointer): a loop that
- * opens a parallel region at each turn writes its frames once. Process-wide, not
- * thread-local (static TLS is in every thread's stack); a race writes records twice, which
- * the report merges. Only the calls are kept, not the frames above them, which would evict
- * them: a call from a recursion walked at every depth, again and again. */
+/* Calls whose frames are recorded, by a hash of (thread, stack pointer) and the site: a
+ * loop that opens a parallel region at each turn writes its frames once. Another call from
+ * the same depth of the same thread since (a driver's next function with a parallel region,
+ * whose locals took the same stack bytes) is recorded again when the first comes back, so
+ * that the report tells by the records' times whose locals an access reached (a, b, a: the
+ * third phase is a's); at most FRAMES_AGAIN such records a process (two regions of one
+ * function in a loop would write two a turn). Process-wide, not thread-local (static TLS is
+ * in every thread's stack); a race writes records twice, which the report merges. Only the
+ * calls are kept, not the frames above them, which would evict them: a call from a
+ * recursion walked at every depth, again and again. */
 #define FRAMES_SEEN 256u /* (the slot: 8 bits) */
+#define FRAMES_AGAIN 1024u
+static _Atomic uint32_t frames_again;
 static _Atomic uint64_t frames_seen[FRAMES_SEEN];
 /* The same for the calls that start OpenMP tasks (locus_allocs_task_frame): a table of their
  * own, as a task-heavy program's would evict the regions' calls. */
 static _Atomic uint64_t tasks_seen[FRAMES_SEEN];
 
-/* Whether the call was seen before in `seen` (it is from now on). */
+/* Whether the call was seen before in `seen` (it is from now on): its slot is the depth's
+ * (thread, stack pointer), the top 48 bits of its word the depth's and the low 16 the site's
+ * hash, so another site at the same depth replaces it. */
 static int seen_call(_Atomic uint64_t *seen, uint64_t cfa, uint64_t site) {
-  uint64_t key = (site * 0x9e3779b97f4a7c15ull) ^ (cfa * 0xc2b2ae3d27d4eb4full) ^ locus_me.tid;
-  key |= 1; /* (0: an empty slot) */
-  /* (the top bits of a product: the key's bits 32-39 put 200 stack depths 80 bytes apart
-   * in 15 slots) */
-  _Atomic uint64_t *slot = &seen[(key * 0x9e3779b97f4a7c15ull) >> 56];
-  if (atomic_load_explicit(slot, memory_order_relaxed) == key) return 1;
+  /* (the top bits of a product: bits 32-39 alone put 200 stack depths 80 bytes apart in 15
+   * slots) */
+  uint64_t depth = ((cfa * 0xc2b2ae3d27d4eb4full) ^ locus_me.tid) * 0x9e3779b97f4a7c15ull;
+  uint64_t key = (depth & ~0xffffull) | ((site * 0x9e3779b97f4a7c15ull) >> 48) | 1; /* (0: empty) */
+  _Atomic uint64_t *slot = &seen[depth >> 56];
+  uint64_t was = atomic_load_explicit(slot, memory_order_relaxed);
+  if (was == key) return 1;
+  if ((was ^ key) >> 16 == 0 && seen == frames_seen &&
+      atomic_fetch_add_explicit(&frames_again, 1, memory_order_relaxed) >= FRAMES_AGAIN)
+    return 1; /* another site at this depth, past the budget: as before it */
   atomic_store_explicit(slot, key, memory_order_relaxed);
   return 0;
 }
@@ -485,6 +498,7 @@ static void put_frame(uint64_t cfa, uint64_t fp, uint64_t site) {
   struct locus_alloc r;
   memset(&r, 0, sizeof r);
   r.reserved[0] = fp;
+  r.flags = LOCUS_ALF_TIMED;
   put_rec(&r, LOCUS_AL_FRAME, (const void *)(uintptr_t)cfa, 0, site, 0);
 }
 

@@ -343,6 +343,11 @@ struct locus_alloc { /* 64 bytes */
 /* A heap block (kind MALLOC) made by C++ operator new (new, new[], std::allocator): its
  * site is operator new's caller. In a struct locus_heap, bit LOCUS_HEAP_NEW of size_tid. */
 #define LOCUS_ALF_NEW 16u
+/* A frame (kind FRAME) of a runtime that records a call again when it comes back to a stack
+ * depth another call took since (comm/allocs.c seen_call): the records' times say whose
+ * locals the bytes were at any moment. Without it (runs before 2026-11-29), locals of
+ * different frames at the same bytes are not named. */
+#define LOCUS_ALF_TIMED 32u
 
 /* The two records of the allocation hot path, small because an allocation-heavy program
  * writes one per malloc and one per free (a struct locus_alloc each cost twice the time).

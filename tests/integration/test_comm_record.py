@@ -3145,6 +3145,62 @@ def test_locals_a_task_is_given_are_named(locus, tmp_path, cc):
     assert {"sums[0]", "sums[1]"} <= fields, fields
 
 
+OMP_PHASES = r"""
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) double phase_a(long n) {
+  double alpha[8] = {0};
+#pragma omp parallel num_threads(2)
+  {
+    int id = omp_get_thread_num();
+    for (long i = 0; i < n; i++) { alpha[id] += 1.0; __asm__ volatile("" ::: "memory"); }
+  }
+  return alpha[0] + alpha[1];
+}
+__attribute__((noinline)) long phase_b(long n) {
+  long beta[8] = {0};
+#pragma omp parallel num_threads(2)
+  {
+    int id = omp_get_thread_num();
+    for (long i = 0; i < n; i++) { beta[id] += 1; __asm__ volatile("" ::: "memory"); }
+  }
+  return beta[0] + beta[1];
+}
+int main(int argc, char **argv) {
+  long busy = 40000000, b = atol(argv[1]);
+  double a = phase_a(busy);
+  long c = phase_b(b);
+  if (argc > 2) a += phase_a(busy); /* a, b, a */
+  printf("%g %ld\n", a, c);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("order", ["a-b", "a-b-a"])
+def test_locals_of_functions_that_took_the_same_stack_bytes_in_turn(locus, tmp_path, order):
+    """A driver calls one function with a parallel region over a local array, then another
+    (an OpenMP program's kernels, a test suite's cases): their locals take the same stack
+    bytes in turn. The report named neither ("a local variable other threads reach by its
+    address"). Now each access is named by the local of the frame recorded last before it:
+    `alpha` then `beta`; and with a, b (briefly), a again, only `alpha`: the runtime records
+    a call again when it comes back to a depth another call took (LOCUS_ALF_TIMED), without
+    which the third phase's accesses would read as `beta`'s."""
+    exe = _openmp(tmp_path, "gcc", "p", OMP_PHASES)
+    argv = [str(exe), "40000000"] if order == "a-b" else [str(exe), "1", "again"]
+    _proc, run = locus.record(argv, ("--lens", "comm"))
+    comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    obj = comm["objects"][0] if comm["objects"] else None
+    assert obj and obj["kind"] == "stack", comm["objects"]
+    got = [(v["name"], v["function"]) for v in obj["locals"]]
+    want = [("alpha", "phase_a")] + ([("beta", "phase_b")] if order == "a-b" else [])
+    assert got == want, got
+    advice = " ".join(comm["advice"])
+    assert "`alpha`, a local of phase_a at p.c:6" in advice, advice
+    assert ("`beta`, a local of phase_b at p.c:15" in advice) == (order == "a-b"), advice
+
+
 OFF_STACK_THREADS = r"""#define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>

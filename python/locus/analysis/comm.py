@@ -1388,7 +1388,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "_top_caller": top_caller,
                 "_layout": layout_key,
                 **(
-                    {"locals": _stack_locals(_layout_by(layout_key, names), obj_off[m])}
+                    {"locals": _stack_locals(_layout_by(layout_key, names), obj_off[m], ev.t[m])}
                     if kind == "stack"
                     else _pointer(_layout_by(layout_key, names))
                     if kind == "heap" and layout_key is not None
@@ -2434,34 +2434,56 @@ def _pointer(layout) -> dict:
 
 def _locals_text(o: dict, names, offs: list[int]) -> str:
     """What the stack offsets `offs` are: the locals the recorded frames name (`sums`, a
-    local of main at pi.c:10), else a local nobody can name."""
+    local of main at pi.c:10), else a local nobody can name. Where locals of several frames
+    took the same bytes in turn, the object's `locals` (resolved by the accesses' times)
+    name them."""
     layout = _layout_of(o, names)
     found = {}
     for x in offs:
         v = layout.local(x) if layout is not None else None
         if v is not None:
             found.setdefault((v.name, v.lo), v)
+        else:
+            for w in o.get("locals", []):
+                if w["offset"] <= x < w["offset"] + w["size"]:
+                    found.setdefault((w["name"], w["offset"], w["function"]), w)
     if not found:
         return "a local variable other threads reach by its address"
     parts = [
-        f"`{v.name}`, a local of {v.function}" + (f" at {v.decl}" if v.decl else "")
+        f"`{_attr(v, 'name')}`, a local of {_attr(v, 'function')}"
+        + (f" at {_attr(v, 'decl')}" if _attr(v, "decl") else "")
         for v in list(found.values())[:2]
     ]
     more = ", ..." if len(found) > 2 else ""
     return f"{'; '.join(parts)}{more}, which other threads reach by its address"
 
 
-def _stack_locals(layout, offs: np.ndarray) -> list[dict]:
-    """A stack object's locals that its accesses (offsets into the stack) fall in, as the
-    recorded frames name them (its dwarf.StackLayout, or None): [{name, function, decl,
-    offset, size}]."""
+def _attr(v, key: str):
+    """A local's field, from a dwarf.Local or its JSON row."""
+    return v[key] if isinstance(v, dict) else getattr(v, key)
+
+
+def _stack_locals(layout, offs: np.ndarray, times: np.ndarray | None = None) -> list[dict]:
+    """A stack object's locals that its accesses (offsets into the stack, at `times`) fall
+    in, as the recorded frames name them (its dwarf.StackLayout, or None): [{name, function,
+    decl, offset, size}]. Bytes that several frames' locals took in turn are named by the
+    local of the frame recorded last before each access."""
     if layout is None:
         return []
-    found: dict[int, object] = {}
-    for x in np.unique(offs)[:LOCALS_LOOKED].tolist():
+    found: dict[tuple, object] = {}
+    offs = np.asarray(offs)
+    order = np.argsort(offs, kind="stable")
+    uo, first = np.unique(offs[order], return_index=True)
+    bounds = [*first.tolist(), len(order)]
+    for k, x in enumerate(uo[:LOCALS_LOOKED].tolist()):
         v = layout.local(int(x))
         if v is not None:
-            found.setdefault(v.lo, v)
+            found.setdefault((v.lo, v.name, v.function), v)
+        elif times is not None:
+            for w in layout.at(
+                int(x), np.unique(np.asarray(times)[order[bounds[k] : bounds[k + 1]]])
+            ):
+                found.setdefault((w.lo, w.name, w.function), w)
     return [
         {
             "name": v.name,

@@ -17,6 +17,7 @@ from locus.rundir import (
     AL_MUNMAP,
     ALF_FILE,
     ALF_REMAP,
+    ALF_TIMED,
     ALLOC_DTYPE,
     PROC_FORKED,
     THREAD_MAIN,
@@ -125,11 +126,25 @@ class Names:
                 self.frames[proc] = al[al["kind"] == AL_FRAME]
             fr = self.frames[proc]
             fr = fr[(fr["tid"] == tid) & (fr["addr"] >= lo) & (fr["addr"] < lo + size)]
-            frames = {(int(r["site"]), int(r["addr"]), int(r["reserved"][0])) for r in fr}
-            found = [v for f in sorted(frames) for v in s.frame_locals(*f)]
-            inside = [v for v in found if lo <= v.lo and v.lo + v.size <= lo + size]
-            layout = StackLayout(name, lo, inside)
-            self.stack_layouts[key] = layout if layout.locals else None
+            # Each frame's locals once; each of its records' times (a frame recorded again
+            # after another took its bytes is live again from then on).
+            recs = [
+                (int(r["t"]), (int(r["site"]), int(r["addr"]), int(r["reserved"][0]))) for r in fr
+            ]
+            found = {f: s.frame_locals(*f) for f in sorted({f for _t, f in recs})}
+            timed = [
+                (t, v)
+                for t, f in recs
+                for v in found[f]
+                if lo <= v.lo and v.lo + v.size <= lo + size
+            ]
+            # (a runtime from before LOCUS_ALF_TIMED recorded a call once: a later call's
+            # record at the same depth would then name the first one's accesses after it)
+            known = len(fr) and bool((fr["flags"] & ALF_TIMED).all())
+            layout = StackLayout(
+                name, lo, [v for _t, v in timed], [t for t, _v in timed] if known else None
+            )
+            self.stack_layouts[key] = layout if layout.locals or layout.timed else None
         return self.stack_layouts[key]
 
     def heap_layout(self, proc: int, site: int, line: int, size: int):

@@ -376,6 +376,31 @@ def test_stack_layout_names_locals_and_leaves_out_clashes():
     assert stack.field(0x90) == "stack of thread 0"  # between locals
     assert stack.field(0x404) == "stack of thread 0"  # the clash
     assert stack.local(0x90) is None and stack.element() is None
+    assert stack.at(0x404, [5]) == [] and not stack.timed  # no times: no telling
+
+
+def test_stack_layout_tells_clashing_locals_apart_by_time():
+    """Locals of two frames at the same bytes, recorded at known times (a function with a
+    parallel region, then another, then the first again): an access is the local of the
+    frame recorded last before it; before the first record, none."""
+    from locus.dwarf import Local, StackLayout
+
+    dies = parse(C_UNIT)
+    grid = Layout("grid", "int[2][3]", 24, False, dies, 0x130)
+    base = 0x7000
+    a = Local("alpha", "phase_a", "p.c:4", base + 0x400, 24, grid)
+    b = Local("beta", "phase_b", "p.c:9", base + 0x408, 8, grid)
+    keep = Local("kept", "main", "p.c:1", base + 0x500, 8, grid)
+    stack = StackLayout("stack of thread 0", base, [a, b, a, keep], [100, 200, 300, 100])
+    assert [v.name for v in stack.locals] == ["kept"] and len(stack.timed) == 3
+    assert stack.local(0x408) is None
+    assert [v.name for v in stack.at(0x408, [150])] == ["alpha"]
+    assert [v.name for v in stack.at(0x408, [250, 260])] == ["beta"]
+    assert [v.name for v in stack.at(0x408, [310, 150])] == ["alpha"]
+    assert {v.name for v in stack.at(0x408, [150, 250])} == {"alpha", "beta"}
+    assert stack.at(0x400, [250]) == []  # beta's frame does not cover it: alpha's is gone
+    assert stack.at(0x408, [50]) == []
+    assert [v.name for v in stack.at(0x500, [50])] == ["kept"]
 
 
 HEAP_SRC = r"""#include <stdlib.h>
