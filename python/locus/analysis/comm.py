@@ -1388,7 +1388,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "_top_caller": top_caller,
                 "_layout": layout_key,
                 **(
-                    {"locals": _stack_locals(_layout_by(layout_key, names), obj_off[m], ev.t[m])}
+                    {"locals": _stack_locals(names, layout_key, obj_off[m], ev.t[m])}
                     if kind == "stack"
                     else _pointer(_layout_by(layout_key, names))
                     if kind == "heap" and layout_key is not None
@@ -2402,8 +2402,12 @@ def _layout_of(o: dict, names):
 
 
 def _layout_by(key: tuple | None, names):
-    """The layout _layout_key describes, from `names`."""
-    return getattr(names, key[0])(*key[1]) if key and names is not None else None
+    """The layout _layout_key describes, from `names`; for a stack whose recorded frames'
+    locals took the same bytes in turn, the locals its accesses reached (_stack_locals)."""
+    if not key or names is None:
+        return None
+    reached = getattr(names, "reached", {}).get(key)
+    return reached if reached is not None else getattr(names, key[0])(*key[1])
 
 
 def _layout_key(info: dict, name: str, names, loc=None) -> tuple | None:
@@ -2463,11 +2467,14 @@ def _attr(v, key: str):
     return v[key] if isinstance(v, dict) else getattr(v, key)
 
 
-def _stack_locals(layout, offs: np.ndarray, times: np.ndarray | None = None) -> list[dict]:
+def _stack_locals(names, key: tuple | None, offs: np.ndarray, times: np.ndarray) -> list[dict]:
     """A stack object's locals that its accesses (offsets into the stack, at `times`) fall
-    in, as the recorded frames name them (its dwarf.StackLayout, or None): [{name, function,
-    decl, offset, size}]. Bytes that several frames' locals took in turn are named by the
-    local of the frame recorded last before each access."""
+    in, as the recorded frames name them (its dwarf.StackLayout by _layout_key `key`):
+    [{name, function, decl, offset, size}]. Bytes that several frames' locals took in turn
+    are named by the local of the frame recorded last before each access; where they did,
+    the layout of the locals reached is the object's from then on (names.reached), for its
+    lines' fields and its advice."""
+    layout = _layout_by(key, names)
     if layout is None:
         return []
     found: dict[tuple, object] = {}
@@ -2479,11 +2486,15 @@ def _stack_locals(layout, offs: np.ndarray, times: np.ndarray | None = None) -> 
         v = layout.local(int(x))
         if v is not None:
             found.setdefault((v.lo, v.name, v.function), v)
-        elif times is not None:
+        else:
             for w in layout.at(
                 int(x), np.unique(np.asarray(times)[order[bounds[k] : bounds[k + 1]]])
             ):
                 found.setdefault((w.lo, w.name, w.function), w)
+    if layout.timed:
+        from locus.dwarf import StackLayout
+
+        names.reached[key] = StackLayout(layout.name, layout.base, list(found.values()))
     return [
         {
             "name": v.name,

@@ -81,6 +81,9 @@ class Names:
         self.syms: dict[int, object] = {}
         self.code_cache: dict[tuple[int, int], object] = {}
         self.stack_layouts: dict[tuple[int, int, int], object] = {}
+        # (comm: a stack's layout from the locals its accesses reached, by the layout's key,
+        # where recorded frames' locals took the same bytes in turn)
+        self.reached: dict[tuple, object] = {}
         self.frames: dict[int, np.ndarray] = {}  # a process's frame records (AL_FRAME)
         self.heap_keys: set[tuple] = set()  # the heap blocks heap_layout looked up
 
