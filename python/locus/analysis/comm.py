@@ -2072,6 +2072,10 @@ def _line_rows(ev, wk, obj, offsets, objs, threads, names, opts) -> list:
     obj_spans: dict[tuple[int, int], list] = {}
     for li, t, o, ln in unique_rows(at).tolist():
         obj_spans.setdefault((li, t), []).append((o, o + ln - 1))
+    # (each row's time: a stack whose frames' locals took the same bytes in turn names
+    # them by it, _fields_timed)
+    when = np.concatenate([ev.t[keep][mine], ev.t[keep][wrote]])
+    timed_rows: dict[tuple[int, int], list] = {}
     n_det = np.bincount(inv, minlength=n)
     out = []
     for li, g in enumerate(order.tolist()):
@@ -2096,13 +2100,41 @@ def _line_rows(ev, wk, obj, offsets, objs, threads, names, opts) -> list:
                     {
                         "thread": t,
                         "bytes": _union(sp),
-                        "fields": _fields_at(layout, obj_spans.get((li, t), [])),
+                        "fields": _fields_timed(layout, _rows_at(timed_rows, at, when, li, t))
+                        if getattr(layout, "timed", None)
+                        else _fields_at(layout, obj_spans.get((li, t), [])),
                     }
                     for t, sp in sorted(spans.get(li, {}).items())
                 ],
                 "sites": line_sites.get(li, []),
             }
         )
+    return out
+
+
+def _rows_at(rows: dict, at: np.ndarray, when: np.ndarray, li: int, t: int) -> list:
+    """The accesses (offset, size, time) of thread t to line li, from the rows `at` (line,
+    thread, offset, size) and their times: grouped into `rows` at the first call."""
+    if not rows:
+        for (r, th, o, ln), w in zip(at.tolist(), when.tolist()):
+            rows.setdefault((r, th), []).append((o, ln, w))
+        rows[(-1, -1)] = []  # (grouped)
+    return rows.get((li, t), [])
+
+
+def _fields_timed(layout, rows: list) -> list[str]:
+    """The fields accesses (offset, size, time) reached in a stack whose recorded frames'
+    locals took the same bytes in turn, each by the frame live at its time (StackLayout.at)."""
+    times: dict[tuple[int, int], set] = {}
+    for o, ln, w in rows:
+        times.setdefault((o, ln), set()).add(w)
+    out: list[str] = []
+    for (o, ln), ts in sorted(times.items()):
+        for off in range(o, o + ln):
+            for v in layout.at(off, ts) if off >= 0 else []:
+                f = v.layout.field(layout.base + off - v.lo)
+                if f and f not in out:
+                    out.append(f)
     return out
 
 
@@ -2494,7 +2526,17 @@ def _stack_locals(names, key: tuple | None, offs: np.ndarray, times: np.ndarray)
     if layout.timed:
         from locus.dwarf import StackLayout
 
-        names.reached[key] = StackLayout(layout.name, layout.base, list(found.values()))
+        # (the reached locals' records with their times: where two of them still share
+        # bytes, each access is told apart by its time, _fields_timed)
+        timed = [(t, v) for t, v in layout.timed if (v.lo, v.name, v.function) in found]
+        seen = {(w.lo, w.name, w.function) for _t, w in timed}
+        rest = [v for k, v in found.items() if k not in seen]
+        names.reached[key] = StackLayout(
+            layout.name,
+            layout.base,
+            rest + [v for _t, v in timed],
+            [0] * len(rest) + [t for t, _v in timed],
+        )
     return [
         {
             "name": v.name,
