@@ -230,6 +230,37 @@ def test_jit_code_named_from_the_perf_map(locus, tmp_path):
     assert c["totals"]["false"] >= 0.8 * c["totals"]["all"], c["totals"]
 
 
+OMP_CRITICAL = r"""
+#include <stdio.h>
+int main(void) {
+  double sum = 0;
+#pragma omp parallel for num_threads(2)
+  for (long i = 0; i < 3000000; i++) {
+#pragma omp critical
+    sum += i * 0.5;
+  }
+  printf("%g\n", sum);
+  return 0;
+}
+"""
+
+
+def test_work_in_a_system_library_is_the_programs_call_into_it(locus, tmp_path):
+    """Threads that spend their time in libgomp's lock for `#pragma omp critical`: each
+    thread's `work` is the region that calls it (main._omp_fn.0 c.c:7), not libgomp's
+    internals ("GOMP_critical_end", "libgomp.so.1.0.0 (no symbols)")."""
+    (tmp_path / "c.c").write_text(OMP_CRITICAL)
+    exe = tmp_path / "c"
+    subprocess.run(
+        ["gcc", "-O2", "-g", "-fopenmp", "-o", str(exe), str(tmp_path / "c.c")], check=True
+    )
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    work = [t["work"] for t in c["threads"] if t["work"]]
+    # (the call to GOMP_critical_start is on the pragma's line, 7, or the statement's)
+    assert work and all(re.fullmatch(r"main\._omp_fn\.\d+ c\.c:[78]", w) for w in work), work
+
+
 GO_FALSESHARE = """package main
 
 // #include <stdlib.h>

@@ -569,7 +569,10 @@ def _add_work(
     """`work`: the function each thread was sampled in most, with its most sampled line
     (soft and hw samples; exact: the accesses of its transfers, by volume), so that a thread
     started through a generic trampoline (std::thread, Rust's thread_start, libgomp) says
-    what it ran. "" when unknown or below WORK_MIN samples. threads[i] is th's thread i."""
+    what it ran. A sample in a system library counts at the program's call into it (its
+    `caller`): a thread waiting in libgomp's `GOMP_critical_start` worked in the region that
+    called it ("GOMP_critical_end" and "libgomp.so.1.0.0 (no symbols)" said less). "" when
+    unknown or below WORK_MIN samples. threads[i] is th's thread i."""
     want = {(th.proc[i], th.tid[i]): t for i, t in enumerate(threads)}
     counts: dict[tuple[int, int], list[tuple[int, float]]] = {}
     for pi, p in enumerate(run.procs):
@@ -577,13 +580,15 @@ def _add_work(
         s = s[s["ip"] != 0]
         if not len(s):
             continue
-        inv, first = group(s["tid"].astype(np.int64), s["ip"].astype(np.int64))
+        # (the call instruction's own line: a return address is the line after it)
+        ip = np.where(s["caller"] != 0, s["caller"] - 1, s["ip"]).astype(np.int64)
+        inv, first = group(s["tid"].astype(np.int64), ip)
         c = np.bincount(inv, minlength=len(first))
         for j in np.argsort(-c, kind="stable").tolist():
             key = (pi, int(s["tid"][first[j]]))
             lst = counts.setdefault(key, [])
             if key in want and len(lst) < WORK_IPS:
-                lst.append((int(s["ip"][first[j]]), float(c[j])))
+                lst.append((int(ip[first[j]]), float(c[j])))
     if not counts and len(ev.proc):  # exact: no samples, every transfer's two accesses
         for idx, ips in ((ev.dst, ev.dst_ip), (ev.src, ev.src_ip)):
             inv, first = group(idx.astype(np.int64), ips.astype(np.int64))
