@@ -853,7 +853,7 @@ class StackLayout:
     stack's own name elsewhere. Locals of different frames at the same bytes (a stack reused
     by later calls: a driver calling one function with a parallel region after another) are
     left out of `local(off)`: which one an access reached is not known from its offset. With
-    the times the frames were recorded (`times`, one per local), `at(off, t)` tells: the
+    the times the frames were recorded (`times`, one per local), `at(off, times)` tells: the
     local of the frame recorded last before the access."""
 
     type = ""
