@@ -475,15 +475,17 @@ static _Atomic uint64_t frames_seen[FRAMES_SEEN];
  * own, as a task-heavy program's would evict the regions' calls. */
 static _Atomic uint64_t tasks_seen[FRAMES_SEEN];
 
-/* Whether the call was seen before in `seen` (it is from now on): its slot is the depth's
- * (thread, stack pointer), the top 48 bits of its word the depth's and the low 16 the site's
- * hash, so another site at the same depth replaces it. */
+/* Whether the call was seen before in `seen` (it is from now on): in frames_seen its slot
+ * is the depth's (thread, stack pointer), the top 48 bits of its word the depth's and the
+ * low 16 the site's hash, so another site at the same depth replaces it. */
 static int seen_call(_Atomic uint64_t *seen, uint64_t cfa, uint64_t site) {
   /* (the top bits of a product: bits 32-39 alone put 200 stack depths 80 bytes apart in 15
    * slots) */
   uint64_t depth = ((cfa * 0xc2b2ae3d27d4eb4full) ^ locus_me.tid) * 0x9e3779b97f4a7c15ull;
   uint64_t key = (depth & ~0xffffull) | ((site * 0x9e3779b97f4a7c15ull) >> 48) | 1; /* (0: empty) */
-  _Atomic uint64_t *slot = &seen[depth >> 56];
+  /* (tasks by call, not by depth: a function that starts two kinds of task in a loop would
+   * spend the task frames' budget on records of the same two frames) */
+  _Atomic uint64_t *slot = &seen[(seen == frames_seen ? depth : key * 0x9e3779b97f4a7c15ull) >> 56];
   uint64_t was = atomic_load_explicit(slot, memory_order_relaxed);
   if (was == key) return 1;
   if ((was ^ key) >> 16 == 0 && seen == frames_seen &&
