@@ -488,9 +488,12 @@ static int seen_call(_Atomic uint64_t *seen, uint64_t cfa, uint64_t site) {
   _Atomic uint64_t *slot = &seen[(seen == frames_seen ? depth : key * 0x9e3779b97f4a7c15ull) >> 56];
   uint64_t was = atomic_load_explicit(slot, memory_order_relaxed);
   if (was == key) return 1;
+  /* (another site at this depth past the budget: as before it; read first, so that the
+   * count stops at the budget and its line is not written at every call past it) */
   if ((was ^ key) >> 16 == 0 && seen == frames_seen &&
-      atomic_fetch_add_explicit(&frames_again, 1, memory_order_relaxed) >= FRAMES_AGAIN)
-    return 1; /* another site at this depth, past the budget: as before it */
+      (atomic_load_explicit(&frames_again, memory_order_relaxed) >= FRAMES_AGAIN ||
+       atomic_fetch_add_explicit(&frames_again, 1, memory_order_relaxed) >= FRAMES_AGAIN))
+    return 1;
   atomic_store_explicit(slot, key, memory_order_relaxed);
   return 0;
 }
