@@ -570,25 +570,28 @@ def _add_work(
     (soft and hw samples; exact: the accesses of its transfers, by volume), so that a thread
     started through a generic trampoline (std::thread, Rust's thread_start, libgomp) says
     what it ran. A sample in a system library counts at the program's call into it (its
-    `caller`): a thread waiting in libgomp's `GOMP_critical_start` worked in the region that
-    called it ("GOMP_critical_end" and "libgomp.so.1.0.0 (no symbols)" said less). "" when
-    unknown or below WORK_MIN samples. threads[i] is th's thread i."""
+    `caller`) where the program's code is named: a thread waiting in libgomp's
+    `GOMP_critical_start` worked in the region that called it ("GOMP_critical_end" and
+    "libgomp.so.1.0.0 (no symbols)" said less); a stripped program's call says less than the
+    library's own function (`openssl speed` in libcrypto's sha256). "" when unknown or below
+    WORK_MIN samples. threads[i] is th's thread i."""
     want = {(th.proc[i], th.tid[i]): t for i, t in enumerate(threads)}
-    counts: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    # (ip, the call instruction of the program's call into a system library or 0, count)
+    counts: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
     for pi, p in enumerate(run.procs):
         s = _strided_samples(p, WORK_SAMPLES)
         s = s[s["ip"] != 0]
         if not len(s):
             continue
         # (the call instruction's own line: a return address is the line after it)
-        ip = np.where(s["caller"] != 0, s["caller"] - 1, s["ip"]).astype(np.int64)
-        inv, first = group(s["tid"].astype(np.int64), ip)
+        call = np.where(s["caller"] != 0, s["caller"] - 1, 0).astype(np.int64)
+        inv, first = group(s["tid"].astype(np.int64), s["ip"].astype(np.int64), call)
         c = np.bincount(inv, minlength=len(first))
         for j in np.argsort(-c, kind="stable").tolist():
             key = (pi, int(s["tid"][first[j]]))
             lst = counts.setdefault(key, [])
             if key in want and len(lst) < WORK_IPS:
-                lst.append((int(ip[first[j]]), float(c[j])))
+                lst.append((int(s["ip"][first[j]]), int(call[first[j]]), float(c[j])))
     if not counts and len(ev.proc):  # exact: no samples, every transfer's two accesses
         for idx, ips in ((ev.dst, ev.dst_ip), (ev.src, ev.src_ip)):
             inv, first = group(idx.astype(np.int64), ips.astype(np.int64))
@@ -598,8 +601,8 @@ def _add_work(
                 if 0 <= k < len(threads) and ips[first[j]]:
                     lst = counts.setdefault((th.proc[k], th.tid[k]), [])
                     if len(lst) < WORK_IPS:
-                        lst.append((int(ips[first[j]]), float(v[j])))
-    keys = [(p, ip) for (p, _tid), lst in counts.items() for ip, _c in lst]
+                        lst.append((int(ips[first[j]]), 0, float(v[j])))
+    keys = [(p, a) for (p, _tid), lst in counts.items() for r in lst for a in r[:2] if a]
     locs = dict(zip(keys, names.code(keys))) if keys else {}
     for t in threads:
         t["work"] = ""
@@ -609,8 +612,10 @@ def _add_work(
             continue
         by_fn: Counter = Counter()
         where: dict[str, str] = {}
-        for ip, c in lst:
-            loc = locs.get((p, ip))
+        for ip, call, c in lst:
+            loc = locs.get((p, call)) if call else None
+            if loc is None or not loc.function:
+                loc = locs.get((p, ip))
             if loc is not None and loc.function:
                 by_fn[loc.function] += c
                 where.setdefault(loc.function, loc.short() or loc.function)
