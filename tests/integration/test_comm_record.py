@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -3187,8 +3188,9 @@ def test_locals_of_functions_that_took_the_same_stack_bytes_in_turn(locus, tmp_p
     `alpha` then `beta` (the lines name each access's element by its time); and with a, b
     (not touching `beta`), a again, only `alpha`: the runtime records a call again when it
     comes back to a depth another call took (LOCUS_ALF_TIMED), without which the third
-    phase's accesses would read as `beta`'s. Where only `alpha` was reached, the advice names
-    its elements too (thread 0 alpha[0]; thread 1 alpha[1])."""
+    phase's accesses would read as `beta`'s. The advice names each thread's elements by time
+    too: (thread 0 alpha[0]; thread 1 alpha[1]), and with both (... thread 1 beta[1],
+    alpha[1])."""
     exe = _openmp(tmp_path, "gcc", "p", OMP_PHASES)
     # (a-b-a: b's region starts, its frame recorded, and its threads leave `beta` alone)
     argv = [str(exe), "40000000"] if order == "a-b" else [str(exe), "0", "again"]
@@ -3209,6 +3211,8 @@ def test_locals_of_functions_that_took_the_same_stack_bytes_in_turn(locus, tmp_p
     assert ("beta[1]" in fields[1]) == (order == "a-b"), fields
     if order == "a-b-a":  # (thread 0 may list alpha[7] too: main zeroes the array)
         assert "(thread 0 alpha[0]" in advice and "thread 1 alpha[1])" in advice, advice
+    else:  # each thread's elements of both, by the accesses' times
+        assert re.search(r"thread 1 (alpha|beta)\[1\], (alpha|beta)\[1\]\)", advice), advice
 
 
 OFF_STACK_THREADS = r"""#define _GNU_SOURCE

@@ -1250,6 +1250,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
         fa: list = []
         written: set = set()
         fm = m[:0]
+        timed_fields = None
         # Mostly false sharing, or one of its lines is (a struct whose shared counter's
         # true sharing hides the per-thread fields on its next line: 17 % false overall,
         # that line 100 %).
@@ -1298,6 +1299,10 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 if size:
                     inside &= fa[:, 1] < size
                 fa, fw = fa[inside], fw[inside]
+                if kind == "stack" and len(fa):
+                    ft = np.concatenate([ev.t[fm], ev.t[fm]])[inside]
+                    stack = _layout_by(_layout_key(info, name, names), names)
+                    timed_fields = _timed_fields(stack, fa, ft, fw)
                 if len(fa):
                     inv, first = group(*(fa[:, k] for k in range(4)))
                     w = np.bincount(inv, weights=fw, minlength=len(first))
@@ -1383,6 +1388,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "threads": np.unique(np.concatenate([ev.src[m], ev.dst[m]])).tolist(),
                 "pairs": pairs,
                 "_false_accesses": fa,
+                "_timed_fields": timed_fields,
                 "_false_lines": (int(names.run.procs[info["proc"]].pid), set(ev.line[fm].tolist())),
                 "_false_stores": stores,
                 "_false_line": lines_false,
@@ -2642,18 +2648,37 @@ def _fortran_padding(o: dict, line: int, size: int, names=None) -> str:
     )
 
 
+def _timed_fields(layout, fa: np.ndarray, times: np.ndarray, weights: np.ndarray):
+    """Of a stack whose recorded frames' locals took the same bytes in turn (its layout has
+    `timed` records): each thread's false-sharing weight by the element each access reached
+    at its time (rows of `fa`: thread, offset, ...), for _fields_of; else None."""
+    if layout is None or not getattr(layout, "timed", None):
+        return None
+    per: dict[int, Counter] = {}
+    inv, first = group(fa[:, 0], fa[:, 1], times.astype(np.int64))
+    w = np.bincount(inv, weights=weights, minlength=len(first))
+    for (t, off), tm, x in zip(fa[first, :2].tolist(), times[first].tolist(), w.tolist()):
+        for v in layout.at(off, [tm]) if off >= 0 else []:
+            per.setdefault(t, Counter())[v.layout.field(layout.base + off - v.lo)] += x
+    return per
+
+
 def _fields_of(o: dict, names, per: dict[int, Counter]) -> str:
     """` (thread 1 stats[0].hits; thread 2 stats[0].misses)`: the fields each thread
     accessed (FIELDS_THREADS threads, two fields each, the most false sharing first), from
     the static variable's DWARF type; "" without one, or when the type says no more than
-    the variable's name."""
+    the variable's name. A stack whose frames' locals took the same bytes in turn names them
+    by the accesses' times (_timed_fields)."""
     layout = _layout_of(o, names)
     if layout is None:
         return ""
+    timed = o.get("_timed_fields")
     parts = []
     for t in sorted(per)[:FIELDS_THREADS]:
         weight: Counter = Counter()
-        for off, w in per[t].items():
+        if timed is not None:
+            weight.update(timed.get(t, {}))
+        for off, w in per[t].items() if timed is None else ():
             weight[layout.field(off)] += w
         # (bytes the type says nothing of read as the variable's name: a stack's, between
         # its named locals)
