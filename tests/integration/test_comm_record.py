@@ -1923,6 +1923,64 @@ def test_threads_that_block_and_wake_often_are_sampled_at_the_tick(locus, tmp_pa
     assert (s["periods"][s["kind"] == 1] == 1).all()
 
 
+SPSC_RING = r"""
+#include <pthread.h>
+#include <stdio.h>
+#define N 1024
+struct ring { long head; long tail; long buf[N]; } q;
+static void *producer(void *a) {
+  (void)a;
+  for (long i = 1; i <= 20000000; i++) {
+    long t = __atomic_load_n(&q.tail, __ATOMIC_RELAXED);
+    while (t - __atomic_load_n(&q.head, __ATOMIC_ACQUIRE) == N) ;
+    q.buf[t % N] = i;
+    __atomic_store_n(&q.tail, t + 1, __ATOMIC_RELEASE);
+  }
+  return NULL;
+}
+static void *consumer(void *a) {
+  (void)a; long sum = 0;
+  for (long i = 1; i <= 20000000; i++) {
+    long h = __atomic_load_n(&q.head, __ATOMIC_RELAXED);
+    while (__atomic_load_n(&q.tail, __ATOMIC_ACQUIRE) == h) ;
+    sum += q.buf[h % N];
+    __atomic_store_n(&q.head, h + 1, __ATOMIC_RELEASE);
+  }
+  printf("%ld\n", sum);
+  return NULL;
+}
+int main(void) {
+  pthread_t p, c;
+  pthread_create(&p, NULL, producer, NULL);
+  pthread_create(&c, NULL, consumer, NULL);
+  pthread_join(p, NULL);
+  pthread_join(c, NULL);
+  return 0;
+}
+"""
+
+
+def test_a_single_producer_rings_true_sharing_is_the_hand_over(locus, tmp_path):
+    """A single-producer, single-consumer ring (`head`, `tail` and `buf[]` in one struct):
+    its head and tail share a line falsely, and its slots and indices pass from the thread
+    that writes them to the one that reads them. The advice asked for "a private copy
+    combined at the end" for that true part, or (when the samples caught slots only) for "a
+    copy of it in each thread" of what the consumer reads; each shared word has one writer,
+    and the advice now says it is a hand-over."""
+    exe = _gcc(tmp_path, "ring", SPSC_RING)
+    _proc, run = locus.record([str(exe)], ("--lens", "comm", "--backend", "soft"))
+    comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    advice = " ".join(comm["advice"])
+    # As neighbouring words with true sharing over time (most runs), as slots the consumer
+    # reads beside the one the producer writes, or as `tail` beside the slots the consumer
+    # reads (then "a line apart from what is written" is the ring's own fix: pad `tail`),
+    # by which lines the samples caught.
+    assert "`q" in advice, advice
+    told = ("the hand-over itself", "handed from one thread", "a 64-byte line apart")
+    assert any(t in advice for t in told), advice
+    assert "private copy combined at the end" not in advice, advice
+
+
 UNOPTIMISED_ACCUMULATORS = r"""
 #include <pthread.h>
 #include <stdio.h>

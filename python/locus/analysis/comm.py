@@ -1951,15 +1951,17 @@ EXACT_SHARED_WORD_MIN = 2
 
 def _shared_words(
     proc, ev: Events, m: np.ndarray, fm: np.ndarray, tids: np.ndarray, line: int, cache: dict
-) -> tuple[int, int]:
-    """(shared, seen) 8-byte words of the lines of the false-sharing events fm (of an
-    object whose events are m): a word is *shared* when the run shows two threads using it,
-    one of them writing it, at any time. Per-thread fields that only share lines never have
+) -> tuple[int, int, int]:
+    """(shared, seen, handed) 8-byte words of the lines of the false-sharing events fm (of
+    an object whose events are m): a word is *shared* when the run shows two threads using
+    it, one of them writing it, at any time; *handed* ({writer's thread index: words}) when
+    one thread alone writes it and others read it (a queue's slots and indices, a flag: data
+    handed from one thread to another). Per-thread fields that only share lines never have
     one; an array that threads sweep in turn, or an array of locks, does: false sharing
     there comes with true sharing of the same elements. Sampling backends: from every
     sampled access to those lines (comm.samples.bin) and both sides of the detections on
-    them (tids: thread index -> tid); exact: the words of the true-sharing
-    transfers on those lines (their bytes overlap a word the writer wrote)."""
+    them (tids: thread index -> tid); exact: the words of the true-sharing transfers on
+    those lines (their bytes overlap a word the writer wrote; handed: not told, {})."""
     lines = np.unique(ev.line[fm].astype(np.uint64))
     if (ev.flags[m] & CE_EXACT).all():
         on = m[np.isin(ev.line[m].astype(np.uint64), lines)]
@@ -1973,7 +1975,7 @@ def _shared_words(
         seen = {
             (int(ev.line[i]), int(o) // WORD) for i in on for o in (ev.dst_off[i], ev.src_off[i])
         }
-        return len(words), len(seen | words)
+        return len(words), len(seen | words), {}
     base, smp = _sampled_uses(proc, line, cache)
     smp = smp[np.isin(base, lines)]
     # Uses: (first byte, length, thread, written) of the sampled accesses, and of both sides
@@ -1987,7 +1989,7 @@ def _shared_words(
         [smp["flags"] & AC_STORE != 0, np.ones(len(on), bool), ev.dst_flags[on] & AC_STORE != 0]
     )
     if not len(a):
-        return 0, 0
+        return 0, 0, {}
     # By byte: two threads' 2-byte fields in one word are not the same data (a word's
     # "two users" claimed true sharing there); a word is shared when one of its bytes is.
     nb = np.clip(n, 1, 64)
@@ -2001,8 +2003,19 @@ def _shared_words(
     pairs = np.unique(np.stack([inv, who], axis=1), axis=0)
     users = np.bincount(pairs[:, 0], minlength=len(ub))
     written = np.bincount(inv, weights=wr.astype(float), minlength=len(ub)) > 0
-    shared = np.unique(ub[(users >= 2) & written] // WORD)
-    return int(len(shared)), int(len(np.unique(ub // WORD)))
+    wpairs = np.unique(np.stack([inv[wr], who[wr]], axis=1), axis=0)
+    writers = np.bincount(wpairs[:, 0], minlength=len(ub)) if len(wpairs) else users * 0
+    both = (users >= 2) & written
+    shared = np.unique(ub[both] // WORD)
+    # A word is handed when none of its shared bytes has two writers: by its writer's thread
+    # index (the words' one writer each).
+    handed = np.setdiff1d(shared, np.unique(ub[both & (writers >= 2)] // WORD))
+    index = {int(t): k for k, t in enumerate(tids.tolist())}
+    one = wpairs[np.isin(ub[wpairs[:, 0]] // WORD, handed)] if len(wpairs) else wpairs
+    by: Counter = Counter()
+    for _word, tid in {(int(ub[b] // WORD), int(t)) for b, t in one.tolist()}:
+        by[index.get(tid, -1)] += 1
+    return int(len(shared)), int(len(np.unique(ub // WORD))), dict(by)
 
 
 def _line_rows(ev, wk, obj, offsets, objs, threads, names, opts) -> list:
@@ -2961,7 +2974,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                     f"{nbytes(spread * line)} of it: each is a case of its own)"
                 )
         where += _fields_of(o, names, per)
-        shared, seen = o["_shared_words"]
+        shared, seen, handed = o["_shared_words"]
         share = f"{100 * o['false'] / o['all']:.0f} % of its volume"
         site = _top_site(o, names)
         caller = _top_caller(o, names)
@@ -3020,8 +3033,15 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 f"(true sharing: {shared} of {seen} {'sampled ' if o.get('rse') else ''}words "
                 "used by two threads): "
                 f"padding each word to {line} bytes{align} removes the false "
-                "part; the true part needs fewer threads on the same words (give each "
-                "thread its own block of whole lines, or a private copy combined at the end)"
+                + (
+                    "part; the true part is data one thread writes and others read (a "
+                    "queue's slots and indices, a flag: the hand-over itself), which only "
+                    "fewer hand-overs reduce (hand over in batches of whole lines)"
+                    if sum(handed.values()) * 2 > shared
+                    else "part; the true part needs fewer threads on the same words (give "
+                    "each thread its own block of whole lines, or a private copy combined at "
+                    "the end)"
+                )
             )
         elif own and _bit_fields(o, names, offs):
             # Bit-fields of one storage unit: alignas cannot reach them, and C makes the
@@ -3110,6 +3130,26 @@ def _read_beside(o: dict, names, per: dict[int, Counter], wr: dict[int, set], li
     written = _fields_text(o, names, sorted(wo), "bytes")
     shown = _fields_text(o, names, sorted(read), "bytes")
     of = "" if written.startswith("`") else f" of {_quoted(o)}"
+    shared, _seen, handed = o.get("_shared_words") or (0, 0, {})
+    layout = _layout_of(o, names)
+    arrays = {
+        re.sub(r"\[\d+\].*$", "", layout.field(x)) if "[" in layout.field(x) else None
+        for x in (*wo, *read)
+    } if layout else set()  # fmt: skip
+    if (shared >= SHARED_WORDS_MIN and handed.get(w, 0) * 2 > shared) or (
+        len(arrays) == 1 and None not in arrays
+    ):
+        # What the readers read, the writer wrote before (a queue's slots: the writer
+        # writes elements of the array the readers read): a hand-over, whose reader
+        # reaches the line the writer is still filling.
+        return (
+            f"thread {w} writes {written}{of} beside {shown}, which {they} after thread {w} "
+            "wrote them (data handed from one thread to another: a queue's slots): each "
+            f"write takes the line from the reader{'s' if len(readers) > 1 else ''} (false "
+            f"sharing, {share}); let the reader{'s' if len(readers) > 1 else ''} trail the "
+            f"writer by whole {line}-byte lines (hand over in batches of a line or more), or "
+            f"pad each element to {line} bytes"
+        )
     return (
         f"thread {w} writes {written}{of} beside {shown}, which {they}: each "
         f"write takes the line from the reader{'s' if len(readers) > 1 else ''} (false "
