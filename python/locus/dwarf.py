@@ -889,6 +889,10 @@ class StackLayout:
             else:
                 self._cluster.append((v.lo, v.lo + v.size))
 
+    def fields_at(self, off: int, times) -> list[str]:
+        """The fields at offset `off` of the locals accesses at `times` reached (at)."""
+        return [v.layout.field(self.base + off - v.lo) for v in self.at(off, times)]
+
     def local(self, off: int) -> Local | None:
         a = self.base + off
         k = bisect.bisect_right(self._starts, a) - 1

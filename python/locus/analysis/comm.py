@@ -1369,7 +1369,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
         shared = (
             _shared_words(names.run.procs[info["proc"]], ev, m, fm, tids, cfg["line_size"], uses)
             if len(fm)
-            else (0, 0)
+            else (0, 0, {})
         )
         layout_key = _layout_key(info, name, names, loc)
         out.append(
@@ -2159,9 +2159,8 @@ def _fields_timed(layout, rows: list) -> list[str]:
         times.setdefault((o, ln), set()).add(w)
     out: list[str] = []
     for (o, ln), ts in sorted(times.items()):
-        for off in range(o, o + ln):
-            for v in layout.at(off, ts) if off >= 0 else []:
-                f = v.layout.field(layout.base + off - v.lo)
+        for off in range(max(o, 0), o + ln):
+            for f in layout.fields_at(off, ts):
                 if f and f not in out:
                     out.append(f)
     return out
@@ -2671,8 +2670,8 @@ def _timed_fields(layout, fa: np.ndarray, times: np.ndarray, weights: np.ndarray
     inv, first = group(fa[:, 0], fa[:, 1], times.astype(np.int64))
     w = np.bincount(inv, weights=weights, minlength=len(first))
     for (t, off), tm, x in zip(fa[first, :2].tolist(), times[first].tolist(), w.tolist()):
-        for v in layout.at(off, [tm]) if off >= 0 else []:
-            per.setdefault(t, Counter())[v.layout.field(layout.base + off - v.lo)] += x
+        for f in layout.fields_at(off, [tm]):  # (offsets are >= 0 here: `inside`)
+            per.setdefault(t, Counter())[f] += x
     return per
 
 

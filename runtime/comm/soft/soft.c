@@ -924,21 +924,21 @@ static uint32_t written_regs(const ZydisDecodedInstruction *in, const ZydisDecod
 static uint32_t addr_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
 static int writes_rip(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
 
-static int decode_in(const struct module *m, uint64_t ip, ZydisDecodedInstruction *in,
-                     ZydisDecodedOperand *ops) {
-  return ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, (const void *)ip, avail_in(m, ip), in, ops))
-             ? 0
-             : -1;
+/* The instruction at ip (its bytes by code_at); 0 when it decodes. */
+static int decode_at(uint64_t ip, ZydisDecodedInstruction *in, ZydisDecodedOperand *ops) {
+  struct code c;
+  code_at(ip, &c);
+  return c.avail && ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, c.p, c.avail, in, ops)) ? 0 : -1;
 }
 
 static int recover_clobbered(const struct module *m, uint64_t at, uint64_t pc, const greg_t *g,
                              struct locus_comm_access *a) {
   ZydisDecodedInstruction in, p;
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT], pops[ZYDIS_MAX_OPERAND_COUNT];
-  if (!m || decode_in(m, at, &in, ops) != 0) return DEC_CLOBBERED;
+  if (!m || decode_at(at, &in, ops) != 0) return DEC_CLOBBERED;
   uint32_t lost = written_regs(&in, ops), used = addr_regs(&in, ops), since = 0;
   if (at + in.length < pc) { /* (the instruction between: it ends at pc, see sampled_access) */
-    if (decode_in(m, at + in.length, &p, pops) != 0) return DEC_CLOBBERED;
+    if (decode_at(at + in.length, &p, pops) != 0) return DEC_CLOBBERED;
     since = written_regs(&p, pops);
   }
   /* One register lost, the load's destination, and none of its others written since. */
@@ -948,7 +948,7 @@ static int recover_clobbered(const struct module *m, uint64_t at, uint64_t pc, c
     uint64_t w = lookup(m, cur), len = (w >> 48) & 0xf;
     if ((w & (PC_NONE | PC_TARGET)) || !len) return DEC_CLOBBERED; /* not straight-line */
     cur -= len;
-    if (decode_in(m, cur, &p, pops) != 0 || writes_rip(&p, pops)) return DEC_CLOBBERED;
+    if (decode_at(cur, &p, pops) != 0 || writes_rip(&p, pops)) return DEC_CLOBBERED;
     if (!(written_regs(&p, pops) & lost)) continue;
     if (p.operand_count_visible != 2 || pops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
         pops[0].size < 32)
@@ -1763,12 +1763,9 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
   memcpy(s.g, g, sizeof s.g);
   s.known = 0; /* no conditional branch is followed */
   uint32_t unknown = 0;
-  struct code here;
   ZydisDecodedInstruction in;
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
-  code_at(a->ip, &here);
-  if (!here.avail || !ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, here.p, here.avail, &in, ops)))
-    return;
+  if (decode_at(a->ip, &in, ops) != 0) return;
   if (!executed) unknown = written_regs(&in, ops);
   s.g[REG_RIP] = (greg_t)(a->ip + in.length);
   struct {
@@ -1778,9 +1775,7 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
   long pid = 0;
   for (int k = 0; k < RMW_MAX; k++) {
     uint64_t at = (uint64_t)s.g[REG_RIP];
-    code_at(at, &here);
-    if (!here.avail || !ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, here.p, here.avail, &in, ops)))
-      return;
+    if (decode_at(at, &in, ops) != 0) return;
     if (writes_rip(&in, ops) &&
         !(in.mnemonic == ZYDIS_MNEMONIC_JMP && ops[0].type == ZYDIS_OPERAND_TYPE_IMMEDIATE &&
           ops[0].imm.is_relative))
@@ -1950,11 +1945,9 @@ static int passed(uint64_t p, uint64_t chunk, uint64_t n, int down) {
 
 static int rep_string_at(uint64_t pc, const greg_t *g, uint64_t chunk, uint64_t n,
                          struct locus_comm_access *a) {
-  struct code c;
-  code_at(pc, &c);
   ZydisDecodedInstruction in;
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
-  if (!c.avail || !ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, c.p, c.avail, &in, ops)) ||
+  if (decode_at(pc, &in, ops) != 0 ||
       !(in.attributes & (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE | ZYDIS_ATTRIB_HAS_REPNE)))
     return DEC_NOMEM;
   int rc = access_decoded(&in, ops, pc, g, 0, a); /* (movs: the write, at rdi) */
@@ -2007,11 +2000,9 @@ int locus_comm_decoder_open(void) {
 int locus_comm_access_size(uint64_t ip, int store, uint32_t *len, uint32_t *flags) {
   if (!atomic_load_explicit(&sizes_ready, memory_order_acquire)) return -1;
   if (ip >= 0x800000000000ull || ip < 4096) return -1;
-  struct code c;
-  code_at(ip, &c);
   ZydisDecodedInstruction in;
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
-  if (!c.avail || !ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, c.p, c.avail, &in, ops))) return -1;
+  if (decode_at(ip, &in, ops) != 0) return -1;
   const ZydisDecodedOperand *mem = NULL;
   for (int i = 0; i < in.operand_count; i++) {
     const ZydisDecodedOperand *o = &ops[i];
