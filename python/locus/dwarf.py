@@ -394,9 +394,10 @@ def _address_tables(path: str) -> dict[int, list[int]]:
     return tables
 
 
-def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
+def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layout | None:
     """The layout of the global `name` (as the report names it) at ELF virtual address
-    `vaddr` of the module at `path`; None without debug information for it."""
+    `vaddr` of the module at `path` (tls: a thread-local variable at offset `vaddr` of the
+    module's TLS block); None without debug information for it."""
     short = name.rsplit("::", 1)[-1]
     if not short or not re.fullmatch(r"[A-Za-z_$][\w$]*", short):
         return None
@@ -404,6 +405,9 @@ def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
     # The variable whose location is this address, and the compile unit above it.
     cu = var = base = None
     addr = f"DW_OP_addr {vaddr:#x}"
+    tls_at = re.compile(
+        rf"DW_OP_const[48]u {vaddr:#x}, DW_OP_(?:GNU_push_tls_address|form_tls_address)\b"
+    )
     tables = None
     for off, tag, block in _found_dies(found):
         if tag == "DW_TAG_compile_unit":
@@ -411,6 +415,11 @@ def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
             b = re.search(r"DW_AT_addr_base\s+\((0x[0-9a-f]+)\)", block)
             base = int(b.group(1), 16) if b else None
         elif tag == "DW_TAG_variable" and cu is not None:
+            if tls:
+                if tls_at.search(block):
+                    var = off
+                    break
+                continue
             x = _ADDRX.search(block)
             if x and base is not None:
                 # DWARF 5 (clang's default): an index into the unit's .debug_addr table.
@@ -424,7 +433,7 @@ def variable_layout(path: str, name: str, vaddr: int) -> Layout | None:
                 var = off
                 break
     if var is None or cu is None:
-        return _common_layout(path, short, vaddr) if short.endswith("_") else None
+        return _common_layout(path, short, vaddr) if short.endswith("_") and not tls else None
     dies = parse(_run([f"--debug-info={cu:#x}", "--show-children", path]))
     unit, v = dies.get(cu), dies.get(var)
     if unit is None or v is None:

@@ -248,7 +248,7 @@ ALLOC_DTYPE = np.dtype(
 BK_NONE, BK_HW, BK_SOFT, BK_EXACT = 0, 1, 2, 3
 AC_STORE, AC_SKID, AC_ATOMIC, AC_STACK = 1, 2, 4, 8
 CE_TRUE, CE_TRAP, CE_EXACT, CE_LOADED, CE_PROCS, CE_GUESSED = 1, 2, 4, 8, 16, 32
-AL_MALLOC, AL_FREE, AL_MMAP, AL_MUNMAP, AL_STACK, AL_FRAME = 1, 2, 3, 4, 5, 6
+AL_MALLOC, AL_FREE, AL_MMAP, AL_MUNMAP, AL_STACK, AL_FRAME, AL_TLS = 1, 2, 3, 4, 5, 6, 7
 ALF_FILE = 1  # LOCUS_ALF_FILE: an mmap of a file (reserved = offset, inode; dev)
 ALF_REMAP = 2  # LOCUS_ALF_REMAP: an mremap's new range (reserved[0] = the old address)
 ALF_SHARED = 4  # LOCUS_ALF_SHARED: with ALF_FILE, mapped MAP_SHARED and writable

@@ -601,6 +601,36 @@ class Symbolizer:
                 self.sizes[split_offset(name)[0]] = size
         return out
 
+    def tls(self, site: int, offs: list[int]) -> tuple[str, dict[int, str | None]]:
+        """(the module's file name, {offset: `name` or `name+OFFSET` of the TLS symbol
+        holding it, or None}) of offsets into the static TLS block of the module whose TLS
+        segment is at `site` (a LOCUS_AL_TLS record's); ("", {}) outside every module. A
+        symbol's size is then data_size(name)."""
+        loc = _locate(self.mods, site)
+        if loc is None:
+            return "", {}
+        m, _v = loc
+        self._used(m.path)
+        syms = _by_mtime(_TLS_CACHE, debug_file(m.path), _tls_symbols, [])
+        out: dict[int, str | None] = {}
+        for o in offs:
+            hit = None
+            for lo, size, n in syms:
+                if lo <= o < lo + max(size, 1):
+                    hit = n if o == lo else f"{n}+{o - lo}"
+                    if size:
+                        self.sizes[n] = size
+                    break
+            out[o] = hit
+        return os.path.basename(m.path), out
+
+    def tls_layout(self, name: str, site: int, off: int):
+        """The fields (dwarf.Layout) of the thread-local variable `name` at offset `off` of
+        the TLS block of the module whose TLS segment is at `site`, or None."""
+        return self._dwarf(
+            site, ("tls", name, off), lambda p, _v, _m: dwarf.variable_layout(p, name, off, True)
+        )
+
     def data_size(self, name: str) -> int | None:
         """Size in bytes of a data symbol data() named (None when the tool gave none)."""
         return self.sizes.get(name)
@@ -802,6 +832,35 @@ def split_offset(name: str) -> tuple[str, int]:
     `sym` -> ("sym", 0)."""
     base, plus, off = name.rpartition("+")
     return (base, int(off)) if plus and base and off.isdigit() else (name, 0)
+
+
+_TLS_CACHE: dict[tuple[str, float], list] = {}
+
+
+def _tls_symbols(path: str) -> list[tuple[int, int, str]]:
+    """[(offset in the module's TLS block, size, demangled name)] of its STT_TLS symbols
+    (`readelf -s`: the symbol table and the dynamic one), sorted."""
+    try:
+        p = subprocess.run(
+            ["readelf", "-sW", "-C", path],
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    syms = set()
+    for line in p.stdout.splitlines():
+        parts = line.split(None, 7)
+        # Num: Value Size Type Bind Vis Ndx Name
+        if len(parts) == 8 and parts[3] == "TLS" and parts[6] != "UND":
+            try:
+                size = int(parts[2], 0) if parts[2].startswith("0x") else int(parts[2])
+                syms.add((int(parts[1], 16), size, parts[7].split("@", 1)[0]))
+            except ValueError:
+                continue
+    return sorted(syms)
 
 
 def _nm_data(path: str, vaddrs: list[int]) -> list[tuple[str, int | None] | None]:

@@ -32,8 +32,10 @@
 #define _GNU_SOURCE
 #include "allocs.h"
 
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -636,10 +638,54 @@ static void open_stream(void) {
   atomic_flag_clear_explicit(&open_lock, memory_order_release);
 }
 
-/* The thread's stack as an object, so accesses to stack variables are named as such. */
+/* The thread pointer: the address of the thread's control block, from which the static TLS
+ * blocks of the modules lie at fixed offsets (below it on x86-64, TLS variant II). */
+static uintptr_t thread_pointer(void) {
+#if defined(__x86_64__)
+  uintptr_t tp;
+  __asm__("mov %%fs:0, %0" : "=r"(tp));
+  return tp;
+#elif defined(__aarch64__)
+  uintptr_t tp;
+  __asm__("mrs %0, tpidr_el0" : "=r"(tp));
+  return tp;
+#else
+  return 0;
+#endif
+}
+
+/* The thread's stack as an object, so accesses to stack variables are named as such; with
+ * its thread pointer, which places the thread's copies of the modules' TLS variables. */
 static void put_stack_range(void) {
   uintptr_t lo, hi;
-  if (locus_thread_stack(&lo, &hi) == 0) put(LOCUS_AL_STACK, (void *)lo, hi - lo, 0, 0, 0);
+  if (locus_thread_stack(&lo, &hi) != 0) return;
+  struct locus_alloc r;
+  memset(&r, 0, sizeof r);
+  r.reserved[0] = thread_pointer();
+  put_rec(&r, LOCUS_AL_STACK, (void *)lo, hi - lo, 0, 0);
+}
+
+static int put_tls_block(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  uintptr_t tp = *(uintptr_t *)data;
+  if (!info->dlpi_tls_modid || !info->dlpi_tls_data) return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_TLS || !ph->p_memsz) continue;
+    struct locus_alloc r;
+    memset(&r, 0, sizeof r);
+    r.reserved[0] = (uint64_t)(tp - (uintptr_t)info->dlpi_tls_data);
+    put_rec(&r, LOCUS_AL_TLS, info->dlpi_tls_data, ph->p_memsz, info->dlpi_addr + ph->p_vaddr, 0);
+  }
+  return 0;
+}
+
+/* The modules' static TLS blocks, once per process: the report names an address in a
+ * thread's block by the module's TLS symbols (`__thread long mine[4]`, OpenMP's
+ * threadprivate), whichever thread's copy it is. */
+static void put_tls_blocks(void) {
+  uintptr_t tp = thread_pointer();
+  if (tp) dl_iterate_phdr(put_tls_block, &tp);
 }
 
 void locus_allocs_proc_fini(void) { young_flush(); }
@@ -649,8 +695,13 @@ void locus_allocs_thread_init(void) {
   if (stream_pid != getpid()) open_stream();
   if (stream_pid) {
     at.closed = 0;
+    static pid_t tls_pid;
     if (end_key_ok && locus_me.tid != (uint32_t)getpid()) pthread_setspecific(end_key, &at);
     put_stack_range();
+    if (tls_pid != stream_pid) {
+      tls_pid = stream_pid;
+      put_tls_blocks();
+    }
   }
   locus_me.guard--;
 }

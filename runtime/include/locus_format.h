@@ -307,13 +307,23 @@ enum locus_alloc_kind {
   LOCUS_AL_FREE = 2,   /* addr freed (size 0) */
   LOCUS_AL_MMAP = 3,   /* mmap: anonymous, or of a file (flags LOCUS_ALF_FILE) */
   LOCUS_AL_MUNMAP = 4,
-  LOCUS_AL_STACK = 5, /* a thread's stack: [addr, addr + size), tid = its thread */
+  /* a thread's stack: [addr, addr + size), tid = its thread, reserved[0] = its thread
+   * pointer (the TCB address: %fs:0 on x86-64; 0 = unknown, runs before 2026-11-29's
+   * fourth change), from which its static TLS blocks lie at LOCUS_AL_TLS offsets */
+  LOCUS_AL_STACK = 5,
   /* A frame that may have passed the addresses of its locals to other threads: the caller
    * of pthread_create or of an OpenMP parallel region (GOMP_parallel*). addr = its stack
    * pointer at the call (the callee's canonical frame address), size = 0, site = the call's
    * return address, reserved[0] = its frame pointer (rbp: meaningful where the function
    * keeps one), tid = the calling thread. One record per distinct (thread, site, addr). */
-  LOCUS_AL_FRAME = 6
+  LOCUS_AL_FRAME = 6,
+  /* A module's static thread-local storage block (its PT_TLS segment), once per process at
+   * its start: addr = the block of the recording thread, size = the segment's p_memsz,
+   * site = the module's load address + the segment's p_vaddr (an address in the module, whose
+   * STT_TLS symbols' values are offsets from the block's start), reserved[0] = the thread
+   * pointer less the block's address (int64: the same for every thread). Modules whose TLS is
+   * allocated on first use (most dlopen'ed ones) have none. */
+  LOCUS_AL_TLS = 7
 };
 
 struct locus_alloc { /* 64 bytes */

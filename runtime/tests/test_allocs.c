@@ -541,8 +541,19 @@ static void test_known(const char *self, const char *lib) {
   /* realloc moved or grew the malloc(1000) block: its old address is freed. */
   CHECK(a && old_malloc && find(a, n, LOCUS_AL_FREE, old_malloc), "realloc frees the old block");
   for (size_t i = 0; a && i < n; i++)
-    CHECK(a[i].kind <= LOCUS_AL_FRAME && a[i].t != 0, "record %zu: kind %u t %lu", i, a[i].kind,
+    CHECK(a[i].kind <= LOCUS_AL_TLS && a[i].t != 0, "record %zu: kind %u t %lu", i, a[i].kind,
           (unsigned long)a[i].t);
+  /* The main thread's stack record carries its thread pointer, and the modules' static TLS
+   * blocks (libc's at least) are recorded at their offsets from it. */
+  uint64_t tp = 0;
+  int blocks = 0;
+  for (size_t i = 0; a && i < n; i++)
+    if (a[i].kind == LOCUS_AL_STACK && a[i].tid == (uint32_t)pid) tp = a[i].reserved[0];
+  for (size_t i = 0; a && i < n; i++)
+    blocks +=
+        a[i].kind == LOCUS_AL_TLS && a[i].size && a[i].site && a[i].addr + a[i].reserved[0] == tp;
+  CHECK(tp != 0, "the main thread's stack record has no thread pointer");
+  CHECK(blocks >= 1, "no TLS block at an offset from the thread pointer %lx", (unsigned long)tp);
   if (f) fclose(f);
   free(a);
   finish("allocation records: malloc, calloc, realloc, aligned, mmap, frees, stacks", ok);

@@ -898,3 +898,102 @@ def test_a_heap_object_amid_allocation_churn(locus, tmp_path):
     # thread, not 800,000.
     heap = sum(f.stat().st_blocks * 512 for f in run.glob("procs/*/heap.bin"))
     assert heap < 256 << 10, f"{heap} bytes of heap records"
+
+
+TLS_TALLY = r"""
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+/* A worker bumps its own thread-local tally.hits; the main thread, a reporter, reads the
+ * worker's tally.seen beside it through the pointer the worker handed over. */
+struct tally { long hits; long seen; };
+__thread struct tally tally;
+static struct tally *all[1];
+static atomic_int ready, stop;
+static void *worker(void *arg) {
+  all[(long)arg] = &tally;
+  atomic_fetch_add(&ready, 1);
+  while (!atomic_load_explicit(&stop, memory_order_relaxed))
+    for (int i = 0; i < 1000; i++) ((volatile struct tally *)&tally)->hits++;
+  return 0;
+}
+int main(void) {
+  pthread_t t[1];
+  pthread_create(&t[0], 0, worker, (void *)0);
+  while (atomic_load(&ready) < 1) {
+  }
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  long sum = 0;
+  do {
+    for (long i = 0; i < 1000000; i++) sum += ((volatile struct tally *)all[0])->seen;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+  } while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < 800000000L);
+  atomic_store(&stop, 1);
+  pthread_join(t[0], 0);
+  printf("%ld\n", sum);
+  return 0;
+}
+"""
+
+TLS_LIBRARY = "__thread long count[8];\nlong *counts(void) { return count; }\n"
+
+TLS_MAIN_COPY = r"""
+#include <pthread.h>
+#include <stdio.h>
+long *counts(void);
+static long *mine;
+static void *worker(void *arg) {
+  (void)arg;
+  for (long i = 0; i < 150000000L; i++) ((volatile long *)mine)[1]++;
+  return 0;
+}
+int main(void) {
+  mine = counts(); /* the main thread's copy of the library's thread-local array */
+  pthread_t t;
+  pthread_create(&t, 0, worker, 0);
+  for (long i = 0; i < 150000000L; i++) ((volatile long *)mine)[0]++;
+  pthread_join(t, 0);
+  printf("%ld\n", mine[0] + mine[1]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("where", ["program", "library"])
+def test_thread_local_variables_are_named_with_whose_copy(locus, tmp_path, where):
+    """`__thread` variables whose addresses threads hand each other. A worker's copy lies in
+    its stack mapping: it read "stack of thread 1 ... (a local variable other threads reach
+    by its address)". The main thread's copy lies elsewhere: it read "(unattributed)". Each
+    copy is now the variable, with whose copy it is, and its fields."""
+    if where == "program":
+        (tmp_path / "t.c").write_text(TLS_TALLY)
+        build = ["gcc", "-O2", "-g", "-pthread", "-o", str(tmp_path / "t"), str(tmp_path / "t.c")]
+    else:
+        (tmp_path / "l.c").write_text(TLS_LIBRARY)
+        (tmp_path / "t.c").write_text(TLS_MAIN_COPY)
+        lib = ["gcc", "-O2", "-g", "-shared", "-fPIC", "-o", str(tmp_path / "libcounts.so")]
+        subprocess.run([*lib, str(tmp_path / "l.c")], check=True)
+        build = ["gcc", "-O2", "-g", "-pthread", "-o", str(tmp_path / "t"), str(tmp_path / "t.c")]
+        build += [f"-L{tmp_path}", "-lcounts", f"-Wl,-rpath,{tmp_path}"]
+    subprocess.run(build, check=True)
+    _proc, run = locus.record([str(tmp_path / "t")], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    total = sum(o["all"] for o in c["objects"])
+    tls = [o for o in c["objects"] if o.get("thread_local")]
+    assert tls and sum(o["all"] for o in tls) >= 0.9 * total, c["objects"]
+    var, copies = ("tally", {1}) if where == "program" else ("count", {0})
+    for o in tls:
+        assert o["kind"] == "static" and o["copy"] in copies, o
+        assert o["name"] == f"{var} (thread-local, thread {o['copy']}'s copy)", o
+    fields = {f for ln in c["lines"] for t in ln["threads"] for f in t["fields"]}
+    want = {"tally.hits", "tally.seen"} if where == "program" else {"count[0]", "count[1]"}
+    assert want <= fields, c["lines"]
+    # The advice names the fields: the reporter's `seen` beside the worker's `hits`; the
+    # two threads' elements of the main thread's copy.
+    text = " ".join(c["advice"])
+    if where == "program":
+        assert "`tally.hits` beside `tally.seen`, which thread 0 only reads" in text, text
+    else:
+        assert "`count` (thread-local, thread 0's copy)" in text and "count[1]" in text, text

@@ -55,6 +55,7 @@ from locus.rundir import (
     AC_STORE,
     AL_MMAP,
     AL_STACK,
+    AL_TLS,
     ALF_FILE,
     ALF_NEW,
     ALF_SHARED,
@@ -392,6 +393,78 @@ def _end_after(ends, t0: int) -> int:
     return next((e for e in ends if e >= t0), np.iinfo(np.uint64).max)
 
 
+def _attribute_tls(al, st, ends, pi, m, a, t, obj, off, names, objs, th) -> None:
+    """Thread-local variables (`__thread`, C++ `thread_local`, OpenMP `threadprivate`): each
+    thread's copy of a module's static TLS block lies at the block's offset (its LOCUS_AL_TLS
+    record) from the thread's pointer (its stack record's reserved[0]), inside its stack
+    mapping (other threads) or apart from it (the main thread). Named by the module's TLS
+    symbol, one object for every thread's copy, as a static is; without a symbol, the
+    module's block."""
+    tls = al[al["kind"] == AL_TLS]
+    if not len(tls) or not len(st):
+        return
+    tps = st[st["reserved"][:, 0] != 0]
+    # (events, TLS record, offsets, the copy's address, its thread)
+    hits: list[tuple[np.ndarray, int, np.ndarray, int, int]] = []
+    # The events by address, each copy's found by bisection: thousands of threads times
+    # each module's block, over every event, was quadratic.
+    order = np.argsort(a, kind="stable")
+    sa = a[order]
+    for row in tps:
+        tp, tid, t0 = int(row["reserved"][0]), int(row["tid"]), int(row["t"])
+        t1 = _end_after(ends.get(tid, ()), t0)
+        for k, blk in enumerate(tls):
+            lo = (tp - int(blk["reserved"][0])) & (2**64 - 1)
+            i0, i1 = np.searchsorted(sa, np.array([lo, lo + int(blk["size"])], dtype=np.uint64))
+            if i0 == i1:
+                continue
+            c = order[i0:i1]
+            c = c[(obj[m[c]] < 0) & (t[c] >= np.uint64(t0)) & (t[c] < np.uint64(t1))]
+            if len(c):
+                o = (a[c] - np.uint64(lo)).astype(np.int64)
+                obj[m[c]] = -2  # taken (named below)
+                hits.append((m[c], k, o, lo, th.index.get((pi, tid), -1)))
+    for k in sorted({h[1] for h in hits}):
+        site = int(tls[k]["site"])
+        offs = np.concatenate([h[2] for h in hits if h[1] == k])
+        mod, found = names.tls(pi, site, sorted(set(offs.tolist())))
+        for e, kk, o, lo, owner in hits:
+            if kk != k:
+                continue
+            for u in np.unique(o).tolist():
+                sel = o == u
+                name = found.get(u)
+                # One object per thread's copy, as each thread's stack is one: what the
+                # advice reads (who writes, who reads beside it) is a copy's.
+                whose = f"thread {owner}'s copy" if owner >= 0 else "a thread's copy"
+                if name:
+                    var, so = split_offset(name)
+                    oid = objs.get(
+                        ("tls", pi, site, var, lo),
+                        kind="static",
+                        proc=pi,
+                        name=f"{var} (thread-local, {whose})",
+                        var=var,
+                        tls=site,
+                        tls_off=u - so,
+                        copy=owner,
+                    )
+                else:
+                    so = u
+                    label = mod or f"{site:#x}"
+                    oid = objs.get(
+                        ("tls", pi, site, lo),
+                        kind="static",
+                        proc=pi,
+                        name=f"thread-local storage of {label} (no symbol, {whose})",
+                        tls=site,
+                        tls_off=0,
+                        copy=owner,
+                    )
+                obj[e[sel]] = oid
+                off[e[sel]] = so
+
+
 def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Objects):
     """Object id and offset (of the detecting access) of each event, the distance to the
     writer's block when the writer's bytes lie in another block of the same heap object
@@ -422,6 +495,7 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
         st = al[al["kind"] == AL_STACK]
         st = st[np.argsort(st["t"], kind="stable")[::-1]]
         ends = _thread_ends(run.procs[pi].threads)
+        _attribute_tls(al, st, ends, pi, m, a, t, obj, off, names, objs, th)
         for row in st:
             lo, size, tid = int(row["addr"]), int(row["size"]), int(row["tid"])
             hit = (obj[m] < 0) & (a >= lo) & (a < lo + size) & (t >= np.uint64(row["t"]))
@@ -1228,7 +1302,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
             size = info["size"]
         elif kind == "static":
             name = info["name"]
-            size = names.data_size(info["proc"], name)
+            size = names.data_size(info["proc"], info.get("var", name))
         else:
             name = "(unattributed)"
         # Thread pairs, unordered, by volume.
@@ -1410,6 +1484,8 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                     if kind == "heap" and layout_key is not None
                     else {}
                 ),
+                **({"thread_local": True, "copy": info["copy"]} if "copy" in info else {}),
+                "_var": info.get("var"),
                 "_stack_lo": info.get("lo"),
                 # A mapping (mmap'd: a file's, shared memory, an allocator's arena):
                 # page-aligned, not a malloc'd block.
@@ -2477,6 +2553,8 @@ def _layout_key(info: dict, name: str, names, loc=None) -> tuple | None:
     None. `loc`: a heap object's allocating site (_heap_name), when known."""
     if info.get("addr"):
         return "layout", (info["proc"], info["name"], info["addr"])
+    if info.get("var"):
+        return "tls_layout", (info["proc"], info["var"], info["tls"], info["tls_off"])
     if info.get("kind") == "stack":
         return "stack_layout", (info["proc"], info["tid"], info["lo"], info["size"], name)
     if info.get("kind") != "heap" or info.get("file") or info.get("mmap"):
@@ -3135,8 +3213,11 @@ def _read_beside(o: dict, names, per: dict[int, Counter], wr: dict[int, set], li
         re.sub(r"\[\d+\].*$", "", layout.field(x)) if "[" in layout.field(x) else None
         for x in (*wo, *read)
     } if layout else set()  # fmt: skip
+    # (a queue's reader moves along the slots: one element read all along is a victim's,
+    # `counter[1]` beside the `counter[0]` another thread bumps)
+    moving = layout is not None and len({layout.field(x) for x in read}) > 1
     if (shared >= SHARED_WORDS_MIN and handed.get(w, 0) * 2 > shared) or (
-        len(arrays) == 1 and None not in arrays
+        len(arrays) == 1 and None not in arrays and moving
     ):
         # What the readers read, the writer wrote before (a queue's slots: the writer
         # writes elements of the array the readers read): a hand-over, whose reader
@@ -3187,6 +3268,8 @@ def _mixed_words(o: dict, names, wr: dict[int, set]) -> tuple[str, str, str] | N
 def _quoted(o: dict) -> str:
     """An object as the advice names it: a static variable in backquotes (`stats`), a heap
     block or stack by its description."""
+    if o.get("_var"):  # a thread-local variable: `tally` (thread-local, thread 2's copy)
+        return f"`{o['_var']}`" + o["name"][len(o["_var"]) :]
     return f"`{o['name']}`" if o["kind"] == "static" else o["name"]
 
 

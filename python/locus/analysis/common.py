@@ -108,6 +108,16 @@ class Names:
         s = self.sym(proc)
         return s.data_size(name) if s is not None and hasattr(s, "data_size") else None
 
+    def tls(self, proc: int, site: int, offs: list[int]) -> tuple[str, dict[int, str | None]]:
+        """(module, names) of offsets into a module's static TLS block (Symbolizer.tls)."""
+        s = self.sym(proc)
+        return s.tls(site, offs) if s is not None and hasattr(s, "tls") and offs else ("", {})
+
+    def tls_layout(self, proc: int, name: str, site: int, off: int):
+        """The fields of the thread-local variable `name` (dwarf.Layout), or None."""
+        s = self.sym(proc)
+        return s.tls_layout(name, site, off) if s is not None and hasattr(s, "tls") else None
+
     def layout(self, proc: int, name: str, addr: int):
         """The fields of the static variable `name` at `addr` (dwarf.Layout), or None."""
         s = self.sym(proc)
