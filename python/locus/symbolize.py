@@ -17,7 +17,7 @@ import shutil
 import struct
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import dwarf
 from .rundir import read_text
@@ -625,11 +625,14 @@ class Symbolizer:
         return os.path.basename(m.path), out
 
     def tls_layout(self, name: str, site: int, off: int):
-        """The fields (dwarf.Layout) of the thread-local variable `name` at offset `off` of
-        the TLS block of the module whose TLS segment is at `site`, or None."""
-        return self._dwarf(
+        """The fields (dwarf.Layout) of the thread-local variable `name` (its symbol) at
+        offset `off` of the TLS block of the module whose TLS segment is at `site`, named as
+        tls_shown names it; or None."""
+        lay = self._dwarf(
             site, ("tls", name, off), lambda p, _v, _m: dwarf.variable_layout(p, name, off, True)
         )
+        shown = tls_shown(name)
+        return replace(lay, name=shown) if lay is not None and shown != name else lay
 
     def data_size(self, name: str) -> int | None:
         """Size in bytes of a data symbol data() named (None when the tool gave none)."""
@@ -835,11 +838,22 @@ def split_offset(name: str) -> tuple[str, int]:
 
 
 _TLS_CACHE: dict[tuple[str, float], list] = {}
+# The variable of Rust's `thread_local!` macro (`static TALLY: ...`) is a static of the
+# macro's closure: `r::TALLY::{{constant}}::{{closure}}::__RUST_STD_INTERNAL_VAL` (legacy
+# mangling), `...::TALLY::{K#0}::{closure#0}::__RUST_STD_INTERNAL_VAL` (v0).
+_RUST_TLS = re.compile(r"(::\{\{constant\}\}::\{\{closure\}\}|::\{K#\d+\}::\{closure#\d+\})"
+                       r"::__RUST_STD_INTERNAL_VAL$")  # fmt: skip
+
+
+def tls_shown(name: str) -> str:
+    """A thread-local variable's symbol as its source names it (Rust's `thread_local!`
+    statics by their own path, `r::TALLY`); others unchanged."""
+    return _RUST_TLS.sub("", name)
 
 
 def _tls_symbols(path: str) -> list[tuple[int, int, str]]:
-    """[(offset in the module's TLS block, size, demangled name)] of its STT_TLS symbols
-    (`readelf -s`: the symbol table and the dynamic one), sorted."""
+    """[(offset in the module's TLS block, size, name as its language writes it)] of its
+    STT_TLS symbols (`readelf -s`: the symbol table and the dynamic one), sorted."""
     try:
         p = subprocess.run(
             ["readelf", "-sW", "-C", path],
@@ -857,7 +871,7 @@ def _tls_symbols(path: str) -> list[tuple[int, int, str]]:
         if len(parts) == 8 and parts[3] == "TLS" and parts[6] != "UND":
             try:
                 size = int(parts[2], 0) if parts[2].startswith("0x") else int(parts[2])
-                syms.add((int(parts[1], 16), size, parts[7].split("@", 1)[0]))
+                syms.add((int(parts[1], 16), size, clean_name(parts[7].split("@", 1)[0])))
             except ValueError:
                 continue
     return sorted(syms)

@@ -78,7 +78,7 @@ from locus.rundir import (
     RunDir,
     read_records,
 )
-from locus.symbolize import split_offset
+from locus.symbolize import split_offset, tls_shown
 
 BACKEND_NAMES = {BK_HW: "hw", BK_SOFT: "soft", BK_EXACT: "exact"}
 KINDS = ("all", "true", "false")
@@ -439,12 +439,14 @@ def _attribute_tls(al, st, ends, pi, m, a, t, obj, off, names, objs, th) -> None
                 whose = f"thread {owner}'s copy" if owner >= 0 else "a thread's copy"
                 if name:
                     var, so = split_offset(name)
+                    shown = tls_shown(var)
                     oid = objs.get(
                         ("tls", pi, site, var, lo),
                         kind="static",
                         proc=pi,
-                        name=f"{var} (thread-local, {whose})",
+                        name=f"{shown} (thread-local, {whose})",
                         var=var,
+                        shown=shown,
                         tls=site,
                         tls_off=u - so,
                         copy=owner,
@@ -1485,7 +1487,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                     else {}
                 ),
                 **({"thread_local": True, "copy": info["copy"]} if "copy" in info else {}),
-                "_var": info.get("var"),
+                "_var": info.get("shown"),
                 "_stack_lo": info.get("lo"),
                 # A mapping (mmap'd: a file's, shared memory, an allocator's arena):
                 # page-aligned, not a malloc'd block.

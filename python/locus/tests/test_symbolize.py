@@ -206,6 +206,18 @@ def test_fortran_module_names():
     assert clean_name("__counters_MOD_sub") == "counters::sub"
 
 
+def test_rust_thread_local_statics_are_named_by_their_path():
+    """Rust's `thread_local!` keeps the variable in a static of the macro's closure: it is
+    named by the macro's static (`r::TALLY`), in both manglings; other names unchanged."""
+    from locus.symbolize import tls_shown
+
+    assert tls_shown("r::TALLY::{{constant}}::{{closure}}::__RUST_STD_INTERNAL_VAL") == "r::TALLY"
+    v0 = "std::io::stdio::OUTPUT_CAPTURE::{K#0}::{closure#0}::__RUST_STD_INTERNAL_VAL"
+    assert tls_shown(v0) == "std::io::stdio::OUTPUT_CAPTURE"
+    for other in ("tally", "stats::tally", "__RUST_STD_INTERNAL_VAL"):
+        assert tls_shown(other) == other
+
+
 def test_a_copy_of_a_files_code_mapped_elsewhere_is_named(prog):
     """A file's code mapped a second time at another address (V8 maps its embedded builtins
     again near each isolate's heap) is named as the original: a module of its own, limited
