@@ -35,6 +35,7 @@ class Die:
     tag: str
     attrs: dict = field(default_factory=dict)
     children: list = field(default_factory=list)
+    rust_std: bool = False  # declared in Rust's standard library (namespace core, std, alloc)
 
 
 def _num(v: str | None) -> int | None:
@@ -75,6 +76,13 @@ def parse(text: str) -> dict[int, Die]:
             dies[cur.off] = cur
             if stack:
                 stack[-1][1].children.append(cur)
+                # (a unit's language is known by its first child: its attributes come first)
+                top = stack[1][1] if len(stack) > 1 else cur
+                cur.rust_std = stack[-1][1].rust_std or (
+                    top.tag == "DW_TAG_namespace"
+                    and _name(top.attrs.get("DW_AT_name")) in RUST_STD
+                    and "Rust" in stack[0][1].attrs.get("DW_AT_language", "")
+                )
             stack.append((indent, cur))
             continue
         a = _ATTR.match(line)
@@ -125,6 +133,15 @@ class Layout:
         stats` in C, `stats` in C++, `stats_t` for a typedef; None for anything else (an array
         of scalars, a single structure, Fortran)."""
         a = _strip(self._dies, self._type)
+        if a is not None and a.tag in _RECORDS:
+            # A library's wrapper of one array (std::array's `_M_elems`): its elements.
+            members = [c for c in a.children if c.tag == "DW_TAG_member"]
+            if (
+                len(members) == 1
+                and _member_offset(members[0]) == 0
+                and _internal_member(a, _name(members[0].attrs.get("DW_AT_name")))
+            ):
+                a = _strip(self._dies, _ref(members[0].attrs.get("DW_AT_type")))
         if self.fortran or a is None or a.tag != "DW_TAG_array_type":
             return None
         t = _ref(a.attrs.get("DW_AT_type"))
@@ -281,6 +298,28 @@ def _member_offset(c: Die) -> int:
     return bits // 8 if bits is not None else 0
 
 
+RUST_STD = ("core", "std", "alloc")
+
+
+def _internal_member(record: Die, name: str) -> bool:
+    """Whether a member of a record type is one the program's source never writes: a
+    reserved name of a C++ standard library's type (libstdc++'s `_M_elems` of std::array and
+    `_M_i` of std::atomic), or any member of a type of Rust's standard library (`value` of
+    UnsafeCell and Cell, `v` of the atomics, the `__0` of thread_local!'s state). A field is
+    then named past it, as the source indexes or uses the object (`counters[1]`)."""
+    if record.rust_std:
+        return True
+    file = _name(record.attrs.get("DW_AT_decl_file"))
+    if not file:
+        return False
+    from locus.symbolize import is_library_source
+
+    # (libstdc++'s `_M_x`, libc++'s `__x_`; not glibc's `__data`, `__lock`: the lock advice
+    # reads a mutex's and a condition variable's words by them)
+    reserved = name.startswith("_M_") or (name.startswith("__") and name.endswith("_"))
+    return reserved and is_library_source(file)
+
+
 def _field(
     dies: dict, t: int | None, off: int, fortran: bool, depth: int, bits_out: list | None = None
 ) -> str:
@@ -314,8 +353,17 @@ def _field(
         if not found:
             return ""
         named = []
+        members = sum(1 for c in d.children if c.tag == "DW_TAG_member")
         for c, at, bits in found[-1:] if d.tag != "DW_TAG_union_type" else found:
             name = _name(c.attrs.get("DW_AT_name"))
+            if name and _internal_member(d, name):
+                # `counters[1]`, not `counters._M_elems[1]` (a wrapper's one member, or any
+                # in Rust's types, where the program's data is inside); in a library's own
+                # structure (std::vector's `_M_impl._M_start`) nothing of it.
+                if members > 1 and not d.rust_std:
+                    named.append("")
+                    continue
+                name = ""
             if bits and bits_out is not None:
                 bits_out.append(True)
             inner = (

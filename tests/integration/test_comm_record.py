@@ -3036,7 +3036,8 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         said = {
             "std::thread": (
                 "`counts`, a local of count_all (inlined into main) at x.cc:7",
-                "(thread 1 counts._M_elems[0]; thread 2 counts._M_elems[1])",
+                # (std::array's member `_M_elems` is libstdc++'s, not the program's)
+                "(thread 1 counts[0]; thread 2 counts[1])",
             ),
             "method": (
                 "`counts`, a local of Pool::run at x.cc:13",

@@ -220,6 +220,53 @@ def test_variable_layout_from_a_build(tmp_path, compiler):
     assert variable_layout(str(exe), "slot", 0x1) is None  # no variable there
 
 
+@pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
+@pytest.mark.parametrize("lang", ["c++", "rust", "tls"])
+def test_library_members_the_source_never_names_are_passed_over(tmp_path, lang):
+    """libstdc++'s std::array holds its elements in `_M_elems`, Rust's Cell in `value`: the
+    fields read as the source writes them (`counters[1]`, `c.b`), and a std::array of
+    structures pads its element type as a C array does. A thread-local variable is found by
+    its offset in the module's TLS block (DW_OP_form_tls_address)."""
+    if lang == "c++":
+        (tmp_path / "a.cpp").write_text(
+            "#include <array>\n#include <atomic>\n"
+            "std::array<std::atomic<long>, 2> counters;\n"
+            "int main() { return counters[1].load(); }\n"
+        )
+        cmd = ["g++", "-g", "-O0", "-o", str(tmp_path / "app"), str(tmp_path / "a.cpp")]
+        name, want = "counters", ["counters[0]", "counters[1]"]
+    elif lang == "rust":
+        if not shutil.which("rustc"):
+            pytest.skip("rustc is not installed")
+        (tmp_path / "a.rs").write_text(
+            "use std::cell::Cell;\npub struct Two { pub a: Cell<i64>, pub b: Cell<i64> }\n"
+            "unsafe impl Sync for Two {}\n#[no_mangle]\n"
+            "pub static TWO: Two = Two { a: Cell::new(1), b: Cell::new(2) };\n"
+            'fn main() { println!("{}", TWO.b.get()); }\n'
+        )
+        cmd = ["rustc", "-g", "-o", str(tmp_path / "app"), str(tmp_path / "a.rs")]
+        name, want = "TWO", ["TWO.a", "TWO.b"]
+    else:
+        (tmp_path / "a.c").write_text(
+            "struct pair { long a; long b; };\n__thread long first;\n__thread struct pair tp;\n"
+            "int main(void) { return (int)(first + tp.b); }\n"
+        )
+        cmd = ["cc", "-g", "-O0", "-o", str(tmp_path / "app"), str(tmp_path / "a.c")]
+        name, want = "tp", ["tp.a", "tp.b"]
+    subprocess.run(cmd, check=True)
+    syms = subprocess.run(
+        ["readelf", "-sW", str(tmp_path / "app")], capture_output=True, text=True, check=True
+    ).stdout
+    at = next(int(f[1], 16) for f in map(str.split, syms.splitlines()) if f[-1:] == [name])
+    layout = variable_layout(str(tmp_path / "app"), name, at, lang == "tls")
+    assert layout is not None
+    assert [layout.field(o) for o in (0, 8)] == want
+    if lang == "c++":
+        assert layout.element() == ("atomic<long int>", 8)
+    if lang == "tls":  # (the other variable's offset is not this one's)
+        assert variable_layout(str(tmp_path / "app"), name, at + 8, True) is None
+
+
 def test_member_offsets_in_older_dwarf_and_bit_fields():
     from locus.dwarf import _member_offset
 
