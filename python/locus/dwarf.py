@@ -25,6 +25,10 @@ from dataclasses import dataclass, field
 
 _DIE = re.compile(r"^(0x[0-9a-f]+):(\s+)(DW_TAG_\w+|NULL)")
 _ATTR = re.compile(r"^\s+(DW_AT_\w+)\s+\((.*)\)\s*$")
+# An attribute whose value goes on over the next lines (a location list: "(0x00000010: " or
+# "(indexed (0x1) loclist = 0x00000057: ", then one "[lo, hi): EXPR" line per entry).
+_ATTR_OPEN = re.compile(r"^\s+(DW_AT_\w+)\s+\((.*)$")
+_LOC_ENTRY = re.compile(r"^\s*\[(0x[0-9a-f]+), (0x[0-9a-f]+)\): (.*)$")
 _REF = re.compile(r"^(0x[0-9a-f]+)")
 TIMEOUT_S = 20
 
@@ -63,9 +67,11 @@ def parse(text: str) -> dict[int, Die]:
     dies: dict[int, Die] = {}
     stack: list[tuple[int, Die]] = []  # (indent, die)
     cur: Die | None = None
+    going = None  # the attribute whose value goes on over the next lines
     for line in text.splitlines():
         m = _DIE.match(line)
         if m:
+            going = None
             indent = len(m.group(2))
             while stack and stack[-1][0] >= indent:
                 stack.pop()
@@ -88,7 +94,30 @@ def parse(text: str) -> dict[int, Die]:
         a = _ATTR.match(line)
         if a and cur is not None:
             cur.attrs[a.group(1)] = a.group(2)
+            going = None
+            continue
+        a = _ATTR_OPEN.match(line)
+        if a and cur is not None:
+            going = a.group(1)
+            cur.attrs[going] = a.group(2)
+        elif going and cur is not None and _LOC_ENTRY.match(line):
+            cur.attrs[going] += "\n" + line.strip()
     return dies
+
+
+def _location_at(loc: str, pc: int) -> str:
+    """The expression of a location list's entry whose range holds ELF address pc (the
+    list's closing parenthesis left out), "" where none does; a single location as is."""
+    if "\n" not in loc:
+        return loc
+    for line in loc.split("\n")[1:]:
+        e = _LOC_ENTRY.match(line)
+        if e and int(e.group(1), 16) <= pc < int(e.group(2), 16):
+            expr = e.group(3).strip()
+            if expr.count(")") > expr.count("("):
+                expr = expr[:-1].rstrip()
+            return expr
+    return ""
 
 
 _QUALIFIERS = {
@@ -866,8 +895,9 @@ def frame_locals(path: str, pc: int, sp: int, bp: int, cfi: str | None = None) -
     of the function and of its lexical blocks (or inlined functions) around the call whose
     location is one offset from the frame base (DW_OP_fbreg; the frame base being the
     canonical frame address from the call's row of the call frame information, the stack
-    pointer or the frame pointer) or from the stack or frame pointer. [] without debug
-    information, or where a location is anything else (a register, a location list).
+    pointer or the frame pointer) or from the stack or frame pointer, directly or in the
+    entry of a location list that holds the call. [] without debug information; a local
+    whose location at the call is anything else (a register) is left out.
     `cfi`: the module whose call frame information to read, when `path` is its separate
     debug file (which has none)."""
     found = _scopes(path, pc)
@@ -885,7 +915,8 @@ def frame_locals(path: str, pc: int, sp: int, bp: int, cfi: str | None = None) -
         if fn.tag == _INLINED and not function.startswith(_REGION):
             function += f" (inlined into {_region(_function_name(dies, sub))})"
         for v, named, name, t in _scope_vars(dies, [scope]):
-            loc = v.attrs.get("DW_AT_location", "").strip()
+            # (a location list: its entry at the call, pc - 1, the callee then running)
+            loc = _location_at(v.attrs.get("DW_AT_location", "").strip(), pc - 1)
             fm, bm = _FBREG.match(loc), _BREG.match(loc)
             if fm and base is not None:
                 lo = base + int(fm.group(1))

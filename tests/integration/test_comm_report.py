@@ -997,3 +997,55 @@ def test_thread_local_variables_are_named_with_whose_copy(locus, tmp_path, where
         assert "`tally.hits` beside `tally.seen`, which thread 0 only reads" in text, text
     else:
         assert "`count` (thread-local, thread 0's copy)" in text and "count[1]" in text, text
+
+
+OMP_HISTOGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#define N 40000000
+HIST_STATIC
+int main(void) {
+  unsigned *data = malloc(N * sizeof *data);
+  for (long i = 0; i < N; i++) data[i] = (unsigned)(i * 2654435761u) >> 7;
+  HIST_LOCAL
+#pragma omp parallel for num_threads(2)
+  for (long i = 0; i < N; i++) {
+#pragma omp atomic
+    hist[data[i] % 16]++;
+  }
+  long s = 0;
+  for (int i = 0; i < 16; i++) s += hist[i];
+  printf("%ld\n", s);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("where,cc", [("local", "gcc"), ("static", "gcc"), ("local", "clang")])
+def test_an_openmp_histograms_bins_are_told_to_be_reduced(locus, tmp_path, where, cc):
+    """A parallel histogram whose threads add to shared bins under `omp atomic`: its true
+    part needs a private copy combined at the end, which OpenMP writes as an array
+    reduction; the advice names it with the array and its length. clang -O2 gives main's
+    `hist` a location list (DWARF 5), whose entry at the region's call was not read: the
+    local went unnamed ("a local variable other threads reach by its address")."""
+    decl = "long hist[16] = {0};"
+    src = OMP_HISTOGRAM.replace("HIST_STATIC", decl if where == "static" else "")
+    src = src.replace("HIST_LOCAL", decl if where == "local" else "")
+    (tmp_path / "h.c").write_text(src)
+    exe = tmp_path / "h"
+    built = subprocess.run(
+        [cc, "-O2", "-g", "-fopenmp", "-o", str(exe), str(tmp_path / "h.c")],
+        capture_output=True,
+        text=True,
+    )
+    if built.returncode != 0 and cc == "clang":
+        pytest.skip(f"clang has no OpenMP runtime here: {built.stderr[-300:]}")
+    assert built.returncode == 0, built.stderr
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    text = " ".join(c["advice"])
+    assert "private copy combined at the end: an OpenMP reduction, reduction(+: hist[:16])" in (
+        text
+    ), c["advice"]
+    if where == "local":
+        assert "`hist`, a local of main at h.c:" in text, c["advice"]

@@ -2684,6 +2684,42 @@ def _same_locks(o: dict, names, per: dict[int, Counter]) -> bool:
     return sum(len(a & b) / len(a | b) for a, b in pairs) / len(pairs) >= SAME_LOCKS_SHARED
 
 
+# The functions compilers outline an OpenMP region into: gcc's `main._omp_fn.0`, clang's
+# `.omp_outlined.` (`__omp_outlined__` in older ones).
+OMP_OUTLINED = re.compile(r"\._omp_fn\.\d+|\.omp_outlined\.|__omp_outlined__")
+ONE_DIMENSION = re.compile(r"^[^\[]*\[(\d+)\]$")
+
+
+def _omp_reduction(o: dict, names, site: dict | None, offs: list[int], fortran: bool) -> str:
+    """For words that threads update in turn inside an OpenMP region (a histogram's bins
+    under `omp atomic`): ": an OpenMP reduction, reduction(+: hist[:16])" where the words
+    are one array variable's (C, C++; Fortran reduces a whole array, `reduction(+: hist)`),
+    ": an OpenMP reduction" otherwise; "" outside OpenMP regions."""
+    if site is None or not OMP_OUTLINED.search(site.get("function") or ""):
+        return ""
+    layout = _layout_of(o, names)
+    var = n = None
+    if layout is not None and hasattr(layout, "local"):
+        # (the array among the locals reached: clang's region also reads the pointers it
+        # was handed, `data`, from the caller's frame beside it)
+        found = {v.name: v for x in offs if (v := layout.local(x))}
+        arrays = [
+            (v.name, m.group(1))
+            for v in found.values()
+            if (m := ONE_DIMENSION.match(v.layout.type))
+        ]
+        if len(arrays) == 1:
+            var, n = arrays[0]
+    elif layout is not None and o["kind"] == "static":
+        var, m = layout.name, ONE_DIMENSION.match(layout.type)
+        n = m.group(1) if m else None
+    if var and fortran:
+        return f": an OpenMP reduction, reduction(+: {var})"
+    if var and n:
+        return f": an OpenMP reduction, reduction(+: {var}[:{n}]) (OpenMP 4.5)"
+    return ": an OpenMP reduction"
+
+
 def _bit_fields(o: dict, names, offs: list[int]) -> bool:
     """Whether every false-sharing offset of the object is in a bit field (its DWARF
     type: a static variable)."""
@@ -3119,7 +3155,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                     if sum(handed.values()) * 2 > shared
                     else "part; the true part needs fewer threads on the same words (give "
                     "each thread its own block of whole lines, or a private copy combined at "
-                    "the end)"
+                    f"the end{_omp_reduction(o, names, site, offs, fortran)})"
                 )
             )
         elif own and _bit_fields(o, names, offs):

@@ -267,6 +267,28 @@ def test_library_members_the_source_never_names_are_passed_over(tmp_path, lang):
         assert variable_layout(str(tmp_path / "app"), name, at + 8, True) is None
 
 
+def test_location_lists_are_read_at_the_call():
+    """A location list (llvm-dwarfdump prints one entry a line after the attribute's
+    opening): its entry that holds an address, the closing parenthesis left out."""
+    from locus.dwarf import _location_at, parse
+
+    text = (
+        "0x00000043:     DW_TAG_variable\n"
+        "                  DW_AT_location\t(indexed (0x1) loclist = 0x00000057: \n"
+        "                     [0x0000000000001274, 0x00000000000012fa): DW_OP_breg7 RSP+16\n"
+        "                     [0x00000000000012fa, 0x0000000000001300): DW_OP_entry_value"
+        "(DW_OP_reg1 RDX), DW_OP_stack_value)\n"
+        '                  DW_AT_name\t("hist")\n'
+    )
+    (d,) = parse(text).values()
+    assert d.attrs["DW_AT_name"] == '"hist"'
+    loc = d.attrs["DW_AT_location"]
+    assert _location_at(loc, 0x12DC) == "DW_OP_breg7 RSP+16"
+    assert _location_at(loc, 0x12FB) == "DW_OP_entry_value(DW_OP_reg1 RDX), DW_OP_stack_value"
+    assert _location_at(loc, 0x1300) == ""
+    assert _location_at("DW_OP_fbreg -24", 0x1) == "DW_OP_fbreg -24"
+
+
 def test_member_offsets_in_older_dwarf_and_bit_fields():
     from locus.dwarf import _member_offset
 
