@@ -398,8 +398,8 @@ def _attribute_tls(al, st, ends, pi, m, a, t, obj, off, names, objs, th) -> None
     thread's copy of a module's static TLS block lies at the block's offset (its LOCUS_AL_TLS
     record) from the thread's pointer (its stack record's reserved[0]), inside its stack
     mapping (other threads) or apart from it (the main thread). Named by the module's TLS
-    symbol, one object for every thread's copy, as a static is; without a symbol, the
-    module's block."""
+    symbol (`tally (thread-local, thread 1's copy)`), one object per thread's copy, as each
+    thread's stack is one; without a symbol, the module's block."""
     tls = al[al["kind"] == AL_TLS]
     if not len(tls) or not len(st):
         return
