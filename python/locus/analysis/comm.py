@@ -3206,9 +3206,16 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 )
                 if each != " field" and elem <= size:
                     what = f"{size}-byte elements"
+            # (inside an OpenMP region, the tutorials' `sum[id] += ...`: the better fix)
+            omp = (
+                "; or, where each thread only accumulates into its own, accumulate in a "
+                "private variable and combine once at the end (an OpenMP reduction)"
+                if site is not None and OMP_OUTLINED.search(site.get("function") or "")
+                else ""
+            )
             out.append(
                 f"threads {thr} {verb} adjacent {what} of {name} {where}; "
-                f"pad each{each} to {line} bytes{align} or give each thread its own line"
+                f"pad each{each} to {line} bytes{align} or give each thread its own line{omp}"
             )
         elif mixed := _mixed_words(o, names, wr):
             # Per-thread fields beside a word they all write (a shared counter): padding
