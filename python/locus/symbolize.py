@@ -67,6 +67,9 @@ def _elf64le(eh: bytes) -> bool:
     return len(eh) == 64 and eh[:4] == b"\x7fELF" and eh[4] == 2 and eh[5] == 1
 
 
+PT_TLS = 7
+
+
 def _elf(path: str):
     """(e_type, [(p_offset, p_vaddr, p_filesz, p_memsz)] of the PT_LOAD segments,
     [(sh_addr, sh_size, name)] of the allocated sections, sorted) of an ELF64 LE file, or
@@ -86,13 +89,16 @@ def _read_elf(path: str):
                 f.seek(phoff)
                 ph = f.read(phentsize * phnum)
                 loads = []
+                tls = None
                 for i in range(phnum):
-                    p_type, _fl, off, vaddr, _pa, filesz, memsz = struct.unpack_from(
-                        "<IIQQQQQ", ph, i * phentsize
+                    p_type, _fl, off, vaddr, _pa, filesz, memsz, align = struct.unpack_from(
+                        "<IIQQQQQQ", ph, i * phentsize
                     )
                     if p_type == 1:
                         loads.append((off, vaddr, filesz, memsz))
-                res = (e_type, loads, _sections(f, eh))
+                    elif p_type == PT_TLS:
+                        tls = (vaddr, memsz, align)
+                res = (e_type, loads, _sections(f, eh), tls)
     except (OSError, struct.error):
         res = None
     return res
@@ -623,6 +629,27 @@ class Symbolizer:
                     break
             out[o] = hit
         return os.path.basename(m.path), out
+
+    def module_path(self, addr: int) -> str | None:
+        """The path of the module that maps `addr`, or None."""
+        loc = _locate(self.mods, addr)
+        return loc[0].path if loc is not None else None
+
+    def dynamic_tls(self, size: int, static: set[str]) -> int | None:
+        """An address in the one loaded module, apart from those with a static TLS block
+        (`static`, their paths), whose TLS segment is `size` bytes and aligned to at most 16:
+        the module whose TLS a thread's heap block of that size from the loader is (glibc
+        allocates a dlopen'ed module's at a thread's first use, `malloc(p_memsz)`, the TLS
+        at its start); None when no module or several are."""
+        found: dict[str, int] = {}
+        for m in self.mods:
+            if m.path in static or m.path in found or not m.loads:
+                continue
+            e = _elf(m.path)
+            tls = e[3] if e is not None and len(e) > 3 else None
+            if tls is not None and tls[1] == size and tls[2] <= 16:
+                found[m.path] = m.bias + m.loads[0][0]
+        return next(iter(found.values())) if len(found) == 1 else None
 
     def tls_layout(self, name: str, site: int, off: int):
         """The fields (dwarf.Layout) of the thread-local variable `name` (its symbol) at

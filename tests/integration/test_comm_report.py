@@ -961,13 +961,69 @@ int main(void) {
 """
 
 
-@pytest.mark.parametrize("where", ["program", "library"])
+TLS_DLOPEN = r"""
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+/* A worker bumps count[0] of its copy of a dlopen'ed library's thread-local array (the
+ * loader mallocs it at the worker's first use); the main thread reads count[1] beside it. */
+static long *(*counts)(void);
+static long *handed;
+static atomic_int ready, stop;
+static void *worker(void *arg) {
+  (void)arg;
+  handed = counts();
+  atomic_store(&ready, 1);
+  while (!atomic_load_explicit(&stop, memory_order_relaxed))
+    for (int i = 0; i < 1000; i++) ((volatile long *)handed)[0]++;
+  return 0;
+}
+int main(int argc, char **argv) {
+  void *h = dlopen(argv[1], RTLD_NOW);
+  if (!h) return 1;
+  counts = (long *(*)(void))dlsym(h, "counts");
+  pthread_t t;
+  pthread_create(&t, 0, worker, 0);
+  while (!atomic_load(&ready)) {
+  }
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  long s = 0;
+  do {
+    for (long i = 0; i < 1000000; i++) s += ((volatile long *)handed)[1];
+    clock_gettime(CLOCK_MONOTONIC, &b);
+  } while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < 800000000L);
+  atomic_store(&stop, 1);
+  pthread_join(t, 0);
+  printf("%ld\n", s);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("where", ["program", "library", "dlopen"])
 def test_thread_local_variables_are_named_with_whose_copy(locus, tmp_path, where):
     """`__thread` variables whose addresses threads hand each other. A worker's copy lies in
     its stack mapping: it read "stack of thread 1 ... (a local variable other threads reach
-    by its address)". The main thread's copy lies elsewhere: it read "(unattributed)". Each
-    copy is now the variable, with whose copy it is, and its fields."""
-    if where == "program":
+    by its address)". The main thread's copy lies elsewhere: it read "(unattributed)". A
+    dlopen'ed library's copy is a heap block from the loader: it read "heap block from
+    tls_get_addr_tail dl-tls.c:961". Each copy is now the variable, with whose copy it is,
+    and its fields."""
+    args: list[str] = []
+    if where == "dlopen":
+        (tmp_path / "l.c").write_text(TLS_LIBRARY)
+        (tmp_path / "t.c").write_text(TLS_DLOPEN)
+        lib = tmp_path / "libcounts.so"
+        subprocess.run(
+            ["gcc", "-O2", "-g", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "l.c")],
+            check=True,
+        )
+        build = ["gcc", "-O2", "-g", "-pthread", "-o", str(tmp_path / "t"), str(tmp_path / "t.c")]
+        build.append("-ldl")
+        args = [str(lib)]
+    elif where == "program":
         (tmp_path / "t.c").write_text(TLS_TALLY)
         build = ["gcc", "-O2", "-g", "-pthread", "-o", str(tmp_path / "t"), str(tmp_path / "t.c")]
     else:
@@ -978,12 +1034,16 @@ def test_thread_local_variables_are_named_with_whose_copy(locus, tmp_path, where
         build = ["gcc", "-O2", "-g", "-pthread", "-o", str(tmp_path / "t"), str(tmp_path / "t.c")]
         build += [f"-L{tmp_path}", "-lcounts", f"-Wl,-rpath,{tmp_path}"]
     subprocess.run(build, check=True)
-    _proc, run = locus.record([str(tmp_path / "t")], ("--lens", "comm"))
+    _proc, run = locus.record([str(tmp_path / "t"), *args], ("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     total = sum(o["all"] for o in c["objects"])
     tls = [o for o in c["objects"] if o.get("thread_local")]
     assert tls and sum(o["all"] for o in tls) >= 0.9 * total, c["objects"]
-    var, copies = ("tally", {1}) if where == "program" else ("count", {0})
+    var, copies = {
+        "program": ("tally", {1}),
+        "library": ("count", {0}),
+        "dlopen": ("count", {1}),
+    }[where]
     for o in tls:
         assert o["kind"] == "static" and o["copy"] in copies, o
         assert o["name"] == f"{var} (thread-local, thread {o['copy']}'s copy)", o
@@ -995,6 +1055,8 @@ def test_thread_local_variables_are_named_with_whose_copy(locus, tmp_path, where
     text = " ".join(c["advice"])
     if where == "program":
         assert "`tally.hits` beside `tally.seen`, which thread 0 only reads" in text, text
+    elif where == "dlopen":
+        assert "`count[0]` beside `count[1]`, which thread 0 only reads" in text, text
     else:
         assert "`count` (thread-local, thread 0's copy)" in text and "count[1]" in text, text
 

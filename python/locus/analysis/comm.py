@@ -53,6 +53,7 @@ from locus.errors import LocusError
 from locus.render.units import nbytes
 from locus.rundir import (
     AC_STORE,
+    AL_MALLOC,
     AL_MMAP,
     AL_STACK,
     AL_TLS,
@@ -425,46 +426,68 @@ def _attribute_tls(al, st, ends, pi, m, a, t, obj, off, names, objs, th) -> None
                 obj[m[c]] = -2  # taken (named below)
                 hits.append((m[c], k, o, lo, th.index.get((pi, tid), -1)))
     for k in sorted({h[1] for h in hits}):
-        site = int(tls[k]["site"])
-        offs = np.concatenate([h[2] for h in hits if h[1] == k])
-        mod, found = names.tls(pi, site, sorted(set(offs.tolist())))
-        for e, kk, o, lo, owner in hits:
-            if kk != k:
-                continue
-            for u in np.unique(o).tolist():
-                sel = o == u
-                name = found.get(u)
-                # One object per thread's copy, as each thread's stack is one: what the
-                # advice reads (who writes, who reads beside it) is a copy's.
-                whose = f"thread {owner}'s copy" if owner >= 0 else "a thread's copy"
-                if name:
-                    var, so = split_offset(name)
-                    shown = tls_shown(var)
-                    oid = objs.get(
-                        ("tls", pi, site, var, lo),
-                        kind="static",
-                        proc=pi,
-                        name=f"{shown} (thread-local, {whose})",
-                        var=var,
-                        shown=shown,
-                        tls=site,
-                        tls_off=u - so,
-                        copy=owner,
-                    )
-                else:
-                    so = u
-                    label = mod or f"{site:#x}"
-                    oid = objs.get(
-                        ("tls", pi, site, lo),
-                        kind="static",
-                        proc=pi,
-                        name=f"thread-local storage of {label} (no symbol, {whose})",
-                        tls=site,
-                        tls_off=0,
-                        copy=owner,
-                    )
-                obj[e[sel]] = oid
-                off[e[sel]] = so
+        copies = [(e, o, lo, owner) for e, kk, o, lo, owner in hits if kk == k]
+        _name_tls(names, objs, pi, int(tls[k]["site"]), copies, obj, off)
+
+
+def _name_tls(names, objs, pi: int, site: int, copies: list, obj, off) -> None:
+    """Name the events of a module's TLS copies: `copies` [(event indices, their offsets in
+    the copy, the copy's address, its thread)], the module's TLS segment at `site`. One object
+    per copy and variable, by the module's TLS symbol (`tally (thread-local, thread 1's
+    copy)`); without a symbol, one per copy for the module's block."""
+    offs = np.concatenate([o for _e, o, _lo, _owner in copies])
+    mod, found = names.tls(pi, site, sorted(set(offs.tolist())))
+    for e, o, lo, owner in copies:
+        for u in np.unique(o).tolist():
+            sel = o == u
+            name = found.get(u)
+            # One object per thread's copy, as each thread's stack is one: what the advice
+            # reads (who writes, who reads beside it) is a copy's.
+            whose = f"thread {owner}'s copy" if owner >= 0 else "a thread's copy"
+            if name:
+                var, so = split_offset(name)
+                shown = tls_shown(var)
+                oid = objs.get(
+                    ("tls", pi, site, var, lo),
+                    kind="static",
+                    proc=pi,
+                    name=f"{shown} (thread-local, {whose})",
+                    var=var,
+                    shown=shown,
+                    tls=site,
+                    tls_off=u - so,
+                    copy=owner,
+                )
+            else:
+                so = u
+                label = mod or f"{site:#x}"
+                oid = objs.get(
+                    ("tls", pi, site, lo),
+                    kind="static",
+                    proc=pi,
+                    name=f"thread-local storage of {label} (no symbol, {whose})",
+                    tls=site,
+                    tls_off=0,
+                    copy=owner,
+                )
+            obj[e[sel]] = oid
+            off[e[sel]] = so
+
+
+def _loader_tls(names, pi: int, al: np.ndarray, block) -> int | None:
+    """The module whose dynamic TLS a heap block is (an address in it), where the loader
+    allocated the block (glibc's `__tls_get_addr` mallocs a dlopen'ed module's TLS at each
+    thread's first use) and one loaded module without a static TLS block has a TLS segment
+    of its size; else None."""
+    where = names.module_path(pi, int(block["site"])) or ""
+    if not os.path.basename(where).startswith(LOADERS):
+        return None
+    static = {p for r in al[al["kind"] == AL_TLS] if (p := names.module_path(pi, int(r["site"])))}
+    return names.dynamic_tls(pi, int(block["size"]), static)
+
+
+# The dynamic loader's file names (ld-linux-x86-64.so.2, ld-linux-aarch64.so.1, ld.so).
+LOADERS = ("ld-linux", "ld.so", "ld64.so")
 
 
 def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Objects):
@@ -550,6 +573,15 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 objs.writer_block[m[todo[sw & (sbidx == bi)]]] = wid
             for bi in np.unique(bidx[got]).tolist():
                 r = b[bi]
+                sel = todo[got & (bidx == bi)]
+                tls_site = _loader_tls(names, pi, al, r) if r["kind"] == AL_MALLOC else None
+                if tls_site is not None:  # a thread's copy of a dlopen'ed module's TLS
+                    o = (a[sel] - r["addr"]).astype(np.int64)
+                    owner = th.index.get((pi, int(r["tid"])), -1)
+                    _name_tls(
+                        names, objs, pi, tls_site, [(m[sel], o, int(r["addr"]), owner)], obj, off
+                    )
+                    continue
                 frames, file = block_key(r)
                 key = ("heap", pi, int(r["site"]), frames, file)
                 oid = objs.get(
@@ -568,7 +600,6 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
                 info["size"] = max(info["size"], int(r["size"]))
                 info["blocks"] += 1
                 info.setdefault("lo", int(r["addr"]))
-                sel = todo[got & (bidx == bi)]
                 obj[m[sel]] = oid
                 off[m[sel]] = (a[sel] - r["addr"]).astype(np.int64)
         # Static data: data symbols of the distinct remaining addresses.

@@ -113,6 +113,17 @@ class Names:
         s = self.sym(proc)
         return s.tls(site, offs) if s is not None and hasattr(s, "tls") and offs else ("", {})
 
+    def module_path(self, proc: int, addr: int) -> str | None:
+        """The path of the module that maps `addr` in the process, or None."""
+        s = self.sym(proc)
+        return s.module_path(addr) if s is not None and hasattr(s, "module_path") else None
+
+    def dynamic_tls(self, proc: int, size: int, static: set[str]) -> int | None:
+        """An address in the module whose dynamic TLS a heap block of `size` bytes from the
+        loader is (Symbolizer.dynamic_tls), or None."""
+        s = self.sym(proc)
+        return s.dynamic_tls(size, static) if s is not None and hasattr(s, "dynamic_tls") else None
+
     def tls_layout(self, proc: int, name: str, site: int, off: int):
         """The fields of the thread-local variable `name` (dwarf.Layout), or None."""
         s = self.sym(proc)
