@@ -1517,7 +1517,11 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                     if kind == "heap" and layout_key is not None
                     else {}
                 ),
-                **({"thread_local": True, "copy": info["copy"]} if "copy" in info else {}),
+                **(
+                    {"thread_local": True, "copy": info["copy"] if info["copy"] >= 0 else None}
+                    if "copy" in info
+                    else {}
+                ),
                 "_var": info.get("shown"),
                 "_stack_lo": info.get("lo"),
                 # A mapping (mmap'd: a file's, shared memory, an allocator's arena):
