@@ -186,9 +186,9 @@ class Layout:
             if d.tag in _RECORDS:
                 if not name:
                     return None
-                cxx = any(
+                cxx = any(  # (and Rust: neither writes `struct` before a type's name)
                     u.tag == "DW_TAG_compile_unit"
-                    and "C_plus_plus" in u.attrs.get("DW_AT_language", "")
+                    and any(k in u.attrs.get("DW_AT_language", "") for k in ("C_plus_plus", "Rust"))
                     for u in self._dies.values()
                 )
                 return (name if cxx else f"{_RECORD_WORDS[d.tag]} {name}", size)

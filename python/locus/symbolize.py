@@ -601,7 +601,9 @@ class Symbolizer:
         out: dict[int, str | None] = {}
         for a, r in self._batch("data", list(addrs)).items():
             name, size = r if isinstance(r, tuple) else (r, None)
-            name = fortran_clean(name) if name else name
+            if name:  # (the language's name of the symbol, before its offset)
+                base, at = split_offset(name)
+                name = f"{clean_name(base)}+{at}" if at else clean_name(name)
             out[a] = name
             if name and size:
                 self.sizes[split_offset(name)[0]] = size

@@ -1111,3 +1111,40 @@ def test_an_openmp_histograms_bins_are_told_to_be_reduced(locus, tmp_path, where
     ), c["advice"]
     if where == "local":
         assert "`hist`, a local of main at h.c:" in text, c["advice"]
+
+
+RUST_STATIC = r"""
+use std::sync::atomic::{AtomicU64, Ordering};
+pub struct Slot { pub hits: AtomicU64, pub misses: AtomicU64 }
+pub static SLOTS: [Slot; 2] = [
+    Slot { hits: AtomicU64::new(0), misses: AtomicU64::new(0) },
+    Slot { hits: AtomicU64::new(0), misses: AtomicU64::new(0) },
+];
+fn main() {
+    let hs: Vec<_> = (0..2)
+        .map(|t| std::thread::spawn(move || {
+            for _ in 0..60_000_000u64 { SLOTS[t].hits.fetch_add(1, Ordering::Relaxed); }
+        }))
+        .collect();
+    for h in hs { h.join().unwrap(); }
+    println!("{}", SLOTS[0].hits.load(Ordering::Relaxed) + SLOTS[1].hits.load(Ordering::Relaxed));
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("rustc"), reason="rustc is not installed")
+def test_a_rust_static_is_named_as_its_source_writes_it(locus, tmp_path):
+    """A Rust static's symbol carries its crate path and a hash (legacy mangling,
+    `s::SLOTS::hf250e1fc2f8b9c74`): the object had that name, and no fields (the DWARF
+    lookup took `hf250e1fc2f8b9c74` for the variable's name). It is `s::SLOTS`, its fields
+    those of the source (`s::SLOTS[0].hits`, not `.hits.v.value`), padded by its element
+    type as Rust names it (`Slot`, not `struct Slot`)."""
+    (tmp_path / "s.rs").write_text(RUST_STATIC)
+    exe = tmp_path / "s"
+    subprocess.run(["rustc", "-O", "-g", "-o", str(exe), str(tmp_path / "s.rs")], check=True)
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert [o["name"] for o in c["objects"]] == ["s::SLOTS"], c["objects"]
+    text = " ".join(c["advice"])
+    assert "(thread 1 s::SLOTS[0].hits; thread 2 s::SLOTS[1].hits)" in text, c["advice"]
+    assert "pad each `Slot` to 64 bytes (#[repr(align(64))] on a wrapper type)" in text, text
