@@ -266,6 +266,8 @@ def _common_layout(path: str, name: str, vaddr: int) -> CommonLayout | None:
 def _strip(dies: dict, t: int | None) -> Die | None:
     for _ in range(16):
         d = dies.get(t) if t is not None else None
+        if d is None and t is not None and hasattr(dies, "load"):
+            d = dies.load(t)  # a type in another unit
         if d is None or d.tag not in _QUALIFIERS:
             return d
         t = _ref(d.attrs.get("DW_AT_type"))
@@ -511,7 +513,7 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
                 break
     if var is None or cu is None:
         return _common_layout(path, short, vaddr) if short.endswith("_") and not tls else None
-    dies = parse(_run([f"--debug-info={cu:#x}", "--show-children", path]))
+    dies = _Units(path, parse(_run([f"--debug-info={cu:#x}", "--show-children", path])))
     unit, v = dies.get(cu), dies.get(var)
     if unit is None or v is None:
         return None
@@ -597,7 +599,43 @@ def _cfa_rule(path: str, pc: int) -> tuple[str, int] | None:
 @functools.lru_cache(maxsize=16)
 def _unit_dies(path: str, cu: int) -> dict:
     """A compile unit's DIEs (parse), kept for the next frames of the same unit."""
-    return parse(_run([f"--debug-info={cu:#x}", "--show-children", path]))
+    return _Units(path, parse(_run([f"--debug-info={cu:#x}", "--show-children", path])))
+
+
+class _Units(dict):
+    """A unit's DIEs by offset, that can read in the unit of a type outside them (a
+    DW_FORM_ref_addr into another unit: rustc's codegen units keep a crate's types in
+    several, as LTO partitions do): `load`, which _strip calls for a type it does not find;
+    at most UNITS_MORE units, so that a function's inlined callees in the standard library's
+    units (their abstract origins, not types) are never what is read."""
+
+    def __init__(self, path: str, dies: dict):
+        super().__init__(dies)
+        self.path = path
+        self.tried: set[int] = set()
+
+    def load(self, key: int):
+        if key < 0 or key in self.tried or len(self.tried) >= UNITS_MORE:
+            return None
+        self.tried.add(key)
+        cu = _unit_of(self.path, key)
+        if cu is not None:
+            self.update(parse(_run([f"--debug-info={cu:#x}", "--show-children", self.path])))
+        return super().get(key)
+
+
+UNITS_MORE = 4  # other units a unit's DIEs read types from
+
+
+@functools.lru_cache(maxsize=256)
+def _unit_of(path: str, off: int) -> int | None:
+    """The offset of the compile unit holding the DIE at `off`, or None."""
+    m = re.search(
+        r"^(0x[0-9a-f]+):\s+DW_TAG_compile_unit",
+        _run([f"--debug-info={off:#x}", "--show-parents", path]),
+        re.M,
+    )
+    return int(m.group(1), 16) if m else None
 
 
 def _origin(dies: dict, d: Die) -> Die:
@@ -686,8 +724,53 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
     if found is None or not line:
         return None
     dies, fortran, scopes = found
+    hits = _declared_holders(dies, fortran, _scope_vars(dies, scopes), line)
+    if not hits and any(
+        u.tag == "DW_TAG_compile_unit" and "Rust" in u.attrs.get("DW_AT_language", "")
+        for u in dies.values()
+    ):
+        # Rust opens a lexical block at each `let`, after its initializer: the variable the
+        # allocating line declares is in a block of the function that does not hold the call.
+        blocks, todo = [], list(scopes[-1].children)
+        while todo:
+            d = todo.pop()
+            if d.tag == "DW_TAG_lexical_block":
+                blocks.append(d)
+                todo += d.children
+        hits = _declared_holders(dies, fortran, _scope_vars(dies, blocks), line)
+    if not hits:
+        hits = _assigned(path, pc, line, dies, fortran, scopes)
+    if len(hits) != 1 or not hits[0][0]:
+        return None
+    name, t, esize, pointer = hits[0]
+    n = max(1, size // esize)
+    te = dies.get(t) if t is not None else None  # (the type as named: a typedef's name)
+    if te is None and t is not None and hasattr(dies, "load"):
+        te = dies.load(t)
+    tname = _name(te.attrs.get("DW_AT_name")) if te is not None else ""
+    if n == 1 and pointer:  # (a vector of one is still indexed: counts[0].n)
+        return PointeeLayout(name, tname, esize, fortran, dies, t)
+    # The block as an array of n of them: a DIE of the walk's own, beside the unit's.
+    key = -(len(dies) + 1)
+    sub = Die(key - 1, "DW_TAG_subrange_type", {"DW_AT_count": str(n)})
+    dies[key] = Die(key, "DW_TAG_array_type", {"DW_AT_type": f"{t:#x}"}, [sub])
+    return Layout(name, f"{tname}[{n}]", n * esize, fortran, dies, key)
+
+
+def _template_arg(dies: dict, record: Die, name: str) -> int | None:
+    """The type (a DIE offset) of a record's template type parameter `name`, or None."""
+    for c in record.children:
+        if c.tag == "DW_TAG_template_type_parameter" and _name(c.attrs.get("DW_AT_name")) == name:
+            return _ref(c.attrs.get("DW_AT_type"))
+    return None
+
+
+def _declared_holders(dies: dict, fortran: bool, variables, line: int) -> list:
+    """[(name, element type, its size, whether a pointer)] of the variables declared at
+    `line` that hold a heap block's elements: a pointer, a std::vector, a Rust Vec (in an Arc,
+    Rc or Box or not)."""
     hits = []
-    for _v, named, vname, vt in _scope_vars(dies, scopes):
+    for _v, named, vname, vt in variables:
         ptr = _strip(dies, vt)
         if ptr is None or _num(named.attrs.get("DW_AT_decl_line")) != line:
             continue
@@ -696,32 +779,27 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
         elif ptr.tag in _RECORDS and _name(ptr.attrs.get("DW_AT_name")).startswith("vector<"):
             # A std::vector constructed with its elements on that line: its storage holds
             # its template argument (`_Tp`, libstdc++ and libc++ alike).
-            tp = [
-                c
-                for c in ptr.children
-                if c.tag == "DW_TAG_template_type_parameter"
-                and _name(c.attrs.get("DW_AT_name")) == "_Tp"
-            ]
-            t = _ref(tp[0].attrs.get("DW_AT_type")) if tp else None
+            t = _template_arg(dies, ptr, "_Tp")
+        elif ptr.tag in _RECORDS and ptr.rust_std:
+            # Rust's Vec<T> made on that line (`let v: Vec<AtomicU64> = ...collect()`), or
+            # shared through an Arc, Rc or Box around it: its buffer holds T.
+            rec = ptr
+            for _ in range(2):
+                if not _name(rec.attrs.get("DW_AT_name")).startswith(("Arc<", "Rc<", "Box<")):
+                    break
+                inner = _strip(dies, _template_arg(dies, rec, "T"))
+                if inner is None or inner.tag not in _RECORDS:
+                    break
+                rec = inner
+            if not _name(rec.attrs.get("DW_AT_name")).startswith("Vec<"):
+                continue
+            t = _template_arg(dies, rec, "T")
         else:
             continue
         esize = _size(dies, t, fortran)
         if esize:
             hits.append((vname, t, esize, ptr.tag == "DW_TAG_pointer_type"))
-    if not hits:
-        hits = _assigned(path, pc, line, dies, fortran, scopes)
-    if len(hits) != 1 or not hits[0][0]:
-        return None
-    name, t, esize, pointer = hits[0]
-    n = max(1, size // esize)
-    tname = dies[t].attrs.get("DW_AT_name", "").strip('"') if t in dies else ""
-    if n == 1 and pointer:  # (a vector of one is still indexed: counts[0].n)
-        return PointeeLayout(name, tname, esize, fortran, dies, t)
-    # The block as an array of n of them: a DIE of the walk's own, beside the unit's.
-    key = -(len(dies) + 1)
-    sub = Die(key - 1, "DW_TAG_subrange_type", {"DW_AT_count": str(n)})
-    dies[key] = Die(key, "DW_TAG_array_type", {"DW_AT_type": f"{t:#x}"}, [sub])
-    return Layout(name, f"{tname}[{n}]", n * esize, fortran, dies, key)
+    return hits
 
 
 # What a source line assigns: a variable (`st = calloc(n, sizeof *st);`, `if (!(p =

@@ -1148,3 +1148,39 @@ def test_a_rust_static_is_named_as_its_source_writes_it(locus, tmp_path):
     text = " ".join(c["advice"])
     assert "(thread 1 s::SLOTS[0].hits; thread 2 s::SLOTS[1].hits)" in text, c["advice"]
     assert "pad each `Slot` to 64 bytes (#[repr(align(64))] on a wrapper type)" in text, text
+
+
+RUST_VEC = r"""
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+fn main() {
+    let counters: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(|_| AtomicU64::new(0)).collect());
+    let hs: Vec<_> = (0..2)
+        .map(|t| {
+            let c = Arc::clone(&counters);
+            std::thread::spawn(move || {
+                for _ in 0..60_000_000u64 { c[t].fetch_add(1, Ordering::Relaxed); }
+            })
+        })
+        .collect();
+    for h in hs { h.join().unwrap(); }
+    println!("{}", counters[0].load(Ordering::Relaxed) + counters[1].load(Ordering::Relaxed));
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("rustc"), reason="rustc is not installed")
+def test_a_rust_vecs_elements_are_named(locus, tmp_path):
+    """`let counters: Arc<Vec<AtomicU64>> = ...collect();`, two threads at counters[0] and
+    counters[1]: the heap block's elements had no names. Two things hid them: the `let`
+    opens its lexical block after the allocating call, and rustc keeps Vec<AtomicU64>'s type
+    in another compile unit (a DW_FORM_ref_addr the report did not follow)."""
+    (tmp_path / "v.rs").write_text(RUST_VEC)
+    exe = tmp_path / "v"
+    subprocess.run(["rustc", "-O", "-g", "-o", str(exe), str(tmp_path / "v.rs")], check=True)
+    _proc, run = locus.record([str(exe)], ("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["objects"][0]["name"].startswith("heap block from v::main v.rs:5"), c["objects"]
+    text = " ".join(c["advice"])
+    assert "(thread 1 counters[0]; thread 2 counters[1])" in text, c["advice"]
+    assert "pad each `AtomicU64` to 64 bytes" in text, text
