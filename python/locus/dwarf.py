@@ -263,11 +263,17 @@ def _common_layout(path: str, name: str, vaddr: int) -> CommonLayout | None:
     return CommonLayout(name, f"COMMON /{name[:-1]}/", size, True, dies, None, _members=members)
 
 
+def _type_die(dies: dict, t: int | None) -> Die | None:
+    """The DIE of type `t`: the unit's, else another unit's (_Units.load), else None."""
+    d = dies.get(t) if t is not None else None
+    if d is None and t is not None and hasattr(dies, "load"):
+        d = dies.load(t)
+    return d
+
+
 def _strip(dies: dict, t: int | None) -> Die | None:
     for _ in range(16):
-        d = dies.get(t) if t is not None else None
-        if d is None and t is not None and hasattr(dies, "load"):
-            d = dies.load(t)  # a type in another unit
+        d = _type_die(dies, t)
         if d is None or d.tag not in _QUALIFIERS:
             return d
         t = _ref(d.attrs.get("DW_AT_type"))
@@ -744,9 +750,7 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
         return None
     name, t, esize, pointer = hits[0]
     n = max(1, size // esize)
-    te = dies.get(t) if t is not None else None  # (the type as named: a typedef's name)
-    if te is None and t is not None and hasattr(dies, "load"):
-        te = dies.load(t)
+    te = _type_die(dies, t)  # (the type as named: a typedef's name)
     tname = _name(te.attrs.get("DW_AT_name")) if te is not None else ""
     if n == 1 and pointer:  # (a vector of one is still indexed: counts[0].n)
         return PointeeLayout(name, tname, esize, fortran, dies, t)
