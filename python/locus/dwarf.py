@@ -186,11 +186,8 @@ class Layout:
             if d.tag in _RECORDS:
                 if not name:
                     return None
-                cxx = any(  # (and Rust: neither writes `struct` before a type's name)
-                    u.tag == "DW_TAG_compile_unit"
-                    and any(k in u.attrs.get("DW_AT_language", "") for k in ("C_plus_plus", "Rust"))
-                    for u in self._dies.values()
-                )
+                # (and Rust: neither writes `struct` before a type's name)
+                cxx = _in_language(self._dies, "C_plus_plus", "Rust")
                 return (name if cxx else f"{_RECORD_WORDS[d.tag]} {name}", size)
             if d.tag not in _QUALIFIERS:
                 return None
@@ -261,6 +258,16 @@ def _common_layout(path: str, name: str, vaddr: int) -> CommonLayout | None:
     last = members[-1]
     size = last[0] + last[1] if last[1] is not None else None
     return CommonLayout(name, f"COMMON /{name[:-1]}/", size, True, dies, None, _members=members)
+
+
+def _in_language(dies: dict, *languages: str) -> bool:
+    """Whether a compile unit among the DIEs is in one of `languages` (parts of its
+    DW_AT_language: "C_plus_plus", "Rust")."""
+    return any(
+        u.tag == "DW_TAG_compile_unit"
+        and any(k in u.attrs.get("DW_AT_language", "") for k in languages)
+        for u in dies.values()
+    )
 
 
 def _type_die(dies: dict, t: int | None) -> Die | None:
@@ -731,10 +738,7 @@ def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:
         return None
     dies, fortran, scopes = found
     hits = _declared_holders(dies, fortran, _scope_vars(dies, scopes), line)
-    if not hits and any(
-        u.tag == "DW_TAG_compile_unit" and "Rust" in u.attrs.get("DW_AT_language", "")
-        for u in dies.values()
-    ):
+    if not hits and _in_language(dies, "Rust"):
         # Rust opens a lexical block at each `let`, after its initializer: the variable the
         # allocating line declares is in a block of the function that does not hold the call.
         blocks, todo = [], list(scopes[-1].children)
@@ -929,6 +933,11 @@ def _function_name(dies: dict, fn: Die) -> str:
 # (and `main.omp_outlined` from clang 16 on).
 _OUTLINED = re.compile(r"(?:(.+?)\._omp_fn\.\d+|(?:(.+?)\.)?\.?omp_outlined(?:\.|_debug__|\d)*)")
 _REGION = "an OpenMP region"
+
+
+def omp_outlined(name: str) -> bool:
+    """Whether a function is the body of an OpenMP region (or task) a compiler outlined."""
+    return _OUTLINED.fullmatch(name) is not None
 
 
 def _region(name: str) -> str:

@@ -622,14 +622,10 @@ class Symbolizer:
         syms = _by_mtime(_TLS_CACHE, debug_file(m.path), _tls_symbols, [])
         out: dict[int, str | None] = {}
         for o in offs:
-            hit = None
-            for lo, size, n in syms:
-                if lo <= o < lo + max(size, 1):
-                    hit = n if o == lo else f"{n}+{o - lo}"
-                    if size:
-                        self.sizes[n] = size
-                    break
-            out[o] = hit
+            hit = _symbol_at(syms, o)
+            out[o] = hit[0] if hit else None
+            if hit and hit[1]:
+                self.sizes[split_offset(hit[0])[0]] = hit[1]
         return os.path.basename(m.path), out
 
     def module_path(self, addr: int) -> str | None:
@@ -927,12 +923,13 @@ def _nm_data(path: str, vaddrs: list[int]) -> list[tuple[str, int | None] | None
             except ValueError:
                 continue
     syms.sort()
-    res: list[tuple[str, int | None] | None] = []
-    for v in vaddrs:
-        hit = None
-        for lo, size, n in syms:
-            if lo <= v < lo + max(size, 1):
-                hit = (n if v == lo else f"{n}+{v - lo}", size or None)
-                break
-        res.append(hit)
-    return res
+    return [_symbol_at(syms, v) for v in vaddrs]
+
+
+def _symbol_at(syms: list[tuple[int, int, str]], v: int) -> tuple[str, int | None] | None:
+    """(`name` or `name+OFFSET`, its size or None) of the symbol among sorted (value, size,
+    name) holding v (a symbol of no size holds its first byte), else None."""
+    for lo, size, n in syms:
+        if lo <= v < lo + max(size, 1):
+            return (n if v == lo else f"{n}+{v - lo}", size or None)
+    return None

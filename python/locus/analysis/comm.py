@@ -49,6 +49,7 @@ from locus.analysis.common import (
 from locus.analysis.common import ranges as _ranges
 from locus.analysis.common import site_str as _site_str
 from locus.analysis.locks import group
+from locus.dwarf import omp_outlined
 from locus.errors import LocusError
 from locus.render.units import nbytes
 from locus.rundir import (
@@ -394,14 +395,14 @@ def _end_after(ends, t0: int) -> int:
     return next((e for e in ends if e >= t0), np.iinfo(np.uint64).max)
 
 
-def _attribute_tls(al, st, ends, pi, m, a, t, obj, off, names, objs, th) -> None:
+def _attribute_tls(tls, st, ends, pi, m, a, t, obj, off, names, objs, th) -> None:
     """Thread-local variables (`__thread`, C++ `thread_local`, OpenMP `threadprivate`): each
     thread's copy of a module's static TLS block lies at the block's offset (its LOCUS_AL_TLS
     record) from the thread's pointer (its stack record's reserved[0]), inside its stack
     mapping (other threads) or apart from it (the main thread). Named by the module's TLS
     symbol (`tally (thread-local, thread 1's copy)`), one object per thread's copy, as each
-    thread's stack is one; without a symbol, the module's block."""
-    tls = al[al["kind"] == AL_TLS]
+    thread's stack is one; without a symbol, the module's block. `tls`: the process's
+    LOCUS_AL_TLS records."""
     if not len(tls) or not len(st):
         return
     tps = st[st["reserved"][:, 0] != 0]
@@ -474,16 +475,18 @@ def _name_tls(names, objs, pi: int, site: int, copies: list, obj, off) -> None:
             off[e[sel]] = so
 
 
-def _loader_tls(names, pi: int, al: np.ndarray, block) -> int | None:
+def _loader_tls(names, pi: int, tls: np.ndarray, block, static: dict) -> int | None:
     """The module whose dynamic TLS a heap block is (an address in it), where the loader
     allocated the block (glibc's `__tls_get_addr` mallocs a dlopen'ed module's TLS at each
-    thread's first use) and one loaded module without a static TLS block has a TLS segment
-    of its size; else None."""
+    thread's first use) and one loaded module without a static TLS block (`tls`, the
+    process's LOCUS_AL_TLS records) has a TLS segment of its size; else None. `static`
+    keeps those modules' paths, found at the first such block, for the next."""
     where = names.module_path(pi, int(block["site"])) or ""
     if not os.path.basename(where).startswith(LOADERS):
         return None
-    static = {p for r in al[al["kind"] == AL_TLS] if (p := names.module_path(pi, int(r["site"])))}
-    return names.dynamic_tls(pi, int(block["size"]), static)
+    if "paths" not in static:
+        static["paths"] = {p for r in tls if (p := names.module_path(pi, int(r["site"])))}
+    return names.dynamic_tls(pi, int(block["size"]), static["paths"])
 
 
 # The dynamic loader's file names (ld-linux-x86-64.so.2, ld-linux-aarch64.so.1, ld.so).
@@ -520,7 +523,9 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
         st = al[al["kind"] == AL_STACK]
         st = st[np.argsort(st["t"], kind="stable")[::-1]]
         ends = _thread_ends(run.procs[pi].threads)
-        _attribute_tls(al, st, ends, pi, m, a, t, obj, off, names, objs, th)
+        tls = al[al["kind"] == AL_TLS]
+        _attribute_tls(tls, st, ends, pi, m, a, t, obj, off, names, objs, th)
+        static_tls: dict = {}  # (_loader_tls)
         for row in st:
             lo, size, tid = int(row["addr"]), int(row["size"]), int(row["tid"])
             hit = (obj[m] < 0) & (a >= lo) & (a < lo + size) & (t >= np.uint64(row["t"]))
@@ -574,7 +579,9 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
             for bi in np.unique(bidx[got]).tolist():
                 r = b[bi]
                 sel = todo[got & (bidx == bi)]
-                tls_site = _loader_tls(names, pi, al, r) if r["kind"] == AL_MALLOC else None
+                tls_site = (
+                    _loader_tls(names, pi, tls, r, static_tls) if r["kind"] == AL_MALLOC else None
+                )
                 if tls_site is not None:  # a thread's copy of a dlopen'ed module's TLS
                     o = (a[sel] - r["addr"]).astype(np.int64)
                     owner = th.index.get((pi, int(r["tid"])), -1)
@@ -2719,9 +2726,12 @@ def _same_locks(o: dict, names, per: dict[int, Counter]) -> bool:
     return sum(len(a & b) / len(a | b) for a, b in pairs) / len(pairs) >= SAME_LOCKS_SHARED
 
 
-# The functions compilers outline an OpenMP region into: gcc's `main._omp_fn.0`, clang's
-# `.omp_outlined.` (`__omp_outlined__` in older ones).
-OMP_OUTLINED = re.compile(r"\._omp_fn\.\d+|\.omp_outlined\.|__omp_outlined__")
+def _in_omp_region(site: dict | None) -> bool:
+    """Whether a code site (_top_site) is in the body of an OpenMP region (dwarf's names of
+    the outlined functions: gcc's `main._omp_fn.0`, clang's `.omp_outlined.`)."""
+    return site is not None and omp_outlined(site.get("function") or "")
+
+
 ONE_DIMENSION = re.compile(r"^[^\[]*\[(\d+)\]$")
 
 
@@ -2730,7 +2740,7 @@ def _omp_reduction(o: dict, names, site: dict | None, offs: list[int], fortran: 
     under `omp atomic`): ": an OpenMP reduction, reduction(+: hist[:16])" where the words
     are one array variable's (C, C++; Fortran reduces a whole array, `reduction(+: hist)`),
     ": an OpenMP reduction" otherwise; "" outside OpenMP regions."""
-    if site is None or not OMP_OUTLINED.search(site.get("function") or ""):
+    if not _in_omp_region(site):
         return ""
     layout = _layout_of(o, names)
     var = n = None
@@ -3245,7 +3255,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             omp = (
                 "; or, where each thread only accumulates into its own, accumulate in a "
                 "private variable and combine once at the end (an OpenMP reduction)"
-                if site is not None and OMP_OUTLINED.search(site.get("function") or "")
+                if _in_omp_region(site)
                 else ""
             )
             out.append(
