@@ -131,6 +131,19 @@ def parse_bulletin(value: str) -> int:
     return v
 
 
+KEEP_MAX = 1 << 40  # samples a thread writes at each rate: beyond, the same as 0 (all)
+
+
+def parse_keep(value: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: '{value}'") from None
+    if not 0 <= v <= KEEP_MAX:
+        raise argparse.ArgumentTypeError(f"must be 0 (keep all) to {KEEP_MAX}: '{value}'")
+    return v
+
+
 def parse_bind(value: str) -> str:
     if value in BIND_POLICIES:
         return value
@@ -388,6 +401,15 @@ def add_record_parser(sub) -> None:
         help="most bulletin-board entries, a power of two (default 4096; 64 per thread are used)",
     )
     c.add_argument(
+        "--keep-samples",
+        dest="keep",
+        type=parse_keep,
+        metavar="N",
+        help="samples each thread writes before writing 1 in 2, then 1 in 4 after N more, ... "
+        "(each counting for those left out; detections are not thinned): the samples file "
+        "grows with the log of a long run's length (default 65536; 0: write all)",
+    )
+    c.add_argument(
         "--bind",
         type=parse_bind,
         metavar="POLICY",
@@ -582,6 +604,7 @@ def cmd_record(ns: argparse.Namespace) -> int:
             ("--period", ns.period),
             ("--watchpoints", ns.watchpoints),
             ("--bulletin-size", ns.bulletin),
+            ("--keep-samples", ns.keep),
             ("--bind", ns.bind),
         )
         if v is not None
@@ -594,6 +617,7 @@ def cmd_record(ns: argparse.Namespace) -> int:
             "period_n": period_n,
             "watchpoints": ns.watchpoints,
             "bulletin": ns.bulletin,
+            "keep": ns.keep,
             "watch_loads": None if ns.watch_loads is None else ns.watch_loads == "on",
             "bind": ns.bind,
         }

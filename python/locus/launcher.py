@@ -49,6 +49,7 @@ COMM_DEFAULTS = {
     "period_n": 0,
     "watchpoints": 4,
     "bulletin": 4096,
+    "keep": 65536,  # samples a thread writes at each rate (runtime/comm/comm.c, thinned_out)
     "bind": "none",
     "watch_loads": None,  # None: on with the soft backend (detect.c), off with hw
 }
@@ -444,7 +445,7 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
     given = {k for k, v in (options or {}).items() if v is not None}
     # Options only a sampling backend uses: given, `auto` keeps to sampling.
     sampling_given = sorted(
-        given & {"period_ns", "period_n", "watchpoints", "bulletin", "watch_loads"}
+        given & {"period_ns", "period_n", "watchpoints", "bulletin", "watch_loads", "keep"}
     )
     backend = asked
     module = None  # exact: the instrumented module
@@ -489,6 +490,7 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
             flag = {"period_ns": "--period", "period_n": "--period", "watchpoints": "--watchpoints"}
             flag["bulletin"] = "--bulletin-size"
             flag["watch_loads"] = "--watch-loads"
+            flag["keep"] = "--keep-samples"
             raise LocusError(
                 f"{flag[sampling_given[0]]} does not apply to --backend exact (it sees every "
                 "access, with no sampling, bulletin board or watchpoints)",
@@ -535,6 +537,7 @@ def resolve_comm(options: dict | None, exe: str, command: list[str]) -> dict:
         if o["watch_loads"] is not None
         else backend == "soft",
         "bulletin": bulletin,
+        "keep": int(o["keep"]),
         "line_size": comm_line_size(),
         "bind": str(o["bind"]),
     }
@@ -547,6 +550,7 @@ def comm_env(comm: dict) -> dict[str, str]:
         "LOCUS_COMM_PERIOD_N": str(comm["period_n"]),
         "LOCUS_COMM_WATCHPOINTS": str(comm["watchpoints"]),
         "LOCUS_COMM_BULLETIN": str(comm["bulletin"]),
+        "LOCUS_COMM_KEEP": str(comm.get("keep", COMM_DEFAULTS["keep"])),
         "LOCUS_COMM_WATCH_LOADS": "1" if comm.get("watch_loads") else "0",
         "LOCUS_LINE_SIZE": str(comm["line_size"]),
         "LOCUS_BIND": comm["bind"],

@@ -173,7 +173,8 @@ COMM_SAMPLE_DTYPE = np.dtype(
         ("flags", "<u4"),
         ("len", "<u2"),
         ("kind", "<u2"),
-        ("pad", "<u8"),
+        ("thin", "<u4"),  # the record stands for `thin` samples (0, 1: every one written)
+        ("pad", "<u4"),
     ]
 )
 

@@ -48,6 +48,7 @@ static void read_config(void) {
   c->line = (uint32_t)env_u64("LOCUS_LINE_SIZE", 64);
   c->detect = (int)env_u64("LOCUS_COMM_DETECT", 1) != 0;
   c->watch_loads = (int)env_u64("LOCUS_COMM_WATCH_LOADS", 0) != 0;
+  c->keep = env_u64("LOCUS_COMM_KEEP", 65536);
   if (c->line == 0 || (c->line & (c->line - 1))) c->line = 64;
   const char *bind = getenv("LOCUS_BIND");
   strncpy(c->bind, bind ? bind : "none", sizeof c->bind - 1);
@@ -75,7 +76,40 @@ int locus_comm_put_event(const struct locus_comm_event *e) {
   return -1;
 }
 
+/* Long runs: the samples file grows by 64 bytes a sample (230 MB a busy thread-hour at the
+ * default period). Past its first `keep` written samples a thread writes one in 2, past the
+ * next `keep` one in 4, ... (at most one in 2^THIN_MAX), each chosen at random, with its
+ * periods multiplied by the 2^shift it stands for: the numa lens's access counts, weighted
+ * by periods, stay unbiased, and the file grows with the logarithm of the run's length. 1:
+ * this sample is not written. */
+#define THIN_MAX 20
+static int thinned_out(uint32_t *thin) {
+  struct locus_comm_tls *ct = &locus_ct;
+  uint64_t keep = locus_comm_cfg.keep;
+  *thin = 1;
+  if (!keep) return 0;
+  if (ct->shift) {
+    if (!ct->rng) ct->rng = (locus_ticks() ^ ((uint64_t)locus_me.tid << 32)) | 1;
+    ct->rng ^= ct->rng << 13; /* xorshift64 */
+    ct->rng ^= ct->rng >> 7;
+    ct->rng ^= ct->rng << 17;
+    *thin = 1u << ct->shift;
+    if (ct->rng & (*thin - 1)) return 1;
+  }
+  if (++ct->kept >= keep && ct->shift < THIN_MAX) {
+    ct->kept = 0;
+    ct->shift++;
+  }
+  return 0;
+}
+
 void locus_comm_take(const struct locus_comm_access *a) {
+  uint32_t thin;
+  locus_ct.st.samples++;
+  if (thinned_out(&thin)) {
+    if (locus_comm_cfg.detect) locus_comm_detect(a);
+    return;
+  }
   struct locus_comm_sample s;
   memset(&s, 0, sizeof s);
   s.t = a->t;
@@ -86,11 +120,12 @@ void locus_comm_take(const struct locus_comm_access *a) {
   s.cpu = a->cpu;
   s.flags = a->flags;
   s.len = (uint16_t)a->len;
-  s.periods = a->weight > 1 ? a->weight : 1;
+  uint64_t periods = (uint64_t)(a->weight > 1 ? a->weight : 1) * thin;
+  s.periods = periods < UINT32_MAX ? (uint32_t)periods : UINT32_MAX;
+  s.thin = thin;
   s.kind = 1;
   locus_named(a->t, a->addr, a->len);
   s.node = locus_numa.on ? locus_numa_sample_node(a->addr, a->flags) : -1;
-  locus_ct.st.samples++;
   locus_comm_put_sample(&s);
   if (locus_comm_cfg.detect) locus_comm_detect(a);
 }
@@ -302,6 +337,8 @@ static void after_fork(void) {
   memset(&locus_ct.samples, 0, sizeof locus_ct.samples);
   memset(&locus_ct.events, 0, sizeof locus_ct.events);
   memset(&locus_ct.st, 0, sizeof locus_ct.st);
+  locus_ct.kept = locus_ct.shift = 0; /* the child's samples file starts empty */
+  locus_ct.rng = 0;
   /* The other threads' entries name TLS copies of threads the child does not have. */
   if (live) munmap(live, LIVE_MAX * sizeof *live);
   live_open();

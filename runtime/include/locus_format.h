@@ -221,7 +221,13 @@ struct locus_comm_sample { /* 64 bytes */
   uint32_t flags; /* LOCUS_AC_* */
   uint16_t len;   /* access size in bytes (1..64) */
   uint16_t kind;  /* 1 = sample; 0 = unused record */
-  uint64_t pad;
+  /* The record is the one written of `thin` samples of its thread (0 or 1: every sample is
+   * written): past a thread's first LOCUS_COMM_KEEP written samples, one in 2 is written,
+   * past the next LOCUS_COMM_KEEP one in 4, and so on, chosen at random; `periods` counts
+   * the ones left out (it is multiplied by `thin`). Every sample is still looked up and
+   * published on the bulletin board: detections are not thinned. */
+  uint32_t thin;
+  uint32_t pad;
 };
 
 #define LOCUS_CE_TRUE 1u  /* the byte ranges overlap: true sharing (else false sharing) */

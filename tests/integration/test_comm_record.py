@@ -87,9 +87,11 @@ def test_comm_options_reach_the_runtime(locus):
     proc, run = locus.record(
         ["true"],
         ("--lens", "locks,comm", "--backend", "soft", "--period", "500us",
-         "--watchpoints", "2", "--bulletin-size", "1024", "--bind", "compact"),
+         "--watchpoints", "2", "--bulletin-size", "1024", "--bind", "compact",
+         "--keep-samples", "5000"),
     )  # fmt: skip
     meta = json.loads((run / "meta.json").read_text())
+    assert meta["comm"]["keep"] == 5000 and meta["env"]["LOCUS_COMM_KEEP"] == "5000"
     assert meta["lenses"] == ["locks", "comm"]
     assert meta["comm"]["backend"] == "soft" and meta["comm"]["period_ns"] == 500_000
     assert meta["comm"]["watchpoints"] == 2 and meta["comm"]["bulletin"] == 1024
@@ -168,6 +170,7 @@ def test_comm_options_without_the_lens(locus):
         (("--watchpoints", "5"), "0 to 4"),
         (("--bulletin-size", "1000"), "power of two"),
         (("--bind", "0-3,x"), "CPU list"),
+        (("--keep-samples", "-1"), "0 (keep all)"),
     ],
 )
 def test_bad_comm_values(locus, args, needle):
@@ -568,6 +571,11 @@ def test_a_locus_cc_build_is_recorded_exactly_by_default(locus, tmp_path):
     )
     assert bad.returncode == 2
     assert "--watch-loads does not apply to --backend exact" in locus.one_error_line(bad)
+    bad = locus.run(
+        "record", "--lens", "comm", "--backend", "exact", "--keep-samples", "9", "--", exe
+    )
+    assert bad.returncode == 2
+    assert "--keep-samples does not apply to --backend exact" in locus.one_error_line(bad)
     for lens in ("locks", "numa"):  # numa samples alike but detects nothing to watch for
         bad = locus.run("record", "--lens", lens, "--watch-loads", "off", "--", exe)
         assert bad.returncode == 2
@@ -3348,3 +3356,46 @@ def test_the_service_sampler_ticks_as_the_lenses_need(locus):
         meta = json.loads((run / "meta.json").read_text())
         assert meta["sampler"]["interval_ms"] == want, (options, meta["sampler"])
         assert meta["options"]["sample_interval_ms"] == want
+
+
+def test_a_long_runs_samples_are_thinned_without_bias(locus, built_workloads):
+    """--keep-samples N: each thread writes its first N samples, then 1 in 2 for the next N
+    written, 1 in 4, ...; every written one counts for those left out (periods x thin), so
+    what the lenses weigh by periods (the numa lens's access counts) estimates the samples
+    taken, while detections are not thinned (every sample is still looked up). Ground truth:
+    the runtime's own count of the samples it took (comm.threads.bin)."""
+    import numpy as np
+
+    from locus.rundir import COMM_SAMPLE_DTYPE, COMM_THREAD_DTYPE, read_records
+
+    exe = str(built_workloads / "comm_writevol")
+    opts = ("--lens", "comm,numa", "--backend", "soft", "--keep-samples", "100")
+    _proc, run = locus.record([exe, "2", "-", "0.5", "--free"], opts)
+    (pdir,) = [p for p in (run / "procs").iterdir() if p.is_dir()]
+    s = read_records(pdir / "comm.samples.bin", COMM_SAMPLE_DTYPE)
+    ct = read_records(pdir / "comm.threads.bin", COMM_THREAD_DTYPE)
+    s, ct = s[s["kind"] == 1], ct[ct["kind"] == 1]
+    taken = {int(t["tid"]): int(t["samples"]) for t in ct}
+    busy = [tid for tid, n in taken.items() if n > 700]  # ~1000 each: 1 s at 1 ms
+    assert len(busy) == 2, taken
+    for tid in busy:
+        mine = s[s["tid"] == tid]
+        # Exactly N written at each rate but the last.
+        assert (mine["thin"] == 1).sum() == 100 and (mine["thin"] == 2).sum() == 100
+        assert mine["thin"].max() >= 4 and len(mine) < 0.6 * taken[tid], (len(mine), taken[tid])
+        assert np.array_equal(np.sort(mine["t"]), mine["t"])  # kept in time order
+    est = int(s["periods"].astype(np.int64).sum())
+    assert abs(est - sum(taken.values())) <= 0.25 * sum(taken.values()), (est, taken)
+    comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    th = comm["thinning"]
+    assert th and th["taken"] == comm["samples"] and th["written"] == len(s), (th, len(s))
+    assert th["most"] == int(s["thin"].max())
+    assert any(n.startswith("samples thinned") for n in comm["notes"]), comm["notes"]
+    assert comm["totals"]["detections"] > 100  # every sample was looked up
+    numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
+    weighed = numa["totals"]["accesses"] + numa["totals"]["stack"]
+    assert abs(weighed - comm["samples"]) <= 0.25 * comm["samples"], (weighed, comm["samples"])
+    assert numa["thinning"]["most"] == th["most"]
+    # The default keeps a short run whole.
+    _proc, whole = locus.record([exe, "2", "-", "0.5", "--free"], ("--lens", "comm"))
+    assert locus.report(whole, "--lens", "comm")["lenses"]["comm"]["thinning"] is None

@@ -42,6 +42,8 @@ from locus.analysis.common import (
     site_callers,
     stack_table,
     task_switches,
+    thinning,
+    thinning_note,
     thread_rows,
     unseen_tasks_note,
     via_text,
@@ -1043,6 +1045,16 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             "as a load, at the trap's pc; their true/false verdicts and byte ranges are a "
             "guess"
         )
+    thinned = thinning(run, counters["samples"]) if cfg["backend"] != "exact" else None
+    if thinned:
+        notes.append(
+            thinning_note(
+                thinned,
+                "detections are not thinned (every sample was looked up and published on the "
+                "bulletin board); the bytes each thread touched on a line and the shared words "
+                "are read from the written samples",
+            )
+        )
     seen = counters["samples"] + counters["skipped"]
     if cfg["backend"] != "exact" and seen and counters["skipped"] > SKIPPED_NOTE * seen:
         k, u = counters["kernel"], counters["undecoded"]
@@ -1237,6 +1249,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         "bind": cfg["bind"],
         "samples": counters["samples"],
         "skipped": counters["skipped"],
+        "thinning": thinned,
         "ticked_threads": ticked,
         "counters": counters,
         "overhead_s": counters["self_ns"] / 1e9,

@@ -19,6 +19,7 @@ from locus.rundir import (
     ALF_REMAP,
     ALF_TIMED,
     ALLOC_DTYPE,
+    COMM_SAMPLE_DTYPE,
     PROC_FORKED,
     THREAD_MAIN,
     RunDir,
@@ -717,4 +718,43 @@ def unseen_tasks_note(run: RunDir, th: Threads) -> str | None:
         "them (threads made by a raw clone rather than pthread_create, or processes it "
         "could not enter: a static executable): their accesses are not sampled, and are "
         "missing from every table"
+    )
+
+
+THINNING_READ = 200_000  # sample records a process's thinning is read from (a stride)
+
+
+def thinning(run: RunDir, taken: int) -> dict | None:
+    """The runtime's thinning of the samples files (struct locus_comm_sample's `thin`: past a
+    thread's first --keep-samples written samples, 1 in 2, then 1 in 4, ... was written, its
+    `periods` counting the others): None when every sample was written, else {"written": the
+    records the files hold (read every `stride`-th record of a long file, so estimated
+    there), "taken": the samples taken, "most": the largest 1-in-K}."""
+    written, most = 0, 1
+    for p in run.procs:
+        path = p.file("comm.samples.bin")
+        try:
+            n = os.path.getsize(path) // COMM_SAMPLE_DTYPE.itemsize
+        except OSError:
+            continue
+        if n == 0:
+            continue
+        stride = max(1, n // THINNING_READ)
+        s = np.memmap(path, dtype=COMM_SAMPLE_DTYPE, mode="r", shape=(n,))[::stride]
+        used = s["kind"] != 0
+        written += int(used.sum()) * stride
+        if used.any():
+            most = max(most, int(s["thin"][used].max()))
+    if most <= 1:
+        return None
+    return {"written": min(written, taken) if taken else written, "taken": taken, "most": most}
+
+
+def thinning_note(t: dict, tail: str) -> str:
+    """The report's note on thinned samples (thinning()); `tail`: what it means in this lens."""
+    return (
+        f"samples thinned to keep a long run's files small (--keep-samples): past each "
+        f"thread's first written samples, 1 in 2 was written, then 1 in 4, ... (up to 1 in "
+        f"{t['most']} here), chosen at random; the samples files hold about {t['written']} of "
+        f"the {t['taken']} samples taken; {tail}"
     )
