@@ -405,9 +405,9 @@ def add_record_parser(sub) -> None:
         dest="keep",
         type=parse_keep,
         metavar="N",
-        help="samples each thread writes before writing 1 in 2, then 1 in 4 after N more, ... "
-        "(each counting for those left out; detections are not thinned): the samples file "
-        "grows with the log of a long run's length (default 65536; 0: write all)",
+        help="samples (and detections) each thread writes before writing 1 in 2, then 1 in 4 "
+        "after N more, ..., each counting for those left out: the files grow with the log of "
+        "a long run's length (default 65536; 0: write all)",
     )
     c.add_argument(
         "--bind",

@@ -60,13 +60,51 @@ static int open_streams(void) {
          locus_stream_open(&thread_stream, locus_proc_dirfd, "comm.threads.bin");
 }
 
+/* Long runs: the samples file grows by 64 bytes a sample (230 MB a busy thread-hour at the
+ * default period), the events file by 128 bytes a detection. Past its first `keep` written
+ * records of a kind a thread writes one in 2, past the next `keep` one in 4, ... (at most one
+ * in 2^THIN_MAX), each chosen at random, weighted by the 2^shift it stands for (a sample's
+ * periods, an event's volume): sums over them stay unbiased, and the files grow with the
+ * logarithm of the run's length. 1: this record is not written. */
+#define THIN_MAX 20
+static int thinned_out(struct locus_thin *ts, uint32_t *thin) {
+  uint64_t keep = locus_comm_cfg.keep;
+  *thin = 1;
+  if (!keep) return 0;
+  if (ts->shift) {
+    uint64_t *r = &locus_ct.rng;
+    if (!*r) *r = (locus_ticks() ^ ((uint64_t)locus_me.tid << 32)) | 1;
+    *r ^= *r << 13; /* xorshift64 */
+    *r ^= *r >> 7;
+    *r ^= *r << 17;
+    *thin = 1u << ts->shift;
+    if (*r & (*thin - 1)) return 1;
+  }
+  if (++ts->kept >= keep && ts->shift < THIN_MAX) {
+    ts->kept = 0;
+    ts->shift++;
+  }
+  return 0;
+}
+
 int locus_comm_put_sample(const struct locus_comm_sample *s) {
   if (locus_cursor_put(&sample_stream, &locus_ct.samples, s, sizeof *s) == 0) return 0;
   locus_ct.st.dropped++;
   return -1;
 }
 
+/* The exact backend's transfers are the ground truth: never thinned. A thinned event
+ * carries its 1-in-K in reserved[5] (docs/format.md). */
 int locus_comm_put_event(const struct locus_comm_event *e) {
+  uint32_t thin = 1;
+  if (!(e->flags & LOCUS_CE_EXACT) && thinned_out(&locus_ct.thin_events, &thin)) return 0;
+  struct locus_comm_event w;
+  if (thin > 1) {
+    w = *e;
+    w.volume *= thin;
+    w.reserved[5] = thin;
+    e = &w;
+  }
   locus_named(e->t, e->line, locus_comm_cfg.line);
   if (locus_cursor_put(&event_stream, &locus_ct.events, e, sizeof *e) == 0) {
     locus_ct.st.detections++;
@@ -76,37 +114,10 @@ int locus_comm_put_event(const struct locus_comm_event *e) {
   return -1;
 }
 
-/* Long runs: the samples file grows by 64 bytes a sample (230 MB a busy thread-hour at the
- * default period). Past its first `keep` written samples a thread writes one in 2, past the
- * next `keep` one in 4, ... (at most one in 2^THIN_MAX), each chosen at random, with its
- * periods multiplied by the 2^shift it stands for: the numa lens's access counts, weighted
- * by periods, stay unbiased, and the file grows with the logarithm of the run's length. 1:
- * this sample is not written. */
-#define THIN_MAX 20
-static int thinned_out(uint32_t *thin) {
-  struct locus_comm_tls *ct = &locus_ct;
-  uint64_t keep = locus_comm_cfg.keep;
-  *thin = 1;
-  if (!keep) return 0;
-  if (ct->shift) {
-    if (!ct->rng) ct->rng = (locus_ticks() ^ ((uint64_t)locus_me.tid << 32)) | 1;
-    ct->rng ^= ct->rng << 13; /* xorshift64 */
-    ct->rng ^= ct->rng >> 7;
-    ct->rng ^= ct->rng << 17;
-    *thin = 1u << ct->shift;
-    if (ct->rng & (*thin - 1)) return 1;
-  }
-  if (++ct->kept >= keep && ct->shift < THIN_MAX) {
-    ct->kept = 0;
-    ct->shift++;
-  }
-  return 0;
-}
-
 void locus_comm_take(const struct locus_comm_access *a) {
   uint32_t thin;
   locus_ct.st.samples++;
-  if (thinned_out(&thin)) {
+  if (thinned_out(&locus_ct.thin_samples, &thin)) {
     if (locus_comm_cfg.detect) locus_comm_detect(a);
     return;
   }
@@ -337,7 +348,9 @@ static void after_fork(void) {
   memset(&locus_ct.samples, 0, sizeof locus_ct.samples);
   memset(&locus_ct.events, 0, sizeof locus_ct.events);
   memset(&locus_ct.st, 0, sizeof locus_ct.st);
-  locus_ct.kept = locus_ct.shift = 0; /* the child's samples file starts empty */
+  /* the child's files start empty */
+  memset(&locus_ct.thin_samples, 0, sizeof locus_ct.thin_samples);
+  memset(&locus_ct.thin_events, 0, sizeof locus_ct.thin_events);
   locus_ct.rng = 0;
   /* The other threads' entries name TLS copies of threads the child does not have. */
   if (live) munmap(live, LIVE_MAX * sizeof *live);

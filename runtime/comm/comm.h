@@ -53,8 +53,10 @@ struct locus_comm_tls {
   int started;      /* thread_init ran and the counters are live */
   uint32_t ticks;   /* sampler signals since the record was last written */
   uint64_t written; /* locus_ticks() at the last write */
-  uint64_t kept;    /* samples written at the current rate, 1 in 2^shift (locus_comm_take) */
-  uint32_t shift;
+  struct locus_thin {
+    uint64_t kept; /* records written at the current rate, 1 in 2^shift (comm.c, thinned_out) */
+    uint32_t shift;
+  } thin_samples, thin_events;
   uint64_t rng; /* xorshift64 state of the thinning's choices; 0 = not seeded */
 };
 extern LOCUS_TLS struct locus_comm_tls locus_ct;

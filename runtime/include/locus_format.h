@@ -225,7 +225,8 @@ struct locus_comm_sample { /* 64 bytes */
    * written): past a thread's first LOCUS_COMM_KEEP written samples, one in 2 is written,
    * past the next LOCUS_COMM_KEEP one in 4, and so on, chosen at random; `periods` counts
    * the ones left out (it is multiplied by `thin`). Every sample is still looked up and
-   * published on the bulletin board: detections are not thinned. */
+   * published on the bulletin board; the detections are thinned alike on their own (struct
+   * locus_comm_event's reserved[5]). */
   uint32_t thin;
   uint32_t pad;
 };
@@ -261,6 +262,11 @@ struct locus_comm_event { /* 128 bytes (64 in format version 1: no callers, no r
   uint8_t dst_off, dst_len; /* byte range within the line of the detecting access */
   uint64_t src_caller;      /* the callers of src_ip and dst_ip when they are in a system */
   uint64_t dst_caller;      /* library, as struct locus_comm_sample's caller; 0 = none */
+  /* reserved[0..2]: LOCUS_CE_PROCS's shared memory; reserved[5]: the event is the one
+   * written of that many detections of its thread (0 or 1: every one written): past a
+   * thread's first LOCUS_COMM_KEEP written events one in 2 is written, past the next as many
+   * one in 4, ..., chosen at random, its `volume` multiplied by it (never for
+   * LOCUS_CE_EXACT) */
   uint64_t reserved[6];
   uint16_t flags;     /* LOCUS_CE_* */
   uint16_t kind;      /* 1 = event; 0 = unused record */

@@ -3358,23 +3358,25 @@ def test_the_service_sampler_ticks_as_the_lenses_need(locus):
         assert meta["options"]["sample_interval_ms"] == want
 
 
-def test_a_long_runs_samples_are_thinned_without_bias(locus, built_workloads):
+def test_a_long_runs_records_are_thinned_without_bias(locus, built_workloads):
     """--keep-samples N: each thread writes its first N samples, then 1 in 2 for the next N
-    written, 1 in 4, ...; every written one counts for those left out (periods x thin), so
-    what the lenses weigh by periods (the numa lens's access counts) estimates the samples
-    taken, while detections are not thinned (every sample is still looked up). Ground truth:
-    the runtime's own count of the samples it took (comm.threads.bin)."""
+    written, 1 in 4, ..., and its detections alike; every written one counts for those left
+    out (a sample's periods, an event's volume, x its 1-in-K), so what weighs them (the
+    numa lens's access counts, the comm volumes) estimates what was taken. Ground truth: the
+    runtime's own count of the samples it took (comm.threads.bin), and the detections per
+    sample of the same false-sharing workload recorded whole."""
     import numpy as np
 
-    from locus.rundir import COMM_SAMPLE_DTYPE, COMM_THREAD_DTYPE, read_records
+    from locus.rundir import COMM_EVENT_DTYPE, COMM_SAMPLE_DTYPE, COMM_THREAD_DTYPE, read_records
 
-    exe = str(built_workloads / "comm_writevol")
+    argv = [str(built_workloads / "comm_falseshare"), "2", "-", "0.5", "--free"]
     opts = ("--lens", "comm,numa", "--backend", "soft", "--keep-samples", "100")
-    _proc, run = locus.record([exe, "2", "-", "0.5", "--free"], opts)
+    _proc, run = locus.record(argv, opts)
     (pdir,) = [p for p in (run / "procs").iterdir() if p.is_dir()]
     s = read_records(pdir / "comm.samples.bin", COMM_SAMPLE_DTYPE)
+    e = read_records(pdir / "comm.events.bin", COMM_EVENT_DTYPE)
     ct = read_records(pdir / "comm.threads.bin", COMM_THREAD_DTYPE)
-    s, ct = s[s["kind"] == 1], ct[ct["kind"] == 1]
+    s, e, ct = s[s["kind"] == 1], e[e["kind"] == 1], ct[ct["kind"] == 1]
     taken = {int(t["tid"]): int(t["samples"]) for t in ct}
     busy = [tid for tid, n in taken.items() if n > 700]  # ~1000 each: 1 s at 1 ms
     assert len(busy) == 2, taken
@@ -3384,18 +3386,26 @@ def test_a_long_runs_samples_are_thinned_without_bias(locus, built_workloads):
         assert (mine["thin"] == 1).sum() == 100 and (mine["thin"] == 2).sum() == 100
         assert mine["thin"].max() >= 4 and len(mine) < 0.6 * taken[tid], (len(mine), taken[tid])
         assert np.array_equal(np.sort(mine["t"]), mine["t"])  # kept in time order
+        k = np.maximum(e["reserved"][e["dst_tid"] == tid][:, 5], 1)
+        assert (k == 1).sum() == 100 and k.max() >= 2, np.unique(k, return_counts=True)
     est = int(s["periods"].astype(np.int64).sum())
     assert abs(est - sum(taken.values())) <= 0.25 * sum(taken.values()), (est, taken)
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]
-    th = comm["thinning"]
+    th, tot = comm["thinning"], comm["totals"]
     assert th and th["taken"] == comm["samples"] and th["written"] == len(s), (th, len(s))
     assert th["most"] == int(s["thin"].max())
+    assert tot["detections_written"] == len(e) < tot["detections"]
+    assert tot["detections"] == int(np.maximum(e["reserved"][:, 5], 1).sum())
     assert any(n.startswith("samples thinned") for n in comm["notes"]), comm["notes"]
-    assert comm["totals"]["detections"] > 100  # every sample was looked up
+    assert any(n.startswith("detections thinned") for n in comm["notes"]), comm["notes"]
     numa = locus.report(run, "--lens", "numa")["lenses"]["numa"]
     weighed = numa["totals"]["accesses"] + numa["totals"]["stack"]
     assert abs(weighed - comm["samples"]) <= 0.25 * comm["samples"], (weighed, comm["samples"])
     assert numa["thinning"]["most"] == th["most"]
-    # The default keeps a short run whole.
-    _proc, whole = locus.record([exe, "2", "-", "0.5", "--free"], ("--lens", "comm"))
-    assert locus.report(whole, "--lens", "comm")["lenses"]["comm"]["thinning"] is None
+    # The same workload written whole (the default keeps a short run whole): the volume a
+    # sample finds, thinned or not.
+    _proc, whole = locus.record(argv, ("--lens", "comm", "--backend", "soft"))
+    ref = locus.report(whole, "--lens", "comm")["lenses"]["comm"]
+    assert ref["thinning"] is None and ref["totals"]["detections_written"] > 1000
+    dens, ref_dens = tot["all"] / comm["samples"], ref["totals"]["all"] / ref["samples"]
+    assert abs(dens - ref_dens) <= 0.25 * ref_dens, (dens, ref_dens)

@@ -131,6 +131,9 @@ class Events:
     # The program's calls into the system library src_ip/dst_ip is in (soft), 0 none.
     src_caller: np.ndarray
     dst_caller: np.ndarray
+    # The detections each event stands for: 1, or the runtime's 1-in-K of a thinned event
+    # (reserved[5]: --keep-samples), whose volume counts the ones left out already.
+    count: np.ndarray
 
 
 def recorded(run: RunDir) -> bool:
@@ -163,7 +166,11 @@ def valid_events(e: np.ndarray) -> np.ndarray:
         & (e["dst_cpu"] >= -1)
         & (e["dst_cpu"] < CPU_MAX)
         & vol_ok
+        & (e["reserved"][:, 5] <= THIN_MOST)
     )
+
+
+THIN_MOST = 1 << 20  # the runtime's largest 1-in-K (comm.c, THIN_MAX)
 
 
 def valid_threads(c: np.ndarray) -> np.ndarray:
@@ -191,9 +198,10 @@ def load_events(run: RunDir, th: _Threads, notes: list[str] | None = None) -> Ev
             continue
         cols["proc"].append(np.full(len(e), i, dtype=np.int64))
         for k in Events.__dataclass_fields__:
-            if k in ("proc", "src_proc", "dst_proc", "src", "dst"):
+            if k in ("proc", "src_proc", "dst_proc", "src", "dst", "count"):
                 continue
             cols[k].append(e[k])
+        cols["count"].append(np.maximum(e["reserved"][:, 5], 1).astype(np.int64))
         src_tid.append(e["src_tid"])
         dst_tid.append(e["dst_tid"])
         for j in np.flatnonzero((e["flags"] & CE_PROCS) != 0).tolist():
@@ -901,6 +909,19 @@ def _rse(n: float) -> float | None:
     return None if n <= 0 else 1.0 / float(np.sqrt(n))
 
 
+def _effective(count: np.ndarray, group: np.ndarray | None = None, n: int = 0):
+    """The number of detections a volume's error is that of (Poisson: n with every event
+    standing for one detection; (sum k)^2 / sum k^2 with thinned events of 1-in-k): per
+    group (np.bincount's labels, n groups) or of them all."""
+    k = count.astype(np.float64)
+    if group is None:
+        s2 = float((k * k).sum())
+        return float(k.sum()) ** 2 / s2 if s2 else 0.0
+    s1 = np.bincount(group, weights=k, minlength=n)
+    s2 = np.bincount(group, weights=k * k, minlength=n)
+    return np.divide(s1 * s1, s2, out=np.zeros(n), where=s2 > 0)
+
+
 def analyze(run: RunDir, opts: Options | None = None) -> dict:
     """The `lenses.comm` object of the report (full tables, sorted by volume desc)."""
     opts = opts or Options()
@@ -980,23 +1001,25 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         )
 
     totals = {k: float(v.sum()) for k, v in wk.items()}
-    totals["detections"] = n_ev
+    # Detections made (a thinned event counts those it stands for); written: the records.
+    totals["detections"] = int(ev.count.sum())
+    totals["detections_written"] = n_ev
     # The volume of detections without a CPU: in the totals, in no core or node matrix.
     totals["no_cpu"] = float(w[~known_cpu].sum()) if n_ev else 0.0
     # How the sampling backends' detections were made: a sample's lookup (step 1), a trap on
     # a published store (step 2), a trap on a store to a line another thread loaded.
     trap = (ev.flags & CE_TRAP) != 0
     loaded = (ev.flags & CE_LOADED) != 0
-    totals["detections_lookup"] = int((sampled & ~trap).sum())
-    totals["detections_trap"] = int((trap & ~loaded).sum())
-    totals["detections_loaded"] = int(loaded.sum())
+    totals["detections_lookup"] = int(ev.count[sampled & ~trap].sum())
+    totals["detections_trap"] = int(ev.count[trap & ~loaded].sum())
+    totals["detections_loaded"] = int(ev.count[loaded].sum())
     # Traps whose access the decoder did not find: the watched bytes, taken as a load.
-    totals["traps_undecoded"] = int(((ev.flags & CE_GUESSED) != 0).sum())
+    totals["traps_undecoded"] = int(ev.count[(ev.flags & CE_GUESSED) != 0].sum())
     # ... of which between processes: by the runtime's board between them, or (runs before
     # it) by step 1 at report time (between_processes).
     between = (ev.flags & CE_PROCS) != 0
-    totals["detections_between_processes"] = int(between.sum())
-    totals["traps_between_processes"] = int((between & trap).sum())
+    totals["detections_between_processes"] = int(ev.count[between].sum())
+    totals["traps_between_processes"] = int(ev.count[between & trap].sum())
     totals["between_processes"] = float(w[between].sum())
     # Bytes: exact, the transfers counted; count-based sampling, ComDetective's scaled
     # lines; time-based or rate sampling, a lower bound: a sample's detection finds a line
@@ -1007,10 +1030,10 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         totals["bytes"] = totals["all"] * cfg["line_size"]
         totals["bytes_method"] = "counted" if cfg["backend"] == "exact" else "scaled"
     else:
-        lookups = int(((ev.flags & (CE_TRAP | CE_EXACT)) == 0).sum())
+        lookups = int(ev.count[(ev.flags & (CE_TRAP | CE_EXACT)) == 0].sum())
         totals["bytes"] = float(lookups * cfg["line_size"])
         totals["bytes_method"] = "lower_bound"
-    n_sampled = int(sampled.sum())
+    n_sampled = _effective(ev.count[sampled])
     totals["rse"] = _rse(n_sampled) if n_sampled else (0.0 if n_ev else None)
 
     # Runtime counters.
@@ -1050,9 +1073,10 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         notes.append(
             thinning_note(
                 thinned,
-                "detections are not thinned (every sample was looked up and published on the "
-                "bulletin board); the bytes each thread touched on a line and the shared words "
-                "are read from the written samples",
+                "every sample was still looked up and published on the bulletin board (the "
+                "detections are thinned on their own: a note below says when); the bytes each "
+                "thread touched on a line and the shared words are read from the written "
+                "samples",
             )
         )
     seen = counters["samples"] + counters["skipped"]
@@ -1117,7 +1141,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     shm = _between_processes_note(run, cfg, uses, totals, shared)
     if shm:
         notes.append(shm)
-    handoff = _handoff_note(run, cfg, uses, n_ev, counters["samples"])
+    handoff = _handoff_note(run, cfg, uses, totals["detections"], counters["samples"])
     if handoff:
         notes.append(handoff)
     if unseen:
@@ -1173,10 +1197,21 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             )
         else:
             notes.append("sampling period unknown: volumes are raw detections (not scaled)")
+        thin = ev.count[sampled]
+        if (thin > 1).any():
+            notes.append(
+                f"detections thinned like the samples (--keep-samples): past each thread's "
+                f"first written detections, 1 in 2 was written, then 1 in 4, ... (up to 1 in "
+                f"{int(thin.max())} here), chosen at random, each written one's volume counting "
+                f"those left out; {len(thin)} written stand for {int(thin.sum())}: the volumes "
+                f"stay unbiased, with the error of {n_sampled:.0f} detections, not of "
+                f"{int(thin.sum())}"
+            )
         notes.append(
-            f"volumes are estimated from {n_sampled} sampled detection(s): relative standard "
-            f"error about {100 * rse:.1f} % of the total (1/sqrt(detections), Poisson); "
-            f"a cell or row with fewer than {MIN_DETECTIONS} detections is indicative only"
+            f"volumes are estimated from {n_sampled:.0f} sampled detection(s): relative "
+            f"standard error about {100 * rse:.1f} % of the total (1/sqrt(detections), "
+            f"Poisson{'; thinned detections count (sum k)^2 / sum k^2' if (thin > 1).any() else ''}"
+            f"); a cell or row with fewer than {MIN_DETECTIONS} detections is indicative only"
         )
     if cfg["backend"] == "exact" and cfg.get("exact_hooks"):
         partial = bool(counters["skipped"]) or bool(
@@ -1328,7 +1363,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
         return []
     tids = np.array([t["tid"] for t in threads] + [-1], dtype=np.int64)
     S = _sums(obj, n, wk)
-    det = np.bincount(obj, weights=sampled.astype(float), minlength=n)
+    det = _effective(np.where(sampled, ev.count, 0), obj, n)
     order = np.lexsort((-S["false"], -S["all"]))[: opts.top_objects]
     heaps = [objs.info[o] for o in order.tolist() if objs.info[o]["kind"] == "heap"]
     heaps += objs.writer_blocks[:VICTIM_WRITERS_LOOKED]
@@ -1509,7 +1544,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "all": float(S["all"][o]),
                 "true": float(S["true"][o]),
                 "false": float(S["false"][o]),
-                "detections": int(len(m)),
+                "detections": int(ev.count[m].sum()),
                 "rse": _rse(det[o]) if det[o] else 0.0,
                 "lines": int(len(np.unique(ev.line[m]))),
                 "threads": np.unique(np.concatenate([ev.src[m], ev.dst[m]])).tolist(),
@@ -1783,6 +1818,7 @@ def between_processes(
         dst_flags=(smp["flags"][d] & AC_KNOWN).astype(np.uint32),
         src_caller=smp["caller"][w],
         dst_caller=smp["caller"][d],
+        count=np.ones(len(d), dtype=np.int64),
     )
     return ev
 
@@ -2238,7 +2274,7 @@ def _line_rows(ev, wk, obj, offsets, objs, threads, names, opts) -> list:
     # them by it, _fields_timed)
     when = np.concatenate([ev.t[keep][mine], ev.t[keep][wrote]])
     timed_rows: dict[tuple[int, int], list] = {}
-    n_det = np.bincount(inv, minlength=n)
+    n_det = np.bincount(inv, weights=ev.count.astype(np.float64), minlength=n).astype(np.int64)
     out = []
     for li, g in enumerate(order.tolist()):
         e = first[g]
@@ -3021,7 +3057,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
         if not o.get("rse", 0) and o["false"] < ADVICE_EXACT_MIN * run_all:
             # Counted (exact): a handful of transfers beside hundreds of thousands.
             continue
-        if o.get("rse", 0) and o.get("detections", 0) < ADVICE_MIN_DETECTIONS:
+        if o.get("rse", 0) and o["rse"] ** -2 < ADVICE_MIN_DETECTIONS - 1e-9:
             continue
         acc = o["_false_accesses"]
         if not acc:
