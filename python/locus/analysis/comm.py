@@ -42,8 +42,7 @@ from locus.analysis.common import (
     site_callers,
     stack_table,
     task_switches,
-    thinning,
-    thinning_note,
+    thinning_noted,
     thread_rows,
     unseen_tasks_note,
     via_text,
@@ -1068,17 +1067,16 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             "as a load, at the trap's pc; their true/false verdicts and byte ranges are a "
             "guess"
         )
-    thinned = thinning(run, counters["samples"]) if cfg["backend"] != "exact" else None
-    if thinned:
-        notes.append(
-            thinning_note(
-                thinned,
-                "every sample was still looked up and published on the bulletin board (the "
-                "detections are thinned on their own: a note below says when); the bytes each "
-                "thread touched on a line and the shared words are read from the written "
-                "samples",
-            )
-        )
+    thinned = thinning_noted(
+        run,
+        cfg["backend"],
+        counters["samples"],
+        notes,
+        "every sample was still looked up and published on the bulletin board (the "
+        "detections are thinned on their own: a note below says when); the bytes each "
+        "thread touched on a line and the shared words are read from the written "
+        "samples",
+    )
     seen = counters["samples"] + counters["skipped"]
     if cfg["backend"] != "exact" and seen and counters["skipped"] > SKIPPED_NOTE * seen:
         k, u = counters["kernel"], counters["undecoded"]

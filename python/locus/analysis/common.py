@@ -750,11 +750,15 @@ def thinning(run: RunDir, taken: int) -> dict | None:
     return {"written": min(written, taken) if taken else written, "taken": taken, "most": most}
 
 
-def thinning_note(t: dict, tail: str) -> str:
-    """The report's note on thinned samples (thinning()); `tail`: what it means in this lens."""
-    return (
-        f"samples thinned to keep a long run's files small (--keep-samples): past each "
-        f"thread's first written samples, 1 in 2 was written, then 1 in 4, ... (up to 1 in "
-        f"{t['most']} here), chosen at random; the samples files hold about {t['written']} of "
-        f"the {t['taken']} samples taken; {tail}"
-    )
+def thinning_noted(run: RunDir, backend: str, taken: int, notes: list[str], tail: str):
+    """thinning() of a sampling backend's run, with the report's note on it appended to
+    `notes` when there is any; `tail`: what it means in this lens."""
+    t = thinning(run, taken) if backend != "exact" else None
+    if t:
+        notes.append(
+            f"samples thinned to keep a long run's files small (--keep-samples): past each "
+            f"thread's first written samples, 1 in 2 was written, then 1 in 4, ... (up to 1 in "
+            f"{t['most']} here), chosen at random; the samples files hold about {t['written']} "
+            f"of the {t['taken']} samples taken; {tail}"
+        )
+    return t

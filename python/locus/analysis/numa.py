@@ -48,8 +48,7 @@ from locus.analysis.common import (
     site_callers,
     site_str,
     stack_table,
-    thinning,
-    thinning_note,
+    thinning_noted,
     thread_rows,
     unseen_tasks_note,
 )
@@ -830,15 +829,14 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
     keys = ("signals", "samples", "skipped", "undecoded", "kernel", "dropped", "self_ns")
     counters = {k: int(ct[k].sum()) if len(ct) else 0 for k in keys}
     counters["records"] = int(n)
-    thinned = thinning(run, counters["samples"]) if cfg["backend"] != "exact" else None
-    if thinned:
-        notes.append(
-            thinning_note(
-                thinned,
-                "each written one counts for those left out (its periods) in the access "
-                "counts, which stay unbiased, with the standard error of the written ones",
-            )
-        )
+    thinned = thinning_noted(
+        run,
+        cfg["backend"],
+        counters["samples"],
+        notes,
+        "each written one counts for those left out (its periods) in the access "
+        "counts, which stay unbiased, with the standard error of the written ones",
+    )
 
     site_of = (a.proc.astype(np.uint64) << np.uint64(48)) | a.ip
     advice = _advice(
