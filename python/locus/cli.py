@@ -405,9 +405,9 @@ def add_record_parser(sub) -> None:
         dest="keep",
         type=parse_keep,
         metavar="N",
-        help="samples (and detections) each thread writes before writing 1 in 2, then 1 in 4 "
-        "after N more, ..., each counting for those left out: the files grow with the log of "
-        "a long run's length (default 65536; 0: write all)",
+        help="samples each thread writes at full rate; of its next 2N it writes 1 in 2, of the "
+        "next 4N 1 in 4, ..., its detections alike, each counting for those left out: the "
+        "files grow with the log of a long run's length (default 65536; 0: write all)",
     )
     c.add_argument(
         "--bind",

@@ -61,30 +61,29 @@ static int open_streams(void) {
 }
 
 /* Long runs: the samples file grows by 64 bytes a sample (230 MB a busy thread-hour at the
- * default period), the events file by 128 bytes a detection. Past its first `keep` written
- * records of a kind a thread writes one in 2, past the next `keep` one in 4, ... (at most one
- * in 2^THIN_MAX), each chosen at random, weighted by the 2^shift it stands for (a sample's
- * periods, an event's volume): sums over them stay unbiased, and the files grow with the
- * logarithm of the run's length. 1: this record is not written. */
+ * default period), the events file by 128 bytes a detection. A thread's samples taken
+ * (st.samples) are its clock: while under `keep` it writes every record; from then on, in the
+ * k-th span of keep x 2^k samples (samples taken in [keep (2^k - 1), keep (2^(k+1) - 1))),
+ * it writes one record in 2^k of each kind, chosen at random (a hash of the time stamp
+ * counter), weighted by the 2^k it stands for (a sample's periods, an event's volume): about
+ * `keep` samples a span, sums over them unbiased, and files that grow with the logarithm of
+ * the run's length. No state of its own: the runtime's static TLS is in every thread of the
+ * program. Returns 1 when this record is not written, else its 1-in-K in *thin. */
 #define THIN_MAX 20
-static int thinned_out(struct locus_thin *ts, uint32_t *thin) {
+static int thinned_out(uint32_t *thin) {
   uint64_t keep = locus_comm_cfg.keep;
   *thin = 1;
   if (!keep) return 0;
-  if (ts->shift) {
-    uint64_t *r = &locus_ct.rng;
-    if (!*r) *r = (locus_ticks() ^ ((uint64_t)locus_me.tid << 32)) | 1;
-    *r ^= *r << 13; /* xorshift64 */
-    *r ^= *r >> 7;
-    *r ^= *r << 17;
-    *thin = 1u << ts->shift;
-    if (*r & (*thin - 1)) return 1;
-  }
-  if (++ts->kept >= keep && ts->shift < THIN_MAX) {
-    ts->kept = 0;
-    ts->shift++;
-  }
-  return 0;
+  uint64_t q = locus_ct.st.samples / keep + 1;
+  uint32_t shift = 63u - (uint32_t)__builtin_clzll(q);
+  if (!shift) return 0;
+  if (shift > THIN_MAX) shift = THIN_MAX;
+  uint64_t z = locus_ticks() ^ ((uint64_t)locus_me.tid << 40) ^ locus_ct.st.samples;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64's finaliser */
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  *thin = 1u << shift;
+  return (z & (*thin - 1)) != 0;
 }
 
 int locus_comm_put_sample(const struct locus_comm_sample *s) {
@@ -97,7 +96,7 @@ int locus_comm_put_sample(const struct locus_comm_sample *s) {
  * carries its 1-in-K in reserved[5] (docs/format.md). */
 int locus_comm_put_event(const struct locus_comm_event *e) {
   uint32_t thin = 1;
-  if (!(e->flags & LOCUS_CE_EXACT) && thinned_out(&locus_ct.thin_events, &thin)) return 0;
+  if (!(e->flags & LOCUS_CE_EXACT) && thinned_out(&thin)) return 0;
   struct locus_comm_event w;
   if (thin > 1) {
     w = *e;
@@ -116,8 +115,9 @@ int locus_comm_put_event(const struct locus_comm_event *e) {
 
 void locus_comm_take(const struct locus_comm_access *a) {
   uint32_t thin;
+  int out = thinned_out(&thin); /* (by the samples taken before this one) */
   locus_ct.st.samples++;
-  if (thinned_out(&locus_ct.thin_samples, &thin)) {
+  if (out) {
     if (locus_comm_cfg.detect) locus_comm_detect(a);
     return;
   }
@@ -347,11 +347,7 @@ static void sandbox(void) {
 static void after_fork(void) {
   memset(&locus_ct.samples, 0, sizeof locus_ct.samples);
   memset(&locus_ct.events, 0, sizeof locus_ct.events);
-  memset(&locus_ct.st, 0, sizeof locus_ct.st);
-  /* the child's files start empty */
-  memset(&locus_ct.thin_samples, 0, sizeof locus_ct.thin_samples);
-  memset(&locus_ct.thin_events, 0, sizeof locus_ct.thin_events);
-  locus_ct.rng = 0;
+  memset(&locus_ct.st, 0, sizeof locus_ct.st); /* the thinning's clock too */
   /* The other threads' entries name TLS copies of threads the child does not have. */
   if (live) munmap(live, LIVE_MAX * sizeof *live);
   live_open();

@@ -21,8 +21,8 @@ struct locus_comm_config {
   int watch_loads;    /* LOCUS_COMM_WATCH_LOADS=1: also arm write watchpoints on a line
                          another thread was sampled loading (detect.c; soft's default) */
   char bind[256];     /* LOCUS_BIND: compact | scatter | none | CPU list ("0-3,8") */
-  uint64_t keep;      /* LOCUS_COMM_KEEP: samples a thread writes at each rate before the
-                         rate halves (struct locus_comm_sample's thin); 0 = all written */
+  uint64_t keep;      /* LOCUS_COMM_KEEP: samples a thread writes at each rate, in spans
+                         that double (struct locus_comm_sample's thin); 0 = all written */
 };
 extern struct locus_comm_config locus_comm_cfg;
 
@@ -53,11 +53,6 @@ struct locus_comm_tls {
   int started;      /* thread_init ran and the counters are live */
   uint32_t ticks;   /* sampler signals since the record was last written */
   uint64_t written; /* locus_ticks() at the last write */
-  struct locus_thin {
-    uint64_t kept; /* records written at the current rate, 1 in 2^shift (comm.c, thinned_out) */
-    uint32_t shift;
-  } thin_samples, thin_events;
-  uint64_t rng; /* xorshift64 state of the thinning's choices; 0 = not seeded */
 };
 extern LOCUS_TLS struct locus_comm_tls locus_ct;
 

@@ -222,11 +222,11 @@ struct locus_comm_sample { /* 64 bytes */
   uint16_t len;   /* access size in bytes (1..64) */
   uint16_t kind;  /* 1 = sample; 0 = unused record */
   /* The record is the one written of `thin` samples of its thread (0 or 1: every sample is
-   * written): past a thread's first LOCUS_COMM_KEEP written samples, one in 2 is written,
-   * past the next LOCUS_COMM_KEEP one in 4, and so on, chosen at random; `periods` counts
-   * the ones left out (it is multiplied by `thin`). Every sample is still looked up and
-   * published on the bulletin board; the detections are thinned alike on their own (struct
-   * locus_comm_event's reserved[5]). */
+   * written): a thread writes every one of its first LOCUS_COMM_KEEP samples, then one in 2
+   * of its next 2 x LOCUS_COMM_KEEP, one in 4 of the next 4 x, and so on, chosen at random;
+   * `periods` counts the ones left out (it is multiplied by `thin`). Every sample is still
+   * looked up and published on the bulletin board; the detections a thread makes are thinned
+   * on the same clock, its samples taken (struct locus_comm_event's reserved[5]). */
   uint32_t thin;
   uint32_t pad;
 };
@@ -263,10 +263,10 @@ struct locus_comm_event { /* 128 bytes (64 in format version 1: no callers, no r
   uint64_t src_caller;      /* the callers of src_ip and dst_ip when they are in a system */
   uint64_t dst_caller;      /* library, as struct locus_comm_sample's caller; 0 = none */
   /* reserved[0..2]: LOCUS_CE_PROCS's shared memory; reserved[5]: the event is the one
-   * written of that many detections of its thread (0 or 1: every one written): past a
-   * thread's first LOCUS_COMM_KEEP written events one in 2 is written, past the next as many
-   * one in 4, ..., chosen at random, its `volume` multiplied by it (never for
-   * LOCUS_CE_EXACT) */
+   * written of that many detections of its thread (0 or 1: every one written): one in 2 of
+   * those it makes once it took LOCUS_COMM_KEEP samples, one in 4 once it took 3 x as many,
+   * ... (struct locus_comm_sample's thin), chosen at random, its `volume` multiplied by it
+   * (never for LOCUS_CE_EXACT) */
   uint64_t reserved[6];
   uint16_t flags;     /* LOCUS_CE_* */
   uint16_t kind;      /* 1 = event; 0 = unused record */

@@ -3382,12 +3382,17 @@ def test_a_long_runs_records_are_thinned_without_bias(locus, built_workloads):
     assert len(busy) == 2, taken
     for tid in busy:
         mine = s[s["tid"] == tid]
-        # Exactly N written at each rate but the last.
-        assert (mine["thin"] == 1).sum() == 100 and (mine["thin"] == 2).sum() == 100
+        # The first N taken all written; the next 2N at 1 in 2 (binomial: N +- 3 sigma), ...
+        assert (mine["thin"] == 1).sum() == 100, np.unique(mine["thin"], return_counts=True)
+        assert abs(int((mine["thin"] == 2).sum()) - 100) <= 30
         assert mine["thin"].max() >= 4 and len(mine) < 0.6 * taken[tid], (len(mine), taken[tid])
-        assert np.array_equal(np.sort(mine["t"]), mine["t"])  # kept in time order
-        k = np.maximum(e["reserved"][e["dst_tid"] == tid][:, 5], 1)
-        assert (k == 1).sum() == 100 and k.max() >= 2, np.unique(k, return_counts=True)
+        assert (np.diff(mine["thin"].astype(np.int64)) >= 0).all()  # rates only fall
+        # Its detections (those it wrote: not a --watch-loads trap's) on the same clock: all
+        # written until its N-th sample.
+        own = (e["dst_tid"] == tid) & ((e["flags"] & 8) == 0)
+        k = np.maximum(e["reserved"][own][:, 5], 1)
+        first = e["t"][own] < mine["t"][99]
+        assert (k[first] == 1).all() and first.sum() > 50 and k.max() >= 2, k
     est = int(s["periods"].astype(np.int64).sum())
     assert abs(est - sum(taken.values())) <= 0.25 * sum(taken.values()), (est, taken)
     comm = locus.report(run, "--lens", "comm")["lenses"]["comm"]

@@ -1198,8 +1198,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         thin = ev.count[sampled]
         if (thin > 1).any():
             notes.append(
-                f"detections thinned like the samples (--keep-samples): past each thread's "
-                f"first written detections, 1 in 2 was written, then 1 in 4, ... (up to 1 in "
+                f"detections thinned like the samples (--keep-samples), on the clock of their "
+                f"thread's samples taken: 1 in 2 written, then 1 in 4, ... (up to 1 in "
                 f"{int(thin.max())} here), chosen at random, each written one's volume counting "
                 f"those left out; {len(thin)} written stand for {int(thin.sum())}: the volumes "
                 f"stay unbiased, with the error of {n_sampled:.0f} detections, not of "

@@ -725,11 +725,12 @@ THINNING_READ = 200_000  # sample records a process's thinning is read from (a s
 
 
 def thinning(run: RunDir, taken: int) -> dict | None:
-    """The runtime's thinning of the samples files (struct locus_comm_sample's `thin`: past a
-    thread's first --keep-samples written samples, 1 in 2, then 1 in 4, ... was written, its
-    `periods` counting the others): None when every sample was written, else {"written": the
-    records the files hold (read every `stride`-th record of a long file, so estimated
-    there), "taken": the samples taken, "most": the largest 1-in-K}."""
+    """The runtime's thinning of the samples files (struct locus_comm_sample's `thin`: of a
+    thread's samples past its first --keep-samples N, 1 in 2 of the next 2N was written, 1 in
+    4 of the next 4N, ..., its `periods` counting the others): None when every sample was
+    written, else {"written": the records the files hold (read every `stride`-th record of
+    a long file, so estimated there), "taken": the samples taken, "most": the largest
+    1-in-K}."""
     written, most = 0, 1
     for p in run.procs:
         path = p.file("comm.samples.bin")
@@ -756,8 +757,9 @@ def thinning_noted(run: RunDir, backend: str, taken: int, notes: list[str], tail
     t = thinning(run, taken) if backend != "exact" else None
     if t:
         notes.append(
-            f"samples thinned to keep a long run's files small (--keep-samples): past each "
-            f"thread's first written samples, 1 in 2 was written, then 1 in 4, ... (up to 1 in "
+            f"samples thinned to keep a long run's files small (--keep-samples): of each "
+            f"thread's samples past its first N, 1 in 2 of the next 2N was written, 1 in 4 of "
+            f"the next 4N, ... (up to 1 in "
             f"{t['most']} here), chosen at random; the samples files hold about {t['written']} "
             f"of the {t['taken']} samples taken; {tail}"
         )
