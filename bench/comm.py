@@ -62,7 +62,18 @@ time (the workloads, sysbench), `program_ratio` is the ratio of those: the slowd
 program itself, without locus's fixed start and stop (~45 ms a run here), which the wall
 ratio of a 1 s program includes.
 
-Usage: bench/comm.py [-n 3] [--only accuracy|overhead|exact|procs]
+Disk (`--only disk`, and in the full run): what `--keep-samples` thinning saves and what it
+costs, scaled down: comm_falseshare (2 threads, fraction 0.5, every sample a detection or
+nearly) free-running for ~8 s, recorded with `--keep-samples 0` (every record written) and
+`--keep-samples 500` (a thread's ~8,000 samples then go 500 at full rate, 500 at 1 in 2, 500
+at 1 in 4, ...: the default 65,536 reaches the same point after ~65 s, ~17 min, ... of a busy
+thread). `bytes_ratio`: the samples and events files' records, thinned over whole;
+`volume_per_sample_ratio`: the volume a sample finds (thinned run's over the whole run's:
+1 when the weights are unbiased, within the runs' ~3 % error); `samples_estimate_ratio`:
+the written samples' periods summed over the samples the runtime counted. Per run, `n`
+pairs.
+
+Usage: bench/comm.py [-n 3] [--only accuracy|overhead|exact|procs|disk]
 """
 
 from __future__ import annotations
@@ -536,10 +547,57 @@ def exact_overhead(n: int) -> dict:
     return ex
 
 
+DISK_SECONDS = 8.0  # of free-running work per thread
+DISK_KEEP = 500
+
+
+def disk(n: int) -> dict:
+    from locus.rundir import COMM_EVENT_DTYPE, COMM_SAMPLE_DTYPE, read_records
+
+    calib = fixed_work("comm_falseshare")  # ~1 s of work per thread
+    argv = [*calib[:2], str(int(int(calib[2]) * DISK_SECONDS)), *calib[3:]]
+    rows = []
+    for _ in range(n):
+        got = {}
+        for keep in (0, DISK_KEEP):
+            name = f"disk-{keep}"
+            opts = ["--backend", "soft", "--keep-samples", str(keep)]
+            comm, _truth, _wall = record(argv, opts, name)
+            run = common.CACHE / f"comm-{name}"
+            size = periods = 0
+            for pdir in (run / "procs").iterdir():
+                s = read_records(pdir / "comm.samples.bin", COMM_SAMPLE_DTYPE)
+                e = read_records(pdir / "comm.events.bin", COMM_EVENT_DTYPE)
+                s, e = s[s["kind"] == 1], e[e["kind"] == 1]
+                size += s.nbytes + e.nbytes
+                periods += int(s["periods"].astype("int64").sum())
+            got[keep] = (size, comm["totals"]["all"] / max(comm["samples"], 1),
+                         periods / max(comm["samples"], 1), comm["samples"])  # fmt: skip
+        rows.append(
+            {
+                "samples": got[0][3],
+                "bytes_whole": got[0][0],
+                "bytes_thinned": got[DISK_KEEP][0],
+                "bytes_ratio": got[DISK_KEEP][0] / max(got[0][0], 1),
+                "volume_per_sample_ratio": got[DISK_KEEP][1] / got[0][1] if got[0][1] else None,
+                "samples_estimate_ratio": got[DISK_KEEP][2],
+            }
+        )
+    med = lambda k: sorted(r[k] for r in rows)[len(rows) // 2]  # noqa: E731
+    return {
+        "keep": DISK_KEEP,
+        "seconds": DISK_SECONDS,
+        "runs": rows,
+        "bytes_ratio": med("bytes_ratio"),
+        "volume_per_sample_ratio": med("volume_per_sample_ratio"),
+        "samples_estimate_ratio": med("samples_estimate_ratio"),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=3)
-    ap.add_argument("--only", choices=("accuracy", "overhead", "exact", "procs"))
+    ap.add_argument("--only", choices=("accuracy", "overhead", "exact", "procs", "disk"))
     args = ap.parse_args()
     common.CACHE.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -564,6 +622,10 @@ def main() -> int:
     if args.only in (None, "exact"):
         print("exact", flush=True)
         data["exact"] = exact_overhead(args.n)
+    if args.only in (None, "disk"):
+        print("disk", flush=True)
+        data["disk"] = disk(args.n)
+        print(json.dumps(data["disk"], indent=1), flush=True)
     path = common.write_result(f"comm{'-' + args.only if args.only else ''}.json", data)
     parts = []
     if "overhead" in data:
@@ -577,6 +639,14 @@ def main() -> int:
         ]
     if "exact" in data:
         parts += [f"exact {k} x{v['ratio']:.1f}" for k, v in data["exact"].items()]
+    if "disk" in data:
+        d = data["disk"]
+        parts.append(
+            f"disk: --keep-samples {d['keep']} over {d['seconds']:.0f} s of 2 threads writes "
+            f"x{d['bytes_ratio']:.2f} the bytes, volume per sample x"
+            f"{d['volume_per_sample_ratio']:.2f} of the whole run's, samples estimated x"
+            f"{d['samples_estimate_ratio']:.2f}"
+        )
     if "accuracy" in data:
         parts.append("accuracy: see " + path.name)
         for key, name in (
