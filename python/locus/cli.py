@@ -131,7 +131,7 @@ def parse_bulletin(value: str) -> int:
     return v
 
 
-KEEP_MAX = 1 << 40  # samples a thread writes at each rate: beyond, the same as 0 (all)
+KEEP_MAX = 1 << 40  # the most --keep-samples takes (a thread never takes that many)
 
 
 def parse_keep(value: str) -> int:

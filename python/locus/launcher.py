@@ -49,7 +49,7 @@ COMM_DEFAULTS = {
     "period_n": 0,
     "watchpoints": 4,
     "bulletin": 4096,
-    "keep": 65536,  # samples a thread writes at each rate (runtime/comm/comm.c, thinned_out)
+    "keep": 65536,  # samples a thread writes at full rate (runtime/comm/comm.c, thinned_out)
     "bind": "none",
     "watch_loads": None,  # None: on with the soft backend (detect.c), off with hw
 }
