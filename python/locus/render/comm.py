@@ -270,8 +270,10 @@ def summary_lines(report: dict) -> list[str]:
             f" ({percent(_pct(c['skipped'], c['samples']))})"
         )
     else:
+        th = c.get("thinning")
+        written = f" ({count(th['written'])} written, --keep-samples)" if th else ""
         counted = (
-            f" {count(c['samples'])} samples, {count(c['skipped'])} skipped"
+            f" {count(c['samples'])} samples{written}, {count(c['skipped'])} skipped"
             f" ({percent(_pct(c['skipped'], seen))}{_skip_parts(c)})"
         )
     on_loads = " (and on loads)" if c.get("watch_loads") and wp else ""

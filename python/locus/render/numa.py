@@ -302,9 +302,11 @@ def summary_lines(report: dict) -> list[str]:
             f" {count(t['stack'])} stack accesses left out"
         )
     else:
+        th = c.get("thinning")
         lines.append(
             f"samples   {count(c['samples'])}"
-            f" ({percent(_pct(t['stack'], t['accesses'] + t['stack']))} stack),"
+            + (f" written of {count(th['taken'])} (--keep-samples)" if th else "")
+            + f" ({percent(_pct(t['stack'], t['accesses'] + t['stack']))} stack),"
             f" {count(c['skipped'])} skipped ({percent(_pct(c['skipped'], seen))}),"
             f" {count(c['dropped'])} dropped"
         )
