@@ -633,20 +633,24 @@ class Symbolizer:
         loc = _locate(self.mods, addr)
         return loc[0].path if loc is not None else None
 
-    def dynamic_tls(self, size: int, static: set[str]) -> int | None:
-        """An address in the one loaded module, apart from those with a static TLS block
-        (`static`, their paths), whose TLS segment is `size` bytes and aligned to at most 16:
-        the module whose TLS a thread's heap block of that size from the loader is (glibc
-        allocates a dlopen'ed module's at a thread's first use, `malloc(p_memsz)`, the TLS
-        at its start); None when no module or several are."""
-        found: dict[str, int] = {}
+    def dynamic_tls(self, size: int, static: set[str]) -> tuple[int, int] | None:
+        """(an address in the module, its TLS segment's alignment) of the one loaded module,
+        apart from those with a static TLS block (`static`, their paths), whose TLS a
+        thread's heap block of `size` bytes from the loader is: glibc allocates a dlopen'ed
+        module's at a thread's first use, `malloc(p_memsz)` with the TLS at its start for an
+        alignment of at most 16, else `malloc(p_memsz + p_align)` with the TLS at the first
+        multiple of p_align in it. None when no module or several are."""
+        found: dict[str, tuple[int, int]] = {}
         for m in self.mods:
             if m.path in static or m.path in found or not m.loads:
                 continue
             e = _elf(m.path)
             tls = e[3] if e is not None and len(e) > 3 else None
-            if tls is not None and tls[1] == size and tls[2] <= 16:
-                found[m.path] = m.bias + m.loads[0][0]
+            if tls is None:
+                continue
+            align = max(int(tls[2]), 1)
+            if size == (tls[1] if align <= 16 else tls[1] + align):
+                found[m.path] = (m.bias + m.loads[0][0], align)
         return next(iter(found.values())) if len(found) == 1 else None
 
     def tls_layout(self, name: str, site: int, off: int):

@@ -1003,17 +1003,21 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.mark.parametrize("where", ["program", "library", "dlopen"])
+@pytest.mark.parametrize("where", ["program", "library", "dlopen", "dlopen-aligned"])
 def test_thread_local_variables_are_named_with_whose_copy(locus, tmp_path, where):
     """`__thread` variables whose addresses threads hand each other. A worker's copy lies in
     its stack mapping: it read "stack of thread 1 ... (a local variable other threads reach
     by its address)". The main thread's copy lies elsewhere: it read "(unattributed)". A
     dlopen'ed library's copy is a heap block from the loader: it read "heap block from
     tls_get_addr_tail dl-tls.c:961". Each copy is now the variable, with whose copy it is,
-    and its fields."""
+    and its fields. An alignment past 16 (`aligned(64)`): glibc mallocs the segment's size
+    plus its alignment and aligns inside."""
     args: list[str] = []
-    if where == "dlopen":
-        (tmp_path / "l.c").write_text(TLS_LIBRARY)
+    if where.startswith("dlopen"):
+        aligned = where == "dlopen-aligned"
+        (tmp_path / "l.c").write_text(
+            TLS_LIBRARY.replace("];", "] __attribute__((aligned(64)));") if aligned else TLS_LIBRARY
+        )
         (tmp_path / "t.c").write_text(TLS_DLOPEN)
         lib = tmp_path / "libcounts.so"
         subprocess.run(
@@ -1043,6 +1047,7 @@ def test_thread_local_variables_are_named_with_whose_copy(locus, tmp_path, where
         "program": ("tally", {1}),
         "library": ("count", {0}),
         "dlopen": ("count", {1}),
+        "dlopen-aligned": ("count", {1}),
     }[where]
     for o in tls:
         assert o["kind"] == "static" and o["copy"] in copies, o
@@ -1055,7 +1060,7 @@ def test_thread_local_variables_are_named_with_whose_copy(locus, tmp_path, where
     text = " ".join(c["advice"])
     if where == "program":
         assert "`tally.hits` beside `tally.seen`, which thread 0 only reads" in text, text
-    elif where == "dlopen":
+    elif where.startswith("dlopen"):
         assert "`count[0]` beside `count[1]`, which thread 0 only reads" in text, text
     else:
         assert "`count` (thread-local, thread 0's copy)" in text and "count[1]" in text, text

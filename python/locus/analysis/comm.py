@@ -484,18 +484,24 @@ def _name_tls(names, objs, pi: int, site: int, copies: list, obj, off) -> None:
             off[e[sel]] = so
 
 
-def _loader_tls(names, pi: int, tls: np.ndarray, block, static: dict) -> int | None:
-    """The module whose dynamic TLS a heap block is (an address in it), where the loader
-    allocated the block (glibc's `__tls_get_addr` mallocs a dlopen'ed module's TLS at each
-    thread's first use) and one loaded module without a static TLS block (`tls`, the
-    process's LOCUS_AL_TLS records) has a TLS segment of its size; else None. `static`
-    keeps those modules' paths, found at the first such block, for the next."""
+def _loader_tls(names, pi: int, tls: np.ndarray, block, static: dict) -> tuple | None:
+    """(an address in the module whose dynamic TLS a heap block is, the TLS's start in the
+    block), where the loader allocated the block (glibc's `__tls_get_addr` mallocs a
+    dlopen'ed module's TLS at each thread's first use) and one loaded module without a
+    static TLS block (`tls`, the process's LOCUS_AL_TLS records) has a TLS segment of its
+    size (with its alignment, past 16); else None. `static` keeps those modules' paths,
+    found at the first such block, for the next."""
     where = names.module_path(pi, int(block["site"])) or ""
     if not os.path.basename(where).startswith(LOADERS):
         return None
     if "paths" not in static:
         static["paths"] = {p for r in tls if (p := names.module_path(pi, int(r["site"])))}
-    return names.dynamic_tls(pi, int(block["size"]), static["paths"])
+    found = names.dynamic_tls(pi, int(block["size"]), static["paths"])
+    if found is None:
+        return None
+    site, align = found
+    addr = int(block["addr"])
+    return site, (addr + align - 1) // align * align if align > 16 else addr
 
 
 # The dynamic loader's file names (ld-linux-x86-64.so.2, ld-linux-aarch64.so.1, ld.so).
@@ -588,15 +594,14 @@ def _attribute(run: RunDir, ev: Events, th: _Threads, names: _Names, objs: _Obje
             for bi in np.unique(bidx[got]).tolist():
                 r = b[bi]
                 sel = todo[got & (bidx == bi)]
-                tls_site = (
-                    _loader_tls(names, pi, tls, r, static_tls) if r["kind"] == AL_MALLOC else None
-                )
-                if tls_site is not None:  # a thread's copy of a dlopen'ed module's TLS
-                    o = (a[sel] - r["addr"]).astype(np.int64)
+                dyn = _loader_tls(names, pi, tls, r, static_tls) if r["kind"] == AL_MALLOC else None
+                if dyn is not None and (a[sel] >= np.uint64(dyn[1])).all():
+                    # A thread's copy of a dlopen'ed module's TLS (an access in the block's
+                    # alignment padding, before it, would be no variable's: a heap block).
+                    tls_site, start = dyn
+                    o = (a[sel] - np.uint64(start)).astype(np.int64)
                     owner = th.index.get((pi, int(r["tid"])), -1)
-                    _name_tls(
-                        names, objs, pi, tls_site, [(m[sel], o, int(r["addr"]), owner)], obj, off
-                    )
+                    _name_tls(names, objs, pi, tls_site, [(m[sel], o, start, owner)], obj, off)
                     continue
                 frames, file = block_key(r)
                 key = ("heap", pi, int(r["site"]), frames, file)

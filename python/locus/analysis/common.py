@@ -119,9 +119,9 @@ class Names:
         s = self.sym(proc)
         return s.module_path(addr) if s is not None and hasattr(s, "module_path") else None
 
-    def dynamic_tls(self, proc: int, size: int, static: set[str]) -> int | None:
-        """An address in the module whose dynamic TLS a heap block of `size` bytes from the
-        loader is (Symbolizer.dynamic_tls), or None."""
+    def dynamic_tls(self, proc: int, size: int, static: set[str]) -> tuple[int, int] | None:
+        """(an address in the module, its TLS alignment) whose dynamic TLS a heap block of
+        `size` bytes from the loader is (Symbolizer.dynamic_tls), or None."""
         s = self.sym(proc)
         return s.dynamic_tls(size, static) if s is not None and hasattr(s, "dynamic_tls") else None
 
