@@ -2545,6 +2545,9 @@ ADVICE_EXACT_MIN = 0.001
 # A thread with less than this share of an object's false-sharing volume is left out of its
 # advice (the main thread reading every worker's result once, after the joins).
 ADVICE_THREAD_MIN = 0.02
+# ... or than this share of an equal share, where that is less: with 64 threads sharing an
+# array evenly, each has 1.6 % of its volume, and the advice named 7 of them.
+ADVICE_THREAD_EQUAL = 0.25
 
 
 # Source files in Fortran: its advice names Fortran's means (a padded array dimension, a
@@ -2991,12 +2994,14 @@ def _per_thread(acc) -> tuple[dict[int, Counter], Counter]:
 
 
 def _main_threads(per: dict[int, Counter]) -> dict[int, Counter]:
-    """The threads with at least ADVICE_THREAD_MIN of the weight: a thread with a sliver of
-    it (the main thread reading the results once after the joins) is not one the advice is
-    about."""
+    """The threads with at least ADVICE_THREAD_MIN of the weight, or ADVICE_THREAD_EQUAL of
+    an equal share where that is less (many threads: 64 sharing an array evenly have 1.6 %
+    each): a thread with a sliver of it (the main thread reading the results once after the
+    joins) is not one the advice is about."""
     weight = {t: sum(c.values()) for t, c in per.items()}
     total = sum(weight.values())
-    return {t: c for t, c in per.items() if weight[t] >= ADVICE_THREAD_MIN * total}
+    least = min(ADVICE_THREAD_MIN, ADVICE_THREAD_EQUAL / max(len(per), 1)) * total
+    return {t: c for t, c in per.items() if weight[t] >= least}
 
 
 def _cyclic(per: dict[int, Counter], sizes: Counter, acc, line: int) -> bool:
