@@ -3143,6 +3143,7 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             # One thread writes, the others only read other fields of the line.
             out.append(beside)
             continue
+        writers = len(wr) >= 2  # every thread named below writes its bytes
         if len(wr) < 2:  # fewer than two writers: what the threads access
             wr = {t: set(c) for t, c in per.items()}
         elif len(wr) < len(per):
@@ -3160,7 +3161,9 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
             continue
         offs = sorted({r[1] for r in acc})
         size = sizes.most_common(1)[0][0]
-        verb = "write" if o["_false_stores"] else "access"
+        # (a reader left out, the main thread summing results after the joins, does not
+        # make the writers' advice "access")
+        verb = "write" if o["_false_stores"] or writers else "access"
         name = _quoted(o) + _declared(o, names)
         if o.get("_victim") and not own:
             out.append(_victim_advice(o, objects, thr, name, line, names))

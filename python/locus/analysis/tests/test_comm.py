@@ -411,6 +411,25 @@ def test_advice_for_an_object_that_starts_mid_line(tmp_path):
     ]
 
 
+def test_advice_for_writers_says_write_beside_a_reader_left_out(tmp_path):
+    """Two threads write their own slots; a third (the main thread summing them after the
+    joins) reads one once, a load, with a sliver of the volume: it is left out of the advice,
+    which says the two threads write (it said "access": not every access was a store)."""
+    run, p, c = _run(threads=3, cpus=2)
+    for src, dst, so, do in ((10, 11, 32, 40), (11, 10, 40, 32)):
+        c.event(src=src, dst=dst, line=0x603000, src_off=so, src_len=8, dst_off=do, dst_len=8,
+                src_ip=0x401100, dst_ip=0x401100, store=True, count=30)  # fmt: skip
+    c.event(src=10, dst=12, line=0x603000, src_off=32, src_len=8, dst_off=40, dst_len=8,
+            src_ip=0x401100, dst_ip=0x401200, store=False, count=1)  # fmt: skip
+    for t in (10, 11, 12):
+        c.counters(t, samples=100, signals=100)
+    res = _res(tmp_path, run, Options(symbolizer=lambda proc: MidLineSym()))
+    assert res["advice"] == [
+        "threads 0-1 write adjacent 8-byte fields of `hits` at offsets 0-8; pad each to "
+        "64 bytes (alignas(64)) or give each thread its own line"
+    ]
+
+
 def test_advice_names_each_threads_element(tmp_path):
     """Each thread writes both 8-byte fields of its own 16-byte struct (`pairs`, two of them,
     32 bytes into 0x603000's line): the advice speaks of 16-byte elements (it said 8-byte
