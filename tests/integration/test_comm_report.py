@@ -25,6 +25,15 @@ SYSBENCH = [
 ]
 
 
+def _built(tmp_path: Path, name: str, source: str, *flags: str) -> Path:
+    """`source` compiled by gcc -O2 -g `flags` into tmp_path/name."""
+    (tmp_path / f"{name}.c").write_text(source)
+    exe = tmp_path / name
+    cc = ["gcc", "-O2", "-g", *flags, "-o", str(exe), str(tmp_path / f"{name}.c")]
+    subprocess.run(cc, check=True)
+    return exe
+
+
 def _square_symmetric_zero_diagonal(m: list[list[float]], n: int) -> None:
     assert len(m) == n and all(len(r) == n for r in m)
     for i in range(n):
@@ -115,11 +124,7 @@ def test_advice_names_every_thread_of_many_that_share_an_array_evenly(locus, tmp
     the array's false sharing, under the 2 % below which a thread was left out of the advice
     as a sliver (the main thread reading results after the joins). The advice named 7
     threads and offsets 72-272; it names the threads seen on the array, over all of it."""
-    (tmp_path / "t.c").write_text(SIXTY_FOUR)
-    exe = tmp_path / "t"
-    subprocess.run(
-        ["gcc", "-O2", "-g", "-pthread", "-o", str(exe), str(tmp_path / "t.c")], check=True
-    )
+    exe = _built(tmp_path, "t", SIXTY_FOUR, "-pthread")
     _proc, run = locus.record([str(exe)], ("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     obj = c["objects"][0]
@@ -300,11 +305,7 @@ def test_work_in_a_system_library_is_the_programs_call_into_it(locus, tmp_path):
     """Threads that spend their time in libgomp's lock for `#pragma omp critical`: each
     thread's `work` is the region that calls it (main._omp_fn.0 c.c:7), not libgomp's
     internals ("GOMP_critical_end", "libgomp.so.1.0.0 (no symbols)")."""
-    (tmp_path / "c.c").write_text(OMP_CRITICAL)
-    exe = tmp_path / "c"
-    subprocess.run(
-        ["gcc", "-O2", "-g", "-fopenmp", "-o", str(exe), str(tmp_path / "c.c")], check=True
-    )
+    exe = _built(tmp_path, "c", OMP_CRITICAL, "-fopenmp")
     _proc, run = locus.record([str(exe)], ("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     work = [t["work"] for t in c["threads"] if t["work"]]
