@@ -2,8 +2,17 @@
 
 import numpy as np
 
-from locus.analysis.common import heap_blocks, live_blocks
-from locus.rundir import AL_FREE, AL_MMAP, AL_MUNMAP, ALF_FILE, ALF_REMAP, ALLOC_DTYPE
+from locus.analysis import common
+from locus.analysis.common import heap_blocks, live_blocks, thinning
+from locus.rundir import (
+    AL_FREE,
+    AL_MMAP,
+    AL_MUNMAP,
+    ALF_FILE,
+    ALF_REMAP,
+    ALLOC_DTYPE,
+    COMM_SAMPLE_DTYPE,
+)
 
 MIB = 1 << 20
 
@@ -57,3 +66,40 @@ def test_a_mapping_moved_by_mremap_keeps_its_object():
     at = live_blocks(b, end, np.array([q + 3 * MIB, p + 64]), np.array([30, 30]))
     assert at[1] == -1 and int(b["site"][at[0]]) == 0x111
     assert int(b["flags"][at[0]]) & ALF_FILE and int(b["reserved"][at[0]][0]) == 0
+
+
+class _Proc:
+    def __init__(self, d):
+        self.d = d
+
+    def file(self, name):
+        return str(self.d / name)
+
+
+class _Run:
+    def __init__(self, dirs):
+        self.procs = [_Proc(d) for d in dirs]
+
+
+def _samples(path, thins, unused=0):
+    s = np.zeros(len(thins) + unused, dtype=COMM_SAMPLE_DTYPE)
+    s["kind"][: len(thins)] = 1
+    s["thin"][: len(thins)] = thins
+    s.tofile(path)
+
+
+def test_thinning_counts_the_records_and_the_largest_rate(tmp_path, monkeypatch):
+    """A run's thinning: None when every sample was written (thin 0 or 1), else the records
+    the samples files hold (a whole chunk's unused tail not counted; every k-th record of a
+    long file, scaled by k) and the largest 1-in-K."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    _samples(a / "comm.samples.bin", [0] * 10, unused=6)
+    _samples(b / "comm.samples.bin", [1] * 20)
+    assert thinning(_Run([a, b]), 30) is None
+    _samples(b / "comm.samples.bin", [1] * 100 + [2] * 100 + [4] * 100, unused=20)
+    assert thinning(_Run([a, b]), 2000) == {"written": 310, "taken": 2000, "most": 4}
+    monkeypatch.setattr(common, "THINNING_READ", 30)  # a long file: read every 10th record
+    t = thinning(_Run([b]), 2000)
+    assert t["most"] == 4 and abs(t["written"] - 300) <= 10, t
