@@ -253,7 +253,7 @@ def test_postgresql_under_pgbench(locus):
         bench = [*as_pg, pgbench, "-h", str(home), "-p", port]
         subprocess.run([*bench, "-i", "-s", "1", "postgres"], check=True, capture_output=True)
         out = subprocess.run(
-            [*bench, "-c", "4", "-j", "2", "-T", "4", "postgres"],
+            [*bench, "-c", "4", "-j", "2", "-T", "8", "postgres"],
             check=True, capture_output=True, text=True,
         )  # fmt: skip
         assert "number of failed transactions: 0" in out.stdout, out.stdout
@@ -272,7 +272,8 @@ def test_postgresql_under_pgbench(locus):
     assert rep["run"]["complete"] is True and len(rep["run"]["pids"]) >= 6, rep["run"]
     comm = rep["lenses"]["comm"]
     assert comm["samples"] > 100, comm["samples"]
-    # 4-8 detections in 4 s here, every one a watchpoint trap between two backends
+    # 4-8 detections in 4 s here, every one a watchpoint trap between two backends: 8 s, as
+    # 4 s gave none twice on a host loaded by other work (load average 9-15 on its 2 CPUs)
     assert comm["totals"]["detections_between_processes"] > 0, comm["totals"]
     names = [o["name"] for o in comm["objects"]]
     assert names and names[0].startswith("shared memory from PGSharedMemoryCreate"), names
