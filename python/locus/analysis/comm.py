@@ -2839,6 +2839,38 @@ def _lock_fields(o: dict, names, offs: list[int]) -> bool:
     return sum(".__data." in f or "__lock" in f for f in fields) * 2 > len(fields)
 
 
+# The bytes of one lock of each kind (glibc, x86-64), by its code's name: the most that its
+# words span on a line that holds one lock.
+LOCK_BYTES = (
+    ("pthread_mutex_", 40),
+    ("lll_", 40),
+    ("std::mutex", 40),
+    ("__gthread_mutex", 40),
+    ("pthread_rwlock_", 56),
+    ("pthread_cond_", 48),
+    ("sem_", 32),
+)
+
+
+def _lock_bytes(lock: str) -> int:
+    """The size of the lock `lock` (_lock_code) takes: LOCK_BYTES, else a 4-byte word
+    (spinlocks, futexes, libgomp's locks)."""
+    return next((n for k, n in LOCK_BYTES if k in lock), 4)
+
+
+def _lock_a_line(acc, size: int) -> bool:
+    """Whether each line of the false-sharing accesses `acc` ((thread, offset, length, line
+    index, weight)) holds one lock's words only: the bytes accessed on it span at most a
+    lock's `size`. Two adjacent mutexes on a line span more (their lock words 40 bytes
+    apart); a lock padded to lines of its own does not."""
+    lo: dict[int, int] = {}
+    hi: dict[int, int] = {}
+    for _t, off, ln, li, _w in acc:
+        lo[li] = min(lo.get(li, off), off)
+        hi[li] = max(hi.get(li, off + ln), off + ln)
+    return bool(lo) and all(hi[li] - lo[li] <= size for li in lo)
+
+
 def _lock_code(site: dict | None) -> str | None:
     """The lock function `site` (_top_site) is in, else None."""
     if site is None:
@@ -3231,6 +3263,17 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 "false sharing, different words of one lock): that is the lock's contention, "
                 "which padding does not remove; hold it less, or split what it protects "
                 "(--lens locks measures the waits)"
+            )
+            continue
+        if lock is not None and not own and _lock_a_line(acc, _lock_bytes(lock)):
+            # Locks padded apart already (sysbench mutex's 296-byte elements, every thread
+            # at random ones): each line's words are one lock's, which its takers pass on.
+            out.append(
+                f"threads {thr} take locks of {name} {where} (in {lock}) that each have a line "
+                f"of their own: a lock's words (the lock, its owner) pass between the threads "
+                f"that take it ({share} reads as false sharing, different words of one lock): "
+                "that is the locks' contention, which padding does not remove; hold them less, "
+                "or spread the work over more locks (--lens locks measures the waits)"
             )
             continue
         if lock is not None:

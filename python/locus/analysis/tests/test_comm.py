@@ -1509,6 +1509,48 @@ def test_advice_for_one_contended_lock(tmp_path):
     assert "padding does not remove" in adv and "alignas" not in adv, adv
 
 
+class PaddedLocksSym(FakeSym):
+    """`locks`, four mutexes 296 bytes apart (sysbench mutex's `pthread_mutex_t mutex; char
+    pad[256]`) at 0x604000, every access in glibc's lock code; `adjacent`: 40 bytes apart."""
+
+    def __init__(self, stride: int = 296):
+        self.stride = stride
+
+    def data(self, addrs):
+        n = 4 * self.stride
+        return {a: ("locks" if a == 0x604000 else f"locks+{a - 0x604000}") if 0 <= a - 0x604000 < n
+                else None for a in addrs}  # fmt: skip
+
+    def data_size(self, name):
+        return 4 * self.stride if name == "locks" else super().data_size(name)
+
+    def code(self, addrs, return_addresses=True):
+        return {a: CodeLoc("__pthread_mutex_lock", "pthread_mutex_lock.c", 93) for a in addrs}
+
+
+@pytest.mark.parametrize("stride", [296, 40])
+def test_advice_for_locks_with_lines_of_their_own(tmp_path, stride):
+    """Three threads take two mutexes of an array at random: each lock's word and owner
+    field, written by different threads, read as false sharing. With the locks 296 bytes
+    apart (sysbench mutex) each line holds one lock's words, and the advice said "use
+    different locks that share 64-byte lines ... give each lock its own line": they have
+    one, and it is the locks' contention. 40 bytes apart, two locks share a line."""
+    run, _p, c = _run()
+    for k in range(24):
+        a, b = (10 + k % 3, 10 + (k + 1) % 3)
+        base = 0x604000 + stride * (k % 2)  # lock 0, then lock 1
+        line, at, w = base & ~63, base & 63, 8 * (k % 3 == 0)  # the lock word or the owner
+        c.event(src=a, dst=b, line=line, src_off=at + w, dst_off=at + 8 - w, src_len=4,
+                dst_len=4, store=True, dst_ip=0x401100)  # fmt: skip
+    sym = PaddedLocksSym(stride)
+    (adv,) = _res(tmp_path, run, Options(symbolizer=lambda proc: sym))["advice"]
+    if stride == 296:
+        assert adv.startswith("threads 0-2 take locks of `locks`"), adv
+        assert "a line of their own" in adv and "alignas" not in adv, adv
+    else:
+        assert adv.startswith("threads 0-2 use different locks that share 64-byte lines"), adv
+
+
 def test_a_program_that_allocates_constantly_is_told_its_cost(tmp_path):
     """openssl speed ran 3-4x slower under comm beside "overhead ... 1.9 % of thread time":
     the heap records are not timed. A note estimates their cost."""
