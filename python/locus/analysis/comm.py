@@ -41,6 +41,7 @@ from locus.analysis.common import (
     short_function,
     site_callers,
     stack_table,
+    strided_samples,
     task_switches,
     thinning_noted,
     thread_rows,
@@ -73,7 +74,6 @@ from locus.rundir import (
     CE_PROCS,
     CE_TRAP,
     CE_TRUE,
-    COMM_SAMPLE_DTYPE,
     CPU_MAX,
     FREE_DTYPE,
     HEAP_DTYPE,
@@ -707,7 +707,7 @@ def _add_work(
     # (ip, the call instruction of the program's call into a system library or 0, count)
     counts: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
     for pi, p in enumerate(run.procs):
-        s = _strided_samples(p, WORK_SAMPLES)
+        s = strided_samples(p, WORK_SAMPLES)[0]
         s = s[s["ip"] != 0]
         if not len(s):
             continue
@@ -1201,7 +1201,8 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         else:
             notes.append("sampling period unknown: volumes are raw detections (not scaled)")
         thin = ev.count[sampled]
-        if (thin > 1).any():
+        thinned_ev = bool((thin > 1).any())
+        if thinned_ev:
             notes.append(
                 f"detections thinned like the samples (--keep-samples), on the clock of their "
                 f"thread's samples taken: 1 in 2 written, then 1 in 4, ... (up to 1 in "
@@ -1213,7 +1214,7 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
         notes.append(
             f"volumes are estimated from {n_sampled:.0f} sampled detection(s): relative "
             f"standard error about {100 * rse:.1f} % of the total (1/sqrt(detections), "
-            f"Poisson{'; thinned detections count (sum k)^2 / sum k^2' if (thin > 1).any() else ''}"
+            f"Poisson{'; thinned detections count (sum k)^2 / sum k^2' if thinned_ev else ''}"
             f"); a cell or row with fewer than {MIN_DETECTIONS} detections is indicative only"
         )
     if cfg["backend"] == "exact" and cfg.get("exact_hooks"):
@@ -1602,22 +1603,6 @@ WORD = 8  # bytes: the granule of _shared_words
 SHARED_SAMPLES = 4_000_000  # sampled accesses read per process for _shared_words (a stride)
 
 
-def _strided_samples(proc, most: int) -> np.ndarray:
-    """A process's used sample records, at most about `most` of them, evenly strided from a
-    memory map (a long run's comm.samples.bin holds tens of millions)."""
-    path = proc.file("comm.samples.bin")
-    try:
-        n = os.path.getsize(path) // COMM_SAMPLE_DTYPE.itemsize
-    except OSError:
-        n = 0
-    if n == 0:
-        return np.zeros(0, dtype=COMM_SAMPLE_DTYPE)
-    s = np.array(
-        np.memmap(path, dtype=COMM_SAMPLE_DTYPE, mode="r", shape=(n,))[:: max(1, n // most)]
-    )
-    return s[s["kind"] != 0]
-
-
 # The run's own files, which the runtime maps MAP_SHARED in every process: its record files
 # and the board between processes. Not the program's memory.
 RUN_FILE = re.compile(r"(?:/procs/\d+(?:\.\d+)?/[\w.]+\.bin|/comm\.board)$")
@@ -1930,7 +1915,7 @@ def _sampled_uses(proc, line: int, cache: dict) -> tuple[np.ndarray, np.ndarray]
     """(line address, record) of a process's sampled accesses with an address: at most
     SHARED_SAMPLES of them, read once per process into `cache`."""
     if id(proc) not in cache:
-        s = _strided_samples(proc, SHARED_SAMPLES)
+        s = strided_samples(proc, SHARED_SAMPLES)[0]
         s = s[s["addr"] != 0]
         cache[id(proc)] = (s["addr"] - s["addr"] % np.uint64(line), s)
     return cache[id(proc)]

@@ -721,6 +721,21 @@ def unseen_tasks_note(run: RunDir, th: Threads) -> str | None:
     )
 
 
+def strided_samples(proc, most: int) -> tuple[np.ndarray, int]:
+    """(a process's used sample records, at most about `most` of them, evenly strided from a
+    memory map: a long run's comm.samples.bin holds tens of millions; the stride)."""
+    path = proc.file("comm.samples.bin")
+    try:
+        n = os.path.getsize(path) // COMM_SAMPLE_DTYPE.itemsize
+    except OSError:
+        n = 0
+    if n == 0:
+        return np.zeros(0, dtype=COMM_SAMPLE_DTYPE), 1
+    stride = max(1, n // most)
+    s = np.array(np.memmap(path, dtype=COMM_SAMPLE_DTYPE, mode="r", shape=(n,))[::stride])
+    return s[s["kind"] != 0], stride
+
+
 THINNING_READ = 200_000  # sample records a process's thinning is read from (a stride)
 
 
@@ -733,19 +748,10 @@ def thinning(run: RunDir, taken: int) -> dict | None:
     1-in-K}."""
     written, most = 0, 1
     for p in run.procs:
-        path = p.file("comm.samples.bin")
-        try:
-            n = os.path.getsize(path) // COMM_SAMPLE_DTYPE.itemsize
-        except OSError:
-            continue
-        if n == 0:
-            continue
-        stride = max(1, n // THINNING_READ)
-        s = np.memmap(path, dtype=COMM_SAMPLE_DTYPE, mode="r", shape=(n,))[::stride]
-        used = s["kind"] != 0
-        written += int(used.sum()) * stride
-        if used.any():
-            most = max(most, int(s["thin"][used].max()))
+        s, stride = strided_samples(p, THINNING_READ)
+        written += len(s) * stride
+        if len(s):
+            most = max(most, int(s["thin"].max()))
     if most <= 1:
         return None
     return {"written": min(written, taken) if taken else written, "taken": taken, "most": most}
