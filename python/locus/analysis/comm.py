@@ -490,13 +490,18 @@ def _loader_tls(names, pi: int, tls: np.ndarray, block, static: dict) -> tuple |
     dlopen'ed module's TLS at each thread's first use) and one loaded module without a
     static TLS block (`tls`, the process's LOCUS_AL_TLS records) has a TLS segment of its
     size (with its alignment, past 16); else None. `static` keeps those modules' paths,
-    found at the first such block, for the next."""
+    found at the first such block, and each size's module, for the next (a loader block per
+    thread and module: the loaded modules were looked through for every one)."""
     where = names.module_path(pi, int(block["site"])) or ""
     if not os.path.basename(where).startswith(LOADERS):
         return None
     if "paths" not in static:
         static["paths"] = {p for r in tls if (p := names.module_path(pi, int(r["site"])))}
-    found = names.dynamic_tls(pi, int(block["size"]), static["paths"])
+    sizes = static.setdefault("sizes", {})
+    size = int(block["size"])
+    if size not in sizes:
+        sizes[size] = names.dynamic_tls(pi, size, static["paths"])
+    found = sizes[size]
     if found is None:
         return None
     site, align = found
