@@ -29,6 +29,13 @@ static inline uint32_t locus_tiered_slot(uint32_t near_h, uint32_t far_h, uint32
 /* ---- clock.c ---- */
 extern int locus_clock_kind; /* enum locus_clock */
 uint64_t locus_ticks(void);
+/* splitmix64's finaliser: a well-mixed 64-bit hash (random choices from the time stamp
+ * counter). */
+static inline uint64_t locus_mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 uint64_t locus_mono_ns(void);
 /* The clock; the TSC rate measured once per run and machine (RUN/tsc.BOOTID). */
 void locus_clock_init(int run_dirfd);

@@ -2368,7 +2368,9 @@ static void jitter_period(uint64_t t0) {
 static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
   struct locus_comm_thread *st = &locus_ct.st;
   if (!locus_ct.started) return;
-  uint64_t t0 = locus_ticks(), c0 = locus_comm_self_begin();
+  uint64_t t0 = locus_ticks();
+  /* A thread that started on the tick chooses its source at its first signal (adapt()). */
+  struct locus_handler_cost c0 = locus_comm_self_begin(me_soft.undecided);
   jitter_period(t0);
   st->signals++;
   locus_comm_checkpoint(t0);
@@ -2420,7 +2422,7 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
       locus_comm_take(&a);
     }
   }
-  adapt(c0);
+  adapt(c0.cpu);
   locus_comm_self_end(c0);
   locus_me.guard--;
 }
@@ -2429,7 +2431,8 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
  * address comes from the registers as they are. */
 static void on_step(ucontext_t *uc) {
   struct locus_comm_thread *st = &locus_ct.st;
-  uint64_t t0 = locus_ticks(), c0 = locus_comm_self_begin();
+  uint64_t t0 = locus_ticks();
+  struct locus_handler_cost c0 = locus_comm_self_begin(0);
   step_measured(t0);
   uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
   int rc = DEC_UNDECODED;
