@@ -192,10 +192,11 @@ void locus_comm_write_thread(void) {
  * used up is then switched out on the way back from the call, not at the next tick. Read
  * twice in every handler, it ended the slices of CPU-bound threads sharing a CPU at the
  * samples: comm_p2p's 4 threads on 2 CPUs switched ~1,000 times a second instead of ~500
- * (plain, and under `perf record -e task-clock` at 1 ms alike), and 29 % of the handlers
- * were switched out in the middle (1-4 ms of wall time for 4-64 us of CPU time). Read on one
- * handler in 16 at random, weighted by 16, the cost stays an unbiased estimate, and the
- * switches were ~530 a second. */
+ * (plain, and under `perf record -e task-clock` at 1 ms alike), and 29-41 % of the handlers
+ * were switched out in the middle (1-8 ms of wall time for 4-64 us of CPU time). Read on one
+ * handler in 16 at random, weighted by 16, the cost stays an unbiased estimate, the threads
+ * switched ~530-550 times a second, and 3 % of the handlers were switched out (by an
+ * interrupt's preemption, as any code is). */
 struct locus_handler_cost locus_comm_self_begin(int must) {
   struct locus_handler_cost s = {0, 1};
   if (!must) {
