@@ -55,7 +55,8 @@ amount, which a 1.5 MB program reads as a large ratio): the four microbenchmarks
 (free-running, a fixed amount of work: what their slowest thread did in ~1 s of a plain
 calibration run; comm_p2p at least 15 rounds whatever -n: its 4 threads on 2 CPUs make its
 run time vary by half), `sysbench mutex` (at least 15 rounds whatever -n: its run time is
-bimodal; `rounds` in the JSON gives each row's),
+bimodal; `rounds` in the JSON gives each row's; `plain_wall_range` the plain runs' fastest
+and slowest, in the history line where they differ by over a quarter),
 `stress-ng --memthrash` and `sysbench threads` (context switches); and the exact backend's
 slowdown (instrumented binary under locus vs plain). Where the program prints its own run
 time (the workloads, sysbench), `program_ratio` is the ratio of those: the slowdown of the
@@ -594,6 +595,12 @@ def disk(n: int) -> dict:
     }
 
 
+def spread(row: dict) -> str:
+    """The plain runs' wall time range (", plain 0.49-1.06 s") when it spans over a quarter."""
+    lo, hi = row.get("plain_wall_range") or (0, 0)
+    return f", plain {lo:.2f}-{hi:.2f} s" if lo > 0 and hi > 1.25 * lo else ""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=3)
@@ -634,6 +641,7 @@ def main() -> int:
             + (f" (own time x{v['program_ratio']:.2f})" if "program_ratio" in v else "")
             + f" rss x{v['maxrss_ratio']:.2f}"
             + (f" ({v['maxrss_added_kb']:+.0f} KiB)" if "maxrss_added_kb" in v else "")
+            + spread(v)
             for k, v in data["overhead"].items()
             if k != "exact"
         ]

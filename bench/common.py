@@ -128,6 +128,9 @@ def overhead(progs: dict, n: int, timed, label: str, least: dict | None = None) 
             # pages): the ratio of a small program reads it as a large share.
             "maxrss_added_kb": tr - pr,
             "rounds": rounds,
+            # The plain runs' own spread: a ratio of medians means little where the program
+            # alone varies by half (threads sharing CPUs, a bimodal benchmark).
+            "plain_wall_range": [min(x[0] for x in plain), max(x[0] for x in plain)],
         }
         own = ""
         pp = [x[2] for x in plain if len(x) > 2 and x[2]]
