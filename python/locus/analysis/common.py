@@ -4,6 +4,7 @@ the lookup of the block alive at an address and a time, and the CPU -> NUMA node
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -217,6 +218,20 @@ class Names:
             "file": loc.file if loc is not None else "",
             "line": loc.line if loc is not None else 0,
         }
+
+
+# The samplers' handlers time themselves on one handler in HANDLER_COST_EVERY, chosen at
+# random and weighted by it (runtime/comm/comm.c, LOCUS_SELF_EVERY: reading the thread's CPU
+# clock in each ended time slices at the samples). Over n handlers whose costs vary with a
+# coefficient of variation c, the estimate's relative standard error is
+# sqrt((k - 1) (1 + c^2) / n); c is taken as 1 (the handlers here: 2-64 us, most 4-32).
+HANDLER_COST_EVERY = 16
+
+
+def handler_cost_rse(counters: dict) -> float | None:
+    """Relative standard error of a sampling backend's `self_ns` (None without handlers)."""
+    n = int(counters.get("signals", 0)) + int(counters.get("traps", 0))
+    return math.sqrt(2 * (HANDLER_COST_EVERY - 1) / n) if n > 0 else None
 
 
 def site_str(s: dict) -> str:

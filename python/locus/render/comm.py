@@ -11,7 +11,7 @@ from locus.analysis.common import callers_text, site_str
 from locus.errors import LocusError
 from locus.render.heat import masked_zeros, pyplot, save, shade, shade_legend, zero_apart
 from locus.render.tables import Table
-from locus.render.units import count, nbytes, percent, seconds
+from locus.render.units import cost_error, count, nbytes, percent, seconds
 
 MATRIX_TABLE = "comm_matrix"  # CSV only: text and Markdown show the heat map instead
 # Shades of the terminal heat map, from "no communication" to the maximum cell.
@@ -299,7 +299,7 @@ def summary_lines(report: dict) -> list[str]:
         )
     else:
         lines.append(
-            f"comm cost {seconds(c['overhead_s'])} in the comm handlers"
+            f"comm cost {seconds(c['overhead_s'])}{cost_error(c)} in the comm handlers"
             f" ({percent(_pct(c['overhead_s'], dur))} of run), {dropped}"
         )
     for a in c.get("advice", []):

@@ -8,7 +8,7 @@ from locus.analysis.common import callers_text, ranges, site_str, via_text
 from locus.errors import LocusError
 from locus.render.heat import masked_zeros, pyplot, save, shade, shade_legend, zero_apart
 from locus.render.tables import Table
-from locus.render.units import count, nbytes, percent, seconds
+from locus.render.units import cost_error, count, nbytes, percent, seconds
 
 MATRIX_TABLE = "numa_matrix"  # CSV only: text and Markdown draw the matrices instead
 CPU_MATRIX_TABLE = "numa_cpu_matrix"
@@ -330,7 +330,7 @@ def summary_lines(report: dict) -> list[str]:
     )
     if c["backend"] != "exact":
         lines.append(
-            f"numa cost {seconds(c['overhead_s'])} in the samplers"
+            f"numa cost {seconds(c['overhead_s'])}{cost_error(c)} in the samplers"
             f" ({percent(_pct(c['overhead_s'], dur))} of run), {count(cnt['signals'])} interrupts"
         )
     for a in c.get("advice", []):

@@ -44,6 +44,13 @@ def percent(v: float | None) -> str:
     return f"{v:.1f} %"
 
 
+def cost_error(lens: dict) -> str:
+    """The relative standard error of a sampling lens's handler cost, measured on a share of
+    the handlers (`overhead_rse`), as " (±12 %)"; nothing for runs without it."""
+    rse = lens.get("overhead_rse")
+    return f" (±{rse * 100:.0f} %)" if rse else ""
+
+
 def threads(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2f} thr"
 

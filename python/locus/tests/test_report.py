@@ -199,6 +199,23 @@ def test_damaged_record_files_are_read_around(tmp_path, capsys, lens, maker, nam
         assert len(r["matrices"]["core"]["all"]) <= 64 and len(r["threads"]) <= 64
 
 
+def test_handler_cost_says_its_sampling_error(tmp_path, capsys):
+    """The samplers time one handler in 16 (runtime/comm/comm.c): the cost line gives the
+    estimate's relative standard error, sqrt(2 x 15 / handlers), in the JSON and the text."""
+    import math
+
+    from locus.synth_comm import false_sharing_run
+
+    path = str(tmp_path / "r")
+    false_sharing_run(path, threads=4, n=20)  # 4 threads x 12 x 20 signals, no traps
+    assert main(["report", path, "--lens", "comm", "--format", "json"]) == 0
+    c = json.loads(capsys.readouterr().out)["lenses"]["comm"]
+    assert c["counters"]["signals"] == 960
+    assert c["overhead_rse"] == pytest.approx(math.sqrt(30 / 960))
+    assert main(["report", path, "--lens", "comm"]) == 0
+    assert "(±18 %) in the comm handlers" in capsys.readouterr().out
+
+
 def test_comm_kind_counts_what_top_cuts_from():
     """--kind false --top 0 titled its table "(1 of 2; --top 0 for all)": the row --kind
     dropped was counted as one --top had cut."""
