@@ -1505,6 +1505,13 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
             and sibling[0] < SIBLING_BLOCKS
         )
         reads = bool(len(fm)) and bool(((ev.dst_flags[fm] & AC_STORE) == 0).all())
+        # The share of the false volume whose two accesses are both in the object: the rest
+        # is shared with data beside it (a lock on the line of a flag other threads read).
+        dst_at = line_off[fm] + ev.dst_off[fm]
+        both_in = (src_end > 0) & (dst_at + np.maximum(ev.dst_len[fm], 1) > 0)
+        if size:
+            both_in &= (src_at < size) & (dst_at < size)
+        own_false = float(wk["false"][fm][both_in].sum()) / fsum if fsum > 0 else 0.0
         # A victim's writers by name: the static variables at the writes' addresses (an
         # atomic counter all threads update has only true sharing of its own, and no
         # false-sharing row to be found by).
@@ -1561,6 +1568,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "threads": np.unique(np.concatenate([ev.src[m], ev.dst[m]])).tolist(),
                 "pairs": pairs,
                 "_false_accesses": fa,
+                "_false_own": own_false,
                 "_timed_fields": timed_fields,
                 "_false_lines": (int(names.run.procs[info["proc"]].pid), set(ev.line[fm].tolist())),
                 "_false_stores": stores,
@@ -2844,22 +2852,45 @@ LOCK_BYTES = (
 )
 
 
+# ... and the least share of their false volume whose two accesses are both in the object
+# for the locks' words to be what passes (nor may another object have false sharing on
+# their lines): a lock whose line also holds a flag other threads read (`s.m2` beside
+# `phase`) shares that line with the flag, which padding removes.
+LOCK_OWN_MIN = 0.75
+
+
 def _lock_bytes(lock: str) -> int:
     """The size of the lock `lock` (_lock_code) takes: LOCK_BYTES, else a 4-byte word
     (spinlocks, futexes, libgomp's locks)."""
     return next((n for k, n in LOCK_BYTES if k in lock), 4)
 
 
-def _lock_a_line(acc, size: int) -> bool:
+def _lock_instance(field: str) -> str | None:
+    """The lock a DWARF field path is in: the path before glibc's private members
+    (`s.m1.__data.__kind` -> `s.m1`, `locks[3].mutex.__data.__lock` -> `locks[3].mutex`);
+    None when the path names no lock's member."""
+    parts = field.split(".")
+    at = next((i for i, p in enumerate(parts) if p.startswith("__")), 0)
+    return ".".join(parts[:at]) if at else None
+
+
+def _lock_a_line(acc, size: int, layout=None) -> bool:
     """Whether each line of the false-sharing accesses `acc` ((thread, offset, length, line
-    index, weight)) holds one lock's words only: the bytes accessed on it span at most a
-    lock's `size`. Two adjacent mutexes on a line span more (their lock words 40 bytes
-    apart); a lock padded to lines of its own does not."""
+    index, weight)) holds one lock's words only. With the object's DWARF `layout`, by the
+    lock each offset's field is in: `s.m1.__data.__kind` and `s.m2.__data.__lock`, 24 bytes
+    apart, are two locks. Without it, by the bytes accessed on each line spanning at most a
+    lock's `size`: two adjacent mutexes' lock words are 40 bytes apart; a lock padded to
+    lines of its own spans its own words only."""
     lo: dict[int, int] = {}
     hi: dict[int, int] = {}
+    locks: dict[int, set] = {}
     for _t, off, ln, li, _w in acc:
         lo[li] = min(lo.get(li, off), off)
         hi[li] = max(hi.get(li, off + ln), off + ln)
+        if layout is not None:
+            locks.setdefault(li, set()).add(_lock_instance(layout.field(off)))
+    if locks and all(None not in s for s in locks.values()):
+        return all(len(s) == 1 for s in locks.values())
     return bool(lo) and all(hi[li] - lo[li] <= size for li in lo)
 
 
@@ -3257,7 +3288,13 @@ def _advice(objects: list[dict], cfg: dict, names=None, limit: int = 5) -> list[
                 "(--lens locks measures the waits)"
             )
             continue
-        if lock is not None and not own and _lock_a_line(acc, _lock_bytes(lock)):
+        if (
+            lock is not None
+            and not own
+            and _lock_a_line(acc, _lock_bytes(lock), _layout_of(o, names))
+            and o.get("_false_own", 1.0) >= LOCK_OWN_MIN
+            and not _line_mates(o, objects)
+        ):
             # Locks padded apart already (sysbench mutex's 296-byte elements, every thread
             # at random ones): each line's words are one lock's, which its takers pass on.
             out.append(
@@ -3538,13 +3575,18 @@ def _sibling_advice(o: dict, thr: str, line: int) -> str:
     )
 
 
-def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int, names) -> str:
-    """An object only read, on a line that writes to its neighbours keep moving."""
-    pid, lines = o["_false_lines"]
-    near = [
+def _line_mates(o: dict, objects: list[dict]) -> list[dict]:
+    """The other objects with false sharing on one of `o`'s false-sharing lines."""
+    pid, lines = o.get("_false_lines") or (None, set())
+    return [
         p for p in objects if p is not o and p.get("_false_lines") and p["_false_lines"][0] == pid
         and p["_false_lines"][1] & lines
     ]  # fmt: skip
+
+
+def _victim_advice(o: dict, objects: list[dict], thr: str, name: str, line: int, names) -> str:
+    """An object only read, on a line that writes to its neighbours keep moving."""
+    near = _line_mates(o, objects)
 
     def label(p: dict) -> str:
         text = _quoted(p)

@@ -1551,6 +1551,30 @@ def test_advice_for_locks_with_lines_of_their_own(tmp_path, stride):
         assert adv.startswith("threads 0-2 use different locks that share 64-byte lines"), adv
 
 
+class _TwoMutexes:
+    """`struct { pthread_mutex_t m1, m2; } s`'s fields by offset (glibc, x86-64)."""
+
+    FIELDS = {0: "__lock", 4: "__count", 8: "__owner", 12: "__nusers", 16: "__kind"}
+
+    def field(self, off):
+        m, at = divmod(off, 40)
+        return f"s.m{m + 1}.__data.{self.FIELDS.get(at, '__list')}"
+
+
+def test_two_locks_on_a_line_are_told_apart_by_their_fields():
+    """Thread 1 sampled at `s.m1.__data.__kind` (16) and thread 2 at `s.m2.__data.__lock`
+    (40): 28 bytes, less than a mutex, so the span rule read one lock on the line, and the
+    advice said the locks had lines of their own (test_two_mutexes_taken_by_turns_are_
+    different_locks failed 1 run in 10). The fields say two locks."""
+    acc = [(1, 16, 4, 0, 1.0), (2, 40, 4, 0, 1.0)]
+    assert comm._lock_a_line(acc, 40)  # the span alone
+    assert not comm._lock_a_line(acc, 40, _TwoMutexes())
+    one = [(1, 40, 4, 0, 1.0), (2, 48, 4, 0, 1.0)]  # m2's lock word and owner
+    assert comm._lock_a_line(one, 40, _TwoMutexes())
+    assert comm._lock_instance("locks[3].mutex.__data.__lock") == "locks[3].mutex"
+    assert comm._lock_instance("s.hits") is None and comm._lock_instance("__x") is None
+
+
 def test_a_program_that_allocates_constantly_is_told_its_cost(tmp_path):
     """openssl speed ran 3-4x slower under comm beside "overhead ... 1.9 % of thread time":
     the heap records are not timed. A note estimates their cost."""
