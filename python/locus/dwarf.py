@@ -616,11 +616,13 @@ def _unit_dies(path: str, cu: int) -> dict:
 
 
 class _Units(dict):
-    """A unit's DIEs by offset, that can read in the unit of a type outside them (a
-    DW_FORM_ref_addr into another unit: rustc's codegen units keep a crate's types in
-    several, as LTO partitions do): `load`, which _strip calls for a type it does not find;
-    at most UNITS_MORE units, so that a function's inlined callees in the standard library's
-    units (their abstract origins, not types) are never what is read."""
+    """A unit's DIEs by offset, that can read in the unit of a type or variable outside them
+    (a DW_FORM_ref_addr into another unit: rustc's codegen units keep a crate's types in
+    several, as LTO partitions do, and an LTO build names a function's variables through
+    its source file's early-debug unit): `load`, which _strip calls for a type it does not
+    find and _origin for a variable of the function's own; at most UNITS_MORE units, and
+    never for the variables of inlined callees, whose origins are in their library's units
+    (Rust's standard library: seconds to read)."""
 
     def __init__(self, path: str, dies: dict):
         super().__init__(dies)
@@ -651,18 +653,32 @@ def _unit_of(path: str, off: int) -> int | None:
     return int(m.group(1), 16) if m else None
 
 
-def _origin(dies: dict, d: Die) -> Die:
+def _origin(dies: dict, d: Die, far: bool = False) -> Die:
     """The DIE that names `d`: its abstract origin's (an inlined or out-of-line copy), and
     that one's specification (a C++ member function or a Rust function defined outside its
-    declaration, whose name is the declaration's)."""
+    declaration, whose name is the declaration's). `far`: an origin in another unit is read
+    in (_Units.load): an LTO build's functions name their variables through the source
+    file's early-debug unit (`DW_AT_abstract_origin (0x50db "pair")`, a DW_FORM_ref_addr)."""
     for _ in range(4):
-        o = dies.get(
-            _ref(d.attrs.get("DW_AT_abstract_origin") or d.attrs.get("DW_AT_specification")) or -1
-        )
+        ref = _ref(d.attrs.get("DW_AT_abstract_origin") or d.attrs.get("DW_AT_specification"))
+        o = dies.get(ref if ref is not None else -1)
+        if o is None and far and ref is not None and isinstance(dies, _Units):
+            o = dies.load(ref)
         if o is None:
             return d
         d = o
     return d
+
+
+def _in_inlined(dies: dict, d: Die | None) -> bool:
+    """Whether a scope is, or is inside, an inlined function's copy: its variables' origins
+    are the callee's, often in a library's units (Rust's standard library: seconds to read)."""
+    parent = _parents(dies)
+    while d is not None and d.tag not in ("DW_TAG_subprogram", "DW_TAG_compile_unit"):
+        if d.tag == _INLINED:
+            return True
+        d = parent.get(d.off)
+    return False
 
 
 _INLINED = "DW_TAG_inlined_subroutine"
@@ -685,9 +701,10 @@ def _scope_vars(dies: dict, scopes: list[Die], tags=("DW_TAG_variable",)):
     """(DIE, the DIE that names it, its name, its type) of each variable (or parameter, by
     `tags`) of the scopes, innermost first."""
     for scope in scopes:
+        far = not _in_inlined(dies, scope)  # (the function's own variables, not a callee's)
         for v in scope.children:
             if v.tag in tags:
-                named = _origin(dies, v)
+                named = _origin(dies, v, far)
                 t = _ref(v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type"))
                 yield v, named, _name(named.attrs.get("DW_AT_name")), t
 

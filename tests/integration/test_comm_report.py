@@ -514,6 +514,55 @@ def test_cpp_new_object_named_by_its_caller(locus, tmp_path, source):
     assert "operator new" not in top["name"] and "fs.cpp:6" in top["name"], top["name"]
 
 
+CPP_LTO_MAIN = """#include <cstdlib>
+#include <thread>
+struct Stats { long hits; long misses; };
+struct alignas(64) Pair { Stats s[2]; };
+void work(Stats *s, long n);
+int main(int argc, char **argv) {
+  long n = atol(argv[1]);
+  Pair *pair = new Pair();  // line 8
+  std::thread a([&] { work(&pair->s[0], n); });
+  std::thread b([&] { work(&pair->s[1], n); });
+  a.join();
+  b.join();
+  return (int)(pair->s[0].hits + pair->s[1].hits) & 1;
+}
+"""
+CPP_LTO_WORK = """struct Stats { long hits; long misses; };
+void work(Stats *s, long n) {
+  for (long i = 0; i < n; i++) {
+    s->hits++;
+    __asm__ volatile("" ::: "memory");
+  }
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="g++ not installed (build-essential)")
+def test_an_lto_builds_fields_are_named(locus, tmp_path):
+    """g++ -flto: main's variables are named through abstract origins in a.cc's early-debug
+    unit (a DW_FORM_ref_addr into another unit), which the report did not follow: the advice
+    read "adjacent 8-byte fields of heap block from main a.cc:8 at offsets 0-16", without
+    the fields that the same program built without -flto gets (pair->s[0].hits)."""
+    import subprocess
+
+    (tmp_path / "a.cc").write_text(CPP_LTO_MAIN)
+    (tmp_path / "b.cc").write_text(CPP_LTO_WORK)
+    exe = tmp_path / "lto"
+    subprocess.run(
+        ["g++", "-O2", "-g", "-flto", "-pthread", "-o", str(exe), "a.cc", "b.cc"],
+        check=True,
+        cwd=tmp_path,
+    )
+    proc, run = locus.record([str(exe), "1500000000"], options=("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    top = c["objects"][0]
+    assert top["kind"] == "heap" and "a.cc:8" in top["name"], c["objects"][:2]
+    advice = [a for a in c["advice"] if top["name"] in a]
+    assert advice and "pair->s[0].hits" in advice[0] and "pair->s[1].hits" in advice[0], advice
+
+
 CPP_VECTOR = """#include <atomic>
 #include <cstdio>
 #include <thread>
