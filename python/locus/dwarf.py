@@ -531,14 +531,16 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
     if unit is None or v is None:
         return None
     fortran = "Fortran" in unit.attrs.get("DW_AT_language", "")
-    t = _ref(v.attrs.get("DW_AT_type"))
-    if t is None:
-        # A definition that completes a declaration: its type is on the declaration.
-        spec = dies.get(_ref(v.attrs.get("DW_AT_specification")) or -1)
-        t = _ref(spec.attrs.get("DW_AT_type")) if spec is not None else None
-    ty = v.attrs.get("DW_AT_type", "")
+    # A definition that completes a declaration (DW_AT_specification), or an LTO build's
+    # variable whose name, type and line are its early-debug unit's (DW_AT_abstract_origin,
+    # read in from that unit): the type is theirs.
+    named = _origin(dies, v, far=True)
+    ty = v.attrs.get("DW_AT_type") or named.attrs.get("DW_AT_type", "")
+    t = _ref(ty)
     tname = ty.split('"', 1)[1].rstrip('"') if '"' in ty else ""
-    return Layout(name, tname, _size(dies, t, fortran), fortran, dies, t, _decl(dies, v))
+    return Layout(
+        name, tname, _size(dies, t, fortran), fortran, dies, t, _decl(dies, v) or _decl(dies, named)
+    )
 
 
 def _decl(dies: dict, d: Die) -> str:

@@ -563,6 +563,53 @@ def test_an_lto_builds_fields_are_named(locus, tmp_path):
     assert advice and "pair->s[0].hits" in advice[0] and "pair->s[1].hits" in advice[0], advice
 
 
+C_LTO_STATIC = """#include <pthread.h>
+#include <stdlib.h>
+struct stats { long hits; long misses; } stats;
+void work(long *p, long n);
+static long n;
+static void *wa(void *x) { work(&stats.hits, n); return x; }
+static void *wb(void *x) { work(&stats.misses, n); return x; }
+int main(int argc, char **argv) {
+  n = atol(argv[1]);
+  pthread_t a, b;
+  pthread_create(&a, 0, wa, 0);
+  pthread_create(&b, 0, wb, 0);
+  pthread_join(a, 0);
+  pthread_join(b, 0);
+  return (int)(stats.hits + stats.misses) & 1;
+}
+"""
+C_LTO_WORK = """void work(long *p, long n) {
+  for (long i = 0; i < n; i++) {
+    (*p)++;
+    __asm__ volatile("" ::: "memory");
+  }
+}
+"""
+
+
+def test_an_lto_builds_static_variable_is_named_with_its_fields(locus, tmp_path):
+    """gcc -flto: the global's DIE at its address has only an abstract origin in g.c's
+    early-debug unit, where its type and line are: the advice lost the declaration and the
+    fields ("`stats` at offsets 0-8; pad each to 64 bytes")."""
+    import subprocess
+
+    (tmp_path / "g.c").write_text(C_LTO_STATIC)
+    (tmp_path / "w.c").write_text(C_LTO_WORK)
+    exe = tmp_path / "glto"
+    subprocess.run(
+        ["gcc", "-O2", "-g", "-flto", "-pthread", "-o", str(exe), "g.c", "w.c"],
+        check=True,
+        cwd=tmp_path,
+    )
+    proc, run = locus.record([str(exe), "1500000000"], options=("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    advice = [a for a in c["advice"] if "`stats`" in a]
+    assert advice and "(declared at g.c:3)" in advice[0], c["advice"]
+    assert "stats.hits" in advice[0] and "stats.misses" in advice[0], advice
+
+
 CPP_VECTOR = """#include <atomic>
 #include <cstdio>
 #include <thread>
