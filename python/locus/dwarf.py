@@ -936,8 +936,10 @@ def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: 
 
 def _function_name(dies: dict, fn: Die) -> str:
     """A function's name as the source says it, with its class's (`Pool::run`, a C++ member
-    function defined outside its class: its name is the declaration's, in the class)."""
-    d = _origin(dies, fn)
+    function defined outside its class: its name is the declaration's, in the class). An
+    out-of-line function's origin may be in another unit (an LTO build's early-debug unit);
+    an inlined copy's is its callee's, never read in (see _in_inlined)."""
+    d = _origin(dies, fn, far=fn.tag == "DW_TAG_subprogram")
     parents = _parents(dies)
     name = _name(d.attrs.get("DW_AT_name"))
     p = parents.get(d.off)

@@ -589,24 +589,60 @@ C_LTO_WORK = """void work(long *p, long n) {
 """
 
 
+C_LTO_LOCAL = """#include <pthread.h>
+#include <stdlib.h>
+void work(long *p, long n);
+struct arg { long *p; long n; };
+static void *run(void *x) { struct arg *a = x; work(a->p, a->n); return x; }
+int main(int argc, char **argv) {
+  long n = atol(argv[1]);
+  long counts[4] = {0};
+  struct arg a = {&counts[0], n}, b = {&counts[1], n};
+  pthread_t ta, tb;
+  pthread_create(&ta, 0, run, &a);
+  pthread_create(&tb, 0, run, &b);
+  pthread_join(ta, 0);
+  pthread_join(tb, 0);
+  return (int)(counts[0] + counts[1]) & 1;
+}
+"""
+
+
+def _lto_build(tmp_path, main: str) -> Path:
+    """`main` and C_LTO_WORK built with gcc -O2 -g -flto."""
+    import subprocess
+
+    (tmp_path / "m.c").write_text(main)
+    (tmp_path / "w.c").write_text(C_LTO_WORK)
+    exe = tmp_path / "lto"
+    subprocess.run(
+        ["gcc", "-O2", "-g", "-flto", "-pthread", "-o", str(exe), "m.c", "w.c"],
+        check=True,
+        cwd=tmp_path,
+    )
+    return exe
+
+
+def test_an_lto_builds_local_is_named_with_its_function(locus, tmp_path):
+    """gcc -flto: main's DIE has only an abstract origin in the early-debug unit, where its
+    name is: a local that other threads reach read "`counts`, a local of  at m.c:8"."""
+    exe = _lto_build(tmp_path, C_LTO_LOCAL)
+    proc, run = locus.record([str(exe), "1500000000"], options=("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    advice = [a for a in c["advice"] if "`counts`" in a]
+    assert advice and "`counts`, a local of main at m.c:8" in advice[0], c["advice"]
+    assert "counts[0]" in advice[0] and "counts[1]" in advice[0], advice
+
+
 def test_an_lto_builds_static_variable_is_named_with_its_fields(locus, tmp_path):
     """gcc -flto: the global's DIE at its address has only an abstract origin in g.c's
     early-debug unit, where its type and line are: the advice lost the declaration and the
     fields ("`stats` at offsets 0-8; pad each to 64 bytes")."""
-    import subprocess
-
-    (tmp_path / "g.c").write_text(C_LTO_STATIC)
-    (tmp_path / "w.c").write_text(C_LTO_WORK)
-    exe = tmp_path / "glto"
-    subprocess.run(
-        ["gcc", "-O2", "-g", "-flto", "-pthread", "-o", str(exe), "g.c", "w.c"],
-        check=True,
-        cwd=tmp_path,
-    )
+    exe = _lto_build(tmp_path, C_LTO_STATIC)
     proc, run = locus.record([str(exe), "1500000000"], options=("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     advice = [a for a in c["advice"] if "`stats`" in a]
-    assert advice and "(declared at g.c:3)" in advice[0], c["advice"]
+    assert advice and "(declared at m.c:3)" in advice[0], c["advice"]
     assert "stats.hits" in advice[0] and "stats.misses" in advice[0], advice
 
 
