@@ -545,16 +545,7 @@ def test_an_lto_builds_fields_are_named(locus, tmp_path):
     unit (a DW_FORM_ref_addr into another unit), which the report did not follow: the advice
     read "adjacent 8-byte fields of heap block from main a.cc:8 at offsets 0-16", without
     the fields that the same program built without -flto gets (pair->s[0].hits)."""
-    import subprocess
-
-    (tmp_path / "a.cc").write_text(CPP_LTO_MAIN)
-    (tmp_path / "b.cc").write_text(CPP_LTO_WORK)
-    exe = tmp_path / "lto"
-    subprocess.run(
-        ["g++", "-O2", "-g", "-flto", "-pthread", "-o", str(exe), "a.cc", "b.cc"],
-        check=True,
-        cwd=tmp_path,
-    )
+    exe = _lto_build(tmp_path, {"a.cc": CPP_LTO_MAIN, "b.cc": CPP_LTO_WORK}, "g++")
     proc, run = locus.record([str(exe), "1500000000"], options=("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     top = c["objects"][0]
@@ -608,42 +599,37 @@ int main(int argc, char **argv) {
 """
 
 
-def _lto_build(tmp_path, main: str) -> Path:
-    """`main` and C_LTO_WORK built with gcc -O2 -g -flto."""
-    import subprocess
-
-    (tmp_path / "m.c").write_text(main)
-    (tmp_path / "w.c").write_text(C_LTO_WORK)
+def _lto_build(tmp_path, sources: dict[str, str], cc: str = "gcc") -> Path:
+    """The sources (file name -> text) built with `cc -O2 -g -flto` as tmp_path/lto."""
+    for name, text in sources.items():
+        (tmp_path / name).write_text(text)
     exe = tmp_path / "lto"
     subprocess.run(
-        ["gcc", "-O2", "-g", "-flto", "-pthread", "-o", str(exe), "m.c", "w.c"],
+        [cc, "-O2", "-g", "-flto", "-pthread", "-o", str(exe), *sources],
         check=True,
         cwd=tmp_path,
     )
     return exe
 
 
-def test_an_lto_builds_local_is_named_with_its_function(locus, tmp_path):
-    """gcc -flto: main's DIE has only an abstract origin in the early-debug unit, where its
-    name is: a local that other threads reach read "`counts`, a local of  at m.c:8"."""
-    exe = _lto_build(tmp_path, C_LTO_LOCAL)
+@pytest.mark.parametrize(
+    "main,obj,expect",
+    [
+        (C_LTO_LOCAL, "`counts`", ["`counts`, a local of main at m.c:8", "counts[1]"]),
+        (C_LTO_STATIC, "`stats`", ["`stats` (declared at m.c:3)", "stats.misses"]),
+    ],
+    ids=["local", "static"],
+)
+def test_an_lto_builds_c_data_is_named(locus, tmp_path, main, obj, expect):
+    """gcc -flto: main's DIE and a global's DIE at its address have only an abstract origin
+    in the early-debug unit, where the name, type and line are: the advice read "`counts`, a
+    local of  at m.c:8" and "`stats` at offsets 0-8; pad each to 64 bytes" (no declaration,
+    no fields)."""
+    exe = _lto_build(tmp_path, {"m.c": main, "w.c": C_LTO_WORK})
     proc, run = locus.record([str(exe), "1500000000"], options=("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
-    advice = [a for a in c["advice"] if "`counts`" in a]
-    assert advice and "`counts`, a local of main at m.c:8" in advice[0], c["advice"]
-    assert "counts[0]" in advice[0] and "counts[1]" in advice[0], advice
-
-
-def test_an_lto_builds_static_variable_is_named_with_its_fields(locus, tmp_path):
-    """gcc -flto: the global's DIE at its address has only an abstract origin in g.c's
-    early-debug unit, where its type and line are: the advice lost the declaration and the
-    fields ("`stats` at offsets 0-8; pad each to 64 bytes")."""
-    exe = _lto_build(tmp_path, C_LTO_STATIC)
-    proc, run = locus.record([str(exe), "1500000000"], options=("--lens", "comm"))
-    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
-    advice = [a for a in c["advice"] if "`stats`" in a]
-    assert advice and "(declared at m.c:3)" in advice[0], c["advice"]
-    assert "stats.hits" in advice[0] and "stats.misses" in advice[0], advice
+    advice = [a for a in c["advice"] if obj in a]
+    assert advice and all(x in advice[0] for x in expect), c["advice"]
 
 
 CPP_VECTOR = """#include <atomic>
