@@ -584,14 +584,12 @@ def disk(n: int) -> dict:
                 "samples_estimate_ratio": got[DISK_KEEP][2],
             }
         )
-    med = lambda k: sorted(r[k] for r in rows)[len(rows) // 2]  # noqa: E731
+    keys = ("bytes_ratio", "volume_per_sample_ratio", "samples_estimate_ratio")
     return {
         "keep": DISK_KEEP,
         "seconds": DISK_SECONDS,
         "runs": rows,
-        "bytes_ratio": med("bytes_ratio"),
-        "volume_per_sample_ratio": med("volume_per_sample_ratio"),
-        "samples_estimate_ratio": med("samples_estimate_ratio"),
+        **{k: common.median([r[k] for r in rows]) for k in keys},
     }
 
 

@@ -197,10 +197,10 @@ void locus_comm_write_thread(void) {
  * handler in 16 at random, weighted by 16, the cost stays an unbiased estimate, the threads
  * switched ~530-550 times a second, and 3 % of the handlers were switched out (by an
  * interrupt's preemption, as any code is). */
-struct locus_handler_cost locus_comm_self_begin(int must) {
+struct locus_handler_cost locus_comm_self_begin(int must, uint64_t now) {
   struct locus_handler_cost s = {0, 1};
   if (!must) {
-    if (locus_mix64(locus_ticks() ^ ((uint64_t)locus_me.tid << 40)) % LOCUS_SELF_EVERY) return s;
+    if (locus_mix64(now ^ ((uint64_t)locus_me.tid << 40)) % LOCUS_SELF_EVERY) return s;
     s.weight = LOCUS_SELF_EVERY;
   }
   s.cpu = locus_thread_cpu_ns();

@@ -102,7 +102,8 @@ void locus_comm_checkpoint(uint64_t now);
 /* The handlers' own cost, in this thread's CPU time (ns): wall time would also count the
  * time a preempted handler waited for a CPU (300 threads on 2 CPUs made a 5 us handler
  * look like 30 ms). Measured on one handler in LOCUS_SELF_EVERY chosen at random, weighted
- * by it, or on this one when `must` (weight 1): the thread's CPU clock is a system call that
+ * by it (drawn from `now`, the handler's locus_ticks()), or on this one when `must`
+ * (weight 1): the thread's CPU clock is a system call that
  * brings the scheduler's accounting up to date, and read at every sample it ended the
  * thread's time slice at the sample instead of at the next tick (see comm.c).
  * locus_comm_self_end adds it to the counters and the runtime's cost. */
@@ -111,7 +112,7 @@ struct locus_handler_cost {
   uint64_t cpu;    /* the thread's CPU time at the handler's start (ns), 0 when not measured */
   uint32_t weight; /* the handlers it stands for */
 };
-struct locus_handler_cost locus_comm_self_begin(int must);
+struct locus_handler_cost locus_comm_self_begin(int must, uint64_t now);
 void locus_comm_self_end(struct locus_handler_cost begin);
 /* CPU to which the thread of 0-based creation index `k` is bound, or -1 (LOCUS_BIND). */
 int locus_comm_bind_cpu(uint32_t k, int ncpus);

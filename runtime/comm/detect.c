@@ -785,7 +785,7 @@ void locus_comm_detect_on_watch(unsigned idx, siginfo_t *si, void *uc) {
     return;
   }
   uint64_t t0 = locus_ticks();
-  struct locus_handler_cost c0 = locus_comm_self_begin(0);
+  struct locus_handler_cost c0 = locus_comm_self_begin(0, t0);
   locus_me.guard++;
   locus_ct.st.traps++;
   int m = dt.armed;

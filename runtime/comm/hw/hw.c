@@ -211,7 +211,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
   int saved = errno;
   /* A seccomp filter is coming (locus_before_sandbox): its events are being disabled. */
   if (!locus_busy_enter()) return;
-  struct locus_handler_cost c0 = locus_comm_self_begin(0);
+  struct locus_handler_cost c0 = locus_comm_self_begin(0, locus_ticks());
   locus_me.guard++;
   /* After the process finished its records (exit in progress) only empty the rings. */
   int use = locus_enabled && locus_ct.started;

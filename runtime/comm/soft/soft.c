@@ -2370,7 +2370,7 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
   if (!locus_ct.started) return;
   uint64_t t0 = locus_ticks();
   /* A thread that started on the tick chooses its source at its first signal (adapt()). */
-  struct locus_handler_cost c0 = locus_comm_self_begin(me_soft.undecided);
+  struct locus_handler_cost c0 = locus_comm_self_begin(me_soft.undecided, t0);
   jitter_period(t0);
   st->signals++;
   locus_comm_checkpoint(t0);
@@ -2432,7 +2432,7 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
 static void on_step(ucontext_t *uc) {
   struct locus_comm_thread *st = &locus_ct.st;
   uint64_t t0 = locus_ticks();
-  struct locus_handler_cost c0 = locus_comm_self_begin(0);
+  struct locus_handler_cost c0 = locus_comm_self_begin(0, t0);
   step_measured(t0);
   uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
   int rc = DEC_UNDECODED;
