@@ -622,9 +622,8 @@ class _Units(dict):
     (a DW_FORM_ref_addr into another unit: rustc's codegen units keep a crate's types in
     several, as LTO partitions do, and an LTO build names a function's variables through
     its source file's early-debug unit): `load`, which _strip calls for a type it does not
-    find and _origin for a variable of the function's own; at most UNITS_MORE units, and
-    never for the variables of inlined callees, whose origins are in their library's units
-    (Rust's standard library: seconds to read)."""
+    find and _origin for a variable (not for Rust's inlined callees, whose origins are in
+    the standard library's units: seconds to read); at most UNITS_MORE units."""
 
     def __init__(self, path: str, dies: dict):
         super().__init__(dies)
@@ -697,13 +696,18 @@ def _parents(dies: dict) -> dict[int, Die]:
 
 
 _VARIABLES = ("DW_TAG_variable", "DW_TAG_formal_parameter")
+_NO_DIE = Die(-1, "", {})
 
 
 def _scope_vars(dies: dict, scopes: list[Die], tags=("DW_TAG_variable",)):
     """(DIE, the DIE that names it, its name, its type) of each variable (or parameter, by
     `tags`) of the scopes, innermost first."""
+    # An inlined callee's variables are named in its own unit: in an LTO build the unit of the
+    # callee's source file, read in as the function's own are; in Rust the standard library's
+    # units, which take seconds to read, and are not.
+    rust = "Rust" in next(iter(dies.values()), _NO_DIE).attrs.get("DW_AT_language", "")
     for scope in scopes:
-        far = not _in_inlined(dies, scope)  # (the function's own variables, not a callee's)
+        far = not (rust and _in_inlined(dies, scope))
         for v in scope.children:
             if v.tag in tags:
                 named = _origin(dies, v, far)
@@ -877,10 +881,12 @@ def _chain_type(dies: dict, t: int | None, steps: list[str]) -> int | None:
     return t
 
 
-def _source_line(path: str, pc: int, line: int) -> str:
+def _source_line(path: str, pc: int, line: int, dies: dict | None = None) -> str:
     """The text of the source line of the call returning to pc, if it is `line` and its
     file can be read: the line table names it without its directory, which the unit's or a
-    function's file of that name says (relative to the unit's directory)."""
+    function's file of that name says (relative to the unit's directory). An LTO build's
+    unit is "<artificial>" and its functions name no file: the source file's early-debug
+    unit among `dies` (read in for the function's own names, _Units.load) names it then."""
     found = _lookup(path, pc)
     m = re.search(r"^Line info: file '([^']*)', line (\d+)", found, re.M)
     if not m or int(m.group(2)) != line:
@@ -889,8 +895,18 @@ def _source_line(path: str, pc: int, line: int) -> str:
     names = re.findall(r"DW_AT_(?:name|decl_file)\s+\(\"([^\"]+)\"\)", found)
     name = next((n for n in names if n.rsplit("/", 1)[-1] == base), "")
     d = re.search(r"DW_AT_comp_dir\s+\(\"([^\"]*)\"\)", found)
-    if name and not name.startswith("/") and d:
-        name = f"{d.group(1)}/{name}"
+    cdir = d.group(1) if d else ""
+    if not name and dies:
+        units = [
+            (_name(u.attrs.get("DW_AT_name")), _name(u.attrs.get("DW_AT_comp_dir")))
+            for u in dies.values()
+            if u.tag == "DW_TAG_compile_unit"
+        ]
+        units = [u for u in units if u[0].rsplit("/", 1)[-1] == base]
+        if len(units) == 1:  # (two files of that name: neither)
+            name, cdir = units[0]
+    if name and not name.startswith("/") and cdir:
+        name = f"{cdir}/{name}"
     if not name:
         return ""
     try:
@@ -907,7 +923,8 @@ def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: 
     """[(name, pointee type, its size, True)] for the pointer that the allocating line assigns
     the block to, when it assigns one variable (a local or parameter of the scopes around
     the call, else the unit's global), or a member of one, of pointer type; [] otherwise."""
-    text = _source_line(path, pc, line).split("//")[0]
+    _origin(dies, scopes[-1], far=True)  # (an LTO build's: the source file's unit, read in)
+    text = _source_line(path, pc, line, dies).split("//")[0]
     # (the assignments of a call's or a new's result: not `i = 0` in `for (i = 0; ...)`)
     found = {
         "".join(_STEPS.findall(m.group(1)))

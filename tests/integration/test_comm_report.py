@@ -632,6 +632,68 @@ def test_an_lto_builds_c_data_is_named(locus, tmp_path, main, obj, expect):
     assert advice and all(x in advice[0] for x in expect), c["advice"]
 
 
+C_LTO_HEAP = """#include <pthread.h>
+#include <stdlib.h>
+struct slot { long hits; long misses; };
+struct pair { struct slot s[2]; };
+struct pair *make(void);
+void bump(struct slot *s, long n);
+static struct pair *pair;
+static long n;
+static void *wa(void *x) { bump(&pair->s[0], n); return x; }
+static void *wb(void *x) { bump(&pair->s[1], n); return x; }
+int main(int argc, char **argv) {
+  n = atol(argv[1]);
+  pair = ALLOCATE;  // line 13
+  pthread_t a, b;
+  pthread_create(&a, 0, wa, 0);
+  pthread_create(&b, 0, wb, 0);
+  pthread_join(a, 0);
+  pthread_join(b, 0);
+  return (int)(pair->s[0].hits + pair->s[1].hits) & 1;
+}
+"""
+C_LTO_HEAP_WORK = """#include <stdlib.h>
+struct slot { long hits; long misses; };
+struct pair { struct slot s[2]; };
+struct pair *make(void) {
+  struct pair *made = calloc(1, sizeof *made);  // line 5
+  return made;
+}
+void bump(struct slot *s, long n) {
+  for (long i = 0; i < n; i++) {
+    s->hits++;
+    __asm__ volatile("" ::: "memory");
+  }
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "allocate,expect",
+    [
+        ("calloc(1, sizeof *pair)", ["main m.c:13", "pair->s[0].hits", "pair->s[1].hits"]),
+        ("make()", ["make w.c:5", "made->s[0].hits", "made->s[1].hits"]),
+    ],
+    ids=["assigned", "inlined"],
+)
+def test_an_lto_builds_heap_blocks_are_named(locus, tmp_path, allocate, expect):
+    """gcc -flto: a block assigned to a global where it is allocated (`pair = calloc(...)`)
+    is named through the line's source file, which only the early-debug unit names (the LTO
+    unit is "<artificial>"), and a block that a function inlined from another file allocates
+    (`make`, its pointer `made`) through that function's variables, whose origins are in
+    w.c's unit. Both read "adjacent 8-byte fields of heap block from ... at offsets 0-16"
+    without the fields that the build without -flto names."""
+    main = C_LTO_HEAP.replace("ALLOCATE", allocate)
+    exe = _lto_build(tmp_path, {"m.c": main, "w.c": C_LTO_HEAP_WORK})
+    proc, run = locus.record([str(exe), "1500000000"], options=("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    top = c["objects"][0]
+    assert top["kind"] == "heap" and expect[0] in top["name"], c["objects"][:2]
+    advice = [a for a in c["advice"] if top["name"] in a]
+    assert advice and all(x in advice[0] for x in expect[1:]), c["advice"]
+
+
 CPP_VECTOR = """#include <atomic>
 #include <cstdio>
 #include <thread>
