@@ -694,6 +694,51 @@ def test_an_lto_builds_heap_blocks_are_named(locus, tmp_path, allocate, expect):
     assert advice and all(x in advice[0] for x in expect[1:]), c["advice"]
 
 
+C_PROMOTED = """#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+struct stats { long hits; long misses; };
+static struct stats *st;
+static void *wa(void *x) {
+  for (long i = 0; i < 300000000; i++) { st->hits++; __asm__ volatile("" ::: "memory"); }
+  return x;
+}
+static void *wb(void *x) {
+  for (long i = 0; i < 300000000; i++) { st->misses++; __asm__ volatile("" ::: "memory"); }
+  return x;
+}
+int main(void) {
+  st = malloc(sizeof *st);
+  st->hits = st->misses = 0;
+  pthread_t a, b;
+  pthread_create(&a, 0, wa, 0);
+  pthread_create(&b, 0, wb, 0);
+  pthread_join(a, 0);
+  pthread_join(b, 0);
+  printf("%ld\\n", st->hits + st->misses);
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("clang"), reason="clang not installed")
+def test_clangs_promoted_heap_block_is_explained(locus, tmp_path):
+    """clang -O2 turns the one block a static pointer is given into globals (`st.body.0`,
+    `st.body.1`): the objects are named so, and a note says they are the block `st` points
+    to, whose fields to pad."""
+    src = tmp_path / "body.c"
+    src.write_text(C_PROMOTED)
+    exe = tmp_path / "body"
+    subprocess.run(["clang", "-O2", "-g", "-pthread", "-o", str(exe), str(src)], check=True)
+    syms = subprocess.run(["nm", str(exe)], capture_output=True, text=True).stdout
+    if "st.body" not in syms:
+        pytest.skip("this clang did not promote the block")
+    _proc, run = locus.record([str(exe)], options=("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    names = {o["name"] for o in c["objects"][:2]}
+    assert names <= {"st.body.0", "st.body.1", "st.body"} and names, c["objects"][:3]
+    assert any("static pointer `st`" in n for n in c["notes"]), c["notes"]
+
+
 CPP_VECTOR = """#include <atomic>
 #include <cstdio>
 #include <thread>

@@ -875,6 +875,28 @@ def _note_stripped(objs: _Objects, obj: np.ndarray, wk: dict, notes: list) -> No
     )
 
 
+# LLVM's GlobalOpt turns the one block a static pointer `st` is ever given (`st =
+# malloc(sizeof *st)`, the pointer not escaping) into a global `st.body`, and splits that into
+# the parts the code uses, `st.body.0`, `st.body.1`, ... in the order of their offsets.
+_PROMOTED = re.compile(r"(?P<ptr>[A-Za-z_$][\w$]*)\.body(?:\.\d+)?")
+
+
+def _promoted_note(objects: list[dict]) -> str | None:
+    """Say what clang's `X.body` objects are: the block the program allocated for `X`."""
+    names = [o["name"] for o in objects if o["kind"] == "static" and _PROMOTED.fullmatch(o["name"])]
+    if not names:
+        return None
+    ptrs = sorted({_PROMOTED.fullmatch(n).group("ptr") for n in names})
+    shown = ", ".join(f"`{n}`" for n in names[:4]) + (", ..." if len(names) > 4 else "")
+    return (
+        f"{shown}: the compiler (clang, LLVM's GlobalOpt) replaced the one block the static "
+        f"pointer{'s' if len(ptrs) > 1 else ''} {', '.join(f'`{p}`' for p in ptrs[:4])} "
+        "points to with a global of that name, and split it into the parts the code uses "
+        "(.0, .1, ...: in the order of their offsets in the block): they are fields of the "
+        "type it points to, to pad there (alignas(64) on each field)"
+    )
+
+
 def unique_rows(a: np.ndarray) -> np.ndarray:
     """np.unique(a, axis=0) for non-negative integer columns, through one packed key (much
     faster than sorting rows)."""
@@ -1147,6 +1169,9 @@ def analyze(run: RunDir, opts: Options | None = None) -> dict:
             "objects it allocates)"
         )
     _note_stripped(objs, obj, wk, notes)
+    promoted = _promoted_note(objects)
+    if promoted:
+        notes.append(promoted)
     shm = _between_processes_note(run, cfg, uses, totals, shared)
     if shm:
         notes.append(shm)
