@@ -666,7 +666,9 @@ static int check_access_size(void) {
  * - the load and its store 11 instructions apart;
  * - `lea counter(%rip),%rax; mov (%rdx,%rax,1),%rax` sampled after the load, which
  *   overwrote its own address register: its address is found from the lea, not when the
- *   register came from another register or the load is a branch target. */
+ *   register came from another register or the load is a branch target;
+ * - `mov -16(%rbp),%rax; mov (%rdx,%rax,1),%rax`: found from the frame slot, read again,
+ *   not when a store or a change of rbp came in between. */
 long rl_arr[4], rl_arr2[4];
 long *rl_ptr = &rl_arr[1];
 __asm__(
@@ -709,10 +711,25 @@ __asm__(
     "rl_load4: mov (%rax),%rax\n"
     "rl_after4: cmp %rcx,%rax\n"
     " ret\n"
+    " mov -16(%rbp),%rax\n"
+    "rl_load5: mov (%rdx,%rax,1),%rax\n"
+    "rl_after5: lea 1(%rax),%rsi\n"
+    "rl_after5b: ret\n"
+    " mov -16(%rbp),%rax\n"
+    " mov %rcx,-16(%rbp)\n"
+    "rl_load6: mov (%rdx,%rax,1),%rax\n"
+    "rl_after6: add $1,%rax\n"
+    " ret\n"
+    " mov -16(%rbp),%rax\n"
+    " add $8,%rbp\n"
+    "rl_load7: mov (%rdx,%rax,1),%rax\n"
+    "rl_after7: add $1,%rax\n"
+    " ret\n"
     " .cfi_endproc\n"
     ".size rl_fn, .-rl_fn\n");
 extern const char rl_o0[], rl_over[], rl_far[], rl_load[], rl_after[], rl_load2[], rl_after2[],
-    rl_load3[], rl_after3[], rl_load4[], rl_after4[];
+    rl_load3[], rl_after3[], rl_load4[], rl_after4[], rl_load5[], rl_after5[], rl_after5b[],
+    rl_load6[], rl_after6[], rl_load7[], rl_after7[];
 
 static int check_reloads(void) {
   decode_fn dec = (decode_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_decode");
@@ -763,6 +780,11 @@ static int check_reloads(void) {
       {"the load a branch target", rl_after3, rl_load3, 0},
       /* (a spin on `*p` for a global p: the run ahead's, see access_ahead) */
       {"the address register loaded from a global", rl_after4, rl_load4, 0},
+      /* (-O0's `p->n++` through a pointer local: its slot read again) */
+      {"the address register reloaded from the frame", rl_after5, rl_load5, 1},
+      {"the same, a skid of two", rl_after5b, rl_load5, 1},
+      {"the frame slot written since", rl_after6, rl_load6, 0},
+      {"the frame's base register written since", rl_after7, rl_load7, 0},
   };
   for (size_t i = 0; i < sizeof clob / sizeof clob[0]; i++) {
     ucontext_t uc;
@@ -773,6 +795,8 @@ static int check_reloads(void) {
     g[REG_RDX] = 8;
     g[REG_RSI] = (greg_t)arr2;
     g[REG_RSP] = (greg_t)(uintptr_t)&uc;
+    frame[0] = (long)arr; /* -16(%rbp): the pointer local */
+    g[REG_RBP] = (greg_t)(uintptr_t)&frame[2];
     struct locus_comm_access a;
     uint64_t clobbered = 0;
     int rc = sampled((uint64_t)(uintptr_t)clob[i].pc, &uc, &a, &clobbered);

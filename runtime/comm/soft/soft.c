@@ -918,11 +918,19 @@ static int access_before(const struct module *m, const struct around *b, uint64_
  * to a constant (a rip-relative lea, a mov of an immediate), the constant was its value at
  * the load, and the address is computed with it. In an object's own code only (its function
  * table says which instruction falls through to which). The instruction between the load
- * and pc in a skid of two must not write the load's other address register. */
+ * and pc in a skid of two must not write the load's other address register.
+ * A pointer reloaded from the thread's own frame (`mov -0x10(%rbp),%rax; mov (%rax),%rax`:
+ * -O0's `p->n++` through a pointer local, whose load lost its samples to the reload after
+ * it) is read again from its slot, when no instruction since wrote memory or the slot's base
+ * register (rbp, rsp): only this thread writes its frame. Not a pointer loaded from
+ * anywhere else: another thread may have changed it since (a spin on `*p` for a global p,
+ * see access_ahead). */
 #define RECOVER_BACK 4 /* instructions looked back at from the load */
 static uint32_t written_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
 static uint32_t addr_regs(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
 static int writes_rip(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
+static int writes_memory(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops);
+static uint32_t reg_bit(ZydisRegister r);
 
 /* The instruction at ip (its bytes by code_at); 0 when it decodes. */
 static int decode_at(uint64_t ip, ZydisDecodedInstruction *in, ZydisDecodedOperand *ops) {
@@ -936,10 +944,12 @@ static int recover_clobbered(const struct module *m, uint64_t at, uint64_t pc, c
   ZydisDecodedInstruction in, p;
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT], pops[ZYDIS_MAX_OPERAND_COUNT];
   if (!m || decode_at(at, &in, ops) != 0) return DEC_CLOBBERED;
-  uint32_t lost = written_regs(&in, ops), used = addr_regs(&in, ops), since = 0;
+  uint32_t lost = written_regs(&in, ops), used = addr_regs(&in, ops), since = lost;
+  int stored = 0; /* memory written after the register was set (the frame reload's check) */
   if (at + in.length < pc) { /* (the instruction between: it ends at pc, see sampled_access) */
     if (decode_at(at + in.length, &p, pops) != 0) return DEC_CLOBBERED;
-    since = written_regs(&p, pops);
+    since |= written_regs(&p, pops);
+    stored |= writes_memory(&p, pops);
   }
   /* One register lost, the load's destination, and none of its others written since. */
   if (!(lost & used) || (lost & (lost - 1)) || (since & used & ~lost)) return DEC_CLOBBERED;
@@ -949,17 +959,31 @@ static int recover_clobbered(const struct module *m, uint64_t at, uint64_t pc, c
     if ((w & (PC_NONE | PC_TARGET)) || !len) return DEC_CLOBBERED; /* not straight-line */
     cur -= len;
     if (decode_at(cur, &p, pops) != 0 || writes_rip(&p, pops)) return DEC_CLOBBERED;
-    if (!(written_regs(&p, pops) & lost)) continue;
+    if (!(written_regs(&p, pops) & lost)) {
+      since |= written_regs(&p, pops);
+      stored |= writes_memory(&p, pops);
+      continue;
+    }
     if (p.operand_count_visible != 2 || pops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
         pops[0].size < 32)
       return DEC_CLOBBERED;
     uint64_t v;
-    if (p.mnemonic == ZYDIS_MNEMONIC_LEA && pops[1].mem.base == ZYDIS_REGISTER_RIP &&
-        pops[1].mem.index == ZYDIS_REGISTER_NONE)
-      v = cur + p.length + (uint64_t)pops[1].mem.disp.value;
-    else if (p.mnemonic == ZYDIS_MNEMONIC_MOV && pops[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE)
-      v = pops[1].imm.is_signed ? (uint64_t)pops[1].imm.value.s : pops[1].imm.value.u;
-    else
+    const ZydisDecodedOperand *src = &pops[1];
+    if (p.mnemonic == ZYDIS_MNEMONIC_LEA && src->mem.base == ZYDIS_REGISTER_RIP &&
+        src->mem.index == ZYDIS_REGISTER_NONE)
+      v = cur + p.length + (uint64_t)src->mem.disp.value;
+    else if (p.mnemonic == ZYDIS_MNEMONIC_MOV && src->type == ZYDIS_OPERAND_TYPE_IMMEDIATE)
+      v = src->imm.is_signed ? (uint64_t)src->imm.value.s : src->imm.value.u;
+    else if (p.mnemonic == ZYDIS_MNEMONIC_MOV && src->type == ZYDIS_OPERAND_TYPE_MEMORY &&
+             pops[0].size == 64 && src->size == 64 && !stored &&
+             (src->mem.base == ZYDIS_REGISTER_RBP || src->mem.base == ZYDIS_REGISTER_RSP) &&
+             src->mem.index == ZYDIS_REGISTER_NONE && !(since & reg_bit(src->mem.base)) &&
+             src->mem.segment != ZYDIS_REGISTER_FS && src->mem.segment != ZYDIS_REGISTER_GS) {
+      uint64_t base;
+      if (reg_value(src->mem.base, g, &base) != 0 ||
+          copy_self(syscall(SYS_getpid), base + (uint64_t)src->mem.disp.value, &v, 8) != 8)
+        return DEC_CLOBBERED;
+    } else
       return DEC_CLOBBERED; /* set from something else: not known */
     greg_t regs[NGREG];
     memcpy(regs, g, sizeof regs);
@@ -1745,6 +1769,15 @@ static int writes_rip(const ZydisDecodedInstruction *in, const ZydisDecodedOpera
   if (in->meta.branch_type != ZYDIS_BRANCH_TYPE_NONE) return 1;
   for (int i = 0; i < in->operand_count; i++)
     if (ops[i].type == ZYDIS_OPERAND_TYPE_REGISTER && ops[i].reg.value == ZYDIS_REGISTER_RIP &&
+        (ops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
+      return 1;
+  return 0;
+}
+
+/* Any memory operand written (a store, push, a read-modify-write, a string store). */
+static int writes_memory(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
+  for (int i = 0; i < in->operand_count; i++)
+    if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.type == ZYDIS_MEMOP_TYPE_MEM &&
         (ops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
       return 1;
   return 0;
