@@ -11,7 +11,7 @@ from locus.analysis.common import callers_text, site_str
 from locus.errors import LocusError
 from locus.render.heat import masked_zeros, pyplot, save, shade, shade_legend, zero_apart
 from locus.render.tables import Table
-from locus.render.units import cost_error, count, nbytes, percent, seconds
+from locus.render.units import command_line, cost_error, count, nbytes, percent, seconds
 
 MATRIX_TABLE = "comm_matrix"  # CSV only: text and Markdown show the heat map instead
 # Shades of the terminal heat map, from "no communication" to the maximum cell.
@@ -505,6 +505,6 @@ def plot(report: dict, outdir: str) -> list[str]:
     if vmax > 0:
         # Without any volume the bar's 0-1 scale would mean nothing: the panels say "none".
         fig.colorbar(im, ax=list(axes), shrink=0.8, label=f"volume ({unit}); white: none")
-    cmd = " ".join(report["run"].get("command") or [])
+    cmd = command_line(report["run"].get("command"), 70)
     fig.suptitle(f"locus comm: {cmd}" if cmd else "locus comm")
     return save(plt, fig, outdir, f"comm-{by}")

@@ -8,7 +8,7 @@ from locus.analysis.common import callers_text, ranges, site_str, via_text
 from locus.errors import LocusError
 from locus.render.heat import masked_zeros, pyplot, save, shade, shade_legend, zero_apart
 from locus.render.tables import Table
-from locus.render.units import cost_error, count, nbytes, percent, seconds
+from locus.render.units import command_line, cost_error, count, nbytes, percent, seconds
 
 MATRIX_TABLE = "numa_matrix"  # CSV only: text and Markdown draw the matrices instead
 CPU_MATRIX_TABLE = "numa_cpu_matrix"
@@ -423,9 +423,7 @@ def plot(report: dict, outdir: str) -> list[str]:
         ax.set_xlabel("page's node")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{title} ({c['unit']})")
-    cmd = " ".join(report["run"].get("command") or [])
-    if len(cmd) > 70:
-        cmd = cmd[:69] + "…"
+    cmd = command_line(report["run"].get("command"), 70)
     emu = " [EMULATED topology]" if c["emulated"] else ""
     fig.suptitle((f"locus numa: {cmd}" if cmd else "locus numa") + emu)
     return save(plt, fig, outdir, "numa-matrix")

@@ -125,10 +125,10 @@ def summary_lines(report: dict) -> list[str]:
     """The header: run, overhead, locks summary, losses."""
     run = report["run"]
     ov = report["overhead"]
-    from locus.render.units import count, percent, seconds, threads
+    from locus.render.units import command_line, count, percent, seconds, threads
 
     dur = run["duration_s"] or 0.0
-    cmd = " ".join(run["command"]) if run["command"] else "?"
+    cmd = command_line(run["command"]) or "?"
     state = "complete" if run["complete"] else "INCOMPLETE"
     lines = [
         f"command   {cmd}",

@@ -91,3 +91,17 @@ def fmt(v, unit: str) -> str:
     if unit == "num":
         return number(v)
     return "" if v is None else str(v)
+
+
+def command_line(argv: list[str] | None, limit: int = 200) -> str:
+    """A run's command, its words joined by spaces, shortened past `limit` characters to its
+    leading words and "… (+N more arguments)" (a command given hundreds of file names)."""
+    if not argv:
+        return ""
+    out = argv[0]
+    for i, a in enumerate(argv[1:], 1):
+        if len(out) + 1 + len(a) > limit:
+            n = len(argv) - i
+            return f"{out} … (+{n} more argument{'s' if n > 1 else ''})"
+        out += " " + a
+    return out

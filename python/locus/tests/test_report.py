@@ -251,6 +251,26 @@ def test_unknown_exit_status_reads_unknown():
     assert "exit unknown" in summary_lines(report)[1]
 
 
+def test_a_long_command_is_shortened():
+    """`git grep PATTERN REV...` with 60 revisions took 60 lines of the header; it reads its
+    first words and how many more there are."""
+    from locus.render.tables import summary_lines
+    from locus.render.units import command_line
+
+    argv = ["git", "grep", "-c", "x", *[f"{i:040x}" for i in range(60)]]
+    report = {
+        "run": {"duration_s": 1.0, "command": argv, "complete": True, "threads": 1,
+                "pids": [1], "exit_status": 0, "signal": None},
+        "overhead": {"runtime_s": 0.0, "thread_time_s": 1.0, "records": 0, "dropped": 0},
+        "lenses": {},
+    }  # fmt: skip
+    head = summary_lines(report)[0]
+    assert head.startswith("command   git grep -c x 0000") and head.endswith("(+56 more arguments)")
+    assert len(head) < 240, head
+    assert command_line(["./app", "8"]) == "./app 8" and command_line([]) == ""
+    assert command_line(["./app", "a" * 80], 70) == "./app … (+1 more argument)"
+
+
 @pytest.mark.parametrize("width", [80, 100, 110, 120, 140, 200])
 def test_text_tables_never_cut_a_number(monkeypatch, width):
     """A table wider than the terminal: numbers and addresses are whole, names and code
