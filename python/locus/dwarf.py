@@ -699,15 +699,20 @@ _VARIABLES = ("DW_TAG_variable", "DW_TAG_formal_parameter")
 _NO_DIE = Die(-1, "", {})
 
 
+def _far(dies: dict, scope: Die) -> bool:
+    """Whether the origins of a scope's DIEs are read in from other units (_origin's `far`).
+    An inlined callee's are in its own unit: in an LTO build the unit of the callee's source
+    file, read in as the function's own are; in Rust the standard library's units, which
+    take seconds to read, and are not."""
+    rust = "Rust" in next(iter(dies.values()), _NO_DIE).attrs.get("DW_AT_language", "")
+    return not (rust and _in_inlined(dies, scope))
+
+
 def _scope_vars(dies: dict, scopes: list[Die], tags=("DW_TAG_variable",)):
     """(DIE, the DIE that names it, its name, its type) of each variable (or parameter, by
     `tags`) of the scopes, innermost first."""
-    # An inlined callee's variables are named in its own unit: in an LTO build the unit of the
-    # callee's source file, read in as the function's own are; in Rust the standard library's
-    # units, which take seconds to read, and are not.
-    rust = "Rust" in next(iter(dies.values()), _NO_DIE).attrs.get("DW_AT_language", "")
     for scope in scopes:
-        far = not (rust and _in_inlined(dies, scope))
+        far = _far(dies, scope)
         for v in scope.children:
             if v.tag in tags:
                 named = _origin(dies, v, far)
@@ -923,7 +928,8 @@ def _assigned(path: str, pc: int, line: int, dies: dict, fortran: bool, scopes: 
     """[(name, pointee type, its size, True)] for the pointer that the allocating line assigns
     the block to, when it assigns one variable (a local or parameter of the scopes around
     the call, else the unit's global), or a member of one, of pointer type; [] otherwise."""
-    _origin(dies, scopes[-1], far=True)  # (an LTO build's: the source file's unit, read in)
+    for scope in scopes:  # (an LTO build's: the source files' units, read in)
+        _origin(dies, scope, far=_far(dies, scope))
     text = _source_line(path, pc, line, dies).split("//")[0]
     # (the assignments of a call's or a new's result: not `i = 0` in `for (i = 0; ...)`)
     found = {

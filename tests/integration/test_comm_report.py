@@ -694,6 +694,58 @@ def test_an_lto_builds_heap_blocks_are_named(locus, tmp_path, allocate, expect):
     assert advice and all(x in advice[0] for x in expect[1:]), c["advice"]
 
 
+CPP_LTO_POOL = """struct Slot { long hits; long misses; };
+struct Pool {
+  Slot *slots;
+  explicit Pool(int n);
+  void bump(int i, long n);
+};
+"""
+CPP_LTO_POOL_CC = """#include "pool.h"
+#include <cstdlib>
+#include <cstring>
+Pool::Pool(int n) {
+  slots = static_cast<Slot *>(aligned_alloc(64, 64 * n));  // line 5
+  memset(slots, 0, 64 * n);
+}
+void Pool::bump(int i, long n) {
+  for (long k = 0; k < n; k++) {
+    slots[i].hits++;
+    __asm__ volatile("" ::: "memory");
+  }
+}
+"""
+CPP_LTO_POOL_MAIN = """#include <cstdlib>
+#include <thread>
+#include "pool.h"
+int main(int argc, char **argv) {
+  long n = atol(argv[1]);
+  Pool pool(2);
+  std::thread a([&] { pool.bump(0, n); });
+  std::thread b([&] { pool.bump(1, n); });
+  a.join();
+  b.join();
+  return (int)(pool.slots[0].hits + pool.slots[1].hits) & 1;
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="g++ not installed (build-essential)")
+def test_an_lto_builds_member_block_is_named(locus, tmp_path):
+    """g++ -flto inlines pool.cc's constructor, which assigns its member (`slots =
+    aligned_alloc(...)`), into main: the line is read from pool.cc, which the unit of the
+    inlined constructor's origin names, and `this` is the constructor's. The advice read
+    "fields of heap block from Pool::Pool(int) pool.cc:5 at offsets 0-16" without them."""
+    (tmp_path / "pool.h").write_text(CPP_LTO_POOL)
+    exe = _lto_build(tmp_path, {"main.cc": CPP_LTO_POOL_MAIN, "pool.cc": CPP_LTO_POOL_CC}, "g++")
+    proc, run = locus.record([str(exe), "300000000"], options=("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    top = c["objects"][0]
+    assert top["kind"] == "heap" and "pool.cc:5" in top["name"], c["objects"][:2]
+    advice = [a for a in c["advice"] if top["name"] in a]
+    assert advice and "slots[0].hits" in advice[0] and "slots[1].hits" in advice[0], advice
+
+
 C_PROMOTED = """#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
