@@ -491,6 +491,9 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
     `vaddr` of the module at `path` (tls: a thread-local variable at offset `vaddr` of the
     module's TLS block); None without debug information for it."""
     short = name.rsplit("::", 1)[-1]
+    body = re.fullmatch(r"([A-Za-z_$][\w$]*)\.body", short)
+    if body and not tls:
+        return _promoted_layout(path, body.group(1))
     if not short or not re.fullmatch(r"[A-Za-z_$][\w$]*", short):
         return None
     found = _run(["--name", short, "--show-parents", path])
@@ -541,6 +544,35 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
     return Layout(
         name, tname, _size(dies, t, fortran), fortran, dies, t, _decl(dies, v) or _decl(dies, named)
     )
+
+
+def _promoted_layout(path: str, pointer: str) -> Layout | None:
+    """The layout of clang's `pointer.body`: the one block a static pointer was ever given,
+    made a global by LLVM's GlobalOpt (the pointer itself optimised out, its DWARF variable
+    left without a location), read as what the pointer points to (`pair->s[1].hits`). None
+    unless exactly one variable of that name, a pointer to a type of known size, is found."""
+    found = _run(["--name", pointer, "--show-parents", path])
+    cu, hits = None, []
+    for off, tag, _block in _found_dies(found):
+        if tag == "DW_TAG_compile_unit":
+            cu = off
+        elif tag == "DW_TAG_variable" and cu is not None:
+            hits.append((cu, off))
+    if len(hits) != 1:
+        return None
+    cu, var = hits[0]
+    dies = _Units(path, parse(_run([f"--debug-info={cu:#x}", "--show-children", path])))
+    unit, v = dies.get(cu), dies.get(var)
+    if unit is None or v is None:
+        return None
+    ptr = _strip(dies, _ref(_origin(dies, v, far=True).attrs.get("DW_AT_type") or ""))
+    if ptr is None or ptr.tag != "DW_TAG_pointer_type":
+        return None
+    t = _ref(ptr.attrs.get("DW_AT_type"))
+    size, te = _size(dies, t), _type_die(dies, t)
+    if not size or te is None:
+        return None
+    return PointeeLayout(pointer, _name(te.attrs.get("DW_AT_name")), size, False, dies, t)
 
 
 def _decl(dies: dict, d: Die) -> str:

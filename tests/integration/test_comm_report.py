@@ -791,6 +791,23 @@ def test_clangs_promoted_heap_block_is_explained(locus, tmp_path):
     assert any("static pointer `st`" in n for n in c["notes"]), c["notes"]
 
 
+@pytest.mark.skipif(not shutil.which("clang"), reason="clang not installed")
+def test_clangs_promoted_heap_block_has_its_pointers_fields(locus, tmp_path):
+    """clang -flto makes main's `pair = calloc(...)` block the global `pair.body` (not split:
+    its address is passed on): its fields are named through the pointer `pair`, whose DWARF
+    variable has no location left."""
+    main = C_LTO_HEAP.replace("ALLOCATE", "calloc(1, sizeof *pair)")
+    exe = _lto_build(tmp_path, {"m.c": main, "w.c": C_LTO_HEAP_WORK}, "clang")
+    if "pair.body" not in subprocess.run(["nm", str(exe)], capture_output=True, text=True).stdout:
+        pytest.skip("this clang did not promote the block")
+    _proc, run = locus.record([str(exe), "1500000000"], options=("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    assert c["objects"][0]["name"] == "pair.body", c["objects"][:2]
+    advice = [a for a in c["advice"] if "`pair.body`" in a]
+    assert advice and "pair->s[0].hits" in advice[0] and "pair->s[1].hits" in advice[0], advice
+    assert any("static pointer `pair`" in n for n in c["notes"]), c["notes"]
+
+
 CPP_VECTOR = """#include <atomic>
 #include <cstdio>
 #include <thread>

@@ -888,12 +888,19 @@ def _promoted_note(objects: list[dict]) -> str | None:
         return None
     ptrs = sorted({_PROMOTED.fullmatch(n).group("ptr") for n in names})
     shown = ", ".join(f"`{n}`" for n in names[:4]) + (", ..." if len(names) > 4 else "")
+    split = any(not n.endswith(".body") for n in names)
     return (
         f"{shown}: the compiler (clang, LLVM's GlobalOpt) replaced the one block the static "
         f"pointer{'s' if len(ptrs) > 1 else ''} {', '.join(f'`{p}`' for p in ptrs[:4])} "
-        "points to with a global of that name, and split it into the parts the code uses "
-        "(.0, .1, ...: in the order of their offsets in the block): they are fields of the "
-        "type it points to, to pad there (alignas(64) on each field)"
+        "points to with a global of that name"
+        + (
+            ", and split it into the parts the code uses (.0, .1, ...: in the order of their "
+            "offsets in the block)"
+            if split
+            else ""
+        )
+        + ": the fields are those of the type the pointer points to, to pad there (alignas(64) "
+        "on each field)"
     )
 
 
