@@ -2859,7 +2859,7 @@ def test_a_heap_array_of_structures_is_named_by_its_pointer(locus, tmp_path, wra
     assert "pad each `struct stats` to 64 bytes" in advice, advice
     # malloc aligns to 16: an aligned type alone would not put the block on a line.
     assert "the block from aligned_alloc(64, ...)" in advice, advice
-    fields = {t["thread"]: set(t["fields"]) for ln in comm["lines"] for t in ln["threads"]}
+    fields = _fields_by_thread(comm, obj["name"])
     assert fields[1] == {"st[0].hits"} and fields[2] == {"st[1].hits"}, fields
 
 
@@ -2985,6 +2985,17 @@ OMP_HELPER = OMP_LOCALS.replace(
 )
 
 
+def _fields_by_thread(comm: dict, obj: str) -> dict[int, set]:
+    """Each thread's fields on the lines of object `obj`, over all its lines (a dict made
+    over every line had each thread's fields of the last line listed: a libgomp line,
+    without fields, that came after the object's line emptied them)."""
+    fields: dict[int, set] = {}
+    for ln in comm["lines"]:
+        for t in ln["threads"] if ln["object"] == obj else ():
+            fields.setdefault(t["thread"], set()).update(t["fields"])
+    return fields
+
+
 def _openmp(tmp_path, cc: str, name: str, source: str) -> Path:
     """`source` built with `cc -O2 -g -fopenmp` as tmp_path/name (skipped where clang has no
     OpenMP runtime)."""
@@ -3066,7 +3077,7 @@ def test_locals_other_threads_reach_are_named(locus, tmp_path, kind):
         kind, "slots" if kind.startswith("pthread") else "sums"
     )
     assert [v["name"] for v in obj["locals"]] == [want], obj["locals"]
-    fields = {t["thread"]: set(t["fields"]) for ln in comm["lines"] for t in ln["threads"]}
+    fields = _fields_by_thread(comm, obj["name"])
     advice = " ".join(comm["advice"])
     if kind.startswith("openmp"):
         # (its samples of the loads of `sums[id] += ...` may make thread 0 a reader of the
@@ -3313,7 +3324,7 @@ def test_locals_of_functions_that_took_the_same_stack_bytes_in_turn(locus, tmp_p
     assert ("`beta`, a local of phase_b at p.c:15" in advice) == (order == "a-b"), advice
     # The locals the accesses reached are the object's layout: the lines name each access's
     # element by its time, and the advice names the elements where one local was reached.
-    fields = {t["thread"]: set(t["fields"]) for ln in comm["lines"] for t in ln["threads"]}
+    fields = _fields_by_thread(comm, obj["name"])
     assert "alpha[1]" in fields[1], fields
     assert ("beta[1]" in fields[1]) == (order == "a-b"), fields
     if order == "a-b-a":  # (thread 0 may list alpha[7] too: main zeroes the array)
