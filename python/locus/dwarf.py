@@ -615,22 +615,92 @@ _BASE = re.compile(r"^DW_OP_(?:reg([67]) R[SB]P|breg([67]) R[SB]P([+-]\d+))$")
 def _fdes(path: str) -> tuple:
     """((lo, hi, rows), ...) of the module's call frame information (.eh_frame, else
     .debug_frame): each FDE's range and its rows' (address, register, offset) of the
-    canonical frame address, where it is a register plus an offset (else None)."""
+    canonical frame address, where it is a register plus an offset (else None). The rows are
+    the FDE's instructions run from its CIE's (_cfa_rows), not llvm-dwarfdump's own table,
+    which LLVM 14 (Debian 12) gets wrong after DW_CFA_restore_state: the code after a
+    function's early epilogue read CFA=RSP+8, 40 bytes off in a gcc -O2 main, and a frame's
+    locals were looked for there."""
     for section in ("--eh-frame", "--debug-frame"):
         fdes: list = []
+        cies: dict[int, list[str]] = {}
+        block: list[str] | None = None
         for line in _run([section, path]).splitlines():
+            c = _CIE.match(line)
             f = _FDE.search(line)
-            if f:
-                fdes.append((int(f.group(1), 16), int(f.group(2), 16), []))
-                continue
-            r = _CFA_ROW.match(line) if fdes else None
+            if c:
+                block = cies.setdefault(int(c.group(1), 16), [])
+            elif f:
+                cie = re.search(r"\bcie=([0-9a-f]+)", line)
+                block = []
+                fdes.append(
+                    [int(f.group(1), 16), int(f.group(2), 16), [], block,
+                     int(cie.group(1), 16) if cie else -1]
+                )  # fmt: skip
+            elif block is not None and line.strip().startswith("DW_CFA_"):
+                block.append(line.strip())
+            r = _CFA_ROW.match(line) if fdes and not c and not f else None
             if r:
                 fdes[-1][2].append((int(r.group(1), 16), r.group(2), int(r.group(3))))
-            elif fdes and re.match(r"^\s+0x[0-9a-f]+: CFA=", line):
+            elif fdes and not c and re.match(r"^\s+0x[0-9a-f]+: CFA=", line):
                 fdes[-1][2].append((int(line.split(":")[0], 16), None, 0))
         if fdes:
-            return tuple(fdes)
+            return tuple(
+                (lo, hi, _cfa_rows(lo, cies.get(cie, []), ops) or rows)
+                for lo, hi, rows, ops, cie in fdes
+            )
     return ()
+
+
+_CIE = re.compile(r"^([0-9a-f]{8}) [0-9a-f]+ [0-9a-f]+ CIE\b")
+_CFA_OP = re.compile(r"^(DW_CFA_\w+):\s*(.*)$")
+
+
+def _cfa_rows(lo: int, cie: list[str], fde: list[str]) -> list:
+    """[(address, "RSP" or "RBP" or None, offset)]: the canonical frame address at each
+    address where it changes, from the CIE's initial instructions and the FDE's (as
+    llvm-dwarfdump prints them: advances in bytes, offsets unfactored); [] where an
+    instruction it does not know would change it."""
+    reg: str | None = None
+    off, pc = 0, lo
+    stack: list[tuple] = []
+    rows: list = []
+    for i, text in enumerate([*cie, *fde]):
+        m = _CFA_OP.match(text)
+        if not m:
+            return []
+        op, arg = m.group(1), m.group(2).split()
+        if op.startswith("DW_CFA_advance_loc"):
+            if i < len(cie):
+                return []  # (an initial instruction never advances)
+            pc += int(arg[0])
+            continue
+        if op in ("DW_CFA_def_cfa", "DW_CFA_def_cfa_sf"):
+            reg, off = arg[0], int(arg[1])
+        elif op in ("DW_CFA_def_cfa_offset", "DW_CFA_def_cfa_offset_sf"):
+            off = int(arg[0])
+        elif op == "DW_CFA_def_cfa_register":
+            reg = arg[0]
+        elif op == "DW_CFA_def_cfa_expression":
+            reg = None
+        elif op == "DW_CFA_remember_state":
+            stack.append((reg, off))
+            continue
+        elif op == "DW_CFA_restore_state":
+            if not stack:
+                return []
+            reg, off = stack.pop()
+        elif op in ("DW_CFA_set_loc", "DW_CFA_val_expression") and i >= len(cie):
+            return []
+        else:
+            continue  # (a register's rule: the CFA stays)
+        row = (pc, reg if reg in ("RSP", "RBP") else None, off if reg in ("RSP", "RBP") else 0)
+        if rows and rows[-1][0] == pc:
+            rows[-1] = row
+        else:
+            rows.append(row)
+    if not rows or rows[0][0] != lo:
+        return []
+    return rows
 
 
 def _cfa_rule(path: str, pc: int) -> tuple[str, int] | None:

@@ -657,3 +657,34 @@ def test_frame_base_expressions(monkeypatch):
     assert dwarf._frame_base("", "m", 1, regs) is None
     monkeypatch.setattr(dwarf, "_cfa_rule", lambda path, pc: None)
     assert dwarf._frame_base(cfa_less, "m", 1, regs) is None
+
+
+def test_the_cfa_after_an_early_epilogue_is_the_bodys():
+    """gcc -O2's main with its epilogue in the middle (remember_state ... restore_state):
+    llvm-dwarfdump 14's own row table reads CFA=RSP+8 for the code after the epilogue, 40
+    bytes off; the instructions, run from the CIE's, give RSP+48 there."""
+    from locus import dwarf
+
+    cie = ["DW_CFA_def_cfa: RSP +8", "DW_CFA_offset: RIP -8", "DW_CFA_undefined: RIP"]
+    fde = [
+        "DW_CFA_advance_loc: 1", "DW_CFA_def_cfa_offset: +16", "DW_CFA_offset: RBP -16",
+        "DW_CFA_advance_loc: 8", "DW_CFA_def_cfa_offset: +24", "DW_CFA_offset: RBX -24",
+        "DW_CFA_advance_loc: 4", "DW_CFA_def_cfa_offset: +48", "DW_CFA_advance_loc1: 76",
+        "DW_CFA_remember_state:", "DW_CFA_def_cfa_offset: +24", "DW_CFA_advance_loc: 3",
+        "DW_CFA_def_cfa_offset: +16", "DW_CFA_advance_loc: 1", "DW_CFA_def_cfa_offset: +8",
+        "DW_CFA_advance_loc: 1", "DW_CFA_restore_state:", "DW_CFA_nop:",
+    ]  # fmt: skip
+    rows = dwarf._cfa_rows(0x1080, cie, fde)
+    assert rows == [
+        (0x1080, "RSP", 8), (0x1081, "RSP", 16), (0x1089, "RSP", 24), (0x108D, "RSP", 48),
+        (0x10D9, "RSP", 24), (0x10DC, "RSP", 16), (0x10DD, "RSP", 8), (0x10DE, "RSP", 48),
+    ]  # fmt: skip
+    # A frame kept in rbp, an expression, and an instruction that changes the CFA unknown.
+    assert dwarf._cfa_rows(0, cie, ["DW_CFA_advance_loc: 4", "DW_CFA_def_cfa_register: RBP"]) == [
+        (0, "RSP", 8),
+        (4, "RBP", 8),
+    ]
+    assert dwarf._cfa_rows(0, cie, ["DW_CFA_def_cfa_expression: DW_OP_breg7 RSP+8"]) == [
+        (0, None, 0)
+    ]
+    assert dwarf._cfa_rows(0, cie, ["DW_CFA_restore_state:"]) == []
