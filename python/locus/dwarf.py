@@ -1081,6 +1081,19 @@ _OUTLINED = re.compile(r"(?:(.+?)\._omp_fn\.\d+|(?:(.+?)\.)?\.?omp_outlined(?:\.
 _REGION = "an OpenMP region"
 
 
+def _runs_in(fn: str, function: str) -> bool:
+    """Whether code of function `fn` (as the symbolizer names it) runs in the frame of
+    `function` (a local's, as _function_name names it): the function itself, or the body of
+    an OpenMP region gcc outlined from it (`phase_a._omp_fn.0`; clang's `.omp_outlined.`
+    names no parent). C++ names are compared without their parameters."""
+    name = function.split("(", 1)[0]
+    if not name:
+        return False
+    base = fn.split("(", 1)[0]
+    m = _OUTLINED.fullmatch(base)
+    return base == name or (m is not None and (m.group(1) or m.group(2) or "") == name)
+
+
 def omp_outlined(name: str) -> bool:
     """Whether a function is the body of an OpenMP region (or task) a compiler outlined."""
     return _OUTLINED.fullmatch(name) is not None
@@ -1226,9 +1239,14 @@ class StackLayout:
 
     def at(self, off: int, times) -> list[Local]:
         """The locals at offset `off` accessed at `times` (the runtime's ticks, as the
-        frames' records): local(off), else, where locals clash, for each time the local there
-        of the frame recorded last at or before it among those whose locals clash with it
-        (none where that frame has no local at `off`, or before the first)."""
+        frames' records; or (tick, the accessing function) pairs): local(off), else, where
+        locals clash, for each time the local there of the frame recorded last at or before
+        it among those whose locals clash with it (none where that frame has no local at
+        `off`, or before the first). An access made by the function whose local one of them
+        is (its own prologue zeroing it before its call was recorded) or by an OpenMP region
+        outlined from it (`phase_a._omp_fn.0`) is that function's local's, whatever its
+        time: a watchpoint's trap or a sample is timed when it is taken, and a frame when its
+        call is recorded."""
         v = self.local(off)
         if v is not None or not self.timed:
             return [v] if v is not None else []
@@ -1241,9 +1259,15 @@ class StackLayout:
         t0s = sorted({t0 for t0, w in self.timed if lo <= w.lo < hi})
         there = {t0: w for t0, w in self.timed if w.lo <= a < w.lo + w.size}
         found: dict[tuple, Local] = {}
-        for t in sorted({int(t) for t in times}):
-            j = bisect.bisect_right(t0s, t) - 1
-            w = there.get(t0s[j]) if j >= 0 else None  # the frame recorded last by then
+        for t, fn in sorted({(int(x[0]), x[1] or "") if isinstance(x, tuple) else (int(x), "")
+                             for x in times}):  # fmt: skip
+            own = [t0 for t0, w in there.items() if fn and _runs_in(fn, w.function)]
+            if own:
+                before = [t0 for t0 in own if t0 <= t]
+                w = there[max(before) if before else min(own)]
+            else:
+                j = bisect.bisect_right(t0s, t) - 1
+                w = there.get(t0s[j]) if j >= 0 else None  # the frame recorded last by then
             if w is not None:
                 found.setdefault((w.lo, w.name, w.function), w)
         return list(found.values())

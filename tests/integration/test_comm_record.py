@@ -3318,15 +3318,24 @@ def test_locals_of_functions_that_took_the_same_stack_bytes_in_turn(locus, tmp_p
     assert obj and obj["kind"] == "stack", comm["objects"]
     got = [(v["name"], v["function"]) for v in obj["locals"]]
     want = [("alpha", "phase_a")] + ([("beta", "phase_b")] if order == "a-b" else [])
-    assert got == want, got
+    # (a-b-a: main zeroes and reads `beta` in phase_b, on the bytes the worker wrote last in
+    # phase_a; on a busy host the worker's last store outlives its idle time and those
+    # accesses are communications too, rightly `beta`'s: 4 of 40 runs beside two CPU hogs)
+    assert got == want or (order == "a-b-a" and got == [*want, ("beta", "phase_b")]), got
     advice = " ".join(comm["advice"])
     assert "`alpha`, a local of phase_a at p.c:6" in advice, advice
-    assert ("`beta`, a local of phase_b at p.c:15" in advice) == (order == "a-b"), advice
+    if order == "a-b":
+        assert "`beta`, a local of phase_b at p.c:15" in advice, advice
     # The locals the accesses reached are the object's layout: the lines name each access's
-    # element by its time, and the advice names the elements where one local was reached.
+    # element by its time (and function), and the advice names the elements where one local
+    # was reached. The worker never touches `beta` in a-b-a: its bytes are `alpha`'s, also
+    # as the writer of a detection made in phase_b (dwarf.StackLayout.at).
     fields = _fields_by_thread(comm, obj["name"])
     assert "alpha[1]" in fields[1], fields
-    assert ("beta[1]" in fields[1]) == (order == "a-b"), fields
+    if order == "a-b":
+        assert "beta[1]" in fields[1], fields
+    else:
+        assert not any(f.startswith("beta") for f in fields[1]), fields
     if order == "a-b-a":  # (thread 0 may list alpha[7] too: main zeroes the array)
         assert "(thread 0 alpha[0]" in advice and "thread 1 alpha[1])" in advice, advice
     else:  # each thread's elements of both, by the accesses' times

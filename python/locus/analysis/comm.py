@@ -1506,8 +1506,12 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 fa, fw = fa[inside], fw[inside]
                 if kind == "stack" and len(fa):
                     ft = np.concatenate([ev.t[fm], ev.t[fm]])[inside]
+                    fc = (
+                        np.concatenate([ev.proc[fm], ev.proc[fm]])[inside],
+                        np.concatenate([ev.src_ip[fm], ev.dst_ip[fm]])[inside],
+                    )
                     stack = _layout_by(_layout_key(info, name, names), names)
-                    timed_fields = _timed_fields(stack, fa, ft, fw)
+                    timed_fields = _timed_fields(stack, fa, ft, fw, names, fc)
                 if len(fa):
                     inv, first = group(*(fa[:, k] for k in range(4)))
                     w = np.bincount(inv, weights=fw, minlength=len(first))
@@ -1617,7 +1621,11 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
                 "_top_caller": top_caller,
                 "_layout": layout_key,
                 **(
-                    {"locals": _stack_locals(names, layout_key, obj_off[m], ev.t[m])}
+                    {
+                        "locals": _stack_locals(
+                            names, layout_key, obj_off[m], ev.t[m], (ev.proc[m], ev.dst_ip[m])
+                        )
+                    }
                     if kind == "stack"
                     else _pointer(_layout_by(layout_key, names))
                     if kind == "heap" and layout_key is not None
@@ -2308,6 +2316,11 @@ def _line_rows(ev, wk, obj, offsets, objs, threads, names, opts) -> list:
     # (each row's time: a stack whose frames' locals took the same bytes in turn names
     # them by it, _fields_timed)
     when = np.concatenate([ev.t[keep][mine], ev.t[keep][wrote]])
+    # (and the instruction's process and address, for its function: _fields_timed)
+    code = (
+        np.concatenate([ev.proc[keep][mine], ev.proc[keep][wrote]]),
+        np.concatenate([ev.dst_ip[keep][mine], ev.src_ip[keep][wrote]]),
+    )
     timed_rows: dict[tuple[int, int], list] = {}
     n_det = np.bincount(inv, weights=ev.count.astype(np.float64), minlength=n).astype(np.int64)
     out = []
@@ -2333,7 +2346,9 @@ def _line_rows(ev, wk, obj, offsets, objs, threads, names, opts) -> list:
                     {
                         "thread": t,
                         "bytes": _union(sp),
-                        "fields": _fields_timed(layout, _rows_at(timed_rows, at, when, li, t))
+                        "fields": _fields_timed(
+                            layout, _rows_at(timed_rows, at, when, li, t, names, code)
+                        )
                         if getattr(layout, "timed", None)
                         else _fields_at(layout, obj_spans.get((li, t), [])),
                     }
@@ -2345,22 +2360,27 @@ def _line_rows(ev, wk, obj, offsets, objs, threads, names, opts) -> list:
     return out
 
 
-def _rows_at(rows: dict, at: np.ndarray, when: np.ndarray, li: int, t: int) -> list:
-    """The accesses (offset, size, time) of thread t to line li, from the rows `at` (line,
-    thread, offset, size) and their times: grouped into `rows` at the first call."""
+def _rows_at(
+    rows: dict, at: np.ndarray, when: np.ndarray, li: int, t: int, names, code: tuple
+) -> list:
+    """The accesses (offset, size, time, function) of thread t to line li, from the rows
+    `at` (line, thread, offset, size), their times and their instructions `code` (processes,
+    addresses): grouped into `rows` at the first call."""
     if not rows:
-        for (r, th, o, ln), w in zip(at.tolist(), when.tolist()):
-            rows.setdefault((r, th), []).append((o, ln, w))
+        fns = names.functions(*code)
+        for (r, th, o, ln), w, fn in zip(at.tolist(), when.tolist(), fns):
+            rows.setdefault((r, th), []).append((o, ln, w, fn))
         rows[(-1, -1)] = []  # (grouped)
     return rows.get((li, t), [])
 
 
 def _fields_timed(layout, rows: list) -> list[str]:
-    """The fields accesses (offset, size, time) reached in a stack whose recorded frames'
-    locals took the same bytes in turn, each by the frame live at its time (StackLayout.at)."""
+    """The fields accesses (offset, size, time, function) reached in a stack whose recorded
+    frames' locals took the same bytes in turn, each by the frame live at its time or of its
+    function (StackLayout.at)."""
     times: dict[tuple[int, int], set] = {}
-    for o, ln, w in rows:
-        times.setdefault((o, ln), set()).add(w)
+    for o, ln, w, fn in rows:
+        times.setdefault((o, ln), set()).add((w, fn))
     out: list[str] = []
     for (o, ln), ts in sorted(times.items()):
         for off in range(max(o, 0), o + ln):
@@ -2736,13 +2756,16 @@ def _attr(v, key: str):
     return v[key] if isinstance(v, dict) else getattr(v, key)
 
 
-def _stack_locals(names, key: tuple | None, offs: np.ndarray, times: np.ndarray) -> list[dict]:
-    """A stack object's locals that its accesses (offsets into the stack, at `times`) fall
-    in, as the recorded frames name them (its dwarf.StackLayout by _layout_key `key`):
-    [{name, function, decl, offset, size}]. Bytes that several frames' locals took in turn
-    are named by the local of the frame recorded last before each access; where they did,
-    the layout of the locals reached is the object's from then on (names.reached), for its
-    lines' fields and its advice."""
+def _stack_locals(
+    names, key: tuple | None, offs: np.ndarray, times: np.ndarray, code: tuple
+) -> list[dict]:
+    """A stack object's locals that its accesses (offsets into the stack, at `times`, by
+    the instructions `code`: (processes, addresses)) fall in, as the recorded frames name
+    them (its dwarf.StackLayout by _layout_key `key`): [{name, function, decl, offset,
+    size}]. Bytes that several frames' locals took in turn are named by the local of the
+    frame recorded last before each access, or of the function the access ran in
+    (StackLayout.at); where they did, the layout of the locals reached is the object's from
+    then on (names.reached), for its lines' fields and its advice."""
     layout = _layout_by(key, names)
     if layout is None:
         return []
@@ -2751,14 +2774,15 @@ def _stack_locals(names, key: tuple | None, offs: np.ndarray, times: np.ndarray)
     order = np.argsort(offs, kind="stable")
     uo, first = np.unique(offs[order], return_index=True)
     bounds = [*first.tolist(), len(order)]
+    fns = names.functions(*code) if layout.timed else None
     for k, x in enumerate(uo[:LOCALS_LOOKED].tolist()):
         v = layout.local(int(x))
         if v is not None:
             found.setdefault((v.lo, v.name, v.function), v)
         else:
-            for w in layout.at(
-                int(x), np.unique(np.asarray(times)[order[bounds[k] : bounds[k + 1]]])
-            ):
+            sel = order[bounds[k] : bounds[k + 1]].tolist()
+            hint = fns if fns is not None else [""] * len(offs)
+            for w in layout.at(int(x), {(int(times[i]), hint[i]) for i in sel}):
                 found.setdefault((w.lo, w.name, w.function), w)
     if layout.timed:
         from locus.dwarf import StackLayout
@@ -2963,17 +2987,24 @@ def _fortran_padding(o: dict, line: int, size: int, names=None) -> str:
     )
 
 
-def _timed_fields(layout, fa: np.ndarray, times: np.ndarray, weights: np.ndarray):
+def _timed_fields(
+    layout, fa: np.ndarray, times: np.ndarray, weights: np.ndarray, names, code: tuple
+):
     """Of a stack whose recorded frames' locals took the same bytes in turn (its layout has
     `timed` records): each thread's false-sharing weight by the element each access reached
-    at its time (rows of `fa`: thread, offset, ...), for _fields_of; else None."""
+    at its time, or in its function (rows of `fa`: thread, offset, ...; `code`: their
+    instructions' processes and addresses), for _fields_of; else None."""
     if layout is None or not getattr(layout, "timed", None):
         return None
     per: dict[int, Counter] = {}
-    inv, first = group(fa[:, 0], fa[:, 1], times.astype(np.int64))
+    fns = names.functions(*code)
+    _u, fid = np.unique(fns.astype(str), return_inverse=True)
+    inv, first = group(fa[:, 0], fa[:, 1], times.astype(np.int64), fid.reshape(-1))
     w = np.bincount(inv, weights=weights, minlength=len(first))
-    for (t, off), tm, x in zip(fa[first, :2].tolist(), times[first].tolist(), w.tolist()):
-        for f in layout.fields_at(off, [tm]):  # (offsets are >= 0 here: `inside`)
+    for (t, off), tm, fn, x in zip(
+        fa[first, :2].tolist(), times[first].tolist(), fns[first].tolist(), w.tolist()
+    ):
+        for f in layout.fields_at(off, [(tm, fn)]):  # (offsets are >= 0 here: `inside`)
             per.setdefault(t, Counter())[f] += x
     return per
 

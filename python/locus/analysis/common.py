@@ -205,6 +205,19 @@ class Names:
                 self.code_cache[(p, a)] = res.get(a)
         return [self.code_cache.get(k) for k in keys]
 
+    def functions(self, proc: np.ndarray, ips: np.ndarray) -> np.ndarray:
+        """The function holding each (process, instruction), as sites name it ("" where
+        unknown): an object array."""
+        keys = list(zip(np.asarray(proc).tolist(), np.asarray(ips).tolist()))
+        uniq = list(dict.fromkeys(keys))
+        fn = {
+            k: (loc.function if loc is not None and loc.function else "")
+            for k, loc in zip(uniq, self.code(uniq))
+        }
+        out = np.empty(len(keys), dtype=object)
+        out[:] = [fn[k] for k in keys]
+        return out
+
     def site(self, proc: int, ip: int) -> dict:
         """{function, file, line, address} of an instruction; module+offset when stripped."""
         loc = self.code_cache.get((proc, ip))

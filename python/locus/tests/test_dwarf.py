@@ -470,6 +470,15 @@ def test_stack_layout_tells_clashing_locals_apart_by_time():
     assert stack.at(0x400, [250]) == []  # beta's frame does not cover it: alpha's is gone
     assert stack.at(0x408, [50]) == []
     assert [v.name for v in stack.at(0x500, [50])] == ["kept"]
+    # With the accessing function: phase_a's own code (its prologue zeroing alpha before its
+    # call was recorded) or its OpenMP region's is alpha's whatever the time (a writer's
+    # bytes reported at the time its store was detected); other code goes by the time.
+    assert [v.name for v in stack.at(0x408, [(250, "phase_a._omp_fn.0")])] == ["alpha"]
+    assert [v.name for v in stack.at(0x408, [(290, "phase_a")])] == ["alpha"]
+    assert [v.name for v in stack.at(0x408, [(50, "phase_a")])] == ["alpha"]
+    assert [v.name for v in stack.at(0x408, [(150, "phase_b")])] == ["beta"]
+    assert [v.name for v in stack.at(0x408, [(250, "worker"), (250, "")])] == ["beta"]
+    assert [v.name for v in stack.at(0x408, [(250, ".omp_outlined.")])] == ["beta"]
 
 
 HEAP_SRC = r"""#include <stdlib.h>
