@@ -546,12 +546,18 @@ def test_an_lto_builds_fields_are_named(locus, tmp_path):
     read "adjacent 8-byte fields of heap block from main a.cc:8 at offsets 0-16", without
     the fields that the same program built without -flto gets (pair->s[0].hits)."""
     exe = _lto_build(tmp_path, {"a.cc": CPP_LTO_MAIN, "b.cc": CPP_LTO_WORK}, "g++")
-    proc, run = locus.record([str(exe), "1500000000"], options=("--lens", "comm"))
+    _heap_block_named(locus, exe, "1500000000", "a.cc:8", ["pair->s[0].hits", "pair->s[1].hits"])
+
+
+def _heap_block_named(locus, exe: Path, n: str, site: str, fields: list[str]) -> None:
+    """Records `exe n`: its top object is a heap block from `site`, whose advice names
+    `fields`."""
+    _proc, run = locus.record([str(exe), n], options=("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     top = c["objects"][0]
-    assert top["kind"] == "heap" and "a.cc:8" in top["name"], c["objects"][:2]
+    assert top["kind"] == "heap" and site in top["name"], c["objects"][:2]
     advice = [a for a in c["advice"] if top["name"] in a]
-    assert advice and "pair->s[0].hits" in advice[0] and "pair->s[1].hits" in advice[0], advice
+    assert advice and all(f in advice[0] for f in fields), advice
 
 
 C_LTO_STATIC = """#include <pthread.h>
@@ -686,12 +692,7 @@ def test_an_lto_builds_heap_blocks_are_named(locus, tmp_path, allocate, expect):
     without the fields that the build without -flto names."""
     main = C_LTO_HEAP.replace("ALLOCATE", allocate)
     exe = _lto_build(tmp_path, {"m.c": main, "w.c": C_LTO_HEAP_WORK})
-    proc, run = locus.record([str(exe), "1500000000"], options=("--lens", "comm"))
-    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
-    top = c["objects"][0]
-    assert top["kind"] == "heap" and expect[0] in top["name"], c["objects"][:2]
-    advice = [a for a in c["advice"] if top["name"] in a]
-    assert advice and all(x in advice[0] for x in expect[1:]), c["advice"]
+    _heap_block_named(locus, exe, "1500000000", expect[0], expect[1:])
 
 
 CPP_LTO_POOL = """struct Slot { long hits; long misses; };
@@ -738,12 +739,7 @@ def test_an_lto_builds_member_block_is_named(locus, tmp_path):
     "fields of heap block from Pool::Pool(int) pool.cc:5 at offsets 0-16" without them."""
     (tmp_path / "pool.h").write_text(CPP_LTO_POOL)
     exe = _lto_build(tmp_path, {"main.cc": CPP_LTO_POOL_MAIN, "pool.cc": CPP_LTO_POOL_CC}, "g++")
-    proc, run = locus.record([str(exe), "300000000"], options=("--lens", "comm"))
-    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
-    top = c["objects"][0]
-    assert top["kind"] == "heap" and "pool.cc:5" in top["name"], c["objects"][:2]
-    advice = [a for a in c["advice"] if top["name"] in a]
-    assert advice and "slots[0].hits" in advice[0] and "slots[1].hits" in advice[0], advice
+    _heap_block_named(locus, exe, "300000000", "pool.cc:5", ["slots[0].hits", "slots[1].hits"])
 
 
 C_PROMOTED = """#include <pthread.h>
