@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -449,7 +450,10 @@ def tool() -> str | None:
     return shutil.which("llvm-dwarfdump")
 
 
-def _run(args: list[str]) -> str:
+def _run(args: list[str], lenient: bool = False) -> str:
+    """llvm-dwarfdump's output; "" when it fails, unless `lenient` (a GNU split-DWARF 4 .dwo
+    read alone: its range lists are its skeleton's, and llvm-dwarfdump exits 1 over them
+    after printing everything else)."""
     exe = tool()
     if exe is None:
         return ""
@@ -463,10 +467,10 @@ def _run(args: list[str]) -> str:
         )
     except (OSError, subprocess.SubprocessError):
         return ""
-    return p.stdout if p.returncode == 0 else ""
+    return p.stdout if p.returncode == 0 or lenient else ""
 
 
-_ADDRX = re.compile(r"DW_OP_addrx (0x[0-9a-f]+)\)")
+_ADDRX = re.compile(r"DW_OP_(?:addrx|GNU_addr_index) (0x[0-9a-f]+)\)")
 
 
 def _address_tables(path: str) -> dict[int, list[int]]:
@@ -479,11 +483,23 @@ def _address_tables(path: str) -> dict[int, list[int]]:
         if h:
             cur = tables.setdefault(start + 8, [])
             start += 4 + int(h.group(1), 16)
+        elif line.startswith("Addrs: [") and not tables:
+            cur = tables.setdefault(-1, [])  # (GNU split DWARF 4: one list, no headers)
         elif cur is not None and re.fullmatch(r"0x[0-9a-f]+", line.strip()):
             cur.append(int(line.strip(), 16))
         elif line.startswith("Address table header"):
             cur = None  # DWARF64 or unknown: not read
     return tables
+
+
+def _addr_entries(tables: dict[int, list[int]], base: int) -> list[int]:
+    """The .debug_addr entries of the unit whose address table starts at `base`: a DWARF 5
+    table, or GNU split DWARF 4's one list, where the base is the unit's first entry's byte
+    offset."""
+    if base in tables:
+        return tables[base]
+    flat = tables.get(-1)
+    return flat[base // 8 :] if flat is not None and base % 8 == 0 else []
 
 
 def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layout | None:
@@ -496,7 +512,44 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
         return _promoted_layout(path, body.group(1))
     if not short or not re.fullmatch(r"[A-Za-z_$][\w$]*", short):
         return None
-    found = _run(["--name", short, "--show-parents", path])
+    lay = _variable_in(path, path, None, name, short, vaddr, tls)
+    for where, skeleton_base in _split_units(path) if lay is None else ():
+        lay = _variable_in(path, where, skeleton_base, name, short, vaddr, tls)
+        if lay is not None:
+            break
+    if lay is not None:
+        return lay
+    return _common_layout(path, short, vaddr) if short.endswith("_") and not tls else None
+
+
+@functools.lru_cache(maxsize=16)
+def _split_units(path: str) -> tuple:
+    """((the .dwo file, its skeleton's DW_AT_addr_base), ...) of a module built with
+    -gsplit-dwarf: its variables and types are in the .dwo files its skeleton units name
+    (relative to their DW_AT_comp_dir), their addresses indices into the module's
+    .debug_addr. () for a module with its DWARF in itself."""
+    out = []
+    for block in re.split(r"\n(?=0x[0-9a-f]+:)", _run(["--debug-info", "--recurse-depth=0", path])):
+        dwo = re.search(r"DW_AT_(?:GNU_)?dwo_name\s+\(\"([^\"]+)\"\)", block)
+        if not dwo:
+            continue
+        cdir = re.search(r"DW_AT_comp_dir\s+\(\"([^\"]*)\"\)", block)
+        base = re.search(r"DW_AT_(?:GNU_)?addr_base\s+\((0x[0-9a-f]+)\)", block)
+        f = dwo.group(1)
+        if not f.startswith("/") and cdir:
+            f = os.path.join(cdir.group(1), f)
+        if os.path.exists(f):
+            out.append((f, int(base.group(1), 16) if base else None))
+    return tuple(out)
+
+
+def _variable_in(
+    path: str, where: str, skeleton_base: int | None, name: str, short: str, vaddr: int, tls: bool
+) -> Layout | None:
+    """variable_layout's lookup in the DWARF file `where`: the module at `path` itself, or a
+    .dwo file of it whose skeleton's address table starts at `skeleton_base`."""
+    dwo = where != path
+    found = _run(["--name", short, "--show-parents", where], dwo)
     # The variable whose location is this address, and the compile unit above it.
     cu = var = base = None
     addr = f"DW_OP_addr {vaddr:#x}"
@@ -508,7 +561,7 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
         if tag == "DW_TAG_compile_unit":
             cu = off
             b = re.search(r"DW_AT_addr_base\s+\((0x[0-9a-f]+)\)", block)
-            base = int(b.group(1), 16) if b else None
+            base = int(b.group(1), 16) if b else skeleton_base
         elif tag == "DW_TAG_variable" and cu is not None:
             if tls:
                 if tls_at.search(block):
@@ -519,7 +572,7 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
             if x and base is not None:
                 # DWARF 5 (clang's default): an index into the unit's .debug_addr table.
                 tables = _address_tables(path) if tables is None else tables
-                entries = tables.get(base, [])
+                entries = _addr_entries(tables, base)
                 idx = int(x.group(1), 16)
                 if idx < len(entries) and entries[idx] == vaddr:
                     var = off
@@ -528,8 +581,8 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
                 var = off
                 break
     if var is None or cu is None:
-        return _common_layout(path, short, vaddr) if short.endswith("_") and not tls else None
-    dies = _Units(path, parse(_run([f"--debug-info={cu:#x}", "--show-children", path])))
+        return None
+    dies = _Units(where, parse(_run([f"--debug-info={cu:#x}", "--show-children", where], dwo)))
     unit, v = dies.get(cu), dies.get(var)
     if unit is None or v is None:
         return None
@@ -584,7 +637,8 @@ def _decl(dies: dict, d: Die) -> str:
             continue
         file = _name(x.attrs.get("DW_AT_decl_file"))
         line = _num(x.attrs.get("DW_AT_decl_line"))
-        if file and line:
+        # (a split-DWARF .dwo's files are indices llvm-dwarfdump cannot resolve there)
+        if file and line and not re.fullmatch(r"0x[0-9a-f]+", file):
             return f"{file.rsplit('/', 1)[-1]}:{line}"
     return ""
 

@@ -742,6 +742,49 @@ def test_an_lto_builds_member_block_is_named(locus, tmp_path):
     _heap_block_named(locus, exe, "300000000", "pool.cc:5", ["slots[0].hits", "slots[1].hits"])
 
 
+C_SPLIT = """#include <pthread.h>
+#include <stdio.h>
+struct stats { long hits; long misses; } stats;
+static void *wa(void *x) {
+  for (long i = 0; i < 200000000; i++) { stats.hits++; __asm__ volatile("" ::: "memory"); }
+  return x;
+}
+static void *wb(void *x) {
+  for (long i = 0; i < 200000000; i++) { stats.misses++; __asm__ volatile("" ::: "memory"); }
+  return x;
+}
+int main(void) {
+  pthread_t a, b;
+  pthread_create(&a, 0, wa, 0);
+  pthread_create(&b, 0, wb, 0);
+  pthread_join(a, 0);
+  pthread_join(b, 0);
+  printf("%ld\\n", stats.hits + stats.misses);
+}
+"""
+
+
+@pytest.mark.parametrize("dwarf", ["-gdwarf-5", "-gdwarf-4"])
+def test_a_split_dwarf_builds_fields_are_named(locus, tmp_path, dwarf):
+    """gcc -gsplit-dwarf keeps the variables and types in s.dwo, and only skeleton units in
+    the program: the advice read "fields of `stats` at offsets 0-8" without the fields. The
+    .dwo is read, the variable found by its address index into the program's .debug_addr
+    (DWARF 5's tables, DWARF 4's GNU list)."""
+    src = tmp_path / "s.c"
+    src.write_text(C_SPLIT)
+    exe = tmp_path / "s"
+    subprocess.run(
+        ["gcc", "-O2", "-g", dwarf, "-gsplit-dwarf", "-pthread", "-o", str(exe), str(src)],
+        check=True,
+        cwd=tmp_path,
+    )
+    assert list(tmp_path.glob("*.dwo")), list(tmp_path.iterdir())
+    _proc, run = locus.record([str(exe)], options=("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    advice = [a for a in c["advice"] if "`stats`" in a]
+    assert advice and "stats.hits" in advice[0] and "stats.misses" in advice[0], c["advice"]
+
+
 C_PROMOTED = """#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
