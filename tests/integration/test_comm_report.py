@@ -814,8 +814,8 @@ int main(void) {
 @pytest.mark.skipif(not shutil.which("clang"), reason="clang not installed")
 def test_clangs_promoted_heap_block_is_explained(locus, tmp_path):
     """clang -O2 turns the one block a static pointer is given into globals (`st.body.0`,
-    `st.body.1`): the objects are named so, and a note says they are the block `st` points
-    to, whose fields to pad."""
+    `st.body.1`): the objects are named so, and a note and their advice say they are the
+    block `st` points to, whose fields to pad."""
     src = tmp_path / "body.c"
     src.write_text(C_PROMOTED)
     exe = tmp_path / "body"
@@ -828,6 +828,9 @@ def test_clangs_promoted_heap_block_is_explained(locus, tmp_path):
     names = {o["name"] for o in c["objects"][:2]}
     assert names <= {"st.body.0", "st.body.1", "st.body"} and names, c["objects"][:3]
     assert any("static pointer `st`" in n for n in c["notes"]), c["notes"]
+    # (not "align each to 64 bytes (alignas(64))": they are no variables of the program's)
+    advice = [a for a in c["advice"] if "`st.body." in a]
+    assert advice and "fields of what `st` points to" in advice[0], c["advice"]
 
 
 @pytest.mark.skipif(not shutil.which("clang"), reason="clang not installed")

@@ -3715,9 +3715,15 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
         fortran = _is_fortran(_top_site(members[0][0], names))
         made = {_allocator(o) for o, _t in members}
         heap = "malloc" if "malloc" in made else "new" if "new" in made else None
+        # (clang's parts of the one block a static pointer is given: _promoted_note)
+        parts = [_PROMOTED.fullmatch(o["name"]) for o, _t in members]
+        promoted = {m.group("ptr") for m in parts if m}
         fix = (
             "put them in different common blocks or modules, or pad between them"
             if fortran
+            else f"they are fields of what `{promoted.pop()}` points to: pad each field to "
+            f"{line} bytes in its type (alignas({line}) on each field)"
+            if all(parts) and len(promoted) == 1
             else f"align each to {line} bytes"
             f"{_align(_top_site(members[0][0], names), line, heap=heap)} or place them apart"
         )
