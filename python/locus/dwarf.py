@@ -614,9 +614,9 @@ def _promoted_layout(path: str, pointer: str) -> Layout | None:
     if len(hits) != 1:
         return None
     cu, var = hits[0]
-    dies = _Units(path, parse(_run([f"--debug-info={cu:#x}", "--show-children", path])))
-    unit, v = dies.get(cu), dies.get(var)
-    if unit is None or v is None:
+    dies = _unit_dies(path, cu)
+    v = dies.get(var)
+    if v is None:
         return None
     ptr = _strip(dies, _ref(_origin(dies, v, far=True).attrs.get("DW_AT_type") or ""))
     if ptr is None or ptr.tag != "DW_TAG_pointer_type":

@@ -742,26 +742,36 @@ def test_an_lto_builds_member_block_is_named(locus, tmp_path):
     _heap_block_named(locus, exe, "300000000", "pool.cc:5", ["slots[0].hits", "slots[1].hits"])
 
 
-C_SPLIT = """#include <pthread.h>
+def _two_counters(data: str, at: str, setup: str = "") -> str:
+    """A C program whose two threads write `{at}hits` and `{at}misses` of a `struct stats`
+    (`data` declares where it is, `setup` prepares it in main), 300 million times each."""
+    loop = 'for (long i = 0; i < 300000000; i++) { %s++; __asm__ volatile("" ::: "memory"); }'
+    return f"""#include <pthread.h>
 #include <stdio.h>
-struct stats { long hits; long misses; } stats;
-static void *wa(void *x) {
-  for (long i = 0; i < 200000000; i++) { stats.hits++; __asm__ volatile("" ::: "memory"); }
+#include <stdlib.h>
+struct stats {{ long hits; long misses; }};
+{data}
+static void *wa(void *x) {{
+  {loop % (at + "hits")}
   return x;
-}
-static void *wb(void *x) {
-  for (long i = 0; i < 200000000; i++) { stats.misses++; __asm__ volatile("" ::: "memory"); }
+}}
+static void *wb(void *x) {{
+  {loop % (at + "misses")}
   return x;
-}
-int main(void) {
+}}
+int main(void) {{
+  {setup}
   pthread_t a, b;
   pthread_create(&a, 0, wa, 0);
   pthread_create(&b, 0, wb, 0);
   pthread_join(a, 0);
   pthread_join(b, 0);
-  printf("%ld\\n", stats.hits + stats.misses);
-}
+  printf("%ld\\n", {at}hits + {at}misses);
+}}
 """
+
+
+C_SPLIT = _two_counters("struct stats stats;", "stats.")
 
 
 @pytest.mark.parametrize("dwarf", ["-gdwarf-5", "-gdwarf-4"])
@@ -785,30 +795,9 @@ def test_a_split_dwarf_builds_fields_are_named(locus, tmp_path, dwarf):
     assert advice and "stats.hits" in advice[0] and "stats.misses" in advice[0], c["advice"]
 
 
-C_PROMOTED = """#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-struct stats { long hits; long misses; };
-static struct stats *st;
-static void *wa(void *x) {
-  for (long i = 0; i < 300000000; i++) { st->hits++; __asm__ volatile("" ::: "memory"); }
-  return x;
-}
-static void *wb(void *x) {
-  for (long i = 0; i < 300000000; i++) { st->misses++; __asm__ volatile("" ::: "memory"); }
-  return x;
-}
-int main(void) {
-  st = malloc(sizeof *st);
-  st->hits = st->misses = 0;
-  pthread_t a, b;
-  pthread_create(&a, 0, wa, 0);
-  pthread_create(&b, 0, wb, 0);
-  pthread_join(a, 0);
-  pthread_join(b, 0);
-  printf("%ld\\n", st->hits + st->misses);
-}
-"""
+C_PROMOTED = _two_counters(
+    "static struct stats *st;", "st->", "st = malloc(sizeof *st);\n  st->hits = st->misses = 0;"
+)
 
 
 @pytest.mark.skipif(not shutil.which("clang"), reason="clang not installed")

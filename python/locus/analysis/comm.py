@@ -2774,15 +2774,15 @@ def _stack_locals(
     order = np.argsort(offs, kind="stable")
     uo, first = np.unique(offs[order], return_index=True)
     bounds = [*first.tolist(), len(order)]
-    fns = names.functions(*code) if layout.timed else None
+    # (the accesses' functions tell clashing locals apart: StackLayout.at)
+    fns = names.functions(*code) if layout.timed else [""] * len(offs)
     for k, x in enumerate(uo[:LOCALS_LOOKED].tolist()):
         v = layout.local(int(x))
         if v is not None:
             found.setdefault((v.lo, v.name, v.function), v)
         else:
             sel = order[bounds[k] : bounds[k + 1]].tolist()
-            hint = fns if fns is not None else [""] * len(offs)
-            for w in layout.at(int(x), {(int(times[i]), hint[i]) for i in sel}):
+            for w in layout.at(int(x), {(int(times[i]), fns[i]) for i in sel}):
                 found.setdefault((w.lo, w.name, w.function), w)
     if layout.timed:
         from locus.dwarf import StackLayout
@@ -3721,7 +3721,7 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
         fix = (
             "put them in different common blocks or modules, or pad between them"
             if fortran
-            else f"they are fields of what `{promoted.pop()}` points to: pad each field to "
+            else f"they are fields of what `{next(iter(promoted))}` points to: pad each field to "
             f"{line} bytes in its type (alignas({line}) on each field)"
             if all(parts) and len(promoted) == 1
             else f"align each to {line} bytes"

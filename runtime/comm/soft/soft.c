@@ -1774,21 +1774,23 @@ static int writes_rip(const ZydisDecodedInstruction *in, const ZydisDecodedOpera
   return 0;
 }
 
-/* Any memory operand written (a store, push, a read-modify-write, a string store). */
-static int writes_memory(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
+/* Whether a memory operand (not an lea's address, ZYDIS_MEMOP_TYPE_AGEN) has one of `actions`. */
+static int memory_with(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops,
+                       unsigned actions) {
   for (int i = 0; i < in->operand_count; i++)
     if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.type == ZYDIS_MEMOP_TYPE_MEM &&
-        (ops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
+        (ops[i].actions & actions))
       return 1;
   return 0;
 }
 
+/* Any memory operand written (a store, push, a read-modify-write, a string store). */
+static int writes_memory(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
+  return memory_with(in, ops, ZYDIS_OPERAND_ACTION_MASK_WRITE);
+}
+
 static int has_memory(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
-  for (int i = 0; i < in->operand_count; i++)
-    if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.type == ZYDIS_MEMOP_TYPE_MEM &&
-        (ops[i].actions & (ZYDIS_OPERAND_ACTION_MASK_READ | ZYDIS_OPERAND_ACTION_MASK_WRITE)))
-      return 1;
-  return 0;
+  return memory_with(in, ops, ZYDIS_OPERAND_ACTION_MASK_READ | ZYDIS_OPERAND_ACTION_MASK_WRITE);
 }
 
 static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a) {
