@@ -513,8 +513,8 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
     if not short or not re.fullmatch(r"[A-Za-z_$][\w$]*", short):
         return None
     lay = _variable_in(path, path, None, name, short, vaddr, tls)
-    for where, skeleton_base in _split_units(path) if lay is None else ():
-        lay = _variable_in(path, where, skeleton_base, name, short, vaddr, tls)
+    for where, skeleton in _split_units(path) if lay is None else ():
+        lay = _variable_in(path, where, skeleton, name, short, vaddr, tls)
         if lay is not None:
             break
     if lay is not None:
@@ -524,31 +524,25 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
 
 @functools.lru_cache(maxsize=16)
 def _split_units(path: str) -> tuple:
-    """((the .dwo file, its skeleton's DW_AT_addr_base), ...) of a module built with
+    """((the .dwo file, its skeleton unit's text), ...) of a module built with
     -gsplit-dwarf: its variables and types are in the .dwo files its skeleton units name
     (relative to their DW_AT_comp_dir), their addresses indices into the module's
     .debug_addr. () for a module with its DWARF in itself."""
     out = []
     for block in re.split(r"\n(?=0x[0-9a-f]+:)", _run(["--debug-info", "--recurse-depth=0", path])):
-        dwo = re.search(r"DW_AT_(?:GNU_)?dwo_name\s+\(\"([^\"]+)\"\)", block)
-        if not dwo:
-            continue
-        cdir = re.search(r"DW_AT_comp_dir\s+\(\"([^\"]*)\"\)", block)
-        base = re.search(r"DW_AT_(?:GNU_)?addr_base\s+\((0x[0-9a-f]+)\)", block)
-        f = dwo.group(1)
-        if not f.startswith("/") and cdir:
-            f = os.path.join(cdir.group(1), f)
-        if os.path.exists(f):
-            out.append((f, int(base.group(1), 16) if base else None))
+        f = _dwo_path(block)
+        if f is not None:
+            out.append((f, block))
     return tuple(out)
 
 
 def _variable_in(
-    path: str, where: str, skeleton_base: int | None, name: str, short: str, vaddr: int, tls: bool
+    path: str, where: str, skeleton: str | None, name: str, short: str, vaddr: int, tls: bool
 ) -> Layout | None:
     """variable_layout's lookup in the DWARF file `where`: the module at `path` itself, or a
-    .dwo file of it whose skeleton's address table starts at `skeleton_base`."""
+    .dwo file of it whose skeleton unit's text is `skeleton`."""
     dwo = where != path
+    skeleton_base = _hex_attr(skeleton, r"DW_AT_(?:GNU_)?addr_base") if skeleton else None
     found = _run(["--name", short, "--show-parents", where], dwo)
     # The variable whose location is this address, and the compile unit above it.
     cu = var = base = None
@@ -582,7 +576,10 @@ def _variable_in(
                 break
     if var is None or cu is None:
         return None
-    dies = _Units(where, parse(_run([f"--debug-info={cu:#x}", "--show-children", where], dwo)))
+    if skeleton is not None:  # (its file names and location lists resolved)
+        dies = _split_unit(path, where, skeleton).dies
+    else:
+        dies = _Units(where, parse(_run([f"--debug-info={cu:#x}", "--show-children", where])))
     unit, v = dies.get(cu), dies.get(var)
     if unit is None or v is None:
         return None
@@ -891,6 +888,8 @@ def _scopes(path: str, pc: int) -> tuple[dict, bool, list[Die]] | None:
     found = _lookup(path, pc)
     chain = [int(m.group(1), 16) for m in re.finditer(r"^(0x[0-9a-f]+):\s+DW_TAG_", found, re.M)]
     tags = re.findall(r"^0x[0-9a-f]+:\s+(DW_TAG_\w+)", found, re.M)
+    if len(chain) == 1 and _DWO_NAME.search(found):
+        return _split_scopes(path, pc, found)
     if len(chain) < 2 or tags[0] != "DW_TAG_compile_unit":
         return None
     dies = _unit_dies(path, chain[0])
@@ -905,6 +904,255 @@ def _scopes(path: str, pc: int) -> tuple[dict, bool, list[Die]] | None:
     if unit is None or not scopes or scopes[-1].tag != "DW_TAG_subprogram":
         return None
     return dies, "Fortran" in unit.attrs.get("DW_AT_language", ""), scopes
+
+
+_DWO_NAME = re.compile(r"DW_AT_(?:GNU_)?dwo_name\s+\(\"([^\"]+)\"\)")
+_INDEXED = re.compile(r"indexed \(([0-9a-fx]+)\) address")
+_PC_SCOPES = ("DW_TAG_subprogram", _INLINED, "DW_TAG_lexical_block")
+# Where a unit's functions may be defined: inside its namespaces, classes and modules.
+_SCOPE_HOLDERS = ("DW_TAG_namespace", "DW_TAG_structure_type", "DW_TAG_class_type", "DW_TAG_module")
+
+
+def _dwo_path(skeleton: str) -> str | None:
+    """The .dwo file a skeleton unit's text names, relative to its DW_AT_comp_dir; None
+    without one, or where it is not found."""
+    dwo = _DWO_NAME.search(skeleton)
+    if not dwo:
+        return None
+    cdir = re.search(r"DW_AT_comp_dir\s+\(\"([^\"]*)\"\)", skeleton)
+    f = dwo.group(1)
+    if not f.startswith("/") and cdir:
+        f = os.path.join(cdir.group(1), f)
+    return f if os.path.exists(f) else None
+
+
+def _hex_attr(text: str, attr: str) -> int | None:
+    m = re.search(rf"{attr}\s+\((0x[0-9a-f]+)\)", text)
+    return int(m.group(1), 16) if m else None
+
+
+@functools.lru_cache(maxsize=16)
+def _section(path: str, name: str) -> bytes:
+    """The bytes of an ELF file's section `name`; b"" without it."""
+    from .symbolize import _elf64le, _section_headers  # (symbolize imports this module)
+
+    try:
+        with open(path, "rb") as f:
+            eh = f.read(64)
+            for sname, _typ, _fl, _addr, off, size in (
+                _section_headers(f, eh) if _elf64le(eh) else []
+            ):
+                if sname == name.encode():
+                    f.seek(off)
+                    return f.read(size)
+    except OSError:
+        pass
+    return b""
+
+
+def _uleb(data: bytes, off: int) -> tuple[int, int]:
+    v = shift = 0
+    while off < len(data):
+        b = data[off]
+        off += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            break
+    return v, off
+
+
+class _SplitUnit:
+    """A -gsplit-dwarf unit: its .dwo's DIEs, with the module's addresses. Its addresses are
+    indices into the module's .debug_addr, from its skeleton's DW_AT_addr_base; its range
+    lists are the .dwo's .debug_rnglists.dwo (DWARF 5) or, GNU's DWARF 4, the module's
+    .debug_ranges from the skeleton's DW_AT_GNU_ranges_base. Its location lists are
+    rewritten into the resolved "[lo, hi): EXPR" entries the rest of this module reads, its
+    DW_AT_decl_file indices into the names of the .dwo's own line table's files."""
+
+    def __init__(self, path: str, dwo: str, skeleton: str):
+        self.path, self.dwo = path, dwo
+        base = _hex_attr(skeleton, r"DW_AT_(?:GNU_)?addr_base")
+        self.entries = _addr_entries(_address_tables(path), base) if base is not None else []
+        self.low = _hex_attr(skeleton, "DW_AT_low_pc") or 0
+        self.ranges_base = _hex_attr(skeleton, "DW_AT_GNU_ranges_base")
+        text = _run(["--debug-info", dwo], True)
+        self.v4 = re.search(r"version = 0x0004", text[:2000]) is not None
+        # The files its DW_AT_decl_file indices are of: the .dwo's own line table's (gcc),
+        # or the skeleton's in the module (clang's .dwo has none).
+        files = re.compile(r"file_names\[\s*(\d+)\]:\s*\n\s*name: \"([^\"]*)\"")
+        stmt = _hex_attr(skeleton, "DW_AT_stmt_list")
+        found = files.findall(_run(["--debug-line", dwo], True))
+        if not found and stmt is not None:
+            found = files.findall(_run([f"--debug-line={stmt:#x}", path]))
+        self.files = {int(k): name for k, name in found}
+        self.dies = _Units(dwo, parse(self._resolved(text)))
+
+    def entry(self, idx: int) -> int | None:
+        return self.entries[idx] if 0 <= idx < len(self.entries) else None
+
+    def _resolved(self, text: str) -> str:
+        """The .dwo's text with its location lists' entries (an address index and a length,
+        two indices, or offsets from a base address index) as resolved ranges; entries not
+        resolved are left out."""
+        out, base = [], None
+        for line in text.splitlines():
+            f = re.match(r"^(\s*DW_AT_(?:decl|call)_file\s+)\((0x[0-9a-f]+|\d+)\)$", line)
+            if f and int(f.group(2), 0) in self.files:
+                line = f'{f.group(1)}("{self.files[int(f.group(2), 0)]}")'
+            m = re.match(r"^(\s*)DW_LLE_(\w+)\s+\((0x[0-9a-f]+)(?:, (0x[0-9a-f]+))?\)(:.*)?$", line)
+            if not m:
+                if "DW_AT_" in line:
+                    base = None
+                out.append(line)
+                continue
+            kind, a, b, rest = m.group(2), int(m.group(3), 16), m.group(4), m.group(5) or ""
+            b = int(b, 16) if b else 0
+            lo = hi = None
+            if kind == "base_addressx":
+                base = self.entry(a)
+            elif kind in ("startx_length", "startx_endx"):
+                lo = self.entry(a)
+                hi = (
+                    (lo + b if lo is not None else None)
+                    if kind == "startx_length"
+                    else self.entry(b)
+                )
+            elif kind == "offset_pair" and base is not None:
+                lo, hi = base + a, base + b
+            elif kind in ("start_length", "start_end"):
+                lo, hi = a, (a + b if kind == "start_length" else b)
+            if lo is not None and hi is not None and rest:
+                out.append(f"{m.group(1)}[{lo:#x}, {hi:#x}){rest}")
+        return "\n".join(out)
+
+    def ranges(self, d: Die) -> list[tuple[int, int]]:
+        """The address ranges of a DIE of the unit; [] where they are not known."""
+        m = _INDEXED.match(d.attrs.get("DW_AT_low_pc", ""))
+        if m:
+            lo = self.entry(int(m.group(1), 16))
+            hv = d.attrs.get("DW_AT_high_pc", "")
+            hm = _INDEXED.match(hv)
+            hi = self.entry(int(hm.group(1), 16)) if hm else None
+            if not hm and lo is not None and _num(hv) is not None:
+                hi = lo + (_num(hv) or 0)  # (a length: DW_FORM_data)
+            return [(lo, hi)] if lo is not None and hi is not None else []
+        r = d.attrs.get("DW_AT_ranges", "")
+        m = re.search(r"rangelist = (0x[0-9a-f]+)", r) or re.match(r"\s*(0x[0-9a-f]+)", r)
+        if not m:
+            return []
+        off = int(m.group(1), 16)
+        if not self.v4:
+            return self._rnglist(_section(self.dwo, ".debug_rnglists.dwo"), off)
+        if self.ranges_base is None:
+            return []
+        return self._ranges4(_section(self.path, ".debug_ranges"), self.ranges_base + off)
+
+    def _rnglist(self, data: bytes, off: int) -> list[tuple[int, int]]:
+        """A DWARF 5 range list (DW_RLE_* entries) at offset off of data."""
+        out, base = [], self.low
+        while off < len(data):
+            kind = data[off]
+            off += 1
+            if kind == 0:  # end_of_list
+                break
+            if kind in (5, 6, 7):  # base_address, start_end, start_length: 8-byte addresses
+                a = int.from_bytes(data[off : off + 8], "little")
+                off += 8
+                if kind == 5:
+                    base = a
+                elif kind == 6:
+                    out.append((a, int.from_bytes(data[off : off + 8], "little")))
+                    off += 8
+                else:
+                    n, off = _uleb(data, off)
+                    out.append((a, a + n))
+                continue
+            if kind not in (1, 2, 3, 4):
+                return []  # (unknown: the rest cannot be read)
+            a, off = _uleb(data, off)
+            if kind == 1:  # base_addressx
+                base = self.entry(a)
+                continue
+            b, off = _uleb(data, off)
+            lo = self.entry(a) if kind in (2, 3) else (base + a if base is not None else None)
+            hi = (
+                self.entry(b)
+                if kind == 2
+                else lo + b
+                if kind == 3 and lo is not None
+                else base + b
+                if kind == 4 and base is not None
+                else None
+            )
+            if lo is not None and hi is not None:
+                out.append((lo, hi))
+        return out
+
+    def _ranges4(self, data: bytes, off: int) -> list[tuple[int, int]]:
+        """A DWARF 4 range list (.debug_ranges: pairs of addresses from the unit's base, a
+        pair starting with all ones setting the base) at offset off of data."""
+        out, base = [], self.low
+        while off + 16 <= len(data):
+            a = int.from_bytes(data[off : off + 8], "little")
+            b = int.from_bytes(data[off + 8 : off + 16], "little")
+            off += 16
+            if a == b == 0:
+                break
+            if a == (1 << 64) - 1:
+                base = b
+            else:
+                out.append((base + a, base + b))
+        return out
+
+    def covers(self, d: Die, pc: int) -> bool:
+        return any(lo <= pc < hi for lo, hi in self.ranges(d))
+
+
+_SPLIT_UNITS: dict = {}
+
+
+def _split_unit(path: str, dwo: str, skeleton: str) -> _SplitUnit:
+    """The .dwo's _SplitUnit, read once (its skeleton's text is the lookup's or the unit
+    list's: either says the same of it)."""
+    if (path, dwo) not in _SPLIT_UNITS:
+        if len(_SPLIT_UNITS) >= 8:
+            _SPLIT_UNITS.pop(next(iter(_SPLIT_UNITS)))
+        _SPLIT_UNITS[path, dwo] = _SplitUnit(path, dwo, skeleton)
+    return _SPLIT_UNITS[path, dwo]
+
+
+def _split_scopes(path: str, pc: int, found: str) -> tuple[dict, bool, list[Die]] | None:
+    """_scopes in a module built with -gsplit-dwarf, where the lookup finds the skeleton
+    unit only: the functions, inlined calls and blocks around the call are its .dwo's, found
+    by their address ranges (_SplitUnit)."""
+    dwo = _dwo_path(found)
+    if dwo is None:
+        return None
+    # (the skeleton unit's own attributes: the lookup's text up to its line information)
+    unit = _split_unit(path, dwo, found.split("\nLine info:", 1)[0])
+    top = next((d for d in unit.dies.values() if d.tag == "DW_TAG_compile_unit"), None)
+    if top is None:
+        return None
+    outer_first, d = [], top
+    while d is not None:
+        todo, d = list(d.children), None
+        while todo:
+            c = todo.pop()
+            if c.tag in _PC_SCOPES and unit.covers(c, pc - 1):
+                d = c
+                outer_first.append(c)
+                break
+            if c.tag in _SCOPE_HOLDERS and not outer_first:
+                todo += c.children
+    scopes = []
+    for d in reversed(outer_first):
+        scopes.append(d)
+        if d.tag == "DW_TAG_subprogram":
+            break
+    if not scopes or scopes[-1].tag != "DW_TAG_subprogram":
+        return None
+    return unit.dies, "Fortran" in top.attrs.get("DW_AT_language", ""), scopes
 
 
 def heap_layout(path: str, pc: int, line: int, size: int) -> Layout | None:

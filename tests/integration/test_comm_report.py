@@ -771,17 +771,41 @@ int main(void) {{
 """
 
 
-C_SPLIT = _two_counters("struct stats stats;", "stats.")
+# (what the advice names: the static's fields, the heap block's through the static pointer
+# the allocating line assigns, main's local reached through a pointer)
+C_SPLIT = {
+    "static": (_two_counters("struct stats stats;", "stats."), "stats."),
+    "heap": (
+        _two_counters("static struct stats *st;", "st->", "st = calloc(1, sizeof *st);"),
+        "st->",
+    ),
+    "stack": (
+        _two_counters(
+            "static struct stats *sp;", "sp->", "struct stats local = {0, 0};\n  sp = &local;"
+        ),
+        "local.",
+    ),
+}
 
 
-@pytest.mark.parametrize("dwarf", ["-gdwarf-5", "-gdwarf-4"])
-def test_a_split_dwarf_builds_fields_are_named(locus, tmp_path, dwarf):
+@pytest.mark.parametrize(
+    "kind,dwarf",
+    [
+        ("static", "-gdwarf-5"),
+        ("static", "-gdwarf-4"),
+        ("heap", "-gdwarf-5"),
+        ("stack", "-gdwarf-4"),
+    ],
+)
+def test_a_split_dwarf_builds_fields_are_named(locus, tmp_path, kind, dwarf):
     """gcc -gsplit-dwarf keeps the variables and types in s.dwo, and only skeleton units in
     the program: the advice read "fields of `stats` at offsets 0-8" without the fields. The
-    .dwo is read, the variable found by its address index into the program's .debug_addr
-    (DWARF 5's tables, DWARF 4's GNU list)."""
+    .dwo is read, a static found by its address index into the program's .debug_addr
+    (DWARF 5's tables, DWARF 4's GNU list), an allocating call's pointer and a frame's
+    locals by the ranges of the .dwo's functions and blocks."""
     src = tmp_path / "s.c"
-    src.write_text(C_SPLIT)
+    text, fields = C_SPLIT[kind]
+    src.write_text(text)
     exe = tmp_path / "s"
     subprocess.run(
         ["gcc", "-O2", "-g", dwarf, "-gsplit-dwarf", "-pthread", "-o", str(exe), str(src)],
@@ -791,8 +815,10 @@ def test_a_split_dwarf_builds_fields_are_named(locus, tmp_path, dwarf):
     assert list(tmp_path.glob("*.dwo")), list(tmp_path.iterdir())
     _proc, run = locus.record([str(exe)], options=("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
-    advice = [a for a in c["advice"] if "`stats`" in a]
-    assert advice and "stats.hits" in advice[0] and "stats.misses" in advice[0], c["advice"]
+    advice = [a for a in c["advice"] if "adjacent" in a]
+    assert advice and f"{fields}hits" in advice[0] and f"{fields}misses" in advice[0], c["advice"]
+    # (the .dwo's DW_AT_decl_file is an index into its own line table's files)
+    assert kind != "static" or "(declared at s.c:5)" in advice[0], advice
 
 
 C_PROMOTED = _two_counters(

@@ -349,6 +349,13 @@ def test_fortran_common_block_members(tmp_path):
     assert [layout.field(o) for o in (0, 8, 31, 32)] == ["cblk(1)", "cblk(2)", "cblk(4)", "other"]
 
 
+# -gsplit-dwarf: the program holds skeleton units only, the functions and variables are in
+# .dwo files, their addresses indices into the program's .debug_addr (DWARF 5's tables,
+# GNU's DWARF 4 list), their blocks' ranges in the .dwo's range lists (DWARF 5) or the
+# program's (DWARF 4).
+DEBUG_BUILDS = {"": (), "split": ("-gsplit-dwarf",), "split4": ("-gsplit-dwarf", "-gdwarf-4")}
+
+
 FRAME_SRC = r"""
 #include <stdio.h>
 struct slot { long count; long spare; };
@@ -384,20 +391,22 @@ int main(void) {
 
 @pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
-@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+@pytest.mark.parametrize("opt", ["-O0", "-O2", "-O2 split", "-O2 split4"])
 def test_frame_locals_from_a_build(tmp_path, compiler, opt):
     """The locals of the frame that made a call, from the call's return address and the
     stack and frame pointers the runtime records there: a local of main (gcc's frame base
     is the CFA, from the call's row of .eh_frame; clang's the frame or stack pointer), and
     one of a function inlined into main, which the lookup of the address does not show
-    inside main."""
+    inside main. The same in split-DWARF builds (DEBUG_BUILDS)."""
     if not shutil.which(compiler):
         pytest.skip(f"{compiler} is not installed")
     (tmp_path / "f.c").write_text(FRAME_SRC)
     exe = tmp_path / "f"
+    opt, _, debug = opt.partition(" ")
     subprocess.run(
-        [compiler, "-g", opt, "-no-pie", "-fno-pie", "-o", str(exe), str(tmp_path / "f.c")],
+        [compiler, "-g", *DEBUG_BUILDS[debug], opt, "-no-pie", "-fno-pie", "-o", str(exe), "f.c"],
         check=True,
+        cwd=tmp_path,
     )
     out = subprocess.run([str(exe)], capture_output=True, text=True).stdout.split("\n")
     (cfa, fp, ret, slots), (cfa2, fp2, ret2, inner), (cfa3, fp3, ret3, grid) = [
@@ -524,17 +533,23 @@ int main(void) {
 """
 
 
-def _allocating_calls(tmp_path, compiler: str, name: str, src: str, opt: str, calls: tuple):
-    """`src` built at fixed addresses, and the return address of each function's first call
-    whose text holds one of `calls` (the instruction after it): {function: address}."""
+def _allocating_calls(
+    tmp_path, compiler: str, name: str, src: str, opt: str, calls: tuple, debug: tuple = ()
+):
+    """`src` built at fixed addresses (with the `debug` options too), and the return address
+    of each function's first call whose text holds one of `calls` (the instruction after
+    it): {function: address}."""
     if not shutil.which(compiler):
         pytest.skip(f"{compiler} is not installed")
     (tmp_path / name).write_text(src)
     exe = tmp_path / name.split(".")[0]
     subprocess.run(
-        [compiler, "-g", opt, "-no-pie", "-fno-pie", "-o", str(exe), str(tmp_path / name)],
+        [compiler, "-g", *debug, opt, "-no-pie", "-fno-pie", "-o", str(exe), str(tmp_path / name)],
         check=True,
+        cwd=tmp_path,  # (where -gsplit-dwarf writes its .dwo files)
     )
+    if debug:
+        assert list(tmp_path.glob("*.dwo")), list(tmp_path.iterdir())
     dis = subprocess.run(
         ["objdump", "-d", "--no-show-raw-insn", "-C", str(exe)], capture_output=True, text=True
     ).stdout.splitlines()
@@ -550,15 +565,18 @@ def _allocating_calls(tmp_path, compiler: str, name: str, src: str, opt: str, ca
 
 @pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
-def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, compiler):
+@pytest.mark.parametrize("debug", list(DEBUG_BUILDS))
+def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, compiler, debug):
     """A heap block is read as an array of what the pointer declared on its allocating
     line points to (`st[1].misses`), or, declaring none, the one pointer variable it
     assigns (a local declared before, a global; a block of one: `gp->misses`), or the
     member (`hold.p`, `h->p`) or element (`keep[i]` in a loop); a pointer to void names
-    nothing."""
+    nothing. The same in split-DWARF builds."""
     from locus.dwarf import heap_layout
 
-    exe, ret = _allocating_calls(tmp_path, compiler, "h.c", HEAP_SRC, "-O1", ("alloc@plt>",))
+    exe, ret = _allocating_calls(
+        tmp_path, compiler, "h.c", HEAP_SRC, "-O1", ("alloc@plt>",), DEBUG_BUILDS[debug]
+    )
     own = heap_layout(str(exe), ret["own"], 6, 64)
     assert own is not None and (own.name, own.size) == ("st", 64)
     assert [own.field(x) for x in (0, 24, 56)] == ["st[0].hits", "st[1].misses", "st[3].misses"]
