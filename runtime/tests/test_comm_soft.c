@@ -725,11 +725,38 @@ __asm__(
     "rl_load7: mov (%rdx,%rax,1),%rax\n"
     "rl_after7: add $1,%rax\n"
     " ret\n"
+    /* (past the frame: -O0's `p->n++`, the sample on the second reload of p) */
+    " mov -16(%rbp),%rax\n"
+    "pf_load: mov (%rdx,%rax,1),%rax\n"
+    " lea 1(%rax),%rsi\n"
+    " mov -16(%rbp),%rax\n"
+    "pf_pc: mov %rsi,(%rdx,%rax,1)\n"
+    " ret\n"
+    "pf_load2: mov (%rcx,%rdx,1),%rsi\n"
+    " add $1,%rsi\n"
+    " mov -8(%rbp),%rax\n"
+    "pf_pc2: mov %rsi,(%rcx,%rdx,1)\n"
+    " ret\n"
+    " mov (%rcx,%rdx,1),%rsi\n"
+    "pf_reload3: mov -8(%rbp),%rcx\n"
+    "pf_pc3: mov %rsi,(%rcx,%rdx,1)\n"
+    " ret\n"
+    " jmp pf_reload4\n"
+    " mov (%rcx,%rdx,1),%rsi\n"
+    "pf_reload4: mov -8(%rbp),%rax\n"
+    "pf_pc4: add $1,%rsi\n"
+    " ret\n"
+    " mov (%rcx,%rdx,1),%rsi\n"
+    " add $1,%rsi\n add $1,%rsi\n add $1,%rsi\n"
+    "pf_reload5: mov -8(%rbp),%rax\n"
+    "pf_pc5: add $1,%rsi\n"
+    " ret\n"
     " .cfi_endproc\n"
     ".size rl_fn, .-rl_fn\n");
 extern const char rl_o0[], rl_over[], rl_far[], rl_load[], rl_after[], rl_load2[], rl_after2[],
     rl_load3[], rl_after3[], rl_load4[], rl_after4[], rl_load5[], rl_after5[], rl_after5b[],
-    rl_load6[], rl_after6[], rl_load7[], rl_after7[];
+    rl_load6[], rl_after6[], rl_load7[], rl_after7[], pf_load[], pf_pc[], pf_load2[], pf_pc2[],
+    pf_reload3[], pf_pc3[], pf_reload4[], pf_pc4[], pf_reload5[], pf_pc5[];
 
 static int check_reloads(void) {
   decode_fn dec = (decode_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_decode");
@@ -808,6 +835,43 @@ static int check_reloads(void) {
       printf("  not ok: %s: rc %d addr %#lx ip %#lx clobbered %#lx (want %s)\n", clob[i].what, rc,
              (unsigned long)a.addr, (unsigned long)a.ip, (unsigned long)clobbered,
              clob[i].found ? "rl_arr + 8 at the load" : "the load, clobbered");
+      ok = 0;
+    }
+  }
+  /* A sample skid-corrected onto an access to the thread's own frame goes back past it to
+   * the access before it (past_frame), but not past a change of that access's address
+   * register, a merge point, or more than three instructions. */
+  static const struct {
+    const char *what, *pc, *want;
+  } past[] = {
+      {"past the frame: the load that overwrote its address register", pf_pc, pf_load},
+      {"past the frame: a load two instructions before", pf_pc2, pf_load2},
+      {"not past the frame: the load's address register reloaded", pf_pc3, pf_reload3},
+      {"not past the frame: a merge point", pf_pc4, pf_reload4},
+      {"not past the frame: four instructions back", pf_pc5, pf_reload5},
+  };
+  long stack_frame[4]; /* (on this thread's stack: its own frame) */
+  for (size_t i = 0; i < sizeof past / sizeof past[0]; i++) {
+    ucontext_t uc;
+    memset(&uc, 0, sizeof uc);
+    greg_t *g = uc.uc_mcontext.gregs;
+    g[REG_RIP] = (greg_t)(uintptr_t)past[i].pc;
+    g[REG_RAX] = 0x1234; /* what a load loaded */
+    g[REG_RCX] = (greg_t)arr;
+    g[REG_RDX] = 8;
+    g[REG_RSP] = (greg_t)(uintptr_t)&uc;
+    stack_frame[0] = (long)arr; /* -16(%rbp): the pointer local */
+    stack_frame[1] = (long)arr; /* -8(%rbp) */
+    g[REG_RBP] = (greg_t)(uintptr_t)&stack_frame[2];
+    struct locus_comm_access a;
+    uint64_t clobbered = 0;
+    int rc = sampled((uint64_t)(uintptr_t)past[i].pc, &uc, &a, &clobbered);
+    int frame = past[i].want != pf_load && past[i].want != pf_load2;
+    uint64_t want = frame ? (uint64_t)(uintptr_t)&stack_frame[1] : arr + 8;
+    if (rc != 0 || a.ip != (uint64_t)(uintptr_t)past[i].want || a.addr != want || a.len != 8 ||
+        !(a.flags & LOCUS_AC_SKID) || !(a.flags & LOCUS_AC_STACK) != !frame) {
+      printf("  not ok: %s: rc %d addr %#lx ip %#lx flags %#x\n", past[i].what, rc,
+             (unsigned long)a.addr, (unsigned long)a.ip, a.flags);
       ok = 0;
     }
   }

@@ -939,6 +939,19 @@ static int decode_at(uint64_t ip, ZydisDecodedInstruction *in, ZydisDecodedOpera
   return c.avail && ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, c.p, c.avail, in, ops)) ? 0 : -1;
 }
 
+/* The registers the straight-line instructions in [from, pc) wrote (added to *since), and
+ * whether one wrote memory (*stored); -1 when one does not decode or branches. */
+static int ran_since(uint64_t from, uint64_t pc, uint32_t *since, int *stored) {
+  ZydisDecodedInstruction p;
+  ZydisDecodedOperand pops[ZYDIS_MAX_OPERAND_COUNT];
+  for (uint64_t ip = from; ip < pc; ip += p.length) {
+    if (decode_at(ip, &p, pops) != 0 || writes_rip(&p, pops)) return -1;
+    *since |= written_regs(&p, pops);
+    *stored |= writes_memory(&p, pops);
+  }
+  return 0;
+}
+
 static int recover_clobbered(const struct module *m, uint64_t at, uint64_t pc, const greg_t *g,
                              struct locus_comm_access *a) {
   ZydisDecodedInstruction in, p;
@@ -946,11 +959,7 @@ static int recover_clobbered(const struct module *m, uint64_t at, uint64_t pc, c
   if (!m || decode_at(at, &in, ops) != 0) return DEC_CLOBBERED;
   uint32_t lost = written_regs(&in, ops), used = addr_regs(&in, ops), since = lost;
   int stored = 0; /* memory written after the register was set (the frame reload's check) */
-  if (at + in.length < pc) { /* (the instruction between: it ends at pc, see sampled_access) */
-    if (decode_at(at + in.length, &p, pops) != 0) return DEC_CLOBBERED;
-    since |= written_regs(&p, pops);
-    stored |= writes_memory(&p, pops);
-  }
+  if (ran_since(at + in.length, pc, &since, &stored) != 0) return DEC_CLOBBERED;
   /* One register lost, the load's destination, and none of its others written since. */
   if (!(lost & used) || (lost & (lost - 1)) || (since & used & ~lost)) return DEC_CLOBBERED;
   uint64_t cur = at;
@@ -994,6 +1003,59 @@ static int recover_clobbered(const struct module *m, uint64_t at, uint64_t pc, c
   return DEC_CLOBBERED;
 }
 
+/* ---- past the thread's own frame ----
+ * A skid-corrected sample that lands on an access to the thread's own frame (rbp- or
+ * rsp-based, no index: a local reloaded, a spilled register, -O0's loop counter) was rarely
+ * the instruction the thread waited on: the frame is the thread's own and stays in its L1.
+ * The timer lands a few instructions after a load that missed: at -O0, `p->n++` through a
+ * pointer local is `mov -0x10(%rbp),%rax; mov (%rax),%rax; lea 1(%rax),%rdx; mov
+ * -0x10(%rbp),%rax; mov %rdx,(%rax)`, and its samples fell on the second reload of p, 367
+ * of 1152, beside 209 on the load of p->n itself. The sample is then the nearest access
+ * before it, up to FRAME_BACK instructions back in straight-line code, that is not on the
+ * frame, when its address can still be computed: its address registers unchanged since, or
+ * its own destination, recovered as recover_clobbered does. Frame accesses in between are
+ * passed over; a merge point or a branch ends the search (what ran before it is not
+ * known), and the frame access stays the sample. */
+#define FRAME_BACK 3
+static int frame_based(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
+  for (int i = 0; i < in->operand_count; i++) {
+    const ZydisDecodedOperand *o = &ops[i];
+    if (o->type != ZYDIS_OPERAND_TYPE_MEMORY || o->mem.type != ZYDIS_MEMOP_TYPE_MEM) continue;
+    ZydisRegister b = wide(o->mem.base);
+    if ((b != ZYDIS_REGISTER_RBP && b != ZYDIS_REGISTER_RSP) ||
+        o->mem.index != ZYDIS_REGISTER_NONE || o->mem.segment == ZYDIS_REGISTER_FS ||
+        o->mem.segment == ZYDIS_REGISTER_GS)
+      return 0;
+  }
+  return 1;
+}
+
+static int past_frame(const struct module *m, uint64_t at, uint64_t pc, const greg_t *g,
+                      struct locus_comm_access *a) {
+  ZydisDecodedInstruction in;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  if (!m || decode_at(at, &in, ops) != 0 || !frame_based(&in, ops)) return -1;
+  uint64_t cur = at;
+  for (int k = 0; k < FRAME_BACK; k++) {
+    uint64_t w = lookup(m, cur), len = (w >> 48) & 0xf;
+    if ((w & (PC_NONE | PC_TARGET)) || !len) return -1; /* not straight-line */
+    cur -= len;
+    struct locus_comm_access t;
+    if (decode_at(cur, &in, ops) != 0) return -1;
+    int rc = access_decoded(&in, ops, cur, g, 1, &t);
+    if (rc == DEC_NOMEM || (rc == DEC_OK && frame_based(&in, ops))) continue;
+    if (rc == DEC_CLOBBERED) return recover_clobbered(m, cur, pc, g, a) == DEC_OK ? 0 : -1;
+    uint32_t since = 0;
+    int stored = 0;
+    if (rc != DEC_OK || ran_since(cur + in.length, pc, &since, &stored) != 0 ||
+        (since & addr_regs(&in, ops)))
+      return -1;
+    *a = t;
+    return 0;
+  }
+  return -1;
+}
+
 /* The sampled access at pc, skid-corrected: the instruction before pc (skid_at). *clobbered:
  * that instruction's address when it was a load that overwrote its own address register
  * (`mov (%rax),%rax`), whose access cannot be computed any more, or the one before it when
@@ -1030,6 +1092,8 @@ static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *u
     if (rc == DEC_CLOBBERED &&
         recover_clobbered(c->m, pc - prevlen, pc, uc->uc_mcontext.gregs, a) == DEC_OK)
       rc = DEC_OK;
+    if (rc == DEC_OK && (a->flags & LOCUS_AC_STACK))
+      past_frame(c->m, a->ip, pc, uc->uc_mcontext.gregs, a);
     if (rc != DEC_CLOBBERED) {
       a->flags |= LOCUS_AC_SKID;
       return rc;
