@@ -72,6 +72,9 @@ struct locus_comm_access {
  * by a sampling backend from the signal handler of the thread that took the sample, after
  * it wrote the sample record. Async-signal-safe. */
 void locus_comm_detect(const struct locus_comm_access *a);
+/* Whether another thread's unexpired store is published on addr's line (detect.c): the soft
+ * backend keeps a sample on the thread's own frame there, as the line moves. Async-signal-safe. */
+int locus_comm_line_foreign(uint64_t addr);
 /* Start/stop the calling thread's watchpoints (detect.c; thread_init/thread_fini of the
  * sampling backends call them). */
 void locus_comm_detect_thread_init(void);

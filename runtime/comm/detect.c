@@ -756,6 +756,14 @@ void locus_comm_detect(const struct locus_comm_access *a) {
   dt.t_prev = a->t;
 }
 
+int locus_comm_line_foreign(uint64_t addr) {
+  if (atomic_load_explicit(&board_state, memory_order_acquire) != 2) return 0;
+  uint64_t line = addr & ~((uint64_t)locus_comm_cfg.line - 1);
+  struct bb_entry e;
+  return read_entry(board, slot_of(line), &e) == 0 && e.line == line && e.tid != locus_me.tid &&
+         !expired(&e);
+}
+
 /* Mark the load publication e resolved on the load board; 0 when a trap already did. An
  * entry since replaced by a newer publication, or busy, counts as not yet resolved. */
 static int confirm(const struct bb_entry *e) {

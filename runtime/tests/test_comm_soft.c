@@ -751,12 +751,24 @@ __asm__(
     "pf_reload5: mov -8(%rbp),%rax\n"
     "pf_pc5: add $1,%rsi\n"
     " ret\n"
+    /* (gcc -O0's loop: entered by a jump to its test at the bottom, a merge point) */
+    " jmp pf_cond\n"
+    "pf_body: mov -16(%rbp),%rax\n"
+    "pf_bodyload: mov (%rdx,%rax,1),%rax\n"
+    " lea 1(%rax),%rsi\n"
+    " mov -16(%rbp),%rax\n"
+    " mov %rsi,(%rdx,%rax,1)\n"
+    " addq $1,-8(%rbp)\n"
+    "pf_cond: cmpq $9,-8(%rbp)\n"
+    " jle pf_body\n"
+    " ret\n"
     " .cfi_endproc\n"
     ".size rl_fn, .-rl_fn\n");
 extern const char rl_o0[], rl_over[], rl_far[], rl_load[], rl_after[], rl_load2[], rl_after2[],
     rl_load3[], rl_after3[], rl_load4[], rl_after4[], rl_load5[], rl_after5[], rl_after5b[],
     rl_load6[], rl_after6[], rl_load7[], rl_after7[], pf_load[], pf_pc[], pf_load2[], pf_pc2[],
-    pf_reload3[], pf_pc3[], pf_reload4[], pf_pc4[], pf_reload5[], pf_pc5[];
+    pf_reload3[], pf_pc3[], pf_reload4[], pf_pc4[], pf_reload5[], pf_pc5[], pf_bodyload[],
+    pf_cond[];
 
 static int check_reloads(void) {
   decode_fn dec = (decode_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_decode");
@@ -874,6 +886,39 @@ static int check_reloads(void) {
              (unsigned long)a.addr, (unsigned long)a.ip, a.flags);
       ok = 0;
     }
+  }
+  /* A sample on the loop's test of its counter in the frame (a merge point: nothing before
+   * it is known to have run) is the next access off the frame, the counter read and the
+   * branch interpreted: the body's load; when the loop ends there (a return next), none is
+   * found and the frame access stays. */
+  typedef int (*sample_fn)(uint64_t, void *, struct locus_comm_access *);
+  sample_fn sample = (sample_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_sample");
+  for (long counter = 3; counter <= 10 && sample; counter += 7) {
+    ucontext_t uc;
+    memset(&uc, 0, sizeof uc);
+    greg_t *g = uc.uc_mcontext.gregs;
+    g[REG_RIP] = (greg_t)(uintptr_t)pf_cond;
+    g[REG_RDX] = 8;
+    g[REG_RSP] = (greg_t)(uintptr_t)&uc;
+    stack_frame[0] = (long)arr; /* -16(%rbp): the pointer local */
+    stack_frame[1] = counter;   /* -8(%rbp): the loop's counter, tested against 9 */
+    g[REG_RBP] = (greg_t)(uintptr_t)&stack_frame[2];
+    struct locus_comm_access a;
+    memset(&a, 0, sizeof a);
+    int rc = sample((uint64_t)(uintptr_t)pf_cond, &uc, &a);
+    int body = counter <= 9;
+    const char *want_ip = body ? pf_bodyload : pf_cond;
+    uint64_t want = body ? arr + 8 : (uint64_t)(uintptr_t)&stack_frame[1];
+    if (rc != 0 || a.ip != (uint64_t)(uintptr_t)want_ip || a.addr != want ||
+        !(a.flags & LOCUS_AC_STEP) != !body) {
+      printf("  not ok: the loop's test, counter %ld: rc %d addr %#lx ip %#lx flags %#x\n", counter,
+             rc, (unsigned long)a.addr, (unsigned long)a.ip, a.flags);
+      ok = 0;
+    }
+  }
+  if (!sample) {
+    printf("  not ok: no locus_test_soft_sample preloaded\n");
+    ok = 0;
   }
   return ok;
 }

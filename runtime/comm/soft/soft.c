@@ -1043,6 +1043,7 @@ static int past_frame(const struct module *m, uint64_t at, uint64_t pc, const gr
     struct locus_comm_access t;
     if (decode_at(cur, &in, ops) != 0) return -1;
     int rc = access_decoded(&in, ops, cur, g, 1, &t);
+    if (rc == DEC_OK && frame_based(&in, ops) && locus_comm_line_foreign(t.addr)) return -1;
     if (rc == DEC_NOMEM || (rc == DEC_OK && frame_based(&in, ops))) continue;
     if (rc == DEC_CLOBBERED) return recover_clobbered(m, cur, pc, g, a) == DEC_OK ? 0 : -1;
     uint32_t since = 0;
@@ -1092,7 +1093,7 @@ static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *u
     if (rc == DEC_CLOBBERED &&
         recover_clobbered(c->m, pc - prevlen, pc, uc->uc_mcontext.gregs, a) == DEC_OK)
       rc = DEC_OK;
-    if (rc == DEC_OK && (a->flags & LOCUS_AC_STACK))
+    if (rc == DEC_OK && (a->flags & LOCUS_AC_STACK) && !locus_comm_line_foreign(a->addr))
       past_frame(c->m, a->ip, pc, uc->uc_mcontext.gregs, a);
     if (rc != DEC_CLOBBERED) {
       a->flags |= LOCUS_AC_SKID;
@@ -1128,6 +1129,8 @@ static int ahead_on = 1; /* LOCUS_SOFT_AHEAD=0: off (step only) */
 struct ahead {
   greg_t g[NGREG];
   uint64_t known; /* the EFL bits that are those the code would see */
+  uint64_t mem;   /* the value of the instruction's memory operand, read (frame reads) */
+  int mem_ok;     /* 1: mem holds it; 0: memory operands are not interpreted */
 };
 
 /* A general-purpose register operand's value (bits of its size); -1: not one we track
@@ -1145,6 +1148,10 @@ static int ahead_reg(const struct ahead *s, const ZydisDecodedOperand *o, uint64
 static int ahead_read(const struct ahead *s, const ZydisDecodedOperand *o, uint32_t bits,
                       uint64_t *v) {
   if (o->type == ZYDIS_OPERAND_TYPE_REGISTER) return ahead_reg(s, o, v);
+  if (o->type == ZYDIS_OPERAND_TYPE_MEMORY && o->mem.type == ZYDIS_MEMOP_TYPE_MEM && s->mem_ok) {
+    *v = s->mem & size_mask(o->size);
+    return 0;
+  }
   if (o->type != ZYDIS_OPERAND_TYPE_IMMEDIATE) return -1;
   *v = (o->imm.is_signed ? (uint64_t)o->imm.value.s : o->imm.value.u) & size_mask(bits);
   return 0;
@@ -1559,7 +1566,7 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
     case ZYDIS_MNEMONIC_MOVZX:
     case ZYDIS_MNEMONIC_MOVSX:
     case ZYDIS_MNEMONIC_MOVSXD: {
-      if (n != 2 || ahead_reg(s, &ops[1], &b) != 0) return -1;
+      if (n != 2 || ahead_read(s, &ops[1], ops[1].size, &b) != 0) return -1;
       uint32_t sb = ops[1].size;
       if (m != ZYDIS_MNEMONIC_MOVZX) b = (uint64_t)sext(b, sb);
       return ahead_write(s, &ops[0], b & size_mask(bits));
@@ -1590,7 +1597,7 @@ static int ahead_step(struct ahead *s, const ZydisDecodedInstruction *in,
     case ZYDIS_MNEMONIC_OR:
     case ZYDIS_MNEMONIC_XOR:
     case ZYDIS_MNEMONIC_TEST:
-      if (n != 2 || ahead_reg(s, &ops[0], &a) != 0 || ahead_read(s, &ops[1], bits, &b) != 0)
+      if (n != 2 || ahead_read(s, &ops[0], bits, &a) != 0 || ahead_read(s, &ops[1], bits, &b) != 0)
         return -1;
       if (m == ZYDIS_MNEMONIC_ADD) {
         r = (a + b) & size_mask(bits);
@@ -1717,9 +1724,10 @@ static int ahead_load(struct ahead *s, const ZydisDecodedInstruction *in,
  * last, and the store that follows it through the reloaded pointer (the token passed on) is
  * on the line it waited for. Otherwise the first access is, as without a target. */
 static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
-                        struct locus_comm_access *a, greg_t *regs_at, uint64_t target) {
+                        struct locus_comm_access *a, greg_t *regs_at, uint64_t target, int frames) {
   struct ahead s;
   memcpy(s.g, g, sizeof s.g);
+  s.mem_ok = 0;
   s.g[REG_RIP] = (greg_t)pc;
   s.known = EF_ARITH; /* the interrupted context's own */
   struct code here = *c;
@@ -1744,6 +1752,21 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
     struct locus_comm_access m;
     memset(&m, 0, sizeof m);
     int rc = access_decoded(&in, ops, at, s.g, 0, &m);
+    if (frames && rc == DEC_OK && (m.flags & LOCUS_AC_STACK) && frame_based(&in, ops)) {
+      /* (past_frame's run: a read of the frame is interpreted with the value read; a store
+       * there, or a line another thread writes, ends it without an answer) */
+      uint64_t v = 0;
+      if (!pid) pid = syscall(SYS_getpid);
+      if ((m.flags & LOCUS_AC_STORE) || m.len > 8 || loads++ >= AHEAD_LOADS ||
+          locus_comm_line_foreign(m.addr) || copy_self(pid, m.addr, &v, m.len) != m.len)
+        return DEC_NOMEM;
+      s.mem = v;
+      s.mem_ok = 1;
+      int bad = ahead_step(&s, &in, ops);
+      s.mem_ok = 0;
+      if (bad) return DEC_NOMEM;
+      continue;
+    }
     if (rc == DEC_OK && (at == target || !target)) {
       *a = m;
       if (regs_at) memcpy(regs_at, s.g, sizeof s.g);
@@ -1769,6 +1792,23 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
   *a = first;
   if (regs_at) memcpy(regs_at, first_regs, sizeof first_regs);
   return DEC_OK;
+}
+
+/* A sample still on the thread's own frame (a skid-corrected one past_frame found nothing
+ * before, or pc's own access: a loop's head, a merge point, where gcc -O0 compares its
+ * counter in the frame) is the next access off the frame, run ahead from pc past reads of
+ * the frame, interpreted with the values read (a store to the frame, or a line another
+ * thread writes, ends the run and the frame access stays the sample). 1 when *a was
+ * replaced, its registers in regs_at. In a loaded object's code only, as past_frame. */
+static int off_frame(uint64_t pc, const struct code *c, const greg_t *g,
+                     struct locus_comm_access *a, greg_t *regs_at) {
+  struct locus_comm_access t;
+  if (!ahead_on || !(a->flags & LOCUS_AC_STACK) || !c->m || locus_comm_line_foreign(a->addr) ||
+      access_ahead(pc, c, g, &t, regs_at, 0, 1) != DEC_OK)
+    return 0;
+  *a = t;
+  a->flags |= LOCUS_AC_STEP;
+  return 1;
 }
 
 /* ---- split read-modify-writes ----
@@ -2157,6 +2197,18 @@ int locus_test_soft_sampled(uint64_t pc, void *uc, struct locus_comm_access *a,
   return sampled_access(pc, &c, (const ucontext_t *)uc, a, clobbered);
 }
 
+/* sampled_access, then off_frame: the sample take_sample makes of an access (the run ahead of
+ * an instruction without one aside). */
+int locus_test_soft_sample(uint64_t pc, void *uc, struct locus_comm_access *a) {
+  uint64_t clobbered;
+  greg_t regs[NGREG];
+  int rc = locus_test_soft_sampled(pc, uc, a, &clobbered);
+  struct code c;
+  code_at(pc, &c);
+  if (rc == DEC_OK) off_frame(pc, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, a, regs);
+  return rc;
+}
+
 int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, uint32_t *len,
                           uint32_t *flags) {
   if (locus_comm_decoder_open() != 0) return -1;
@@ -2164,7 +2216,8 @@ int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, u
   code_at(ip, &c);
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
-  if (access_ahead(ip, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, &a, NULL, 0) != DEC_OK) return -1;
+  if (access_ahead(ip, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, &a, NULL, 0, 0) != DEC_OK)
+    return -1;
   *at = a.ip;
   *addr = a.addr;
   *len = a.len;
@@ -2495,8 +2548,10 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
     const greg_t *regs = uc->uc_mcontext.gregs; /* at the sampled access (split_rmw) */
     greg_t ahead_regs[NGREG];
     if (rc == DEC_NOMEM && ahead_on) {
-      rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a, ahead_regs, clobbered);
+      rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a, ahead_regs, clobbered, 0);
       if (rc == DEC_OK) a.flags |= LOCUS_AC_STEP;
+      regs = ahead_regs;
+    } else if (rc == DEC_OK && off_frame(pc, &c, uc->uc_mcontext.gregs, &a, ahead_regs)) {
       regs = ahead_regs;
     }
     /* Never with SIGTRAP blocked in the context we return to: the kernel delivers a sample
@@ -2545,7 +2600,8 @@ static void on_step(ucontext_t *uc) {
     if (c.avail) rc = access_of(c.p, c.avail, pc, uc->uc_mcontext.gregs, 0, &a);
     greg_t regs[NGREG];
     memcpy(regs, uc->uc_mcontext.gregs, sizeof regs);
-    if (rc == DEC_NOMEM && ahead_on) rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a, regs, 0);
+    if (rc == DEC_NOMEM && ahead_on)
+      rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a, regs, 0, 0);
     if (rc == DEC_OK) {
       if (!(a.flags & (LOCUS_AC_STORE | LOCUS_AC_STACK))) split_rmw(regs, 0, &a);
       a.t = t0;
