@@ -1366,12 +1366,45 @@ __asm__(
     " mov %rsi,%rdx\n shl $32,%rdx\n or %r8,%rdx\n btr $63,%rdx\n" WIDE_FOLD("rdx", "r8", "224")
     " ret\n"
     ".size ahead_wide,.-ahead_wide\n"
+    /* Unoptimised code (gcc -O0's shape): locals in the frame, read by cmp, test, add, mov,
+     * movzx and movsx, written by stores and an add to memory; a loop entered by a jump to
+     * its test. The run ahead past the frame (off_frame) answers with the next access off
+     * it. */
+    ".globl ahead_frame\n.type ahead_frame,@function\nahead_frame:\n .cfi_startproc\n"
+    " push %rbp\n .cfi_def_cfa_offset 16\n .cfi_offset %rbp,-16\n"
+    " mov %rsp,%rbp\n .cfi_def_cfa_register %rbp\n"
+    " sub $48,%rsp\n"
+    " mov %rdi,-8(%rbp)\n mov %rsi,-16(%rbp)\n mov %rdx,-24(%rbp)\n movl $0,-28(%rbp)\n"
+    " jmp 2f\n"
+    "1: mov -8(%rbp),%rax\n"
+    " mov -28(%rbp),%edx\n"
+    " movslq -28(%rbp),%rdx\n"
+    " mov (%rax,%rdx,8),%rcx\n"
+    " add -16(%rbp),%rcx\n"
+    " mov %rcx,(%rax,%rdx,8)\n"
+    " movzbl -16(%rbp),%ecx\n"
+    " movsbq -24(%rbp),%r8\n"
+    " xor -24(%rbp),%rcx\n"
+    " test %rcx,-16(%rbp)\n"
+    " je 3f\n"
+    " and $7,%ecx\n"
+    " mov %r8,64(%rax,%rcx,8)\n"
+    "3: cmpq $0,-24(%rbp)\n"
+    " jl 4f\n"
+    " addl $1,-28(%rbp)\n"
+    "2: cmpl $7,-28(%rbp)\n"
+    " jle 1b\n"
+    "4: leave\n .cfi_def_cfa %rsp,8\n"
+    " ret\n"
+    " .cfi_endproc\n"
+    ".size ahead_frame,.-ahead_frame\n"
     ".globl ahead_end\nahead_end:\n nop\n");
 void ahead_loop(long *g, long id, long n);
 long ahead_alu(long *buf, long x, long y);
 void ahead_bits(long *buf, long x, long y);
 void ahead_simd(long *buf, long x, long y);
 void ahead_wide(long *buf, long x, long y);
+void ahead_frame(long *buf, long x, long y);
 
 #define AHEAD_STEPS 4096
 typedef int (*ahead_fn)(uint64_t, void *, uint64_t *, uint64_t *, uint32_t *, uint32_t *);
@@ -1383,10 +1416,12 @@ static struct ahead_rec {
   int ans;               /* the run ahead answered */
   uint64_t a_at, a_addr; /* ... this */
   uint32_t a_len, a_flags;
+  int f_ans;             /* the run ahead past the frame answered (ahead_frames) */
+  uint64_t f_at, f_addr; /* ... this */
 } ahead_recs[AHEAD_STEPS];
 static volatile int ahead_n, ahead_stepping;
 static decode_fn ahead_dec;
-static ahead_fn ahead_run;
+static ahead_fn ahead_run, ahead_frames;
 
 static int in_snippets(uint64_t pc) {
   extern char ahead_end[];
@@ -1408,6 +1443,8 @@ static void ahead_trap(int sig, siginfo_t *si, void *ucv) {
   r->pc = pc;
   r->has = ahead_dec(pc, uc, &r->addr, &r->len, &r->flags) == 0;
   r->ans = ahead_run(pc, uc, &r->a_at, &r->a_addr, &r->a_len, &r->a_flags) == 0;
+  uint32_t len, flags;
+  r->f_ans = ahead_frames && ahead_frames(pc, uc, &r->f_at, &r->f_addr, &len, &flags) == 0;
 }
 
 /* Runs fn under the trap flag; the records of its instructions are in ahead_recs. */
@@ -1445,10 +1482,43 @@ static int ahead_check(long *answered, long *asked) {
   return wrong;
 }
 
+/* The same of the run ahead past the frame: its answer is the first access the CPU made off
+ * the thread's stack, unless the CPU stored to the stack first (the run gives up there). */
+static int frames_check(long *answered, long *asked) {
+  int wrong = 0;
+  for (int i = 0; i < ahead_n; i++) {
+    const struct ahead_rec *r = &ahead_recs[i];
+    int j = i;
+    while (j < ahead_n && (!ahead_recs[j].has || (ahead_recs[j].flags & LOCUS_AC_STACK)))
+      if (ahead_recs[j++].flags & LOCUS_AC_STORE) j = ahead_n; /* a store to the frame */
+    if (j >= ahead_n) {
+      if (r->f_ans && wrong++ < 5)
+        printf(
+            "  not ok: past the frame from %#lx: answered %#lx, the CPU stored to the frame "
+            "first\n",
+            (unsigned long)r->pc, (unsigned long)r->f_at);
+      continue;
+    }
+    (*asked)++;
+    if (!r->f_ans) continue;
+    (*answered)++;
+    const struct ahead_rec *t = &ahead_recs[j];
+    if (r->f_at != t->pc || r->f_addr != t->addr) {
+      if (wrong < 5)
+        printf("  not ok: past the frame from %#lx: %#lx [%#lx], the CPU: %#lx [%#lx]\n",
+               (unsigned long)r->pc, (unsigned long)r->f_at, (unsigned long)r->f_addr,
+               (unsigned long)t->pc, (unsigned long)t->addr);
+      wrong++;
+    }
+  }
+  return wrong;
+}
+
 static int check_ahead(void) {
   ahead_dec = (decode_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_decode");
   ahead_run = (ahead_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_ahead");
-  if (!ahead_dec || !ahead_run) {
+  ahead_frames = (ahead_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_ahead_frames");
+  if (!ahead_dec || !ahead_run || !ahead_frames) {
     printf("  not ok: no locus_test_soft_ahead preloaded\n");
     return 0;
   }
@@ -1491,7 +1561,18 @@ static int check_ahead(void) {
       "  run ahead: %ld of %ld instructions answered (multiply, divide, bit tests, ...: %ld of "
       "%ld), %d wrong\n",
       answered + wide_answered, asked + wide_asked, wide_answered, wide_asked, wrong);
-  return wrong == 0 && answered * 10 >= asked * 9 && wide_answered * 10 >= wide_asked * 9;
+  long f_answered = 0, f_asked = 0;
+  int f_wrong = 0;
+  for (int k = 0; k < 100; k++) {
+    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+    long y = (k % 4 == 0) ? -1 - (long)(seed % 3) : (long)(seed >> 1); /* (some end early) */
+    ahead_trace(ahead_frame, buf, (long)seed, y);
+    f_wrong += frames_check(&f_answered, &f_asked);
+  }
+  printf("  past the frame: %ld of %ld instructions answered, %d wrong\n", f_answered, f_asked,
+         f_wrong);
+  return wrong == 0 && answered * 10 >= asked * 9 && wide_answered * 10 >= wide_asked * 9 &&
+         f_wrong == 0 && f_answered * 2 >= f_asked;
 }
 
 /* The check of a thread's context-switch rate (adapt): two checks in a row past the

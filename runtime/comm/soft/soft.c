@@ -2209,20 +2209,30 @@ int locus_test_soft_sample(uint64_t pc, void *uc, struct locus_comm_access *a) {
   return rc;
 }
 
-int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, uint32_t *len,
-                          uint32_t *flags) {
+static int test_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, uint32_t *len,
+                      uint32_t *flags, int frames) {
   if (locus_comm_decoder_open() != 0) return -1;
   struct code c;
   code_at(ip, &c);
   struct locus_comm_access a;
   memset(&a, 0, sizeof a);
-  if (access_ahead(ip, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, &a, NULL, 0, 0) != DEC_OK)
+  if (access_ahead(ip, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, &a, NULL, 0, frames) != DEC_OK)
     return -1;
   *at = a.ip;
   *addr = a.addr;
   *len = a.len;
   *flags = a.flags;
   return 0;
+}
+
+int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, uint32_t *len,
+                          uint32_t *flags) {
+  return test_ahead(ip, uc, at, addr, len, flags, 0);
+}
+
+int locus_test_soft_ahead_frames(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, uint32_t *len,
+                                 uint32_t *flags) {
+  return test_ahead(ip, uc, at, addr, len, flags, 1);
 }
 
 /* Whether the instruction at pc (not run yet) enters the kernel. Stepping stops before one:

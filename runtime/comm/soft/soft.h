@@ -82,6 +82,10 @@ LOCUS_EXPORT int locus_test_soft_sample(uint64_t pc, void *uc, struct locus_comm
  * *at, -1 when the run ahead gives up (the sampler would single-step). */
 LOCUS_EXPORT int locus_test_soft_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr,
                                        uint32_t *len, uint32_t *flags);
+/* Test-only entry point: the same run past reads of the thread's own frame (off_frame): the
+ * next access off it; -1 when there is none (a store to the frame first). */
+LOCUS_EXPORT int locus_test_soft_ahead_frames(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr,
+                                              uint32_t *len, uint32_t *flags);
 
 /* Test-only entry point: one check of a thread's measured context-switch rate (adapt): 1
  * when it moves to the other source now (tick: it is on the scheduler's tick, else on the
