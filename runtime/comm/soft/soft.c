@@ -1826,8 +1826,9 @@ static int off_frame(uint64_t pc, const struct code *c, const greg_t *g,
  * store's pointer and index from the frame (`mov -0x28(%rbp),%rax; mov (%rax),%rax; mov
  * -0x1c(%rbp),%ecx; movsd %xmm0,(%rax,%rcx,8)`: the textbook OpenMP `sum[id] += x` at -O0,
  * 12 instructions after its load). A register computed from a value not known is unknown; an
- * address made of one ends the search. `executed`: g holds the registers after the load ran
- * (skid-corrected), else before it. */
+ * address made of one ends the search. `executed`: the pc at which g holds the registers,
+ * after the load ran (skid-corrected), the search starting there; 0: g holds them before
+ * the load, the search starting after it. */
 #define RMW_MAX 16
 #define RMW_LOADS 3  /* loads read on the way: a system call each */
 #define RMW_STORES 4 /* stores on the way whose bytes a later load must not read */
@@ -1897,7 +1898,7 @@ static int has_memory(const ZydisDecodedInstruction *in, const ZydisDecodedOpera
   return memory_with(in, ops, ZYDIS_OPERAND_ACTION_MASK_READ | ZYDIS_OPERAND_ACTION_MASK_WRITE);
 }
 
-static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a) {
+static void split_rmw(const greg_t *g, uint64_t executed, struct locus_comm_access *a) {
   struct ahead s;
   memcpy(s.g, g, sizeof s.g);
   s.known = 0; /* no conditional branch is followed */
@@ -1906,7 +1907,10 @@ static void split_rmw(const greg_t *g, int executed, struct locus_comm_access *a
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
   if (decode_at(a->ip, &in, ops) != 0) return;
   if (!executed) unknown = written_regs(&in, ops);
-  s.g[REG_RIP] = (greg_t)(a->ip + in.length);
+  /* (g are the registers at pc = executed: past the instructions that ran after the load,
+   * where a skid of more than one (recover_clobbered, past_frame) put it; they are not
+   * interpreted again on them) */
+  s.g[REG_RIP] = (greg_t)(executed ? executed : a->ip + in.length);
   struct {
     uint64_t lo, hi;
   } stored[RMW_STORES];
@@ -2578,7 +2582,7 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
       if (rc == DEC_SYSCALL) st->kernel++;
     } else {
       if (!(a.flags & (LOCUS_AC_STORE | LOCUS_AC_STACK)))
-        split_rmw(regs, (a.flags & LOCUS_AC_SKID) != 0, &a);
+        split_rmw(regs, (a.flags & LOCUS_AC_SKID) ? pc : 0, &a);
       a.t = t0;
       a.cpu = sched_getcpu();
       a.weight = weight;
