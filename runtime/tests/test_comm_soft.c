@@ -770,6 +770,18 @@ extern const char rl_o0[], rl_over[], rl_far[], rl_load[], rl_after[], rl_load2[
     pf_reload3[], pf_pc3[], pf_reload4[], pf_pc4[], pf_reload5[], pf_pc5[], pf_bodyload[],
     pf_cond[];
 
+/* A sampled context at pc: rax what a load loaded, rdx 8 (an index), rsp on this thread's
+ * stack, rbp at frame + 2 (-16(%rbp) is frame[0], -8(%rbp) frame[1]). */
+static void reload_context(ucontext_t *uc, const char *pc, long *frame) {
+  memset(uc, 0, sizeof *uc);
+  greg_t *g = uc->uc_mcontext.gregs;
+  g[REG_RIP] = (greg_t)(uintptr_t)pc;
+  g[REG_RAX] = 0x1234;
+  g[REG_RDX] = 8;
+  g[REG_RSP] = (greg_t)(uintptr_t)uc;
+  g[REG_RBP] = (greg_t)(uintptr_t)&frame[2];
+}
+
 static int check_reloads(void) {
   decode_fn dec = (decode_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_decode");
   typedef int (*sampled_fn)(uint64_t, void *, struct locus_comm_access *, uint64_t *);
@@ -827,15 +839,9 @@ static int check_reloads(void) {
   };
   for (size_t i = 0; i < sizeof clob / sizeof clob[0]; i++) {
     ucontext_t uc;
-    memset(&uc, 0, sizeof uc);
-    greg_t *g = uc.uc_mcontext.gregs;
-    g[REG_RIP] = (greg_t)(uintptr_t)clob[i].pc;
-    g[REG_RAX] = 0x1234; /* what the load loaded */
-    g[REG_RDX] = 8;
-    g[REG_RSI] = (greg_t)arr2;
-    g[REG_RSP] = (greg_t)(uintptr_t)&uc;
+    reload_context(&uc, clob[i].pc, frame);
+    uc.uc_mcontext.gregs[REG_RSI] = (greg_t)arr2;
     frame[0] = (long)arr; /* -16(%rbp): the pointer local */
-    g[REG_RBP] = (greg_t)(uintptr_t)&frame[2];
     struct locus_comm_access a;
     uint64_t clobbered = 0;
     int rc = sampled((uint64_t)(uintptr_t)clob[i].pc, &uc, &a, &clobbered);
@@ -865,16 +871,10 @@ static int check_reloads(void) {
   long stack_frame[4]; /* (on this thread's stack: its own frame) */
   for (size_t i = 0; i < sizeof past / sizeof past[0]; i++) {
     ucontext_t uc;
-    memset(&uc, 0, sizeof uc);
-    greg_t *g = uc.uc_mcontext.gregs;
-    g[REG_RIP] = (greg_t)(uintptr_t)past[i].pc;
-    g[REG_RAX] = 0x1234; /* what a load loaded */
-    g[REG_RCX] = (greg_t)arr;
-    g[REG_RDX] = 8;
-    g[REG_RSP] = (greg_t)(uintptr_t)&uc;
+    reload_context(&uc, past[i].pc, stack_frame);
+    uc.uc_mcontext.gregs[REG_RCX] = (greg_t)arr;
     stack_frame[0] = (long)arr; /* -16(%rbp): the pointer local */
     stack_frame[1] = (long)arr; /* -8(%rbp) */
-    g[REG_RBP] = (greg_t)(uintptr_t)&stack_frame[2];
     struct locus_comm_access a;
     uint64_t clobbered = 0;
     int rc = sampled((uint64_t)(uintptr_t)past[i].pc, &uc, &a, &clobbered);
@@ -895,14 +895,9 @@ static int check_reloads(void) {
   sample_fn sample = (sample_fn)dlsym(RTLD_DEFAULT, "locus_test_soft_sample");
   for (long counter = 3; counter <= 10 && sample; counter += 7) {
     ucontext_t uc;
-    memset(&uc, 0, sizeof uc);
-    greg_t *g = uc.uc_mcontext.gregs;
-    g[REG_RIP] = (greg_t)(uintptr_t)pf_cond;
-    g[REG_RDX] = 8;
-    g[REG_RSP] = (greg_t)(uintptr_t)&uc;
+    reload_context(&uc, pf_cond, stack_frame);
     stack_frame[0] = (long)arr; /* -16(%rbp): the pointer local */
     stack_frame[1] = counter;   /* -8(%rbp): the loop's counter, tested against 9 */
-    g[REG_RBP] = (greg_t)(uintptr_t)&stack_frame[2];
     struct locus_comm_access a;
     memset(&a, 0, sizeof a);
     int rc = sample((uint64_t)(uintptr_t)pf_cond, &uc, &a);

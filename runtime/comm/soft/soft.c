@@ -1017,6 +1017,8 @@ static int recover_clobbered(const struct module *m, uint64_t at, uint64_t pc, c
  * passed over; a merge point or a branch ends the search (what ran before it is not
  * known), and the frame access stays the sample. */
 #define FRAME_BACK 3
+/* Whether every memory operand of the instruction is on the frame: rbp- or rsp-based, no
+ * index, not fs/gs-relative (callers ask of an instruction with an access). */
 static int frame_based(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops) {
   for (int i = 0; i < in->operand_count; i++) {
     const ZydisDecodedOperand *o = &ops[i];
