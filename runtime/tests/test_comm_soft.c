@@ -1372,6 +1372,7 @@ __asm__(
     " mov %rdi,-8(%rbp)\n mov %rsi,-16(%rbp)\n mov %rdx,-24(%rbp)\n movl $0,-28(%rbp)\n"
     " jmp 2f\n"
     "1: mov -8(%rbp),%rax\n"
+    " mov (%rax),%r9\n" /* (the first access off the frame after the loop's test) */
     " mov -28(%rbp),%edx\n"
     " movslq -28(%rbp),%rdx\n"
     " mov (%rax,%rdx,8),%rcx\n"
@@ -1478,19 +1479,19 @@ static int ahead_check(long *answered, long *asked) {
 }
 
 /* The same of the run ahead past the frame: its answer is the first access the CPU made off
- * the thread's stack, unless the CPU stored to the stack first (the run gives up there). */
+ * the thread's stack (the frame's loads and stores on the way interpreted, the stores kept
+ * aside). */
 static int frames_check(long *answered, long *asked) {
   int wrong = 0;
   for (int i = 0; i < ahead_n; i++) {
     const struct ahead_rec *r = &ahead_recs[i];
     int j = i;
-    while (j < ahead_n && (!ahead_recs[j].has || (ahead_recs[j].flags & LOCUS_AC_STACK)))
-      if (ahead_recs[j++].flags & LOCUS_AC_STORE) j = ahead_n; /* a store to the frame */
+    while (j < ahead_n && (!ahead_recs[j].has || (ahead_recs[j].flags & LOCUS_AC_STACK))) j++;
     if (j >= ahead_n) {
       if (r->f_ans && wrong++ < 5)
         printf(
-            "  not ok: past the frame from %#lx: answered %#lx, the CPU stored to the frame "
-            "first\n",
+            "  not ok: past the frame from %#lx: answered %#lx, the CPU made no access off "
+            "the stack after it\n",
             (unsigned long)r->pc, (unsigned long)r->f_at);
       continue;
     }

@@ -1120,6 +1120,7 @@ static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *u
  * previous instruction is not known to have run) is the common case: `if (id == 0)
  * s.a++; else ...` compiled with the store before the loop's test. */
 #define AHEAD_MAX 32
+#define FRAME_STORES 4   /* frame stores off_frame's run keeps aside */
 static int ahead_on = 1; /* LOCUS_SOFT_AHEAD=0: off (step only) */
 #define EF_CF 0x1ull
 #define EF_PF 0x4ull
@@ -1130,9 +1131,16 @@ static int ahead_on = 1; /* LOCUS_SOFT_AHEAD=0: off (step only) */
 
 struct ahead {
   greg_t g[NGREG];
-  uint64_t known; /* the EFL bits that are those the code would see */
-  uint64_t mem;   /* the value of the instruction's memory operand, read (frame reads) */
-  int mem_ok;     /* 1: mem holds it; 0: memory operands are not interpreted */
+  uint64_t known;   /* the EFL bits that are those the code would see */
+  uint64_t mem;     /* the value of the instruction's memory operand, read (frame reads) */
+  int mem_ok;       /* 1: mem holds it; 0: memory operands are not interpreted */
+  int mem_written;  /* the instruction wrote its memory operand: mem_out */
+  uint64_t mem_out; /* ... this value (of the operand's size) */
+  struct {          /* the frame's bytes the run wrote, not written in memory (off_frame) */
+    uint64_t addr, v;
+    uint32_t len;
+  } fs[FRAME_STORES];
+  int nfs;
 };
 
 /* A general-purpose register operand's value (bits of its size); -1: not one we track
@@ -1163,6 +1171,11 @@ static int ahead_read(const struct ahead *s, const ZydisDecodedOperand *o, uint3
  * 16-bit write keeps the other bits. */
 static int ahead_write(struct ahead *s, const ZydisDecodedOperand *o, uint64_t v) {
   uint64_t old;
+  if (o->type == ZYDIS_OPERAND_TYPE_MEMORY && o->mem.type == ZYDIS_MEMOP_TYPE_MEM && s->mem_ok) {
+    s->mem_out = v & size_mask(o->size); /* (kept by the caller: off_frame's frame stores) */
+    s->mem_written = 1;
+    return 0;
+  }
   if (o->type != ZYDIS_OPERAND_TYPE_REGISTER || ahead_reg(s, o, &old) != 0) return -1;
   greg_t *slot = &s->g[gpr_slot[wide(o->reg.value)]];
   if (o->size == 64)
@@ -1725,11 +1738,43 @@ static int ahead_load(struct ahead *s, const ZydisDecodedInstruction *in,
  * through a register one of those loads set is the answer: the stalled load was the spin's
  * last, and the store that follows it through the reloaded pointer (the token passed on) is
  * on the line it waited for. Otherwise the first access is, as without a target. */
+/* The value of the frame bytes m accesses, for off_frame's run: what the run stored there,
+ * else memory's (process_vm_readv, counted in *loads); -1 when a store of the run covers
+ * them in part, or past AHEAD_LOADS reads. */
+static int frame_value(const struct ahead *s, const struct locus_comm_access *m, uint64_t *v,
+                       long *pid, int *loads) {
+  for (int i = 0; i < s->nfs; i++) {
+    if (m->addr >= s->fs[i].addr + s->fs[i].len || s->fs[i].addr >= m->addr + m->len) continue;
+    if (s->fs[i].addr != m->addr || s->fs[i].len < m->len) return -1;
+    *v = s->fs[i].v & size_mask(8 * m->len);
+    return 0;
+  }
+  if (!*pid) *pid = syscall(SYS_getpid);
+  return (*loads)++ < AHEAD_LOADS && copy_self(*pid, m->addr, v, m->len) == m->len ? 0 : -1;
+}
+
+/* Keeps what the run stored to the frame bytes m accesses; -1 when it overlaps another of its
+ * stores in part, or there are FRAME_STORES already. */
+static int frame_store(struct ahead *s, const struct locus_comm_access *m, uint64_t v) {
+  for (int i = 0; i < s->nfs; i++) {
+    if (m->addr >= s->fs[i].addr + s->fs[i].len || s->fs[i].addr >= m->addr + m->len) continue;
+    if (s->fs[i].addr != m->addr || s->fs[i].len != m->len) return -1;
+    s->fs[i].v = v;
+    return 0;
+  }
+  if (s->nfs >= FRAME_STORES) return -1;
+  s->fs[s->nfs].addr = m->addr;
+  s->fs[s->nfs].len = m->len;
+  s->fs[s->nfs++].v = v;
+  return 0;
+}
+
 static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
                         struct locus_comm_access *a, greg_t *regs_at, uint64_t target, int frames) {
   struct ahead s;
   memcpy(s.g, g, sizeof s.g);
   s.mem_ok = 0;
+  s.nfs = 0;
   s.g[REG_RIP] = (greg_t)pc;
   s.known = EF_ARITH; /* the interrupted context's own */
   struct code here = *c;
@@ -1755,18 +1800,20 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
     memset(&m, 0, sizeof m);
     int rc = access_decoded(&in, ops, at, s.g, 0, &m);
     if (frames && rc == DEC_OK && (m.flags & LOCUS_AC_STACK) && frame_based(&in, ops)) {
-      /* (past_frame's run: a read of the frame is interpreted with the value read; a store
-       * there, or a line another thread writes, ends it without an answer) */
+      /* (off_frame's run: an access to the frame is interpreted, with the value read, or
+       * the one the run stored there; what it stores is kept aside, never written; a line
+       * another thread writes, or what is not interpreted, ends it without an answer) */
       uint64_t v = 0;
-      if (!pid) pid = syscall(SYS_getpid);
-      if ((m.flags & LOCUS_AC_STORE) || m.len > 8 || loads++ >= AHEAD_LOADS ||
-          locus_comm_line_foreign(m.addr) || copy_self(pid, m.addr, &v, m.len) != m.len)
+      if (m.len > 8 || locus_comm_line_foreign(m.addr) || frame_value(&s, &m, &v, &pid, &loads))
         return DEC_NOMEM;
       s.mem = v;
       s.mem_ok = 1;
+      s.mem_written = 0;
       int bad = ahead_step(&s, &in, ops);
       s.mem_ok = 0;
-      if (bad) return DEC_NOMEM;
+      if (bad ||
+          (s.mem_written ? frame_store(&s, &m, s.mem_out) != 0 : (m.flags & LOCUS_AC_STORE) != 0))
+        return DEC_NOMEM;
       continue;
     }
     if (rc == DEC_OK && (at == target || !target)) {
