@@ -751,6 +751,13 @@ __asm__(
     "pf_reload5: mov -8(%rbp),%rax\n"
     "pf_pc5: add $1,%rsi\n"
     " ret\n"
+    /* (no access at pc nor before it: the run ahead's first is a reload from the frame) */
+    "pf_nomem: add $1,%rsi\n"
+    " add $2,%rsi\n"
+    "pf_nomem_pc: add $3,%rsi\n"
+    " mov -16(%rbp),%rax\n"
+    "pf_nomem_load: mov (%rdx,%rax,1),%rax\n"
+    " ret\n"
     /* (gcc -O0's loop: entered by a jump to its test at the bottom, a merge point) */
     " jmp pf_cond\n"
     "pf_body: mov -16(%rbp),%rax\n"
@@ -768,7 +775,7 @@ extern const char rl_o0[], rl_over[], rl_far[], rl_load[], rl_after[], rl_load2[
     rl_load3[], rl_after3[], rl_load4[], rl_after4[], rl_load5[], rl_after5[], rl_after5b[],
     rl_load6[], rl_after6[], rl_load7[], rl_after7[], pf_load[], pf_pc[], pf_load2[], pf_pc2[],
     pf_reload3[], pf_pc3[], pf_reload4[], pf_pc4[], pf_reload5[], pf_pc5[], pf_bodyload[],
-    pf_cond[];
+    pf_cond[], pf_nomem_pc[], pf_nomem_load[];
 
 /* A sampled context at pc: rax what a load loaded, rdx 8 (an index), rsp on this thread's
  * stack, rbp at frame + 2 (-16(%rbp) is frame[0], -8(%rbp) frame[1]). */
@@ -914,6 +921,18 @@ static int check_reloads(void) {
   if (!sample) {
     printf("  not ok: no locus_test_soft_sample preloaded\n");
     ok = 0;
+  } else { /* the run ahead's first access on the frame: the next one off it */
+    ucontext_t uc;
+    reload_context(&uc, pf_nomem_pc, stack_frame);
+    stack_frame[0] = (long)arr; /* -16(%rbp): the pointer local */
+    struct locus_comm_access a;
+    memset(&a, 0, sizeof a);
+    int rc = sample((uint64_t)(uintptr_t)pf_nomem_pc, &uc, &a);
+    if (rc != 0 || a.ip != (uint64_t)(uintptr_t)pf_nomem_load || a.addr != arr + 8) {
+      printf("  not ok: the run ahead's reload from the frame: rc %d addr %#lx ip %#lx\n", rc,
+             (unsigned long)a.addr, (unsigned long)a.ip);
+      ok = 0;
+    }
   }
   return ok;
 }

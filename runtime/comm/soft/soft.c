@@ -1860,6 +1860,25 @@ static int off_frame(uint64_t pc, const struct code *c, const greg_t *g,
   return 1;
 }
 
+/* The sample's access at pc (take_sample's, before any single step): sampled_access, the
+ * run ahead where that found none, then off_frame. *regs: the registers at the access
+ * (ahead_regs, or the context's); DEC_NOMEM: none found (the caller single-steps). */
+static int sample_access(uint64_t pc, const struct code *c, const ucontext_t *uc,
+                         struct locus_comm_access *a, greg_t *ahead_regs, const greg_t **regs) {
+  uint64_t clobbered = 0;
+  const greg_t *g = uc->uc_mcontext.gregs;
+  int rc = sampled_access(pc, c, uc, a, &clobbered);
+  if (rc == DEC_NOMEM && ahead_on) {
+    rc = access_ahead(pc, c, g, a, ahead_regs, clobbered, 0);
+    if (rc == DEC_OK) a->flags |= LOCUS_AC_STEP;
+    *regs = ahead_regs;
+  }
+  /* (the run ahead's answer too: pc and the instruction before it had no access, the next
+   * one is on the frame: -O0 reloads its locals after the arithmetic) */
+  if (rc == DEC_OK && off_frame(pc, c, g, a, ahead_regs)) *regs = ahead_regs;
+  return rc;
+}
+
 /* ---- split read-modify-writes ----
  * `x++` on a volatile or at -O0, `p->n = p->n * 2 + k`: a load, some arithmetic, and a
  * store to the same bytes. A timer lands where the time goes, on the load (its data comes
@@ -2250,16 +2269,14 @@ int locus_test_soft_sampled(uint64_t pc, void *uc, struct locus_comm_access *a,
   return sampled_access(pc, &c, (const ucontext_t *)uc, a, clobbered);
 }
 
-/* sampled_access, then off_frame: the sample take_sample makes of an access (the run ahead of
- * an instruction without one aside). */
 int locus_test_soft_sample(uint64_t pc, void *uc, struct locus_comm_access *a) {
-  uint64_t clobbered;
-  greg_t regs[NGREG];
-  int rc = locus_test_soft_sampled(pc, uc, a, &clobbered);
+  if (locus_comm_decoder_open() != 0) return -2;
   struct code c;
   code_at(pc, &c);
-  if (rc == DEC_OK) off_frame(pc, &c, ((ucontext_t *)uc)->uc_mcontext.gregs, a, regs);
-  return rc;
+  memset(a, 0, sizeof *a);
+  greg_t regs[NGREG];
+  const greg_t *at;
+  return sample_access(pc, &c, (const ucontext_t *)uc, a, regs, &at);
 }
 
 static int test_ahead(uint64_t ip, void *uc, uint64_t *at, uint64_t *addr, uint32_t *len,
@@ -2605,18 +2622,10 @@ static void take_sample(ucontext_t *uc, uint32_t weight, int timer) {
   } else {
     struct code c;
     code_at(pc, &c);
-    uint64_t clobbered = 0;
-    int rc =
-        timer && after_syscall(&c, pc) ? DEC_SYSCALL : sampled_access(pc, &c, uc, &a, &clobbered);
     const greg_t *regs = uc->uc_mcontext.gregs; /* at the sampled access (split_rmw) */
     greg_t ahead_regs[NGREG];
-    if (rc == DEC_NOMEM && ahead_on) {
-      rc = access_ahead(pc, &c, uc->uc_mcontext.gregs, &a, ahead_regs, clobbered, 0);
-      if (rc == DEC_OK) a.flags |= LOCUS_AC_STEP;
-      regs = ahead_regs;
-    } else if (rc == DEC_OK && off_frame(pc, &c, uc->uc_mcontext.gregs, &a, ahead_regs)) {
-      regs = ahead_regs;
-    }
+    int rc = timer && after_syscall(&c, pc) ? DEC_SYSCALL
+                                            : sample_access(pc, &c, uc, &a, ahead_regs, &regs);
     /* Never with SIGTRAP blocked in the context we return to: the kernel delivers a sample
      * to a thread that blocks it (asynchronously), but a blocked trap-flag SIGTRAP kills. */
     if (rc == DEC_NOMEM && step_on && !sigismember(&uc->uc_sigmask, SIGTRAP) &&

@@ -74,8 +74,9 @@ LOCUS_EXPORT int locus_test_soft_decode(uint64_t ip, void *uc, uint64_t *addr, u
  * code, and *clobbered the load that overwrote its own address register, if that was why. */
 LOCUS_EXPORT int locus_test_soft_sampled(uint64_t pc, void *uc, struct locus_comm_access *a,
                                          uint64_t *clobbered);
-/* Test-only entry point: locus_test_soft_sampled's access, moved off the thread's own frame
- * as the sampler does (off_frame): 0 with *a; else the decoder's code. */
+/* Test-only entry point: the sample's access as the sampler takes it before any single step
+ * (sampled_access, the run ahead where that found none, moved off the thread's own frame):
+ * 0 with *a; else the decoder's code. */
 LOCUS_EXPORT int locus_test_soft_sample(uint64_t pc, void *uc, struct locus_comm_access *a);
 /* Test-only entry point: the next access from `ip` on, found by interpreting the code
  * without running it (the run ahead of the sampler): 0 with its instruction's address in
