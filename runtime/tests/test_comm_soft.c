@@ -751,6 +751,16 @@ __asm__(
     "pf_reload5: mov -8(%rbp),%rax\n"
     "pf_pc5: add $1,%rsi\n"
     " ret\n"
+    /* (a constant loaded after the load: passed over; a table of them indexed: not) */
+    "ro_load: mov (%rcx,%rdx,1),%rsi\n"
+    " movsd ro_const(%rip),%xmm0\n"
+    "ro_pc: add $1,%rsi\n"
+    " ret\n"
+    " mov (%rcx,%rdx,1),%rsi\n"
+    " lea ro_const(%rip),%rax\n"
+    "ro_table: movsd (%rax,%rdx,1),%xmm0\n"
+    "ro_pc2: add $1,%rsi\n"
+    " ret\n"
     /* (no access at pc nor before it: the run ahead's first is a reload from the frame) */
     "pf_nomem: add $1,%rsi\n"
     " add $2,%rsi\n"
@@ -770,12 +780,13 @@ __asm__(
     " jle pf_body\n"
     " ret\n"
     " .cfi_endproc\n"
-    ".size rl_fn, .-rl_fn\n");
+    ".size rl_fn, .-rl_fn\n"
+    ".section .rodata\n.balign 16\nro_const: .double 0.5, 1.5\n.text\n");
 extern const char rl_o0[], rl_over[], rl_far[], rl_load[], rl_after[], rl_load2[], rl_after2[],
     rl_load3[], rl_after3[], rl_load4[], rl_after4[], rl_load5[], rl_after5[], rl_after5b[],
     rl_load6[], rl_after6[], rl_load7[], rl_after7[], pf_load[], pf_pc[], pf_load2[], pf_pc2[],
     pf_reload3[], pf_pc3[], pf_reload4[], pf_pc4[], pf_reload5[], pf_pc5[], pf_bodyload[],
-    pf_cond[], pf_nomem_pc[], pf_nomem_load[];
+    pf_cond[], pf_nomem_pc[], pf_nomem_load[], ro_load[], ro_pc[], ro_table[], ro_pc2[];
 
 /* A sampled context at pc: rax what a load loaded, rdx 8 (an index), rsp on this thread's
  * stack, rbp at frame + 2 (-16(%rbp) is frame[0], -8(%rbp) frame[1]). */
@@ -891,6 +902,24 @@ static int check_reloads(void) {
         !(a.flags & LOCUS_AC_SKID) || !(a.flags & LOCUS_AC_STACK) != !frame) {
       printf("  not ok: %s: rc %d addr %#lx ip %#lx flags %#x\n", past[i].what, rc,
              (unsigned long)a.addr, (unsigned long)a.ip, a.flags);
+      ok = 0;
+    }
+  }
+  /* A constant loaded rip-relative from read-only data is passed over as the frame is; one of
+   * a table indexed by a register is not (it may miss). */
+  for (int k = 0; k < 2; k++) {
+    ucontext_t uc;
+    const char *pc = k ? ro_pc2 : ro_pc, *want = k ? ro_table : ro_load;
+    reload_context(&uc, pc, stack_frame);
+    uc.uc_mcontext.gregs[REG_RCX] = (greg_t)arr;
+    uc.uc_mcontext.gregs[REG_RAX] = (greg_t)(uintptr_t)ro_table - 8; /* (the lea's, not run) */
+    struct locus_comm_access a;
+    uint64_t clobbered = 0;
+    int rc = sampled((uint64_t)(uintptr_t)pc, &uc, &a, &clobbered);
+    if (rc != 0 || a.ip != (uint64_t)(uintptr_t)want || (!k && a.addr != arr + 8)) {
+      printf("  not ok: %s: rc %d addr %#lx ip %#lx\n",
+             k ? "a table of constants kept" : "past a constant", rc, (unsigned long)a.addr,
+             (unsigned long)a.ip);
       ok = 0;
     }
   }

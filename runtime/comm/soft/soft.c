@@ -105,7 +105,8 @@ enum { SRC_NONE = 0, SRC_SIGTRAP = 1, SRC_ASYNC = 2, SRC_TIMER = 3, SRC_TICK = 4
  * handlers only read. An object that went away is marked dead, never reused. */
 struct module {
   uint64_t lo, hi;
-  uint64_t hdr; /* address of .eh_frame_hdr, 0 when the object has none */
+  uint64_t ro_lo, ro_hi; /* the object's read-only data after its code (.rodata), 0 none */
+  uint64_t hdr;          /* address of .eh_frame_hdr, 0 when the object has none */
   _Atomic int dead;
   int sys; /* a system library (locus_system_object): its samples get the program's call into it */
 };
@@ -265,6 +266,15 @@ static int add_module(struct dl_phdr_info *info, size_t size, void *arg) {
     struct module *m = &mods[n];
     m->lo = lo;
     m->hi = hi;
+    m->ro_lo = m->ro_hi = 0;
+    for (int j = 0; j < info->dlpi_phnum; j++) { /* (the first read-only segment after it) */
+      const ElfW(Phdr) *r = &info->dlpi_phdr[j];
+      if (r->p_type == PT_LOAD && !(r->p_flags & (PF_W | PF_X)) && r->p_vaddr > ph->p_vaddr &&
+          (!m->ro_lo || info->dlpi_addr + r->p_vaddr < m->ro_lo)) {
+        m->ro_lo = info->dlpi_addr + r->p_vaddr;
+        m->ro_hi = m->ro_lo + r->p_filesz;
+      }
+    }
     m->hdr = hdr;
     m->sys = sys;
     if (hdr) isolate_pages(hdr, hdr_end);
@@ -1032,11 +1042,37 @@ static int frame_based(const ZydisDecodedInstruction *in, const ZydisDecodedOper
   return 1;
 }
 
+/* Whether addr is in a loaded object's read-only code or data (its constants). */
+static int read_only(uint64_t addr) {
+  int n = atomic_load_explicit(&nmods, memory_order_acquire);
+  for (int i = 0; i < n; i++)
+    if (((addr >= mods[i].lo && addr < mods[i].hi) ||
+         (addr >= mods[i].ro_lo && addr < mods[i].ro_hi)) &&
+        !atomic_load_explicit(&mods[i].dead, memory_order_relaxed))
+      return 1;
+  return 0;
+}
+
+/* Whether access a of the instruction is one the thread does not wait on: its own frame
+ * (frame_based), or a constant it loads rip-relative from an object's read-only data (a
+ * literal of floating-point code: `movsd .LC0(%rip),%xmm0`), which no thread writes and
+ * which stays cached. A table indexed by a register is not one: it may miss. */
+static int quiet(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops,
+                 const struct locus_comm_access *a) {
+  if (a->flags & LOCUS_AC_STACK) return frame_based(in, ops);
+  if (a->flags & LOCUS_AC_STORE) return 0;
+  for (int i = 0; i < in->operand_count; i++)
+    if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.type == ZYDIS_MEMOP_TYPE_MEM &&
+        ops[i].mem.base != ZYDIS_REGISTER_RIP)
+      return 0;
+  return read_only(a->addr);
+}
+
 static int past_frame(const struct module *m, uint64_t at, uint64_t pc, const greg_t *g,
                       struct locus_comm_access *a) {
   ZydisDecodedInstruction in;
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
-  if (!m || decode_at(at, &in, ops) != 0 || !frame_based(&in, ops)) return -1;
+  if (!m || decode_at(at, &in, ops) != 0 || !quiet(&in, ops, a)) return -1;
   uint64_t cur = at;
   for (int k = 0; k < FRAME_BACK; k++) {
     uint64_t w = lookup(m, cur), len = (w >> 48) & 0xf;
@@ -1045,8 +1081,8 @@ static int past_frame(const struct module *m, uint64_t at, uint64_t pc, const gr
     struct locus_comm_access t;
     if (decode_at(cur, &in, ops) != 0) return -1;
     int rc = access_decoded(&in, ops, cur, g, 1, &t);
-    if (rc == DEC_OK && frame_based(&in, ops) && locus_comm_line_foreign(t.addr)) return -1;
-    if (rc == DEC_NOMEM || (rc == DEC_OK && frame_based(&in, ops))) continue;
+    if (rc == DEC_OK && quiet(&in, ops, &t) && locus_comm_line_foreign(t.addr)) return -1;
+    if (rc == DEC_NOMEM || (rc == DEC_OK && quiet(&in, ops, &t))) continue;
     if (rc == DEC_CLOBBERED) return recover_clobbered(m, cur, pc, g, a) == DEC_OK ? 0 : -1;
     uint32_t since = 0;
     int stored = 0;
@@ -1095,7 +1131,8 @@ static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *u
     if (rc == DEC_CLOBBERED &&
         recover_clobbered(c->m, pc - prevlen, pc, uc->uc_mcontext.gregs, a) == DEC_OK)
       rc = DEC_OK;
-    if (rc == DEC_OK && (a->flags & LOCUS_AC_STACK) && !locus_comm_line_foreign(a->addr))
+    if (rc == DEC_OK && (a->flags & LOCUS_AC_STACK || read_only(a->addr)) &&
+        !locus_comm_line_foreign(a->addr))
       past_frame(c->m, a->ip, pc, uc->uc_mcontext.gregs, a);
     if (rc != DEC_CLOBBERED) {
       a->flags |= LOCUS_AC_SKID;
@@ -1799,7 +1836,7 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
     struct locus_comm_access m;
     memset(&m, 0, sizeof m);
     int rc = access_decoded(&in, ops, at, s.g, 0, &m);
-    if (frames && rc == DEC_OK && (m.flags & LOCUS_AC_STACK) && frame_based(&in, ops)) {
+    if (frames && rc == DEC_OK && quiet(&in, ops, &m)) {
       /* (off_frame's run: an access to the frame is interpreted, with the value read, or
        * the one the run stored there; what it stores is kept aside, never written; a line
        * another thread writes, or what is not interpreted, ends it without an answer) */
@@ -1852,8 +1889,8 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
 static int off_frame(uint64_t pc, const struct code *c, const greg_t *g,
                      struct locus_comm_access *a, greg_t *regs_at) {
   struct locus_comm_access t;
-  if (!ahead_on || !(a->flags & LOCUS_AC_STACK) || !c->m || locus_comm_line_foreign(a->addr) ||
-      access_ahead(pc, c, g, &t, regs_at, 0, 1) != DEC_OK)
+  if (!ahead_on || !(a->flags & LOCUS_AC_STACK || read_only(a->addr)) || !c->m ||
+      locus_comm_line_foreign(a->addr) || access_ahead(pc, c, g, &t, regs_at, 0, 1) != DEC_OK)
     return 0;
   *a = t;
   a->flags |= LOCUS_AC_STEP;
