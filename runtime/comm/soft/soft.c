@@ -1042,37 +1042,39 @@ static int frame_based(const ZydisDecodedInstruction *in, const ZydisDecodedOper
   return 1;
 }
 
-/* Whether addr is in a loaded object's read-only code or data (its constants). */
-static int read_only(uint64_t addr) {
-  int n = atomic_load_explicit(&nmods, memory_order_acquire);
-  for (int i = 0; i < n; i++)
-    if (((addr >= mods[i].lo && addr < mods[i].hi) ||
-         (addr >= mods[i].ro_lo && addr < mods[i].ro_hi)) &&
-        !atomic_load_explicit(&mods[i].dead, memory_order_relaxed))
-      return 1;
-  return 0;
+/* Whether addr is in the read-only code or data (its constants) of m, the object of the
+ * code that accesses it: a rip-relative constant is its own object's. No scan of the
+ * objects: this is asked at most samples. */
+static int read_only(const struct module *m, uint64_t addr) {
+  return m && ((addr >= m->lo && addr < m->hi) || (addr >= m->ro_lo && addr < m->ro_hi));
 }
 
 /* Whether access a of the instruction is one the thread does not wait on: its own frame
  * (frame_based), or a constant it loads rip-relative from an object's read-only data (a
  * literal of floating-point code: `movsd .LC0(%rip),%xmm0`), which no thread writes and
  * which stays cached. A table indexed by a register is not one: it may miss. */
-static int quiet(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops,
-                 const struct locus_comm_access *a) {
+static int quiet(const struct module *m, const ZydisDecodedInstruction *in,
+                 const ZydisDecodedOperand *ops, const struct locus_comm_access *a) {
   if (a->flags & LOCUS_AC_STACK) return frame_based(in, ops);
   if (a->flags & LOCUS_AC_STORE) return 0;
   for (int i = 0; i < in->operand_count; i++)
     if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.type == ZYDIS_MEMOP_TYPE_MEM &&
         ops[i].mem.base != ZYDIS_REGISTER_RIP)
       return 0;
-  return read_only(a->addr);
+  return read_only(m, a->addr);
+}
+
+/* Whether a sample's access may be a quiet one (quiet: its instruction not decoded yet) on
+ * a line no other thread writes: the moves off it are tried. */
+static int maybe_quiet(const struct module *m, const struct locus_comm_access *a) {
+  return (a->flags & LOCUS_AC_STACK || read_only(m, a->addr)) && !locus_comm_line_foreign(a->addr);
 }
 
 static int past_frame(const struct module *m, uint64_t at, uint64_t pc, const greg_t *g,
                       struct locus_comm_access *a) {
   ZydisDecodedInstruction in;
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
-  if (!m || decode_at(at, &in, ops) != 0 || !quiet(&in, ops, a)) return -1;
+  if (!m || decode_at(at, &in, ops) != 0 || !quiet(m, &in, ops, a)) return -1;
   uint64_t cur = at;
   for (int k = 0; k < FRAME_BACK; k++) {
     uint64_t w = lookup(m, cur), len = (w >> 48) & 0xf;
@@ -1081,8 +1083,9 @@ static int past_frame(const struct module *m, uint64_t at, uint64_t pc, const gr
     struct locus_comm_access t;
     if (decode_at(cur, &in, ops) != 0) return -1;
     int rc = access_decoded(&in, ops, cur, g, 1, &t);
-    if (rc == DEC_OK && quiet(&in, ops, &t) && locus_comm_line_foreign(t.addr)) return -1;
-    if (rc == DEC_NOMEM || (rc == DEC_OK && quiet(&in, ops, &t))) continue;
+    int q = rc == DEC_OK && quiet(m, &in, ops, &t);
+    if (q && locus_comm_line_foreign(t.addr)) return -1;
+    if (rc == DEC_NOMEM || q) continue;
     if (rc == DEC_CLOBBERED) return recover_clobbered(m, cur, pc, g, a) == DEC_OK ? 0 : -1;
     uint32_t since = 0;
     int stored = 0;
@@ -1131,9 +1134,7 @@ static int sampled_access(uint64_t pc, const struct code *c, const ucontext_t *u
     if (rc == DEC_CLOBBERED &&
         recover_clobbered(c->m, pc - prevlen, pc, uc->uc_mcontext.gregs, a) == DEC_OK)
       rc = DEC_OK;
-    if (rc == DEC_OK && (a->flags & LOCUS_AC_STACK || read_only(a->addr)) &&
-        !locus_comm_line_foreign(a->addr))
-      past_frame(c->m, a->ip, pc, uc->uc_mcontext.gregs, a);
+    if (rc == DEC_OK && maybe_quiet(c->m, a)) past_frame(c->m, a->ip, pc, uc->uc_mcontext.gregs, a);
     if (rc != DEC_CLOBBERED) {
       a->flags |= LOCUS_AC_SKID;
       return rc;
@@ -1836,7 +1837,7 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
     struct locus_comm_access m;
     memset(&m, 0, sizeof m);
     int rc = access_decoded(&in, ops, at, s.g, 0, &m);
-    if (frames && rc == DEC_OK && quiet(&in, ops, &m)) {
+    if (frames && rc == DEC_OK && quiet(c->m, &in, ops, &m)) {
       /* (off_frame's run: an access to the frame is interpreted, with the value read, or
        * the one the run stored there; what it stores is kept aside, never written; a line
        * another thread writes, or what is not interpreted, ends it without an answer) */
@@ -1889,8 +1890,8 @@ static int access_ahead(uint64_t pc, const struct code *c, const greg_t *g,
 static int off_frame(uint64_t pc, const struct code *c, const greg_t *g,
                      struct locus_comm_access *a, greg_t *regs_at) {
   struct locus_comm_access t;
-  if (!ahead_on || !(a->flags & LOCUS_AC_STACK || read_only(a->addr)) || !c->m ||
-      locus_comm_line_foreign(a->addr) || access_ahead(pc, c, g, &t, regs_at, 0, 1) != DEC_OK)
+  if (!ahead_on || !c->m || !maybe_quiet(c->m, a) ||
+      access_ahead(pc, c, g, &t, regs_at, 0, 1) != DEC_OK)
     return 0;
   *a = t;
   a->flags |= LOCUS_AC_STEP;
