@@ -473,6 +473,7 @@ def _run(args: list[str], lenient: bool = False) -> str:
 _ADDRX = re.compile(r"DW_OP_(?:addrx|GNU_addr_index) (0x[0-9a-f]+)\)")
 
 
+@functools.lru_cache(maxsize=16)
 def _address_tables(path: str) -> dict[int, list[int]]:
     """The .debug_addr tables of the module by their DW_AT_addr_base (the offset of the
     first address: the table's own offset + its 8-byte DWARF32 header)."""
@@ -550,12 +551,11 @@ def _variable_in(
     tls_at = re.compile(
         rf"DW_OP_const[48]u {vaddr:#x}, DW_OP_(?:GNU_push_tls_address|form_tls_address)\b"
     )
-    tables = None
     for off, tag, block in _found_dies(found):
         if tag == "DW_TAG_compile_unit":
             cu = off
-            b = re.search(r"DW_AT_addr_base\s+\((0x[0-9a-f]+)\)", block)
-            base = int(b.group(1), 16) if b else skeleton_base
+            base = _hex_attr(block, "DW_AT_addr_base")
+            base = skeleton_base if base is None else base
         elif tag == "DW_TAG_variable" and cu is not None:
             if tls:
                 if tls_at.search(block):
@@ -565,8 +565,7 @@ def _variable_in(
             x = _ADDRX.search(block)
             if x and base is not None:
                 # DWARF 5 (clang's default): an index into the unit's .debug_addr table.
-                tables = _address_tables(path) if tables is None else tables
-                entries = _addr_entries(tables, base)
+                entries = _addr_entries(_address_tables(path), base)
                 idx = int(x.group(1), 16)
                 if idx < len(entries) and entries[idx] == vaddr:
                     var = off
@@ -888,7 +887,7 @@ def _scopes(path: str, pc: int) -> tuple[dict, bool, list[Die]] | None:
     found = _lookup(path, pc)
     chain = [int(m.group(1), 16) for m in re.finditer(r"^(0x[0-9a-f]+):\s+DW_TAG_", found, re.M)]
     tags = re.findall(r"^0x[0-9a-f]+:\s+(DW_TAG_\w+)", found, re.M)
-    if len(chain) == 1 and _DWO_NAME.search(found):
+    if len(chain) == 1 and _str_attr(found, _DWO_NAME):
         return _split_scopes(path, pc, found)
     if len(chain) < 2 or tags[0] != "DW_TAG_compile_unit":
         return None
@@ -906,7 +905,7 @@ def _scopes(path: str, pc: int) -> tuple[dict, bool, list[Die]] | None:
     return dies, "Fortran" in unit.attrs.get("DW_AT_language", ""), scopes
 
 
-_DWO_NAME = re.compile(r"DW_AT_(?:GNU_)?dwo_name\s+\(\"([^\"]+)\"\)")
+_DWO_NAME = "DW_AT_(?:GNU_)?dwo_name"
 _INDEXED = re.compile(r"indexed \(([0-9a-fx]+)\) address")
 _PC_SCOPES = ("DW_TAG_subprogram", _INLINED, "DW_TAG_lexical_block")
 # Where a unit's functions may be defined: inside its namespaces, classes and modules.
@@ -916,19 +915,26 @@ _SCOPE_HOLDERS = ("DW_TAG_namespace", "DW_TAG_structure_type", "DW_TAG_class_typ
 def _dwo_path(skeleton: str) -> str | None:
     """The .dwo file a skeleton unit's text names, relative to its DW_AT_comp_dir; None
     without one, or where it is not found."""
-    dwo = _DWO_NAME.search(skeleton)
-    if not dwo:
+    f = _str_attr(skeleton, _DWO_NAME)
+    if not f:
         return None
-    cdir = re.search(r"DW_AT_comp_dir\s+\(\"([^\"]*)\"\)", skeleton)
-    f = dwo.group(1)
+    cdir = _str_attr(skeleton, "DW_AT_comp_dir")
     if not f.startswith("/") and cdir:
-        f = os.path.join(cdir.group(1), f)
+        f = os.path.join(cdir, f)
     return f if os.path.exists(f) else None
 
 
 def _hex_attr(text: str, attr: str) -> int | None:
+    """The number an attribute (a regular expression of its name) has in llvm-dwarfdump's
+    text; None where it is not there."""
     m = re.search(rf"{attr}\s+\((0x[0-9a-f]+)\)", text)
     return int(m.group(1), 16) if m else None
+
+
+def _str_attr(text: str, attr: str) -> str | None:
+    """The string an attribute has in llvm-dwarfdump's text; None where it is not there."""
+    m = re.search(rf"{attr}\s+\(\"([^\"]*)\"\)", text)
+    return m.group(1) if m else None
 
 
 @functools.lru_cache(maxsize=16)
@@ -1303,8 +1309,7 @@ def _source_line(path: str, pc: int, line: int, dies: dict | None = None) -> str
     base = m.group(1).rsplit("/", 1)[-1]
     names = re.findall(r"DW_AT_(?:name|decl_file)\s+\(\"([^\"]+)\"\)", found)
     name = next((n for n in names if n.rsplit("/", 1)[-1] == base), "")
-    d = re.search(r"DW_AT_comp_dir\s+\(\"([^\"]*)\"\)", found)
-    cdir = d.group(1) if d else ""
+    cdir = _str_attr(found, "DW_AT_comp_dir") or ""
     if not name and dies:
         units = [
             (_name(u.attrs.get("DW_AT_name")), _name(u.attrs.get("DW_AT_comp_dir")))
