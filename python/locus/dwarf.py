@@ -513,9 +513,9 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
         return _promoted_layout(path, body.group(1))
     if not short or not re.fullmatch(r"[A-Za-z_$][\w$]*", short):
         return None
-    lay = _variable_in(path, path, None, name, short, vaddr, tls)
-    for where, skeleton in _split_units(path) if lay is None else ():
-        lay = _variable_in(path, where, skeleton, name, short, vaddr, tls)
+    lay = _variable_in(path, None, None, name, short, vaddr, tls)
+    for dwo, skeleton in _split_units(path) if lay is None else ():
+        lay = _variable_in(path, dwo, skeleton, name, short, vaddr, tls)
         if lay is not None:
             break
     if lay is not None:
@@ -525,26 +525,28 @@ def variable_layout(path: str, name: str, vaddr: int, tls: bool = False) -> Layo
 
 @functools.lru_cache(maxsize=16)
 def _split_units(path: str) -> tuple:
-    """((the .dwo file, its skeleton unit's text), ...) of a module built with
-    -gsplit-dwarf: its variables and types are in the .dwo files its skeleton units name
-    (relative to their DW_AT_comp_dir), their addresses indices into the module's
-    .debug_addr. () for a module with its DWARF in itself."""
+    """((the _Dwo, its skeleton unit's text), ...) of a module built with -gsplit-dwarf: its
+    variables and types are in the .dwo files its skeleton units name (relative to their
+    DW_AT_comp_dir) or in the package made of them, their addresses indices into the
+    module's .debug_addr. () for a module with its DWARF in itself."""
     out = []
-    for block in re.split(r"\n(?=0x[0-9a-f]+:)", _run(["--debug-info", "--recurse-depth=0", path])):
-        f = _dwo_path(block)
-        if f is not None:
-            out.append((f, block))
+    # (a unit's text: its header, with DWARF 5's DWO id, and its unit DIE)
+    units = _run(["--debug-info", "--recurse-depth=0", path])
+    for block in re.split(r"\n(?=0x[0-9a-f]+: \w+ Unit:)", units):
+        dwo = _dwo_of(path, block)
+        if dwo is not None:
+            out.append((dwo, block))
     return tuple(out)
 
 
 def _variable_in(
-    path: str, where: str, skeleton: str | None, name: str, short: str, vaddr: int, tls: bool
+    path: str, dwo: _Dwo | None, skeleton: str | None, name: str, short: str, vaddr: int, tls: bool
 ) -> Layout | None:
-    """variable_layout's lookup in the DWARF file `where`: the module at `path` itself, or a
-    .dwo file of it whose skeleton unit's text is `skeleton`."""
-    dwo = where != path
+    """variable_layout's lookup in the module at `path` itself (dwo None), or in the .dwo
+    file (or unit of a package) of its skeleton unit whose text is `skeleton`."""
+    where = dwo.file if dwo else path
     skeleton_base = _hex_attr(skeleton, r"DW_AT_(?:GNU_)?addr_base") if skeleton else None
-    found = _run(["--name", short, "--show-parents", where], dwo)
+    found = _named(where, short, dwo is not None)
     # The variable whose location is this address, and the compile unit above it.
     cu = var = base = None
     addr = f"DW_OP_addr {vaddr:#x}"
@@ -553,7 +555,8 @@ def _variable_in(
     )
     for off, tag, block in _found_dies(found):
         if tag == "DW_TAG_compile_unit":
-            cu = off
+            # (in a package, the skeleton's own unit only: the others' indices are theirs)
+            cu = off if dwo is None or dwo.holds(off) else None
             base = _hex_attr(block, "DW_AT_addr_base")
             base = skeleton_base if base is None else base
         elif tag == "DW_TAG_variable" and cu is not None:
@@ -575,8 +578,8 @@ def _variable_in(
                 break
     if var is None or cu is None:
         return None
-    if skeleton is not None:  # (its file names and location lists resolved)
-        dies = _split_unit(path, where, skeleton).dies
+    if dwo is not None and skeleton is not None:  # (its file names and location lists resolved)
+        dies = _split_unit(path, dwo, skeleton).dies
     else:
         dies = _Units(where, parse(_run([f"--debug-info={cu:#x}", "--show-children", where])))
     unit, v = dies.get(cu), dies.get(var)
@@ -912,16 +915,70 @@ _PC_SCOPES = ("DW_TAG_subprogram", _INLINED, "DW_TAG_lexical_block")
 _SCOPE_HOLDERS = ("DW_TAG_namespace", "DW_TAG_structure_type", "DW_TAG_class_type", "DW_TAG_module")
 
 
-def _dwo_path(skeleton: str) -> str | None:
-    """The .dwo file a skeleton unit's text names, relative to its DW_AT_comp_dir; None
-    without one, or where it is not found."""
+@dataclass(frozen=True)
+class _Dwo:
+    """Where a skeleton unit's DWARF is: its .dwo `file`, or its unit in a package (a .dwp,
+    which `dwp` or `llvm-dwp` makes of a program's .dwo files): `info`, the unit's [start,
+    end) in the package's .debug_info.dwo, and `line`, its line table's offset in
+    .debug_line.dwo."""
+
+    file: str
+    info: tuple[int, int] | None = None
+    line: int | None = None
+
+    def holds(self, off: int) -> bool:
+        """Whether the DIE at `off` of the file is the unit's."""
+        return self.info is None or self.info[0] <= off < self.info[1]
+
+
+def _dwo_of(path: str, skeleton: str) -> _Dwo | None:
+    """Where the DWARF of a skeleton unit (its text) of the module at `path` is: the .dwo file
+    it names, relative to its DW_AT_comp_dir, or else its unit, by its DWO id, in the package
+    PATH.dwp beside the module (where gdb looks for it); None without either."""
     f = _str_attr(skeleton, _DWO_NAME)
     if not f:
         return None
     cdir = _str_attr(skeleton, "DW_AT_comp_dir")
     if not f.startswith("/") and cdir:
         f = os.path.join(cdir, f)
-    return f if os.path.exists(f) else None
+    if os.path.exists(f):
+        return _Dwo(f)
+    m = re.search(r"\bDWO_id = (0x[0-9a-f]+)", skeleton)  # (DWARF 5: the unit's header)
+    uid = int(m.group(1), 16) if m else _hex_attr(skeleton, "DW_AT_GNU_dwo_id")
+    for pkg in dict.fromkeys((path + ".dwp", os.path.realpath(path) + ".dwp")):
+        unit = _dwp_index(pkg).get(uid) if uid is not None else None
+        if unit and "INFO" in unit:
+            return _Dwo(pkg, unit["INFO"], unit["LINE"][0] if "LINE" in unit else None)
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _dwp_index(pkg: str) -> dict[int, dict[str, tuple[int, int]]]:
+    """A package's units by DWO id: each section's contribution of the unit, [start, end),
+    by the index's column name (INFO, ABBREV, LINE, LOCLISTS or LOC, STR_OFFSETS,
+    RNGLISTS), from its .debug_cu_index; {} for no package."""
+    if not os.path.isfile(pkg):
+        return {}
+    cols: list[str] = []
+    units: dict[int, dict[str, tuple[int, int]]] = {}
+    for line in _run(["--debug-cu-index", pkg]).splitlines():
+        if line.startswith("Index Signature"):
+            cols = line.split()[2:]
+            continue
+        m = re.match(r"\s*\d+ (0x[0-9a-f]+) (.*)$", line)
+        if m and cols:
+            spans = re.findall(r"\[(0x[0-9a-f]+), (0x[0-9a-f]+)\)", m.group(2))
+            units[int(m.group(1), 16)] = {
+                c: (int(a, 16), int(b, 16)) for c, (a, b) in zip(cols, spans)
+            }
+    return units
+
+
+@functools.lru_cache(maxsize=32)
+def _named(where: str, short: str, lenient: bool) -> str:
+    """`--name short --show-parents` of a DWARF file, kept: a package is searched once for
+    the skeleton units of all its units."""
+    return _run(["--name", short, "--show-parents", where], lenient)
 
 
 def _hex_attr(text: str, attr: str) -> int | None:
@@ -974,25 +1031,36 @@ class _SplitUnit:
     lists are the .dwo's .debug_rnglists.dwo (DWARF 5) or, GNU's DWARF 4, the module's
     .debug_ranges from the skeleton's DW_AT_GNU_ranges_base. Its location lists are
     rewritten into the resolved "[lo, hi): EXPR" entries the rest of this module reads, its
-    DW_AT_decl_file indices into the names of the .dwo's own line table's files."""
+    DW_AT_decl_file indices into the names of the .dwo's own line table's files. In a
+    package, the unit's part of it: its DIEs and line table (llvm-dwarfdump gives its
+    location and range lists' offsets in the package's sections)."""
 
-    def __init__(self, path: str, dwo: str, skeleton: str):
-        self.path, self.dwo = path, dwo
+    def __init__(self, path: str, dwo: _Dwo, skeleton: str):
+        self.path, self.file = path, dwo.file
         base = _hex_attr(skeleton, r"DW_AT_(?:GNU_)?addr_base")
         self.entries = _addr_entries(_address_tables(path), base) if base is not None else []
         self.low = _hex_attr(skeleton, "DW_AT_low_pc") or 0
         self.ranges_base = _hex_attr(skeleton, "DW_AT_GNU_ranges_base")
-        text = _run(["--debug-info", dwo], True)
-        self.v4 = re.search(r"version = 0x0004", text[:2000]) is not None
+        self.v4 = re.search(r"version = 0x0004", skeleton[:2000]) is not None
+        if dwo.info is None:
+            text = _run(["--debug-info", dwo.file], True)
+        else:  # (its unit DIE: after the unit's header, 11 bytes in DWARF 4, 20 in DWARF 5)
+            die = dwo.info[0] + (11 if self.v4 else 20)
+            text = _run([f"--debug-info={die:#x}", "--show-children", dwo.file], True)
         # The files its DW_AT_decl_file indices are of: the .dwo's own line table's (gcc),
         # or the skeleton's in the module (clang's .dwo has none).
         files = re.compile(r"file_names\[\s*(\d+)\]:\s*\n\s*name: \"([^\"]*)\"")
         stmt = _hex_attr(skeleton, "DW_AT_stmt_list")
-        found = files.findall(_run(["--debug-line", dwo], True))
+        if dwo.info is None:
+            found = files.findall(_run(["--debug-line", dwo.file], True))
+        elif dwo.line is not None:
+            found = files.findall(_run([f"--debug-line={dwo.line:#x}", dwo.file], True))
+        else:
+            found = []
         if not found and stmt is not None:
             found = files.findall(_run([f"--debug-line={stmt:#x}", path]))
         self.files = {int(k): name for k, name in found}
-        self.dies = _Units(dwo, parse(self._resolved(text)))
+        self.dies = _Units(dwo.file, parse(self._resolved(text)))
 
     def entry(self, idx: int) -> int | None:
         return self.entries[idx] if 0 <= idx < len(self.entries) else None
@@ -1049,7 +1117,7 @@ class _SplitUnit:
             return []
         off = int(m.group(1), 16)
         if not self.v4:
-            return self._rnglist(_section(self.dwo, ".debug_rnglists.dwo"), off)
+            return self._rnglist(_section(self.file, ".debug_rnglists.dwo"), off)
         if self.ranges_base is None:
             return []
         return self._ranges4(_section(self.path, ".debug_ranges"), self.ranges_base + off)
@@ -1118,7 +1186,7 @@ class _SplitUnit:
 _SPLIT_UNITS: dict = {}
 
 
-def _split_unit(path: str, dwo: str, skeleton: str) -> _SplitUnit:
+def _split_unit(path: str, dwo: _Dwo, skeleton: str) -> _SplitUnit:
     """The .dwo's _SplitUnit, read once (its skeleton's text is the lookup's or the unit
     list's: either says the same of it)."""
     if (path, dwo) not in _SPLIT_UNITS:
@@ -1132,7 +1200,7 @@ def _split_scopes(path: str, pc: int, found: str) -> tuple[dict, bool, list[Die]
     """_scopes in a module built with -gsplit-dwarf, where the lookup finds the skeleton
     unit only: the functions, inlined calls and blocks around the call are its .dwo's, found
     by their address ranges (_SplitUnit)."""
-    dwo = _dwo_path(found)
+    dwo = _dwo_of(path, found)
     if dwo is None:
         return None
     # (the skeleton unit's own attributes: the lookup's text up to its line information)

@@ -795,6 +795,7 @@ C_SPLIT = {
         ("static", "-gdwarf-4"),
         ("heap", "-gdwarf-5"),
         ("stack", "-gdwarf-4"),
+        ("heap", "-gdwarf-4 dwp"),
     ],
 )
 def test_a_split_dwarf_builds_fields_are_named(locus, tmp_path, kind, dwarf):
@@ -802,17 +803,23 @@ def test_a_split_dwarf_builds_fields_are_named(locus, tmp_path, kind, dwarf):
     the program: the advice read "fields of `stats` at offsets 0-8" without the fields. The
     .dwo is read, a static found by its address index into the program's .debug_addr
     (DWARF 5's tables, DWARF 4's GNU list), an allocating call's pointer and a frame's
-    locals by the ranges of the .dwo's functions and blocks."""
+    locals by the ranges of the .dwo's functions and blocks. "dwp": the .dwo packed into
+    s.dwp (binutils' dwp, as a gcc user makes it) and removed, the unit read from there."""
     src = tmp_path / "s.c"
     text, fields = C_SPLIT[kind]
     src.write_text(text)
     exe = tmp_path / "s"
+    dwarf, _, packed = dwarf.partition(" ")
     subprocess.run(
         ["gcc", "-O2", "-g", dwarf, "-gsplit-dwarf", "-pthread", "-o", str(exe), str(src)],
         check=True,
         cwd=tmp_path,
     )
     assert list(tmp_path.glob("*.dwo")), list(tmp_path.iterdir())
+    if packed:
+        subprocess.run(["dwp", "-e", str(exe), "-o", f"{exe}.dwp"], check=True, timeout=60)
+        for dwo in tmp_path.glob("*.dwo"):
+            dwo.unlink()
     _proc, run = locus.record([str(exe)], options=("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     advice = [a for a in c["advice"] if "adjacent" in a]

@@ -352,8 +352,47 @@ def test_fortran_common_block_members(tmp_path):
 # -gsplit-dwarf: the program holds skeleton units only, the functions and variables are in
 # .dwo files, their addresses indices into the program's .debug_addr (DWARF 5's tables,
 # GNU's DWARF 4 list), their blocks' ranges in the .dwo's range lists (DWARF 5) or the
-# program's (DWARF 4).
-DEBUG_BUILDS = {"": (), "split": ("-gsplit-dwarf",), "split4": ("-gsplit-dwarf", "-gdwarf-4")}
+# program's (DWARF 4). "dwp": the .dwo files packed into PROGRAM.dwp by llvm-dwp, and gone.
+DEBUG_BUILDS = {
+    "": (),
+    "split": ("-gsplit-dwarf",),
+    "split4": ("-gsplit-dwarf", "-gdwarf-4"),
+    "dwp": ("-gsplit-dwarf",),
+    "dwp4": ("-gsplit-dwarf", "-gdwarf-4"),
+}
+
+
+# A unit built before the tested one in the "dwp" builds: the tested unit is then the
+# package's second, its sections' parts past the first's (and a static of the same name).
+FIRST_UNIT = (
+    "struct other { char c[40]; };\n"
+    "static struct other pad[3];\n"
+    "long first_unit(long i) { return pad[i % 3].c[i % 40] += (char)i; }\n"
+)
+
+
+def _first_unit(tmp_path, debug: str) -> list[str]:
+    """The sources to build before the tested one: FIRST_UNIT in the "dwp" builds."""
+    if not debug.startswith("dwp"):
+        return []
+    (tmp_path / "first.c").write_text(FIRST_UNIT)
+    return [str(tmp_path / "first.c")]
+
+
+def _packed(exe, debug: str) -> None:
+    """For the "dwp" builds: the program's .dwo files packed into EXE.dwp, then removed."""
+    if not debug.startswith("dwp"):
+        return
+    if not shutil.which("llvm-dwp"):
+        pytest.skip("llvm-dwp is not installed")
+    try:
+        subprocess.run(["llvm-dwp", "-e", str(exe), "-o", f"{exe}.dwp"], check=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        # (llvm-dwp 14 loops on gcc 12's DWARF 5 .dwo files of some units, binutils' dwp
+        # crashes on them: no tool here packs them)
+        pytest.skip("llvm-dwp did not finish packing this build's .dwo files")
+    for dwo in exe.parent.glob("*.dwo"):
+        dwo.unlink()
 
 
 FRAME_SRC = r"""
@@ -391,7 +430,7 @@ int main(void) {
 
 @pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
-@pytest.mark.parametrize("opt", ["-O0", "-O2", "-O2 split", "-O2 split4"])
+@pytest.mark.parametrize("opt", ["-O0", "-O2", "-O2 split", "-O2 split4", "-O2 dwp", "-O2 dwp4"])
 def test_frame_locals_from_a_build(tmp_path, compiler, opt):
     """The locals of the frame that made a call, from the call's return address and the
     stack and frame pointers the runtime records there: a local of main (gcc's frame base
@@ -403,11 +442,14 @@ def test_frame_locals_from_a_build(tmp_path, compiler, opt):
     (tmp_path / "f.c").write_text(FRAME_SRC)
     exe = tmp_path / "f"
     opt, _, debug = opt.partition(" ")
+    first = _first_unit(tmp_path, debug)
     subprocess.run(
-        [compiler, "-g", *DEBUG_BUILDS[debug], opt, "-no-pie", "-fno-pie", "-o", str(exe), "f.c"],
+        [compiler, "-g", *DEBUG_BUILDS[debug], opt, "-no-pie", "-fno-pie", "-o", str(exe)]
+        + [*first, "f.c"],
         check=True,
         cwd=tmp_path,
     )
+    _packed(exe, debug)
     out = subprocess.run([str(exe)], capture_output=True, text=True).stdout.split("\n")
     (cfa, fp, ret, slots), (cfa2, fp2, ret2, inner), (cfa3, fp3, ret3, grid) = [
         [int(x, 16) for x in ln.split()] for ln in out[:3]
@@ -534,9 +576,9 @@ int main(void) {
 
 
 def _allocating_calls(
-    tmp_path, compiler: str, name: str, src: str, opt: str, calls: tuple, debug: tuple = ()
+    tmp_path, compiler: str, name: str, src: str, opt: str, calls: tuple, debug: str = ""
 ):
-    """`src` built at fixed addresses (with the `debug` options too), and the return address
+    """`src` built at fixed addresses (with DEBUG_BUILDS[debug] too), and the return address
     of each function's first call whose text holds one of `calls` (the instruction after
     it): {function: address}."""
     if not shutil.which(compiler):
@@ -544,12 +586,14 @@ def _allocating_calls(
     (tmp_path / name).write_text(src)
     exe = tmp_path / name.split(".")[0]
     subprocess.run(
-        [compiler, "-g", *debug, opt, "-no-pie", "-fno-pie", "-o", str(exe), str(tmp_path / name)],
+        [compiler, "-g", *DEBUG_BUILDS[debug], opt, "-no-pie", "-fno-pie", "-o", str(exe)]
+        + [*_first_unit(tmp_path, debug), str(tmp_path / name)],
         check=True,
         cwd=tmp_path,  # (where -gsplit-dwarf writes its .dwo files)
     )
     if debug:
         assert list(tmp_path.glob("*.dwo")), list(tmp_path.iterdir())
+    _packed(exe, debug)
     dis = subprocess.run(
         ["objdump", "-d", "--no-show-raw-insn", "-C", str(exe)], capture_output=True, text=True
     ).stdout.splitlines()
@@ -564,6 +608,48 @@ def _allocating_calls(
 
 
 @pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
+@pytest.mark.parametrize(
+    "compiler,debug",
+    # (not gcc's DWARF 5 package: Debian 12's llvm-dwp 14 loops on these gcc 12 .dwo files,
+    # binutils' dwp crashes on them)
+    [(c, d) for c in ("gcc", "clang") for d in DEBUG_BUILDS if d and (c, d) != ("gcc", "dwp")],
+)
+def test_statics_of_one_name_in_two_split_units(tmp_path, compiler, debug):
+    """Two units' statics of one name (`pad`), each found in its own unit: in a package, a
+    unit's address indices are its own, so a variable found in another unit is not taken
+    for the skeleton's (its index would read the skeleton's table). The package's units
+    were not read at all before (no .dwo files): no layout."""
+    if not shutil.which(compiler):
+        pytest.skip(f"{compiler} is not installed")
+    (tmp_path / "first.c").write_text(FIRST_UNIT)
+    (tmp_path / "s.c").write_text(
+        "struct stats { long hits, misses; };\nstatic struct stats pad[2];\n"
+        "long first_unit(long);\n"
+        "int main(int c, char **v) { pad[c & 1].misses += c; (void)v;\n"
+        "  return (int)(pad[1].misses + first_unit(c)); }\n"
+    )
+    exe = tmp_path / "s"
+    subprocess.run(
+        [compiler, "-g", "-O1", *DEBUG_BUILDS[debug], "-o", str(exe), "first.c", "s.c"],
+        check=True,
+        cwd=tmp_path,
+    )
+    _packed(exe, debug)
+    syms = subprocess.run(["nm", str(exe)], capture_output=True, text=True, check=True).stdout
+    pads = [int(f[0], 16) for f in map(str.split, syms.splitlines()) if f[1:] == ["b", "pad"]]
+    assert len(pads) == 2, syms
+    found = {}
+    for at in pads:
+        lay = variable_layout(str(exe), "pad", at)
+        assert lay is not None, (debug, hex(at))
+        found[lay.type] = (lay.size, lay.field(24), lay.decl)
+    assert found == {
+        "other[3]": (120, "pad[0].c[24]", "first.c:2"),
+        "stats[2]": (32, "pad[1].misses", "s.c:2"),
+    }
+
+
+@pytest.mark.skipif(not shutil.which("llvm-dwarfdump"), reason="llvm-dwarfdump")
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 @pytest.mark.parametrize("debug", list(DEBUG_BUILDS))
 def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, compiler, debug):
@@ -574,9 +660,7 @@ def test_heap_layout_from_the_pointer_the_allocating_line_declares(tmp_path, com
     nothing. The same in split-DWARF builds."""
     from locus.dwarf import heap_layout
 
-    exe, ret = _allocating_calls(
-        tmp_path, compiler, "h.c", HEAP_SRC, "-O1", ("alloc@plt>",), DEBUG_BUILDS[debug]
-    )
+    exe, ret = _allocating_calls(tmp_path, compiler, "h.c", HEAP_SRC, "-O1", ("alloc@plt>",), debug)
     own = heap_layout(str(exe), ret["own"], 6, 64)
     assert own is not None and (own.name, own.size) == ("st", 64)
     assert [own.field(x) for x in (0, 24, 56)] == ["st[0].hits", "st[1].misses", "st[3].misses"]
