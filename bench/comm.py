@@ -61,7 +61,11 @@ and slowest, in the history line where they differ by over a quarter),
 slowdown (instrumented binary under locus vs plain). Where the program prints its own run
 time (the workloads, sysbench), `program_ratio` is the ratio of those: the slowdown of the
 program itself, without locus's fixed start and stop (~45 ms a run here), which the wall
-ratio of a 1 s program includes.
+ratio of a 1 s program includes. Each round also runs the program with an empty shared
+library preloaded (`LD_PRELOAD`, as the runtime is; no locus): `floor_maxrss_ratio` and
+`floor_maxrss_added_kb` are the peak RSS that loading any library costs the program before
+it runs a line of code (the loader's work and pages, the kernel's 64 KiB fault-around of
+the code it touches), the floor under the `maxrss_ratio` of any preloaded tool.
 
 Disk (`--only disk`, and in the full run): what `--keep-samples` thinning saves and what it
 costs, scaled down: comm_falseshare (2 threads, fraction 0.5, every sample a detection or
@@ -428,6 +432,21 @@ def timed(argv: list[str], options: list[str] | None) -> tuple[float, int]:
 OWN_TIME = re.compile(rb" in ([0-9.]+) s$|total time:\s+([0-9.]+)s", re.M)
 
 
+def empty_preload_rss(argv: list[str]) -> int:
+    """Peak RSS (kB) of one run of argv with an empty shared library preloaded
+    (`LD_PRELOAD`, as locus's runtime is): the floor of any preloaded tool's cost, the
+    loader's work and its pages, before the tool runs any code."""
+    lib = common.CACHE / "empty-preload.so"
+    if not lib.exists():
+        src = common.CACHE / "empty-preload.c"
+        src.write_text("int locus_bench_empty_preload;\n")
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    rss = common.CACHE / "comm-maxrss-floor.txt"
+    env = {**os.environ, "LD_PRELOAD": str(lib)}
+    subprocess.run([TIME, "-f", "%M", "-o", str(rss), *argv], capture_output=True, env=env)
+    return int(rss.read_text().split()[-1])
+
+
 def program_time(out: bytes) -> float | None:
     m = OWN_TIME.search(out)
     return float(m.group(1) or m.group(2)) if m else None
@@ -480,6 +499,7 @@ def overhead(n: int) -> dict:
         n,
         lambda argv, under: timed(argv, ["--backend", "soft"] if under else None),
         "soft",
+        floor=empty_preload_rss,
         # sysbench mutex runs in one of two modes (1.1-1.4 s or 1.6-2.3 s here, plain or
         # not): a median of 5 read x1.11 and x1.21 for one runtime in two runs an hour apart,
         # where 30 rounds interleaved read x1.08 (its own time). comm_p2p's 4 threads on 2
@@ -639,6 +659,11 @@ def main() -> int:
             + (f" (own time x{v['program_ratio']:.2f})" if "program_ratio" in v else "")
             + f" rss x{v['maxrss_ratio']:.2f}"
             + (f" ({v['maxrss_added_kb']:+.0f} KiB)" if "maxrss_added_kb" in v else "")
+            + (
+                f" (empty preload x{v['floor_maxrss_ratio']:.2f})"
+                if "floor_maxrss_ratio" in v
+                else ""
+            )
             + spread(v)
             for k, v in data["overhead"].items()
             if k != "exact"

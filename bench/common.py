@@ -98,23 +98,27 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def overhead(progs: dict, n: int, timed, label: str, least: dict | None = None) -> dict:
+def overhead(progs: dict, n: int, timed, label: str, least: dict | None = None, floor=None) -> dict:
     """Wall time and peak RSS of each program (name -> argv; skipped when not installed)
     plain and under locus, `n` interleaved runs each (at least least[name] for a program
     whose run time is bimodal: a median of 5 then reads one mode or the other), medians and
     ratios. `timed(argv, under)` returns (wall s, maxrss kB) of one run, under locus when
     `under` is true, or (wall s, maxrss kB, the program's own time s or None): then
     `program_ratio` is the ratio of the times the program printed, its slowdown without
-    locus's fixed start and stop."""
+    locus's fixed start and stop. `floor(argv)`, when given, returns the peak RSS (kB) of one
+    run with an empty library preloaded, interleaved with the others: `floor_maxrss_ratio`,
+    what any preloaded tool costs before it does anything."""
     out = {}
     for name, argv in progs.items():
         if not shutil.which(argv[0]):
             continue
-        plain, tool = [], []
+        plain, tool, empty = [], [], []
         rounds = max(n, (least or {}).get(name, 0))
         for _ in range(rounds):
             plain.append(timed(argv, False))
             tool.append(timed(argv, True))
+            if floor is not None:
+                empty.append(floor(argv))
         pw, tw = median([x[0] for x in plain]), median([x[0] for x in tool])
         pr, tr = median([x[1] for x in plain]), median([x[1] for x in tool])
         out[name] = {
@@ -132,6 +136,12 @@ def overhead(progs: dict, n: int, timed, label: str, least: dict | None = None) 
             # alone varies by half (threads sharing CPUs, a bimodal benchmark).
             "plain_wall_range": [min(x[0] for x in plain), max(x[0] for x in plain)],
         }
+        if empty:
+            out[name].update(
+                floor_maxrss_kb=median(empty),
+                floor_maxrss_ratio=median(empty) / pr,
+                floor_maxrss_added_kb=median(empty) - pr,
+            )
         own = ""
         pp = [x[2] for x in plain if len(x) > 2 and x[2]]
         tp = [x[2] for x in tool if len(x) > 2 and x[2]]
@@ -142,8 +152,9 @@ def overhead(progs: dict, n: int, timed, label: str, least: dict | None = None) 
                 program_ratio=median(tp) / median(pp),
             )
             own = f" (program's own time x{median(tp) / median(pp):.3f})"
+        fl = f", empty preload x{median(empty) / pr:.3f}" if empty else ""
         print(
-            f"  {name}: time x{tw / pw:.3f}{own} rss x{tr / pr:.3f} ({tr - pr:+.0f} KiB)",
+            f"  {name}: time x{tw / pw:.3f}{own} rss x{tr / pr:.3f} ({tr - pr:+.0f} KiB{fl})",
             flush=True,
         )
     return out
