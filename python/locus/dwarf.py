@@ -1364,6 +1364,12 @@ def _chain_type(dies: dict, t: int | None, steps: list[str]) -> int | None:
     return t
 
 
+def source_text(path: str, pc: int, line: int) -> str:
+    """The text of source line `line` of the instruction at ELF address pc, if the line
+    table gives it that line and its file can be read; "" otherwise."""
+    return _source_line(path, pc + 1, line)  # (_source_line looks up the byte before pc)
+
+
 def _source_line(path: str, pc: int, line: int, dies: dict | None = None) -> str:
     """The text of the source line of the call returning to pc, if it is `line` and its
     file can be read: the line table names it without its directory, which the unit's or a

@@ -699,6 +699,11 @@ class Symbolizer:
             site, ("frame", sp, bp), lambda p, v, m: dwarf.frame_locals(p, v, sp, bp, m), []
         )
 
+    def source_text(self, ip: int, line: int) -> str:
+        """The text of source line `line` of the instruction at `ip`, from its module's line
+        table and the source file, or ""."""
+        return self._dwarf(ip, ("source", line), lambda p, v, _m: dwarf.source_text(p, v, line), "")
+
     def heap_layout(self, site: int, line: int, size: int):
         """The layout of a heap block of `size` bytes allocated by the call returning to
         `site` (source line `line`), from the pointer that line declares (dwarf.heap_layout),

@@ -837,7 +837,8 @@ C_PROMOTED = _two_counters(
 def test_clangs_promoted_heap_block_is_explained(locus, tmp_path):
     """clang -O2 turns the one block a static pointer is given into globals (`st.body.0`,
     `st.body.1`): the objects are named so, and a note and their advice say they are the
-    block `st` points to, whose fields to pad."""
+    block `st` points to, whose fields to pad, and which field each part is (the
+    `st->FIELD` its busiest access's source line names)."""
     src = tmp_path / "body.c"
     src.write_text(C_PROMOTED)
     exe = tmp_path / "body"
@@ -853,6 +854,9 @@ def test_clangs_promoted_heap_block_is_explained(locus, tmp_path):
     # (not "align each to 64 bytes (alignas(64))": they are no variables of the program's)
     advice = [a for a in c["advice"] if "`st.body." in a]
     assert advice and "fields of what `st` points to" in advice[0], c["advice"]
+    if "st.body.0" in names and "st.body.1" in names:  # (split: a part per field)
+        assert "(thread 1, `st->hits`)" in advice[0], advice
+        assert "(thread 2, `st->misses`)" in advice[0], advice
 
 
 @pytest.mark.skipif(not shutil.which("clang"), reason="clang not installed")

@@ -3638,6 +3638,24 @@ def _sibling_advice(o: dict, thr: str, line: int) -> str:
     )
 
 
+def _promoted_field(o: dict, ptr: str, names) -> str | None:
+    """The field of what `ptr` points to that clang's part `o` (`ptr.body.N`) is: the one
+    `ptr->FIELD` (or `(*ptr).FIELD`, `ptr[0].FIELD`) that the source line of its busiest
+    access names; None where the line names none, or several, or cannot be read."""
+    site = _top_site(o, names)
+    if site is None or not site.get("line") or not o.get("_top_ip"):
+        return None
+    proc, ip = o["_top_ip"][:2]
+    text = names.source_text(proc, ip, site["line"]) if hasattr(names, "source_text") else ""
+    p = re.escape(ptr)
+    found = set(
+        re.findall(rf"(?<![\w$.>]){p}\s*->\s*([A-Za-z_$][\w$]*)", text)
+        + re.findall(rf"\(\s*\*\s*{p}\s*\)\s*\.\s*([A-Za-z_$][\w$]*)", text)
+        + re.findall(rf"(?<![\w$.>]){p}\s*\[\s*0\s*\]\s*\.\s*([A-Za-z_$][\w$]*)", text)
+    )
+    return f"{ptr}->{found.pop()}" if len(found) == 1 else None
+
+
 def _line_mates(o: dict, objects: list[dict]) -> list[dict]:
     """The other objects with false sharing on one of `o`'s false-sharing lines."""
     pid, lines = o.get("_false_lines") or (None, set())
@@ -3703,7 +3721,15 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
             continue
         said.add(key)
         members.sort(key=lambda ot: ot[1])
-        each = ", ".join(f"{_quoted(o)} (thread {t})" for o, t in members[:FIELDS_THREADS])
+        # (clang's parts of the one block a static pointer is given: _promoted_note)
+        parts = [_PROMOTED.fullmatch(o["name"]) for o, _t in members]
+        promoted = {m.group("ptr") for m in parts if m}
+        ptr = next(iter(promoted)) if all(parts) and len(promoted) == 1 else None
+        fields = [_promoted_field(o, ptr, names) if ptr else None for o, _t in members]
+        each = ", ".join(
+            f"{_quoted(o)} (thread {t}{', `' + f + '`' if f else ''})"
+            for (o, t), f in list(zip(members, fields))[:FIELDS_THREADS]
+        )
         more = f" and {len(members) - FIELDS_THREADS} more" if len(members) > FIELDS_THREADS else ""
         thr = _ranges([t for _o, t in members])
         total = sum(o["all"] for o, _t in members)
@@ -3715,15 +3741,14 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
         fortran = _is_fortran(_top_site(members[0][0], names))
         made = {_allocator(o) for o, _t in members}
         heap = "malloc" if "malloc" in made else "new" if "new" in made else None
-        # (clang's parts of the one block a static pointer is given: _promoted_note)
-        parts = [_PROMOTED.fullmatch(o["name"]) for o, _t in members]
-        promoted = {m.group("ptr") for m in parts if m}
+        named = [f for f in fields if f]
         fix = (
             "put them in different common blocks or modules, or pad between them"
             if fortran
-            else f"they are fields of what `{next(iter(promoted))}` points to: pad each field to "
-            f"{line} bytes in its type (alignas({line}) on each field)"
-            if all(parts) and len(promoted) == 1
+            else f"they are fields of what `{ptr}` points to"
+            + (f" ({', '.join(f'`{f}`' for f in named)})" if len(set(named)) > 1 else "")
+            + f": pad each field to {line} bytes in its type (alignas({line}) on each field)"
+            if ptr
             else f"align each to {line} bytes"
             f"{_align(_top_site(members[0][0], names), line, heap=heap)} or place them apart"
         )

@@ -131,6 +131,11 @@ class Names:
         s = self.sym(proc)
         return s.tls_layout(name, site, off) if s is not None and hasattr(s, "tls") else None
 
+    def source_text(self, proc: int, ip: int, line: int) -> str:
+        """The text of source line `line` of the instruction at `ip`, or ""."""
+        s = self.sym(proc)
+        return s.source_text(ip, line) if s is not None and hasattr(s, "source_text") else ""
+
     def layout(self, proc: int, name: str, addr: int):
         """The fields of the static variable `name` at `addr` (dwarf.Layout), or None."""
         s = self.sym(proc)
