@@ -208,6 +208,23 @@ class PointeeLayout(Layout):
 
 
 @dataclass
+class PartLayout(PointeeLayout):
+    """One part of the block clang split into globals (`st.body.1`): the member of what its
+    pointer points to (`st->misses`) at `base` in that type."""
+
+    base: int = 0
+
+    def field(self, off: int) -> str:
+        return super().field(self.base + off)
+
+    def bit_field(self, off: int) -> bool:
+        return super().bit_field(self.base + off)
+
+    def element(self) -> tuple[str, int] | None:
+        return None
+
+
+@dataclass
 class CommonLayout(Layout):
     """A Fortran COMMON block (`common /cblock/ cblk`: the symbol `cblock_`): its members
     by their own addresses, (offset in the block, size, name, type)."""
@@ -625,6 +642,24 @@ def _promoted_layout(path: str, pointer: str) -> Layout | None:
     if not size or te is None:
         return None
     return PointeeLayout(pointer, _name(te.attrs.get("DW_AT_name")), size, False, dies, t)
+
+
+def part_layout(path: str, pointer: str, member: str) -> Layout | None:
+    """The layout of a part of clang's split promoted block (`pointer.body.N`) that is the
+    member `member` of what the static pointer `pointer` points to (the part's bytes named
+    `pointer->member...`); None unless the pointer's DWARF (_promoted_layout) has a structure
+    with that member."""
+    lay = _promoted_layout(path, pointer)
+    rec = _strip(lay._dies, lay._type) if lay is not None else None
+    if lay is None or rec is None or rec.tag not in _RECORDS:
+        return None
+    for m in rec.children:
+        if m.tag == "DW_TAG_member" and _name(m.attrs.get("DW_AT_name")) == member:
+            size = _size(lay._dies, _ref(m.attrs.get("DW_AT_type")))
+            return PartLayout(
+                lay.name, lay.type, size, False, lay._dies, lay._type, base=_member_offset(m)
+            )
+    return None
 
 
 def _decl(dies: dict, d: Die) -> str:

@@ -699,6 +699,13 @@ class Symbolizer:
             site, ("frame", sp, bp), lambda p, v, m: dwarf.frame_locals(p, v, sp, bp, m), []
         )
 
+    def part_layout(self, addr: int, pointer: str, member: str):
+        """The fields of clang's part `pointer.body.N` at `addr` that is `pointer->member`
+        (dwarf.part_layout), or None."""
+        return self._dwarf(
+            addr, ("part", pointer, member), lambda p, _v, _m: dwarf.part_layout(p, pointer, member)
+        )
+
     def source_text(self, ip: int, line: int) -> str:
         """The text of source line `line` of the instruction at `ip`, from its module's line
         table and the source file, or ""."""

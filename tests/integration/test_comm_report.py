@@ -857,6 +857,9 @@ def test_clangs_promoted_heap_block_is_explained(locus, tmp_path):
     if "st.body.0" in names and "st.body.1" in names:  # (split: a part per field)
         assert "(thread 1, `st->hits`)" in advice[0], advice
         assert "(thread 2, `st->misses`)" in advice[0], advice
+        # the line's bytes in its object (the part) named as the member they are
+        fields = {f for t in c["lines"][0]["threads"] for f in t["fields"]}
+        assert fields & {"st->hits", "st->misses"}, c["lines"][0]
 
 
 @pytest.mark.skipif(not shutil.which("clang"), reason="clang not installed")

@@ -1587,7 +1587,7 @@ def _object_rows(ev, wk, obj, obj_off, sib, objs, threads, names, cfg, sampled, 
             if len(fm)
             else (0, 0, {})
         )
-        layout_key = _layout_key(info, name, names, loc)
+        layout_key = _layout_key(info, name, names, loc, top_ip)
         out.append(
             {
                 "name": name,
@@ -2697,12 +2697,25 @@ def _layout_by(key: tuple | None, names):
     return reached if reached is not None else getattr(names, key[0])(*key[1])
 
 
-def _layout_key(info: dict, name: str, names, loc=None) -> tuple | None:
+def _layout_key(info: dict, name: str, names, loc=None, top_ip=None) -> tuple | None:
     """(the Names method, its arguments) that give an object's fields: a static's DWARF
     type (dwarf.Layout), a heap block's from the pointer its allocating line declares, a
     stack's from the locals of the frames its thread recorded (dwarf.StackLayout); else
-    None. `loc`: a heap object's allocating site (_heap_name), when known."""
+    None. `loc`: a heap object's allocating site (_heap_name), when known; `top_ip` its
+    busiest false-sharing access, whose source line names the member that clang's part of
+    a promoted block is (_promoted_field)."""
     if info.get("addr"):
+        part = _PROMOTED.fullmatch(info["name"])
+        parts = getattr(names, "part_keys", {})
+        if part and not info["name"].endswith(".body") and top_ip and names is not None:
+            member = _promoted_field({"_top_ip": top_ip}, part.group("ptr"), names)
+            if member:
+                ptr, _, field = member.partition("->")
+                key = "part_layout", (info["proc"], info["addr"], ptr, field)
+                parts[info["proc"], info["addr"]] = key
+                return key
+        if (info["proc"], info["addr"]) in parts:
+            return parts[info["proc"], info["addr"]]
         return "layout", (info["proc"], info["name"], info["addr"])
     if info.get("var"):
         return "tls_layout", (info["proc"], info["var"], info["tls"], info["tls_off"])

@@ -88,6 +88,9 @@ class Names:
         self.reached: dict[tuple, object] = {}
         self.frames: dict[int, np.ndarray] = {}  # a process's frame records (AL_FRAME)
         self.heap_keys: set[tuple] = set()  # the heap blocks heap_layout looked up
+        # (comm: the layout key of clang's part of a promoted block, by (process, address):
+        # found from its objects row's busiest access, used again for its lines)
+        self.part_keys: dict[tuple[int, int], tuple] = {}
 
     def sym(self, proc: int):
         if not self.opts.symbols:
@@ -130,6 +133,12 @@ class Names:
         """The fields of the thread-local variable `name` (dwarf.Layout), or None."""
         s = self.sym(proc)
         return s.tls_layout(name, site, off) if s is not None and hasattr(s, "tls") else None
+
+    def part_layout(self, proc: int, addr: int, pointer: str, member: str):
+        """The fields of clang's part of a promoted block that is `pointer->member`, or None."""
+        s = self.sym(proc)
+        ok = s is not None and hasattr(s, "part_layout")
+        return s.part_layout(addr, pointer, member) if ok else None
 
     def source_text(self, proc: int, ip: int, line: int) -> str:
         """The text of source line `line` of the instruction at `ip`, or ""."""
