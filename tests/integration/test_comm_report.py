@@ -828,6 +828,45 @@ def test_a_split_dwarf_builds_fields_are_named(locus, tmp_path, kind, dwarf):
     assert kind != "static" or "(declared at s.c:5)" in advice[0], advice
 
 
+C_NEIGHBOURS = r"""#include <pthread.h>
+#include <stdio.h>
+struct stats { long hits; long misses; };
+struct stats sa, sb; /* side by side: 32 bytes, one line (or two) */
+static void *wa(void *x) {
+  for (long i = 0; i < 300000000; i++) { sa.misses++; __asm__ volatile("" ::: "memory"); }
+  return x;
+}
+static void *wb(void *x) {
+  for (long i = 0; i < 300000000; i++) { sb.hits++; __asm__ volatile("" ::: "memory"); }
+  return x;
+}
+int main(void) {
+  pthread_t a, b;
+  pthread_create(&a, 0, wa, 0);
+  pthread_create(&b, 0, wb, 0);
+  pthread_join(a, 0);
+  pthread_join(b, 0);
+  printf("%ld\n", sa.misses + sb.hits);
+}
+"""
+
+
+def test_a_lines_bytes_in_the_variable_beside_its_object_are_named(locus, tmp_path):
+    """Two structures side by side on a line, each written by one thread (`sa.misses`,
+    `sb.hits`): the line is listed under one of them, and the other thread's bytes, outside
+    that object, had no field; they are named by the variable beside it that holds them."""
+    src = tmp_path / "nb.c"
+    src.write_text(C_NEIGHBOURS)
+    exe = tmp_path / "nb"
+    subprocess.run(["cc", "-O2", "-g", "-pthread", "-o", str(exe), str(src)], check=True)
+    _proc, run = locus.record([str(exe)], options=("--lens", "comm"))
+    c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
+    shared = [ln for ln in c["lines"] if ln["object"] in ("sa", "sb") and len(ln["threads"]) > 1]
+    assert shared, c["lines"]
+    fields = {t["thread"]: t["fields"] for t in shared[0]["threads"]}
+    assert "sa.misses" in fields.get(1, []) and "sb.hits" in fields.get(2, []), shared[0]
+
+
 C_PROMOTED = _two_counters(
     "static struct stats *st;", "st->", "st = malloc(sizeof *st);\n  st->hits = st->misses = 0;"
 )

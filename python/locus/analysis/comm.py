@@ -15,6 +15,7 @@ Matrices are symmetrised (M + M^T) with a zero diagonal, as ComDetective's are.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import sys
@@ -375,6 +376,8 @@ class _Objects:
         self.writer_block: np.ndarray = np.zeros(0, dtype=np.int64)
         self.writer_blocks: list[dict] = []
         self._writer_keys: dict[tuple, int] = {}
+        # (static objects by process: (start, end, info), sorted; _static_at)
+        self._static_spans: dict[int, list] | None = None
 
     def writer(self, pi: int, site: int, frames: tuple, file) -> int:
         key = (pi, site, frames, file)
@@ -2350,7 +2353,8 @@ def _line_rows(ev, wk, obj, offsets, objs, threads, names, opts) -> list:
                             layout, _rows_at(timed_rows, at, when, li, t, names, code)
                         )
                         if getattr(layout, "timed", None)
-                        else _fields_at(layout, obj_spans.get((li, t), [])),
+                        else _fields_at(layout, obj_spans.get((li, t), []))
+                        + _beside(objs, names, o, obj_spans.get((li, t), []), layout),
                     }
                     for t, sp in sorted(spans.get(li, {}).items())
                 ],
@@ -2402,6 +2406,56 @@ def _fields_at(layout, ranges: list) -> list[str]:
             if f and f != layout.name and f not in out:
                 out.append(f)
     return out
+
+
+def _beside(objs, names, o: int, ranges: list, layout) -> list[str]:
+    """What the byte ranges [a, b] (relative to static object o's start) reach of the static
+    variables beside it on its line, outside it: `sa.misses`, or a scalar's name, for a
+    thread on the line of `sb` that wrote the `sa` before it (the most common false sharing:
+    two variables side by side). [] for other objects, or bytes in no known variable."""
+    info = objs.info[o] if 0 <= o < len(objs.info) else {}
+    if info.get("kind") != "static" or not info.get("addr") or not ranges:
+        return []
+    size = (layout.size if layout is not None else None) or names.data_size(
+        info["proc"], info["name"]
+    )
+    if not size:
+        return []
+    out: list[str] = []
+    for a, b in ranges:
+        for off in range(a, b + 1):
+            if 0 <= off < size:
+                continue
+            hit = _static_at(objs, names, info["proc"], info["addr"] + off)
+            if hit is None:
+                continue
+            other, start = hit
+            lay = _layout_by(_layout_key(other, other["name"], names), names)
+            f = lay.field(info["addr"] + off - start) if lay is not None else other["name"]
+            if f and f not in out:
+                out.append(f)
+    return out
+
+
+def _static_at(objs, names, proc: int, addr: int) -> tuple[dict, int] | None:
+    """(info, start) of the static object of process `proc` that holds address addr (its
+    symbol's size), or None."""
+    spans = getattr(objs, "_static_spans", None)
+    if spans is None:
+        spans = objs._static_spans = {}
+    if proc not in spans:
+        rows = []
+        for info in objs.info:
+            if info.get("kind") == "static" and info.get("proc") == proc and info.get("addr"):
+                size = names.data_size(proc, info["name"]) or 0
+                if size:
+                    rows.append((info["addr"], info["addr"] + size, info))
+        spans[proc] = sorted(rows, key=lambda r: r[0])
+    rows = spans[proc]
+    k = bisect.bisect_right([r[0] for r in rows], addr) - 1
+    if k >= 0 and rows[k][0] <= addr < rows[k][1]:
+        return rows[k][2], rows[k][0]
+    return None
 
 
 def _verdict(true: float, false: float) -> str:

@@ -64,7 +64,12 @@ def _field_note(fields: list | None, obj: str) -> str:
     if not fields:
         return ""
     f = fields[0]
-    f = f[len(obj) :] if f.startswith(obj) and len(f) > len(obj) else f
+    # (a field of another variable beside it, `sb2.hits` beside `sb`, keeps its name)
+    f = (
+        f[len(obj) :]
+        if f.startswith(obj) and f[len(obj) : len(obj) + 1] in (".", "[", "(", "-")
+        else f
+    )
     return f" ({f}{'+' if len(fields) > 1 else ''})"
 
 

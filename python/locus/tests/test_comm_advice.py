@@ -39,3 +39,15 @@ def test_a_promoted_part_is_the_field_its_busiest_line_names(text, field):
     `st->FIELD` (or `(*st).FIELD`, `st[0].FIELD`) of, when the line names one field."""
     o = {"name": "st.body.0", "_top_ip": (1, 0x1130)}
     assert _promoted_field(o, "st", _Names(text)) == field
+
+
+def test_a_lines_field_note_is_relative_to_its_own_object_only():
+    """The text shows a field relative to the line's object (`.hits` of `sb`), and a field
+    of the variable beside it whole, even where its name starts like the object's."""
+    from locus.render.comm import _field_note
+
+    assert _field_note(["sb.hits"], "sb") == " (.hits)"
+    assert _field_note(["sb[1].hits", "sb[2].hits"], "sb") == " ([1].hits+)"
+    assert _field_note(["sb2.hits"], "sb") == " (sb2.hits)"
+    assert _field_note(["sa.misses"], "sb") == " (sa.misses)"
+    assert _field_note([], "sb") == ""
