@@ -865,6 +865,10 @@ def test_a_lines_bytes_in_the_variable_beside_its_object_are_named(locus, tmp_pa
     assert shared, c["lines"]
     fields = {t["thread"]: t["fields"] for t in shared[0]["threads"]}
     assert "sa.misses" in fields.get(1, []) and "sb.hits" in fields.get(2, []), shared[0]
+    # ... and the advice says which field of each variable its thread writes
+    advice = [a for a in c["advice"] if "each write their own variable" in a]
+    assert advice and "`sa` (thread 1, `sa.misses`)" in advice[0], c["advice"]
+    assert "`sb` (thread 2, `sb.hits`)" in advice[0], advice
 
 
 C_PROMOTED = _two_counters(

@@ -3723,6 +3723,20 @@ def _promoted_field(o: dict, ptr: str, names) -> str | None:
     return f"{ptr}->{found.pop()}" if len(found) == 1 else None
 
 
+def _own_field(o: dict, t: int, names) -> str | None:
+    """The field of object o that thread t's false-sharing accesses reached most (`sa.misses`),
+    from its layout; None without one, or where the layout says no more than its name."""
+    layout = _layout_of(o, names)
+    if layout is None:
+        return None
+    weight: Counter = Counter()
+    for tt, off, _ln, _li, w in o.get("_false_accesses") or []:
+        if tt == t:
+            weight[layout.field(off)] += w
+    fields = sorted((f for f in weight if f and f != layout.name), key=lambda f: (-weight[f], f))
+    return fields[0] if fields else None
+
+
 def _line_mates(o: dict, objects: list[dict]) -> list[dict]:
     """The other objects with false sharing on one of `o`'s false-sharing lines."""
     pid, lines = o.get("_false_lines") or (None, set())
@@ -3792,7 +3806,9 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
         parts = [_PROMOTED.fullmatch(o["name"]) for o, _t in members]
         promoted = {m.group("ptr") for m in parts if m}
         ptr = next(iter(promoted)) if all(parts) and len(promoted) == 1 else None
-        fields = [_promoted_field(o, ptr, names) if ptr else None for o, _t in members]
+        fields = [
+            _promoted_field(o, ptr, names) if ptr else _own_field(o, t, names) for o, t in members
+        ]
         each = ", ".join(
             f"{_quoted(o)} (thread {t}{', `' + f + '`' if f else ''})"
             for (o, t), f in list(zip(members, fields))[:FIELDS_THREADS]
