@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 READY = b"ready"
@@ -500,6 +501,46 @@ def test_ended_threads_leave_no_memory_behind(locus, tmp_path):
     stacks = list((run / "procs").glob("*/stacks.bin"))
     assert stacks and stacks[0].stat().st_size > 0, "no call stack was taken"
     assert data[3008] - data[64] < 2048, data
+
+
+IDLE_THREADS = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+static pthread_barrier_t b;
+static void *idle(void *a) { pthread_barrier_wait(&b); return a; }
+int main(int argc, char **argv) {
+  int n = atoi(argv[1]);
+  pthread_t *t = malloc(n * sizeof *t);
+  pthread_barrier_init(&b, 0, n + 1);
+  for (int i = 0; i < n; i++) pthread_create(&t[i], 0, idle, 0);
+  pthread_barrier_wait(&b);
+  for (int i = 0; i < n; i++) pthread_join(t[i], 0);
+  printf("%d\n", n);
+  return 0;
+}
+"""
+
+
+def test_threads_that_never_allocate_share_the_pages_of_their_stack_records(locus, tmp_path):
+    """Each thread writes one record at its start (its stack, LOCUS_AL_STACK). On the
+    thread's own cursor it claimed a page of allocs.bin, resident in the program for its 64
+    bytes: 1000 threads that never allocate held 4 MB. The records now share a cursor: 200
+    idle threads' stack records fill 4 pages, not 200."""
+    from locus.rundir import AL_STACK, ALLOC_DTYPE
+
+    src, exe = tmp_path / "idle.c", tmp_path / "idle"
+    src.write_text(IDLE_THREADS)
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
+    proc, run = locus.record([str(exe), "200"], ("--lens", "comm"))
+    assert proc.stdout.decode().split() == ["200"]
+    (path,) = (run / "procs").glob("*/allocs.bin")
+    raw = path.read_bytes()
+    rec = np.frombuffer(raw[: len(raw) // ALLOC_DTYPE.itemsize * ALLOC_DTYPE.itemsize], ALLOC_DTYPE)
+    at = np.flatnonzero(rec["kind"] == AL_STACK)
+    assert len(at) == 201, len(at)  # (and main's)
+    pages = np.unique(at * ALLOC_DTYPE.itemsize // 4096)
+    assert len(pages) <= 8, len(pages)
 
 
 LATE_STARTER = r"""
