@@ -855,10 +855,7 @@ def test_a_lines_bytes_in_the_variable_beside_its_object_are_named(locus, tmp_pa
     """Two structures side by side on a line, each written by one thread (`sa.misses`,
     `sb.hits`): the line is listed under one of them, and the other thread's bytes, outside
     that object, had no field; they are named by the variable beside it that holds them."""
-    src = tmp_path / "nb.c"
-    src.write_text(C_NEIGHBOURS)
-    exe = tmp_path / "nb"
-    subprocess.run(["cc", "-O2", "-g", "-pthread", "-o", str(exe), str(src)], check=True)
+    exe = _built(tmp_path, "nb", C_NEIGHBOURS, "-pthread")
     _proc, run = locus.record([str(exe)], options=("--lens", "comm"))
     c = locus.report(run, "--lens", "comm")["lenses"]["comm"]
     shared = [ln for ln in c["lines"] if ln["object"] in ("sa", "sb") and len(ln["threads"]) > 1]
