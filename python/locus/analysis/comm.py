@@ -376,8 +376,8 @@ class _Objects:
         self.writer_block: np.ndarray = np.zeros(0, dtype=np.int64)
         self.writer_blocks: list[dict] = []
         self._writer_keys: dict[tuple, int] = {}
-        # (static objects by process: (start, end, info), sorted; _static_at)
-        self._static_spans: dict[int, list] | None = None
+        # (static objects by process: their starts, and (start, end, info), sorted; _static_at)
+        self._static_spans: dict[int, tuple] | None = None
 
     def writer(self, pi: int, site: int, frames: tuple, file) -> int:
         key = (pi, site, frames, file)
@@ -2450,9 +2450,10 @@ def _static_at(objs, names, proc: int, addr: int) -> tuple[dict, int] | None:
                 size = names.data_size(proc, info["name"]) or 0
                 if size:
                     rows.append((info["addr"], info["addr"] + size, info))
-        spans[proc] = sorted(rows, key=lambda r: r[0])
-    rows = spans[proc]
-    k = bisect.bisect_right([r[0] for r in rows], addr) - 1
+        rows.sort(key=lambda r: r[0])
+        spans[proc] = ([r[0] for r in rows], rows)
+    starts, rows = spans[proc]
+    k = bisect.bisect_right(starts, addr) - 1
     if k >= 0 and rows[k][0] <= addr < rows[k][1]:
         return rows[k][2], rows[k][0]
     return None
