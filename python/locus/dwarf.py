@@ -563,7 +563,7 @@ def _variable_in(
     file (or unit of a package) of its skeleton unit whose text is `skeleton`."""
     where = dwo.file if dwo else path
     skeleton_base = _hex_attr(skeleton, r"DW_AT_(?:GNU_)?addr_base") if skeleton else None
-    found = _named(where, short, dwo is not None)
+    found = _named(where, short, True) if dwo else _run(["--name", short, "--show-parents", path])
     # The variable whose location is this address, and the compile unit above it.
     cu = var = base = None
     addr = f"DW_OP_addr {vaddr:#x}"
@@ -1011,8 +1011,8 @@ def _dwp_index(pkg: str) -> dict[int, dict[str, tuple[int, int]]]:
 
 @functools.lru_cache(maxsize=32)
 def _named(where: str, short: str, lenient: bool) -> str:
-    """`--name short --show-parents` of a DWARF file, kept: a package is searched once for
-    the skeleton units of all its units."""
+    """`--name short --show-parents` of a .dwo file or package, kept: a package is searched
+    once for the skeleton units of all its units."""
     return _run(["--name", short, "--show-parents", where], lenient)
 
 
