@@ -563,7 +563,7 @@ def _variable_in(
     file (or unit of a package) of its skeleton unit whose text is `skeleton`."""
     where = dwo.file if dwo else path
     skeleton_base = _hex_attr(skeleton, r"DW_AT_(?:GNU_)?addr_base") if skeleton else None
-    found = _named(where, short, True) if dwo else _run(["--name", short, "--show-parents", path])
+    found = _named(where, short) if dwo else _run(["--name", short, "--show-parents", path])
     # The variable whose location is this address, and the compile unit above it.
     cu = var = base = None
     addr = f"DW_OP_addr {vaddr:#x}"
@@ -651,15 +651,11 @@ def part_layout(path: str, pointer: str, member: str) -> Layout | None:
     with that member."""
     lay = _promoted_layout(path, pointer)
     rec = _strip(lay._dies, lay._type) if lay is not None else None
-    if lay is None or rec is None or rec.tag not in _RECORDS:
+    m = _member_die(lay._dies, rec, member) if rec is not None and rec.tag in _RECORDS else None
+    if lay is None or m is None:
         return None
-    for m in rec.children:
-        if m.tag == "DW_TAG_member" and _name(m.attrs.get("DW_AT_name")) == member:
-            size = _size(lay._dies, _ref(m.attrs.get("DW_AT_type")))
-            return PartLayout(
-                lay.name, lay.type, size, False, lay._dies, lay._type, base=_member_offset(m)
-            )
-    return None
+    size = _size(lay._dies, _ref(m.attrs.get("DW_AT_type")))
+    return PartLayout(lay.name, lay.type, size, False, lay._dies, lay._type, base=_member_offset(m))
 
 
 def _decl(dies: dict, d: Die) -> str:
@@ -1010,10 +1006,10 @@ def _dwp_index(pkg: str) -> dict[int, dict[str, tuple[int, int]]]:
 
 
 @functools.lru_cache(maxsize=32)
-def _named(where: str, short: str, lenient: bool) -> str:
-    """`--name short --show-parents` of a .dwo file or package, kept: a package is searched
-    once for the skeleton units of all its units."""
-    return _run(["--name", short, "--show-parents", where], lenient)
+def _named(where: str, short: str) -> str:
+    """`--name short --show-parents` of a .dwo file or package (lenient, as _run says), kept:
+    a package is searched once for the skeleton units of all its units."""
+    return _run(["--name", short, "--show-parents", where], True)
 
 
 def _hex_attr(text: str, attr: str) -> int | None:
@@ -1364,6 +1360,12 @@ _STEPS = re.compile(r"\[[^\[\]]*\]|->|\.|[A-Za-z_]\w*")
 def _member(dies: dict, rec: Die, name: str) -> int | None:
     """The type of the member `name` of a structure, union or class (its definition in the
     unit where `rec` only declares it)."""
+    m = _member_die(dies, rec, name)
+    return _ref(m.attrs.get("DW_AT_type")) if m is not None else None
+
+
+def _member_die(dies: dict, rec: Die, name: str) -> Die | None:
+    """The member `name` of a structure, union or class (_member)."""
     if not rec.children and rec.attrs.get("DW_AT_declaration"):
         tname = _name(rec.attrs.get("DW_AT_name"))
         rec = next(
@@ -1373,7 +1375,7 @@ def _member(dies: dict, rec: Die, name: str) -> int | None:
         )  # fmt: skip
     for m in rec.children:
         if m.tag == "DW_TAG_member" and _name(m.attrs.get("DW_AT_name")) == name:
-            return _ref(m.attrs.get("DW_AT_type"))
+            return m
     return None
 
 

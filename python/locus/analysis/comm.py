@@ -2422,6 +2422,7 @@ def _beside(objs, names, o: int, ranges: list, layout) -> list[str]:
     if not size:
         return []
     out: list[str] = []
+    layouts: dict[int, object] = {}  # (each neighbour's, by its start)
     for a, b in ranges:
         for off in range(a, b + 1):
             if 0 <= off < size:
@@ -2430,7 +2431,9 @@ def _beside(objs, names, o: int, ranges: list, layout) -> list[str]:
             if hit is None:
                 continue
             other, start = hit
-            lay = _layout_by(_layout_key(other, other["name"], names), names)
+            if start not in layouts:
+                layouts[start] = _layout_by(_layout_key(other, other["name"], names), names)
+            lay = layouts[start]
             f = lay.field(info["addr"] + off - start) if lay is not None else other["name"]
             if f and f not in out:
                 out.append(f)
@@ -2440,9 +2443,9 @@ def _beside(objs, names, o: int, ranges: list, layout) -> list[str]:
 def _static_at(objs, names, proc: int, addr: int) -> tuple[dict, int] | None:
     """(info, start) of the static object of process `proc` that holds address addr (its
     symbol's size), or None."""
-    spans = getattr(objs, "_static_spans", None)
-    if spans is None:
-        spans = objs._static_spans = {}
+    if objs._static_spans is None:
+        objs._static_spans = {}
+    spans = objs._static_spans
     if proc not in spans:
         rows = []
         for info in objs.info:
@@ -2762,8 +2765,8 @@ def _layout_key(info: dict, name: str, names, loc=None, top_ip=None) -> tuple | 
     if info.get("addr"):
         part = _PROMOTED.fullmatch(info["name"])
         parts = getattr(names, "part_keys", {})
-        if part and not info["name"].endswith(".body") and top_ip and names is not None:
-            member = _promoted_field({"_top_ip": top_ip}, part.group("ptr"), names)
+        if part and not info["name"].endswith(".body"):
+            member = _promoted_field(top_ip, part.group("ptr"), names)
             if member:
                 ptr, _, field = member.partition("->")
                 key = "part_layout", (info["proc"], info["addr"], ptr, field)
@@ -3077,6 +3080,22 @@ def _timed_fields(
     return per
 
 
+def _thread_fields(o: dict, layout, t: int, offs: Counter) -> list[str]:
+    """The fields of object o (its layout) that thread t's false-sharing accesses reached,
+    most weight first: each offset's (`offs`: weight by offset), or, for a stack whose
+    frames' locals took the same bytes in turn, those its accesses' times name
+    (_timed_fields). Bytes the type says nothing of read as the variable's name (a stack's,
+    between its named locals): left out."""
+    timed = o.get("_timed_fields")
+    weight: Counter = Counter()
+    if timed is not None:
+        weight.update(timed.get(t, {}))
+    else:
+        for off, w in offs.items():
+            weight[layout.field(off)] += w
+    return sorted((f for f in weight if f != layout.name), key=lambda f: (-weight[f], f))
+
+
 def _fields_of(o: dict, names, per: dict[int, Counter]) -> str:
     """` (thread 1 stats[0].hits; thread 2 stats[0].misses)`: the fields each thread
     accessed (FIELDS_THREADS threads, two fields each, the most false sharing first), from
@@ -3086,17 +3105,9 @@ def _fields_of(o: dict, names, per: dict[int, Counter]) -> str:
     layout = _layout_of(o, names)
     if layout is None:
         return ""
-    timed = o.get("_timed_fields")
     parts = []
     for t in sorted(per)[:FIELDS_THREADS]:
-        weight: Counter = Counter()
-        if timed is not None:
-            weight.update(timed.get(t, {}))
-        for off, w in per[t].items() if timed is None else ():
-            weight[layout.field(off)] += w
-        # (bytes the type says nothing of read as the variable's name: a stack's, between
-        # its named locals)
-        fields = sorted((f for f in weight if f != layout.name), key=lambda f: (-weight[f], f))
+        fields = _thread_fields(o, layout, t, per[t])
         if not fields:
             return ""
         shown = ", ".join(fields[:2]) + (", ..." if len(fields) > 2 else "")
@@ -3706,14 +3717,17 @@ def _sibling_advice(o: dict, thr: str, line: int) -> str:
     )
 
 
-def _promoted_field(o: dict, ptr: str, names) -> str | None:
-    """The field of what `ptr` points to that clang's part `o` (`ptr.body.N`) is: the one
-    `ptr->FIELD` (or `(*ptr).FIELD`, `ptr[0].FIELD`) that the source line of its busiest
-    access names; None where the line names none, or several, or cannot be read."""
-    site = _top_site(o, names)
-    if site is None or not site.get("line") or not o.get("_top_ip"):
+def _promoted_field(top_ip: tuple | None, ptr: str, names) -> str | None:
+    """The field of what `ptr` points to that a part of clang's promoted block (`ptr.body.N`)
+    is: the one `ptr->FIELD` (or `(*ptr).FIELD`, `ptr[0].FIELD`) that the source line of its
+    busiest access (`top_ip`: process, address) names; None where the line names none, or
+    several, or cannot be read."""
+    if not top_ip or names is None:
         return None
-    proc, ip = o["_top_ip"][:2]
+    site = names.site(*top_ip)
+    if not site.get("line"):
+        return None
+    proc, ip = top_ip[:2]
     text = names.source_text(proc, ip, site["line"]) if hasattr(names, "source_text") else ""
     p = re.escape(ptr)
     found = set(
@@ -3724,17 +3738,21 @@ def _promoted_field(o: dict, ptr: str, names) -> str | None:
     return f"{ptr}->{found.pop()}" if len(found) == 1 else None
 
 
+def _part_member(o: dict) -> str | None:
+    """`st->hits`: the member clang's part of a promoted block is, as its layout key says
+    (_layout_key found it from its busiest access's source line); None without one."""
+    key = o.get("_layout")
+    return f"{key[1][2]}->{key[1][3]}" if key and key[0] == "part_layout" else None
+
+
 def _own_field(o: dict, t: int, names) -> str | None:
     """The field of object o that thread t's false-sharing accesses reached most (`sa.misses`),
     from its layout; None without one, or where the layout says no more than its name."""
     layout = _layout_of(o, names)
     if layout is None:
         return None
-    weight: Counter = Counter()
-    for tt, off, _ln, _li, w in o.get("_false_accesses") or []:
-        if tt == t:
-            weight[layout.field(off)] += w
-    fields = sorted((f for f in weight if f and f != layout.name), key=lambda f: (-weight[f], f))
+    per = _per_thread(o.get("_false_accesses") or [])[0]
+    fields = _thread_fields(o, layout, t, per.get(t, Counter()))
     return fields[0] if fields else None
 
 
@@ -3807,9 +3825,7 @@ def _neighbours_advice(alone: list, line: int, names, limit: int) -> list[str]:
         parts = [_PROMOTED.fullmatch(o["name"]) for o, _t in members]
         promoted = {m.group("ptr") for m in parts if m}
         ptr = next(iter(promoted)) if all(parts) and len(promoted) == 1 else None
-        fields = [
-            _promoted_field(o, ptr, names) if ptr else _own_field(o, t, names) for o, t in members
-        ]
+        fields = [_part_member(o) if ptr else _own_field(o, t, names) for o, t in members]
         each = ", ".join(
             f"{_quoted(o)} (thread {t}{', `' + f + '`' if f else ''})"
             for (o, t), f in list(zip(members, fields))[:FIELDS_THREADS]

@@ -37,8 +37,7 @@ class _Names:
 def test_a_promoted_part_is_the_field_its_busiest_line_names(text, field):
     """clang's `st.body.N` is the field of `*st` that its busiest access's line writes
     `st->FIELD` (or `(*st).FIELD`, `st[0].FIELD`) of, when the line names one field."""
-    o = {"name": "st.body.0", "_top_ip": (1, 0x1130)}
-    assert _promoted_field(o, "st", _Names(text)) == field
+    assert _promoted_field((1, 0x1130), "st", _Names(text)) == field
 
 
 def test_a_lines_field_note_is_relative_to_its_own_object_only():
