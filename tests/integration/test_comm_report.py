@@ -894,7 +894,7 @@ def test_clangs_promoted_heap_block_is_explained(locus, tmp_path):
     # (not "align each to 64 bytes (alignas(64))": they are no variables of the program's)
     advice = [a for a in c["advice"] if "`st.body." in a]
     assert advice and "fields of what `st` points to" in advice[0], c["advice"]
-    if "st.body.0" in names and "st.body.1" in names:  # (split: a part per field)
+    if "st.body.0" in syms and "st.body.1" in syms:  # (split: a part per field)
         assert "(thread 1, `st->hits`)" in advice[0], advice
         assert "(thread 2, `st->misses`)" in advice[0], advice
         # the line's bytes in its object (the part) named as the member they are
